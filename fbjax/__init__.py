@@ -1,0 +1,38 @@
+"""fbjax: flatbuffer ML models (TFLite, ...) as jitted, differentiable JAX functions.
+
+Quick use::
+
+    import fbjax
+    model = fbjax.load("model.tflite")
+    y = model(x)                       # jitted
+    g = jax.grad(lambda p: model.apply(p, x).sum())(model.params)
+
+Layout: ``fbjax/formats`` parses files into the IR (``fbjax/ir.py``);
+``fbjax/lower`` lowers IR ops to ``jax.lax`` (one registry keyed by
+(op set, op name)); ``fbjax/reference`` is the independent numpy oracle.
+"""
+
+from .errors import FbjaxError, InputError, ModelFormatError, UnsupportedOperatorError
+from .model import Model, SignatureSpec, TensorSpec, load
+
+__version__ = "0.1.0"
+
+
+def supported_ops(op_set: str | None = None) -> dict[str, list[str]]:
+    """Names of the ops fbjax can lower, grouped by op set.
+
+    Args:
+        op_set: restrict to one op set (``"tflite"``, ``"tflite.custom"``).
+
+    Returns:
+        ``{op_set: sorted list of op names}``, generated from the registry.
+    """
+    from .lower import LOWERINGS
+
+    return LOWERINGS.ops(op_set)
+
+
+__all__ = [
+    "load", "Model", "TensorSpec", "SignatureSpec", "supported_ops",
+    "FbjaxError", "ModelFormatError", "UnsupportedOperatorError", "InputError",
+]

@@ -1,0 +1,209 @@
+"""The ``fbjax`` command line: inspect and run model files.
+
+    fbjax inspect MODEL
+    fbjax run [MODEL] [--input NAME=FILE.npy ...] [--output OUT.npz]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections import Counter
+from typing import Optional, Sequence
+
+import numpy as np
+
+
+def _fmt_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
+
+
+def _spec_str(name: str, shape, dtype) -> str:
+    dims = "?" if shape is None else "x".join("?" if d is None else str(d) for d in shape)
+    return f"{name}: {np.dtype(dtype).name}[{dims}]"
+
+
+def cmd_inspect(args) -> int:
+    from .formats import read_model
+    from .lower import LOWERINGS
+    from .lower.build import is_param
+
+    ir = read_model(args.model)
+    g = ir.main_graph
+    print(f"model:    {args.model}")
+    print(f"format:   {ir.format}" + (f"  ({ir.description})" if ir.description else ""))
+    print(f"graphs:   {len(ir.graphs)}")
+    print("inputs:")
+    for v in g.inputs:
+        print("  " + _spec_str(v.name, v.shape, v.dtype))
+    print("outputs:")
+    for v in g.outputs:
+        print("  " + _spec_str(v.name, v.shape, v.dtype))
+    if ir.signatures:
+        print("signatures: " + ", ".join(ir.signatures))
+    hist = Counter(n.key for n in ir.iter_nodes())
+    seen = set()
+    n_params = n_bytes = 0
+    for gr in ir.graphs:
+        for v in gr.values:
+            if id(v) in seen or not is_param(v):
+                continue
+            seen.add(id(v))
+            n_params += int(v.data.size)
+            n_bytes += int(v.data.nbytes)
+    print(f"params:   {n_params:,} values, {_fmt_bytes(n_bytes)}")
+    print(f"operators ({sum(hist.values())}):")
+    unsupported = []
+    for (s, n), c in sorted(hist.items(), key=lambda kv: (-kv[1], kv[0])):
+        ok = LOWERINGS.get(s, n) is not None
+        if not ok:
+            unsupported.append(f"{s}:{n}")
+        label = n if s in ("tflite",) else f"{s}:{n}"
+        print(f"  {c:5d}  {label}" + ("" if ok else "   <- unsupported"))
+    if unsupported:
+        print(f"unsupported: {', '.join(unsupported)}")
+        print("fbjax cannot run this model yet; see `fbjax.supported_ops()` or register a custom op.")
+    else:
+        print("unsupported: none (fbjax can run this model: `fbjax run MODEL`)")
+    return 0
+
+
+def _parse_inputs(pairs: Sequence[str], model) -> list:
+    given = {}
+    for p in pairs or []:
+        if "=" in p:
+            name, path = p.split("=", 1)
+        else:
+            name, path = None, p
+        given[name] = np.load(path)
+    rng = np.random.default_rng(0)
+    xs = []
+    for i, spec in enumerate(model.inputs):
+        x = given.pop(spec.name, None)
+        if x is None and None in given and len(model.inputs) == 1:
+            x = given.pop(None)
+        if x is None:
+            shape = tuple(1 if d is None else d for d in spec.shape)
+            if np.issubdtype(spec.dtype, np.floating):
+                x = rng.random(shape, dtype=np.float32).astype(spec.dtype)
+            elif spec.dtype == np.bool_:
+                x = rng.random(shape) < 0.5
+            else:
+                info = np.iinfo(spec.dtype)
+                x = rng.integers(max(info.min, -128), min(info.max, 127), shape, endpoint=True).astype(spec.dtype)
+            src = "random [0, 1)" if np.issubdtype(spec.dtype, np.floating) else "random integers"
+        else:
+            src = "file"
+        print(f"input  {_spec_str(spec.name, x.shape, x.dtype)}  ({src})")
+        xs.append(x)
+    if given:
+        names = ", ".join(str(k) for k in given)
+        raise SystemExit(
+            f"fbjax run: no model input named {names}; inputs are: {', '.join(s.name for s in model.inputs)}"
+        )
+    return xs
+
+
+def cmd_run(args) -> int:
+    import jax
+
+    from . import load
+    from .data import DEFAULT_MODEL
+
+    path = args.model or DEFAULT_MODEL
+    if args.model is None:
+        print(f"no model given: running the bundled default {os.path.basename(path)} (see fbjax/data/NOTICE)")
+    t0 = time.perf_counter()
+    model = load(path)
+    t_load = time.perf_counter() - t0
+    xs = _parse_inputs(args.input, model)
+    t1 = time.perf_counter()
+    outs = model(*xs)
+    outs = outs if isinstance(outs, tuple) else (outs,)
+    jax.block_until_ready(outs)
+    t_first = time.perf_counter() - t1
+    times = []
+    for _ in range(args.repeat):
+        t = time.perf_counter()
+        jax.block_until_ready(model(*xs))
+        times.append(time.perf_counter() - t)
+    outs_np = [np.asarray(o) for o in outs]
+    for spec, o in zip(model.outputs, outs_np):
+        line = "output " + _spec_str(spec.name, o.shape, o.dtype)
+        if o.size and o.dtype != np.object_:
+            of = o.astype(np.float64)
+            line += f"  min {of.min():.6g}  max {of.max():.6g}  mean {of.mean():.6g}"
+        print(line)
+    print(f"backend: {jax.default_backend()}  devices: {len(jax.devices())}")
+    print(f"load: {t_load * 1e3:.1f} ms   first result (trace + compile + run): {t_first * 1e3:.1f} ms")
+    if times:
+        print(
+            f"steady-state latency over {len(times)} runs: median {np.median(times) * 1e3:.3f} ms, "
+            f"min {np.min(times) * 1e3:.3f} ms"
+        )
+    if args.output:
+        names = [s.name for s in model.outputs]
+        keys = [n if n and names.count(n) == 1 else f"output_{i}" for i, n in enumerate(names)]
+        np.savez(args.output, **dict(zip(keys, outs_np)))
+        print(f"wrote {args.output} ({', '.join(keys)})")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="fbjax",
+        description="Run flatbuffer ML models (.tflite) as jitted JAX functions.",
+        epilog="Examples:\n  fbjax run                      # bundled selfie-segmentation model\n"
+        "  fbjax inspect model.tflite\n  fbjax run model.tflite --input input_1=x.npy --output out.npz",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    from . import __version__
+
+    p.add_argument("--version", action="version", version=f"fbjax {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    pi = sub.add_parser("inspect", help="show format, inputs/outputs, op histogram, params, unsupported ops")
+    pi.add_argument("model", help="path to a model file (.tflite)")
+    pi.set_defaults(func=cmd_inspect)
+    pr = sub.add_parser(
+        "run",
+        help="run a model on given or random inputs and print outputs and timings",
+        description="Run a model jitted. Inputs not given are seeded random arrays of the right "
+        "shape and dtype (floats in [0, 1)). Prints output summaries, time to first result and "
+        "steady-state latency.",
+    )
+    pr.add_argument("model", nargs="?", help="model file; omitted: the bundled default model")
+    pr.add_argument("--input", "-i", action="append", metavar="NAME=FILE.npy",
+                    help="an input from a .npy file (repeatable; NAME may be omitted for one-input models)")
+    pr.add_argument("--output", "-o", metavar="OUT.npz", help="save the outputs to an .npz file")
+    pr.add_argument("--repeat", type=int, default=20, metavar="N",
+                    help="timed runs after the first (default 20; 0 to skip)")
+    pr.set_defaults(func=cmd_run)
+    return p
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    from .errors import FbjaxError
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "command", None):
+        parser.print_help()
+        return 2
+    try:
+        return args.func(args)
+    except FbjaxError as e:
+        print(f"fbjax {args.command}: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+    except FileNotFoundError as e:
+        print(f"fbjax {args.command}: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

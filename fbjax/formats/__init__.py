@@ -1,0 +1,68 @@
+"""Model file formats: each module turns a file's bytes into :class:`fbjax.ir.ModelIR`.
+
+* :mod:`fbjax.formats.tflite` -- ``.tflite`` (TFLite schema v3, ``TFL3``)
+* :mod:`fbjax.formats.rten` -- ``.rten`` (v2: ``RTEN`` header; v1: probed)
+
+``_generated/`` holds the Python bindings ``flatc`` generated from
+``schemas/*.fbs`` (regenerate with ``nox -s schemas``; do not edit by hand).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+from ..errors import ModelFormatError
+from ..ir import ModelIR
+from . import rten, stablehlo, tflite
+
+#: format name -> reader(source) -> ModelIR
+READERS = {"tflite": tflite.read, "stablehlo": stablehlo.read, "rten": rten.read}
+
+
+def detect_format(source) -> str:
+    """Name of the format of ``source`` (a path or bytes), from its bytes.
+
+    TFLite files carry ``TFL3`` at bytes 4-7.
+
+    Raises:
+        ModelFormatError: no known format matches.
+        FileNotFoundError: the path does not exist.
+    """
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        head = bytes(source[:8])
+        label = "<bytes>"
+    else:
+        label = os.fspath(source)
+        with open(label, "rb") as f:
+            head = f.read(8)
+    if tflite.is_tflite(head):
+        return "tflite"
+    for name, probe in _PROBES:
+        if probe(source, head):
+            return name
+    raise ModelFormatError(
+        f"{label}: not a model file fbjax recognises (first bytes {head!r}); "
+        f"supported formats: {', '.join(sorted(READERS))}"
+    )
+
+
+# Extra (name, probe(source, head) -> bool) pairs for formats without a file
+# identifier; filled by the format modules that need them.
+_PROBES: list = [("rten", rten.probe), ("stablehlo", stablehlo.probe)]
+
+
+def read_model(source, format: Optional[str] = None) -> ModelIR:
+    """Parse a model file into the IR.
+
+    Args:
+        source: path or bytes of the model.
+        format: force a format (``"tflite"``); detected from the bytes if None.
+
+    Raises:
+        ModelFormatError: unknown or corrupt file.
+    """
+    fmt = format or detect_format(source)
+    if fmt not in READERS:
+        raise ModelFormatError(f"unknown format {fmt!r}; known: {', '.join(sorted(READERS))}")
+    return READERS[fmt](source)

@@ -1,0 +1,195 @@
+"""Format-neutral graph IR that every frontend fills and every backend reads.
+
+A :class:`ModelIR` holds one or more :class:`Graph` s (TFLite subgraphs,
+RTen nested graphs, StableHLO functions and region bodies). A graph is a
+topologically ordered list of :class:`Node` s over :class:`Value` s. Values
+carry dtype, static shape (``None`` for a dimension unknown until call time),
+optional quantization parameters and optional constant data (numpy arrays,
+usually zero-copy views on the model file).
+
+Nothing here knows about JAX; the lowering (:mod:`fbjax.lower`) and the numpy
+reference interpreter (:mod:`fbjax.reference`) both consume this IR.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+Shape = Optional[tuple[Optional[int], ...]]
+
+
+@dataclass(eq=False)
+class QuantParams:
+    """Affine quantization: ``real = (q - zero_point) * scale``.
+
+    ``scale`` (float32) and ``zero_point`` (int64) are 1-D; length 1 means
+    per-tensor, otherwise per-channel along ``quantized_dimension``.
+    """
+
+    scale: np.ndarray
+    zero_point: np.ndarray
+    quantized_dimension: int = 0
+
+    @property
+    def per_channel(self) -> bool:
+        return self.scale.size > 1
+
+
+@dataclass(eq=False)
+class Value:
+    """A tensor in a graph.
+
+    Attributes:
+        name: the name stored in the file (may be empty or repeated there).
+        dtype: numpy dtype of the elements.
+        shape: static shape; a ``None`` entry is a dimension known only at
+            call time; ``shape is None`` means unknown rank.
+        quant: quantization parameters, if the tensor is quantized.
+        data: constant contents with ``dtype`` and ``shape``, else ``None``.
+        index: the tensor's index in the source file (for error messages).
+        is_variable: a TFLite variable tensor (state kept between calls).
+    """
+
+    name: str
+    dtype: np.dtype
+    shape: Shape
+    quant: Optional[QuantParams] = None
+    data: Optional[np.ndarray] = None
+    index: int = -1
+    is_variable: bool = False
+
+    @property
+    def is_constant(self) -> bool:
+        return self.data is not None
+
+    @property
+    def static_shape(self) -> bool:
+        return self.shape is not None and all(d is not None for d in self.shape)
+
+    def __repr__(self) -> str:  # keep reprs short: data can be megabytes
+        dims = "?" if self.shape is None else "x".join("?" if d is None else str(d) for d in self.shape)
+        const = " const" if self.is_constant else ""
+        return f"Value({self.name!r}, {np.dtype(self.dtype).name}[{dims}]{const})"
+
+
+@dataclass(eq=False)
+class Node:
+    """One operator application.
+
+    Attributes:
+        op_set: which registry the op belongs to (``"tflite"``,
+            ``"tflite.custom"``, ``"onnx"``, ``"stablehlo"``).
+        op_name: the op's name exactly as its spec spells it.
+        inputs: input values in spec order; ``None`` marks an omitted
+            optional input.
+        outputs: output values in spec order (``None`` for unused outputs).
+        attrs: attributes, snake_case as in the schema, enums as names.
+        location: human-readable position in the file, for error messages.
+    """
+
+    op_set: str
+    op_name: str
+    inputs: list
+    outputs: list
+    attrs: dict = field(default_factory=dict)
+    location: str = ""
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.op_set, self.op_name)
+
+    def __repr__(self) -> str:
+        return f"Node({self.op_set}:{self.op_name} @ {self.location})"
+
+
+@dataclass(eq=False)
+class Graph:
+    """A function body: inputs, outputs and nodes in topological order."""
+
+    name: str
+    inputs: list
+    outputs: list
+    nodes: list
+    values: list = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class Signature:
+    """A named entry point (TFLite ``signature_defs``)."""
+
+    key: str
+    graph_index: int
+    inputs: dict  # signature-level name -> Value
+    outputs: dict
+
+
+@dataclass(eq=False)
+class ModelIR:
+    """A parsed model file.
+
+    Attributes:
+        format: ``"tflite"``, ``"rten"`` or ``"stablehlo"``.
+        graphs: all graphs; ``graphs[main]`` is the entry point, the others
+            are bodies referenced by control-flow ops.
+        signatures: named entry points, possibly empty.
+        description: free text from the file.
+        source: where the model was read from (path), if anywhere.
+        buffer: the object keeping constant data alive (mmap or bytes).
+    """
+
+    format: str
+    graphs: list
+    main: int = 0
+    signatures: dict = field(default_factory=dict)
+    description: str = ""
+    source: Optional[str] = None
+    buffer: Any = None
+    metadata: dict = field(default_factory=dict)
+
+    @property
+    def main_graph(self) -> Graph:
+        return self.graphs[self.main]
+
+    def iter_nodes(self):
+        for g in self.graphs:
+            yield from g.nodes
+
+
+class OpContext:
+    """What an op implementation may know about the node it implements.
+
+    Both the JAX lowering and the numpy reference hand one of these as the
+    first argument of every op function. Subclasses add ``call_graph`` for
+    control flow.
+
+    Attributes:
+        node: the :class:`Node` being evaluated.
+        model: the :class:`ModelIR` it belongs to.
+    """
+
+    def __init__(self, node: Node, model: ModelIR):
+        self.node = node
+        self.model = model
+
+    @property
+    def inputs(self) -> Sequence[Optional[Value]]:
+        return self.node.inputs
+
+    @property
+    def outputs(self) -> Sequence[Optional[Value]]:
+        return self.node.outputs
+
+    def out_dtype(self, i: int = 0) -> np.dtype:
+        return np.dtype(self.node.outputs[i].dtype)
+
+    def call_graph(self, index: int, *args):  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def error(self, message: str) -> Exception:
+        """A ModelFormatError naming this node; ``raise ctx.error(...)``."""
+        from .errors import ModelFormatError
+
+        return ModelFormatError(f"{self.node.location} ({self.node.op_name}): {message}")

@@ -1,0 +1,199 @@
+"""Graph -> one pure JAX function ``apply(params, *inputs)``.
+
+The whole graph is traced once: each node calls its registered lowering with
+JAX arrays. Float constants (weights) become ``params`` passed as jit
+arguments; integer constants stay numpy arrays, known at trace time, so
+shape-like values (RESHAPE shapes, PAD amounts, slice bounds, and whatever is
+computed from them and from static shapes) are resolved while tracing.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import jax
+import numpy as np
+
+from .._registry import OpDef, call_op
+from ..errors import ModelFormatError, UnsupportedOperatorError
+from ..ir import Graph, ModelIR, Node, OpContext, Value
+from .registry import LOWERINGS
+
+
+def is_param(v: Value) -> bool:
+    """A constant becomes a trainable ``param`` when it holds floats."""
+    return v.data is not None and np.issubdtype(np.dtype(v.dtype), np.floating)
+
+
+class LowerContext(OpContext):
+    """Context handed to lowerings.
+
+    Attributes:
+        backend: ``jax.default_backend()`` at build time (``"cpu"``,
+            ``"gpu"``, ``"tpu"``), for lowerings that pick a strategy per
+            backend.
+    """
+
+    def __init__(self, node: Node, model: ModelIR, program: "Program"):
+        super().__init__(node, model)
+        self.program = program
+        self.backend = program.backend
+
+    def call_graph(self, index: int, *args):
+        """Evaluate ``model.graphs[index]`` on ``args``; returns a list."""
+        if not 0 <= index < len(self.model.graphs):
+            raise self.error(f"refers to subgraph {index}, but the model has {len(self.model.graphs)}")
+        return self.program.eval_graph(index, list(args), self._params)
+
+
+def _is_static(x) -> bool:
+    return x is None or isinstance(x, (np.ndarray, np.generic))
+
+
+def _concrete(x):
+    """numpy value of x if known at trace time, else None."""
+    if x is None or isinstance(x, np.ndarray):
+        return x
+    if isinstance(x, np.generic):
+        return np.asarray(x)
+    try:
+        return np.asarray(x)  # concrete jax arrays
+    except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError, TypeError):
+        return None
+
+
+@dataclass
+class Program:
+    """A lowered model.
+
+    Attributes:
+        model: the IR.
+        params: param name -> numpy array (float constants of every graph).
+        param_of: id(Value) -> param name.
+        backend: JAX backend the lowering targets.
+    """
+
+    model: ModelIR
+    params: dict
+    param_of: dict
+    backend: str
+    registry: object = LOWERINGS
+
+    def apply(self, params: dict, *inputs):
+        """Run the main graph. Returns a tuple, one entry per graph output."""
+        return tuple(self.eval_graph(self.model.main, list(inputs), params))
+
+    def eval_graph(self, index: int, inputs: list, params: dict) -> list:
+        graph: Graph = self.model.graphs[index]
+        if len(inputs) != len(graph.inputs):
+            raise ModelFormatError(
+                f"graph {index} ({graph.name}) takes {len(graph.inputs)} inputs, got {len(inputs)}"
+            )
+        env: dict[int, object] = {}
+        for v, x in zip(graph.inputs, inputs):
+            env[id(v)] = x
+
+        def lookup(v: Optional[Value]):
+            if v is None:
+                return None
+            key = id(v)
+            if key in env:
+                return env[key]
+            if v.data is not None:
+                name = self.param_of.get(key)
+                val = params[name] if name is not None else v.data
+                env[key] = val
+                return val
+            raise ModelFormatError(f"graph {index}: tensor {v.index} ({v.name!r}) is read before it is written")
+
+        for node in graph.nodes:
+            opdef: OpDef = self.registry.get(node.op_set, node.op_name)
+            args = []
+            for i, v in enumerate(node.inputs):
+                if i in opdef.static_inputs and v is not None:
+                    if v.data is not None:
+                        args.append(np.asarray(v.data))
+                        continue
+                    c = _concrete(lookup(v))
+                    if c is None:
+                        raise UnsupportedOperatorError(
+                            [node.key],
+                            detail=f"{node.location}: input {i} of {node.op_name} must be known at load time, "
+                            "but it depends on the model's inputs.",
+                        )
+                    args.append(c)
+                else:
+                    args.append(lookup(v))
+            ctx = LowerContext(node, self.model, self)
+            ctx._params = params
+            outs_float = any(
+                o is not None and np.issubdtype(np.dtype(o.dtype), np.inexact) for o in node.outputs
+            )
+            if all(_is_static(a) for a in args) and not outs_float:
+                # Shape-like integer computation: evaluate now, keep numpy.
+                with jax.ensure_compile_time_eval():
+                    res = call_op(opdef, ctx, args, node.attrs)
+                res = _as_list(res, node)
+                res = [None if r is None else np.asarray(r) for r in res]
+            else:
+                res = _as_list(call_op(opdef, ctx, args, node.attrs), node)
+            for o, r in zip(node.outputs, res):
+                if o is not None:
+                    env[id(o)] = r
+        return [lookup(v) for v in graph.outputs]
+
+
+def _as_list(res, node: Node) -> list:
+    if isinstance(res, (list, tuple)):
+        out = list(res)
+    else:
+        out = [res]
+    if len(out) < len(node.outputs):
+        raise ModelFormatError(
+            f"{node.location} ({node.op_name}): lowering produced {len(out)} outputs, node has {len(node.outputs)}"
+        )
+    return out
+
+
+def check_supported(model: ModelIR, registry=LOWERINGS) -> None:
+    """Raise UnsupportedOperatorError listing every op with no lowering."""
+    missing = Counter(n.key for n in model.iter_nodes() if registry.get(*n.key) is None)
+    if missing:
+        raise UnsupportedOperatorError(missing)
+
+
+def unique_param_names(model: ModelIR) -> dict:
+    """id(Value) -> unique param name for every float constant.
+
+    Names are the tensor names from the file; repeats get ``#1``, ``#2``...
+    """
+    names: dict[int, str] = {}
+    used: Counter = Counter()
+    for g in model.graphs:
+        for v in g.values:
+            if id(v) in names or not is_param(v):
+                continue
+            base = v.name or f"tensor_{v.index}"
+            name = base if used[base] == 0 else f"{base}#{used[base]}"
+            used[base] += 1
+            names[id(v)] = name
+    return names
+
+
+def build(model: ModelIR, *, backend: Optional[str] = None) -> Program:
+    """Lower a model.
+
+    Returns:
+        a :class:`Program` whose ``apply(params, *inputs)`` is pure and
+        traceable; ``params`` holds the float weights as numpy arrays.
+
+    Raises:
+        UnsupportedOperatorError: some ops have no lowering (all listed).
+    """
+    check_supported(model)
+    param_of = unique_param_names(model)
+    values = {id(v): v for g in model.graphs for v in g.values}
+    params = {name: np.asarray(values[vid].data) for vid, name in param_of.items()}
+    return Program(model, params, param_of, backend or jax.default_backend())
