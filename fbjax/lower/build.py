@@ -106,6 +106,10 @@ class Program:
                 val = params[name] if name is not None else v.data
                 env[key] = val
                 return val
+            if v.is_variable and v.static_shape:
+                # TFLite variable tensor (RNN/LSTM state): zeros, as LiteRT
+                # holds after allocate_tensors; in-kernel writes are not kept.
+                return np.zeros(v.shape, v.dtype)
             raise ModelFormatError(f"graph {index}: tensor {v.index} ({v.name!r}) is read before it is written")
 
         for node in graph.nodes:
@@ -131,7 +135,8 @@ class Program:
             outs_float = any(
                 o is not None and np.issubdtype(np.dtype(o.dtype), np.inexact) for o in node.outputs
             )
-            if all(_is_static(a) for a in args) and not outs_float:
+            # (READ_VARIABLE: static handle, but the value is state -- see lower/tflite/state.py)
+            if all(_is_static(a) for a in args) and not outs_float and node.op_name != "READ_VARIABLE":
                 # Shape-like integer computation: evaluate now, keep numpy.
                 with jax.ensure_compile_time_eval():
                     res = call_op(opdef, ctx, args, node.attrs)
@@ -155,6 +160,20 @@ def _as_list(res, node: Node) -> list:
             f"{node.location} ({node.op_name}): lowering produced {len(out)} outputs, node has {len(node.outputs)}"
         )
     return out
+
+
+def master_weight(data: np.ndarray) -> np.ndarray:
+    """The param kept for a float constant: float16/bfloat16 widen to float32.
+
+    Half-precision weights (TFLite's float16 quantization stores them and
+    DEQUANTIZEs them at run time) would give half-precision gradients that
+    underflow to zero; fine-tuning needs float32 master weights.
+    ``Model.save`` rounds them back to the file's dtype.
+    """
+    data = np.asarray(data)
+    if data.dtype.itemsize < 4 and np.issubdtype(data.dtype, np.floating):
+        return data.astype(np.float32)
+    return data
 
 
 def check_supported(model: ModelIR, registry=LOWERINGS) -> None:
@@ -195,5 +214,5 @@ def build(model: ModelIR, *, backend: Optional[str] = None) -> Program:
     check_supported(model)
     param_of = unique_param_names(model)
     values = {id(v): v for g in model.graphs for v in g.values}
-    params = {name: np.asarray(values[vid].data) for vid, name in param_of.items()}
+    params = {name: master_weight(values[vid].data) for vid, name in param_of.items()}
     return Program(model, params, param_of, backend or jax.default_backend())

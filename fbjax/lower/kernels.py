@@ -1,0 +1,511 @@
+"""Shared JAX kernels used by every op set's lowerings.
+
+Each kernel here is format-neutral: it takes arrays plus plain Python
+parameters (sizes, strides, explicit padding pairs, layout strings) and knows
+nothing about TFLite, ONNX or StableHLO attribute spellings. Op-set modules
+translate their attributes into these parameters.
+
+Contents:
+
+* padding rules: :func:`same_padding` / :func:`explicit_padding` (TF/TFLite
+  ``SAME``/``VALID``);
+* convolution: :func:`conv` (any ``dimension_numbers``),
+  :func:`conv_transpose`, :func:`depthwise_conv` (two strategies, see
+  :data:`DEPTHWISE_STRATEGY`);
+* pooling: :func:`max_pool`, :func:`avg_pool` (``lax.reduce_window``);
+* resize coordinate maps: :func:`linear_resize_coords`,
+  :func:`nearest_resize_indices`, and :func:`resize_linear` /
+  :func:`resize_nearest` that apply them;
+* fused activations: :func:`fused_activation`, :func:`activation_range`,
+  :func:`clamp_to_activation_range`.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+#: Precision of convolutions and matrix products. ``HIGHEST`` keeps float32
+#: accuracy on accelerators (the default may use bf16/tf32 passes there); on
+#: CPU it costs nothing.
+PRECISION = lax.Precision.HIGHEST
+
+#: How :func:`depthwise_conv` computes: ``None`` picks by backend (``"cpu"``:
+#: shifted multiply-adds, which XLA:CPU runs ~70x faster than a grouped
+#: convolution; elsewhere: ``lax.conv_general_dilated`` with
+#: ``feature_group_count``), ``"conv"`` or ``"shifted"`` force one.
+#: Note: with jax/jaxlib 0.10.2, XLA:CPU's YNNPACK library fusion
+#: miscompiles chains of grouped convolutions under ``jit`` (wrong values,
+#: deterministic; ``XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type=``
+#: avoids it) -- one more reason for the shifted default on CPU.
+DEPTHWISE_STRATEGY: Optional[str] = None
+
+_ACTIVATIONS = ("NONE", "RELU", "RELU_N1_TO_1", "RELU6", "TANH", "SIGN_BIT")
+
+
+# --- padding -----------------------------------------------------------------
+
+def same_padding(in_size: int, kernel: int, stride: int = 1, dilation: int = 1) -> tuple[int, int]:
+    """TF/TFLite ``SAME`` padding of one spatial dimension.
+
+    ``out = ceil(in / stride)``,
+    ``total = max((out - 1) * stride + (kernel - 1) * dilation + 1 - in, 0)``,
+    ``before = total // 2``; the odd extra element goes after (TFLite
+    ``kernels/padding.h``, ``ComputePaddingWithOffset``).
+    """
+    out = -(-in_size // stride)
+    total = max((out - 1) * stride + (kernel - 1) * dilation + 1 - in_size, 0)
+    return total // 2, total - total // 2
+
+
+def explicit_padding(
+    padding: str,
+    in_sizes: Sequence[int],
+    kernel_sizes: Sequence[int],
+    strides: Sequence[int],
+    dilations: Optional[Sequence[int]] = None,
+) -> list[tuple[int, int]]:
+    """``[(before, after)]`` per spatial dimension for ``"SAME"`` / ``"VALID"``.
+
+    Raises:
+        ValueError: ``padding`` is neither.
+    """
+    dilations = dilations or [1] * len(in_sizes)
+    if padding == "VALID":
+        return [(0, 0)] * len(in_sizes)
+    if padding == "SAME":
+        return [same_padding(i, k, s, d) for i, k, s, d in zip(in_sizes, kernel_sizes, strides, dilations)]
+    raise ValueError(f"unsupported padding {padding!r} (expected 'SAME' or 'VALID')")
+
+
+def conv_output_size(in_size: int, kernel: int, stride: int, dilation: int, pad: tuple[int, int]) -> int:
+    """Output length of a strided, dilated, padded window along one dimension."""
+    eff = (kernel - 1) * dilation + 1
+    return max((in_size + pad[0] + pad[1] - eff) // stride + 1, 0)
+
+
+# --- convolution -------------------------------------------------------------
+
+def conv(
+    x,
+    w,
+    *,
+    window_strides: Sequence[int],
+    padding: Sequence[tuple[int, int]],
+    dimension_numbers: tuple[str, str, str],
+    rhs_dilation: Optional[Sequence[int]] = None,
+    lhs_dilation: Optional[Sequence[int]] = None,
+    feature_group_count: int = 1,
+    precision=PRECISION,
+    backend: Optional[str] = None,
+):
+    """N-d convolution in the operands' own layouts (``lax.conv_general_dilated``).
+
+    ``dimension_numbers`` are layout strings such as
+    ``("NHWC", "OHWI", "NHWC")``; grouped convolutions use
+    ``feature_group_count`` (the kernel's ``I`` dimension is then
+    ``C_in / groups``).
+
+    On the CPU backend a grouped convolution never reaches XLA's grouped
+    path, which is both slow there and, with jaxlib 0.10.2's YNNPACK fusion,
+    miscompiled under ``jit`` (see :data:`DEPTHWISE_STRATEGY`): depthwise
+    cases (one input channel per group) go through :func:`depthwise_conv`,
+    other groupings through one convolution per group, concatenated.
+    """
+    groups = int(feature_group_count)
+    lhs_spec, rhs_spec, out_spec = dimension_numbers
+    undilated = lhs_dilation is None or all(int(d) == 1 for d in lhs_dilation)
+    if groups > 1 and undilated and (backend or jax.default_backend()) == "cpu":
+        return _grouped_conv_cpu(x, w, groups, window_strides, padding, dimension_numbers,
+                                 rhs_dilation, precision)
+    return lax.conv_general_dilated(
+        x,
+        w,
+        window_strides=tuple(int(s) for s in window_strides),
+        padding=[(int(a), int(b)) for a, b in padding],
+        lhs_dilation=None if lhs_dilation is None else tuple(int(d) for d in lhs_dilation),
+        rhs_dilation=None if rhs_dilation is None else tuple(int(d) for d in rhs_dilation),
+        dimension_numbers=dimension_numbers,
+        feature_group_count=int(feature_group_count),
+        precision=precision,
+    )
+
+
+def _grouped_conv_cpu(x, w, groups, window_strides, padding, dimension_numbers, rhs_dilation, precision):
+    lhs_spec, rhs_spec, out_spec = dimension_numbers
+    c_axis, o_axis, i_axis = lhs_spec.index("C"), rhs_spec.index("O"), rhs_spec.index("I")
+    spatial = [c for c in lhs_spec if c not in "NC"]
+    if w.shape[i_axis] == 1 and x.shape[c_axis] == groups and out_spec == lhs_spec:
+        # Depthwise: kernel -> [*spatial (lhs order), O] with O = C * M.
+        order = [rhs_spec.index(c) for c in spatial] + [o_axis]
+        wd = jnp.transpose(jnp.squeeze(w, i_axis), [a - (a > i_axis) for a in order])
+        return depthwise_conv(x, wd, window_strides=window_strides, padding=padding,
+                              rhs_dilation=rhs_dilation, lhs_spec=lhs_spec, strategy="shifted")
+    xs = jnp.split(x, groups, axis=c_axis)
+    ws = jnp.split(w, groups, axis=o_axis)
+    outs = [
+        lax.conv_general_dilated(
+            xg, wg,
+            window_strides=tuple(int(s) for s in window_strides),
+            padding=[(int(a), int(b)) for a, b in padding],
+            rhs_dilation=None if rhs_dilation is None else tuple(int(d) for d in rhs_dilation),
+            dimension_numbers=dimension_numbers,
+            precision=precision,
+        )
+        for xg, wg in zip(xs, ws)
+    ]
+    return jnp.concatenate(outs, axis=out_spec.index("C"))
+
+
+def conv_transpose(
+    x,
+    w,
+    *,
+    strides: Sequence[int],
+    padding: Sequence[tuple[int, int]],
+    output_sizes: Sequence[int],
+    dimension_numbers: tuple[str, str, str],
+    rhs_dilation: Optional[Sequence[int]] = None,
+    feature_group_count: int = 1,
+    precision=PRECISION,
+):
+    """Transposed (fractionally strided) convolution, scatter semantics.
+
+    ``out[o] += x[i] * w[k]`` for every ``o = i * stride + k * dilation -
+    padding_before`` inside ``[0, output_size)`` -- TFLite
+    ``reference_ops::TransposeConv``, ONNX ``ConvTranspose``. ``w`` is laid
+    out as ``dimension_numbers[1]`` says, with ``O`` the *output* channels
+    of this op (no channel swap is done here); ``padding`` is the forward
+    convolution's ``(before, after)`` per spatial dimension (only ``before``
+    matters: ``output_sizes`` fixes the extent). Computed as a convolution
+    of the stride-dilated input with the spatially flipped kernel.
+    """
+    rhs_spec = dimension_numbers[1]
+    lhs_spec = dimension_numbers[0]
+    spatial = [c for c in lhs_spec if c not in "NC"]
+    k_axes = [rhs_spec.index(c) for c in spatial]
+    in_axes = [lhs_spec.index(c) for c in spatial]
+    rhs_dilation = list(rhs_dilation or [1] * len(spatial))
+    pads, crops = [], []
+    for ax, kax, s, d, (lo_f, _), out in zip(in_axes, k_axes, strides, rhs_dilation, padding, output_sizes):
+        eff = (w.shape[kax] - 1) * d + 1
+        lo = eff - 1 - lo_f
+        hi = int(out) + eff - 2 - (x.shape[ax] - 1) * s - lo
+        # lax pads may be negative (crop), but keep them >= 0 and crop after.
+        pads.append((max(lo, 0), max(hi, 0)))
+        crops.append((max(-lo, 0), int(out)))
+    y = conv(
+        x,
+        lax.rev(w, k_axes),
+        window_strides=[1] * len(spatial),
+        padding=pads,
+        dimension_numbers=dimension_numbers,
+        lhs_dilation=strides,
+        rhs_dilation=rhs_dilation,
+        feature_group_count=feature_group_count,
+        precision=precision,
+    )
+    out_spec = dimension_numbers[2]
+    for c, (start, n) in zip(spatial, crops):
+        ax = out_spec.index(c)
+        if start or y.shape[ax] != n:
+            y = lax.slice_in_dim(y, start, start + n, axis=ax)
+    return y
+
+
+def _depthwise_strategy(backend: Optional[str], strategy: Optional[str]) -> str:
+    strategy = strategy or DEPTHWISE_STRATEGY
+    if strategy is None:
+        backend = backend or jax.default_backend()
+        strategy = "shifted" if backend == "cpu" else "conv"
+    if strategy not in ("conv", "shifted"):
+        raise ValueError(f"DEPTHWISE_STRATEGY must be None, 'conv' or 'shifted', not {strategy!r}")
+    return strategy
+
+
+def depthwise_conv(
+    x,
+    w,
+    *,
+    window_strides: Sequence[int],
+    padding: Sequence[tuple[int, int]],
+    rhs_dilation: Optional[Sequence[int]] = None,
+    lhs_spec: str = "NHWC",
+    backend: Optional[str] = None,
+    strategy: Optional[str] = None,
+):
+    """Depthwise convolution with any depth multiplier.
+
+    Args:
+        x: input laid out as ``lhs_spec`` (``N``, ``C`` and spatial letters).
+        w: kernel ``[*kernel_spatial, C * M]`` (spatial dims in the order
+            they appear in ``lhs_spec``); output channel ``c * M + m`` reads
+            input channel ``c`` (TFLite ``DEPTHWISE_CONV_2D`` weights
+            ``[1, H, W, C*M]`` minus the leading 1).
+        window_strides, padding, rhs_dilation: per spatial dimension;
+            ``padding`` is explicit ``(before, after)`` pairs.
+        backend: ``"cpu"``, ``"gpu"``, ... (selects the strategy).
+        strategy: ``"conv"`` (``lax.conv_general_dilated`` with
+            ``feature_group_count = C``) or ``"shifted"`` (sum over kernel
+            taps of strided slices of the padded input times the tap's
+            weights); default :data:`DEPTHWISE_STRATEGY`, then by backend.
+
+    Returns:
+        output laid out as ``lhs_spec`` with ``C * M`` channels.
+    """
+    spatial = [c for c in lhs_spec if c not in "NC"]
+    n_sp = len(spatial)
+    c_axis = lhs_spec.index("C")
+    in_ch = x.shape[c_axis]
+    out_ch = w.shape[-1]
+    if w.ndim != n_sp + 1 or in_ch == 0 or out_ch % in_ch:
+        raise ValueError(
+            f"depthwise kernel shape {tuple(w.shape)} does not fit input channels {in_ch}"
+        )
+    mult = out_ch // in_ch
+    window_strides = [int(s) for s in window_strides]
+    rhs_dilation = [int(d) for d in (rhs_dilation or [1] * n_sp)]
+    if _depthwise_strategy(backend, strategy) == "conv":
+        rhs_spec = "I" + "".join(spatial) + "O"
+        return lax.conv_general_dilated(  # XLA's grouped path, on purpose
+            x,
+            w.reshape((1,) + tuple(w.shape)),
+            window_strides=tuple(window_strides),
+            padding=[(int(a), int(b)) for a, b in padding],
+            rhs_dilation=tuple(rhs_dilation),
+            dimension_numbers=(lhs_spec, rhs_spec, lhs_spec),
+            feature_group_count=in_ch,
+            precision=PRECISION,
+        )
+    # Shifted multiply-add: out = sum_taps slice(pad(x), tap) * w[tap].
+    if mult > 1:  # channel c*M+m reads input channel c
+        x = jnp.repeat(x, mult, axis=c_axis)
+    sp_axes = [lhs_spec.index(c) for c in spatial]
+    cfg = [(0, 0, 0)] * x.ndim
+    for ax, (lo, hi) in zip(sp_axes, padding):
+        cfg[ax] = (int(lo), int(hi), 0)
+    zero = jnp.zeros((), x.dtype)
+    xp = lax.pad(x, zero, cfg)
+    ksz = w.shape[:n_sp]
+    out_sz = [
+        conv_output_size(x.shape[ax], k, s, d, p)
+        for ax, k, s, d, p in zip(sp_axes, ksz, window_strides, rhs_dilation, padding)
+    ]
+    out_shape = list(x.shape)
+    for ax, o in zip(sp_axes, out_sz):
+        out_shape[ax] = o
+    wshape = [1] * x.ndim
+    wshape[c_axis] = out_ch
+    acc = None
+    if 0 in out_sz:
+        return jnp.zeros(out_shape, jnp.result_type(x, w))
+    for tap in np.ndindex(*ksz):
+        start = [0] * x.ndim
+        limit = list(xp.shape)
+        strides = [1] * x.ndim
+        for ax, t, s, d, o in zip(sp_axes, tap, window_strides, rhs_dilation, out_sz):
+            start[ax] = t * d
+            limit[ax] = t * d + (o - 1) * s + 1
+            strides[ax] = s
+        term = lax.slice(xp, start, limit, strides) * w[tap].reshape(wshape)
+        acc = term if acc is None else acc + term
+    return acc
+
+
+# --- pooling -----------------------------------------------------------------
+
+def _window(x, spatial_axes, sizes, default=1):
+    full = [default] * x.ndim
+    for ax, s in zip(spatial_axes, sizes):
+        full[ax] = int(s)
+    return tuple(full)
+
+
+def _pads(x, spatial_axes, padding):
+    full = [(0, 0)] * x.ndim
+    for ax, p in zip(spatial_axes, padding):
+        full[ax] = (int(p[0]), int(p[1]))
+    return tuple(full)
+
+
+def max_pool(x, *, window: Sequence[int], strides: Sequence[int], padding, spatial_axes: Sequence[int],
+             dilation: Optional[Sequence[int]] = None):
+    """Max over windows; padded positions never win (``lax.reduce_window``
+    with ``-inf`` / the integer minimum as identity)."""
+    dt = np.dtype(x.dtype)
+    init = np.array(-np.inf if dt.kind == "f" else np.iinfo(dt).min, dt)
+    return lax.reduce_window(
+        x, init, lax.max, _window(x, spatial_axes, window), _window(x, spatial_axes, strides),
+        _pads(x, spatial_axes, padding),
+        window_dilation=None if dilation is None else _window(x, spatial_axes, dilation),
+    )
+
+
+def valid_taps(in_size: int, k: int, s: int, d: int, pad: tuple[int, int]) -> np.ndarray:
+    """Per output position along one dimension, how many of the window's
+    ``k`` taps (stride ``s``, dilation ``d``, padding ``pad``) fall inside
+    the input (the divisor of a padding-excluding average pool)."""
+    n_out = conv_output_size(in_size, k, s, d, pad)
+    pos = np.arange(n_out)[:, None] * s - pad[0] + np.arange(k)[None, :] * d
+    return ((pos >= 0) & (pos < in_size)).sum(1)
+
+
+_valid_taps = valid_taps  # older spelling, still used by callers
+
+
+def avg_pool(x, *, window: Sequence[int], strides: Sequence[int], padding, spatial_axes: Sequence[int],
+             count_include_pad: bool = False):
+    """Average over windows (``lax.reduce_window`` sum / tap count).
+
+    With ``count_include_pad=False`` (TFLite ``AVERAGE_POOL_2D``) the divisor
+    is the number of in-bounds taps; else the full window size.
+    """
+    dt = np.dtype(x.dtype)
+    s = lax.reduce_window(
+        x, np.array(0, dt), lax.add, _window(x, spatial_axes, window), _window(x, spatial_axes, strides),
+        _pads(x, spatial_axes, padding),
+    )
+    if count_include_pad:
+        return s / np.array(int(np.prod(window)), dt)
+    count = np.ones((), np.int64)
+    for ax, k, st, p in zip(spatial_axes, window, strides, padding):
+        c = valid_taps(x.shape[ax], int(k), int(st), 1, (int(p[0]), int(p[1])))
+        shape = [1] * x.ndim
+        shape[ax] = c.size
+        count = count * c.reshape(shape)
+    return s / count.astype(dt)
+
+
+# --- resize ------------------------------------------------------------------
+
+def _resize_scale(in_size: int, out_size: int, align_corners: bool) -> np.float32:
+    if align_corners and out_size > 1:
+        return np.float32(in_size - 1) / np.float32(out_size - 1)
+    return np.float32(in_size) / np.float32(out_size)
+
+
+def linear_resize_coords(in_size: int, out_size: int, *, align_corners: bool = False,
+                         half_pixel_centers: bool = False):
+    """TFLite bilinear source coordinates along one axis (float32 arithmetic).
+
+    ``src = half_pixel ? (x + 0.5) * scale - 0.5 : x * scale``, ``scale =
+    in/out`` (``(in-1)/(out-1)`` with ``align_corners`` and ``out > 1``);
+    ``lo = max(floor(src), 0)``, ``hi = min(ceil(src), in - 1)``, weight of
+    ``hi`` is ``src - lo`` (TFLite ``reference_ops::ResizeBilinear``,
+    ``ComputeInterpolationValues``).
+
+    Returns:
+        ``(lo, hi, frac)``: int32, int32, float32 arrays of length ``out_size``.
+    """
+    scale = _resize_scale(in_size, out_size, align_corners)
+    x = np.arange(out_size, dtype=np.float32)
+    if half_pixel_centers:
+        src = (x + np.float32(0.5)) * scale - np.float32(0.5)
+    else:
+        src = x * scale
+    src = src.astype(np.float32)
+    lo = np.maximum(np.floor(src), 0).astype(np.int32)
+    hi = np.minimum(np.ceil(src), in_size - 1).astype(np.int32)
+    frac = (src - lo.astype(np.float32)).astype(np.float32)
+    return lo, hi, frac
+
+
+def nearest_resize_indices(in_size: int, out_size: int, *, align_corners: bool = False,
+                           half_pixel_centers: bool = False):
+    """TFLite nearest-neighbour source index along one axis (float32).
+
+    ``floor((x + (half_pixel ? 0.5 : 0)) * scale)`` (round half away from
+    zero instead of floor with ``align_corners``), clamped to ``[0, in-1]``
+    (TFLite ``reference_ops::ResizeNearestNeighbor``).
+    """
+    scale = _resize_scale(in_size, out_size, align_corners)
+    off = np.float32(0.5 if half_pixel_centers else 0.0)
+    src = ((np.arange(out_size, dtype=np.float32) + off) * scale).astype(np.float32)
+    idx = np.sign(src) * np.floor(np.abs(src) + np.float32(0.5)) if align_corners else np.floor(src)
+    return np.clip(idx, 0, in_size - 1).astype(np.int32)
+
+
+def resize_linear(x, axes: Sequence[int], coords):
+    """Separable linear interpolation: for each axis, ``coords`` gives
+    ``(lo, hi, frac)`` and the result is ``x[lo] * (1 - frac) + x[hi] * frac``."""
+    for ax, (lo, hi, frac) in zip(axes, coords):
+        shape = [1] * x.ndim
+        shape[ax] = len(frac)
+        f = np.asarray(frac).reshape(shape).astype(np.dtype(x.dtype))
+        a = jnp.take(x, np.asarray(lo), axis=ax)
+        b = jnp.take(x, np.asarray(hi), axis=ax)
+        x = a * (1 - f) + b * f
+    return x
+
+
+def resize_nearest(x, axes: Sequence[int], indices):
+    """Gather ``x`` at static source indices along each of ``axes``."""
+    for ax, idx in zip(axes, indices):
+        x = jnp.take(x, np.asarray(idx), axis=ax)
+    return x
+
+
+# --- activations -------------------------------------------------------------
+
+def fused_activation(x, name: str):
+    """Apply a fused activation (TFLite ``ActivationFunctionType`` name) by
+    its mathematical meaning.
+
+    ``RELU``, ``RELU_N1_TO_1`` and ``RELU6`` clamp; ``TANH`` applies tanh;
+    ``SIGN_BIT`` maps to 1 where the sign bit is set, else 0 (TFLite
+    ``ApplyActivationToVector``, used by its RNN kernels). TFLite's float
+    CONV/ADD/POOL... kernels instead only clamp: see
+    :func:`clamp_to_activation_range`.
+
+    Raises:
+        ValueError: unknown name.
+    """
+    if name in ("TANH", "SIGN_BIT"):
+        return jnp.tanh(x) if name == "TANH" else jnp.signbit(x).astype(x.dtype)
+    return clamp_to_activation_range(x, name)
+
+
+def activation_range(name: str) -> tuple[Optional[float], Optional[float]]:
+    """``(low, high)`` clamp bounds of a fused activation, ``None`` = unbounded.
+
+    As TFLite's ``CalculateActivationRange`` (``kernels/kernel_util.h``):
+    ``RELU`` ``(0, inf)``, ``RELU6`` ``(0, 6)``, ``RELU_N1_TO_1`` ``(-1, 1)``;
+    every other value, ``TANH`` and ``SIGN_BIT`` included, gives no bounds.
+
+    Raises:
+        ValueError: unknown name.
+    """
+    if name not in _ACTIVATIONS and name is not None:
+        raise ValueError(f"unknown fused activation {name!r} (expected one of {', '.join(_ACTIVATIONS)})")
+    return {"RELU": (0, None), "RELU6": (0, 6), "RELU_N1_TO_1": (-1, 1)}.get(name, (None, None))
+
+
+def clamp_to_activation_range(x, name: str):
+    """Clamp ``x`` to :func:`activation_range` ``(name)`` -- what TFLite's float
+    kernels (CONV_2D, DEPTHWISE_CONV_2D, ADD, SUB, MUL, DIV, pooling) do with
+    their ``fused_activation_function``: ``TANH``/``SIGN_BIT`` leave ``x``
+    unchanged there."""
+    lo, hi = activation_range(name)
+    if lo is not None:
+        x = jnp.maximum(x, jnp.array(lo, x.dtype))
+    if hi is not None:
+        x = jnp.minimum(x, jnp.array(hi, x.dtype))
+    return x
+
+
+# --- input checks ------------------------------------------------------------
+
+def quantized_inputs(ctx, positions: Optional[Sequence[int]] = None) -> list[int]:
+    """Positions of ``ctx``'s inputs that are integer tensors with quantization
+    parameters (their values are not real numbers without rescaling)."""
+    out = []
+    for i, v in enumerate(ctx.inputs):
+        if v is None or (positions is not None and i not in positions):
+            continue
+        if v.quant is not None and np.dtype(v.dtype).kind in "iu":
+            out.append(i)
+    return out

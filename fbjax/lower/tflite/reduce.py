@@ -1,0 +1,83 @@
+"""TFLite reductions, float path (``kernels/reduce.cc``)."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from ..registry import register
+from .elementwise import require_unquantized
+
+
+def _axes(ctx, axis, rank):
+    """Normalized, de-duplicated reduction axes from a static axis tensor."""
+    out = []
+    for a in np.asarray(axis).reshape(-1).tolist():
+        a = int(a)
+        if not -rank <= a < max(rank, 1):
+            raise ctx.error(f"axis {a} out of range for rank {rank}")
+        a %= max(rank, 1)
+        if a not in out:
+            out.append(a)
+    return tuple(sorted(out))
+
+
+@register("tflite", "MEAN", static_inputs=(1,))
+def MEAN(ctx, x, axis, *, keep_dims=False):
+    """TFLite MEAN (``kernels/reduce.cc``): mean over the static ``axis``
+    tensor (negative axes count from the end, duplicates ignored), keeping
+    reduced dims as size 1 when ``keep_dims``. Float inputs; plain integer
+    inputs use the sum divided with truncation, like the reference kernel."""
+    require_unquantized(ctx, "MEAN")
+    x = jnp.asarray(x)
+    axes = _axes(ctx, axis, x.ndim)
+    if jnp.issubdtype(x.dtype, jnp.floating):
+        return jnp.mean(x, axis=axes, keepdims=bool(keep_dims))
+    count = int(np.prod([x.shape[a] for a in axes])) if axes else 1
+    s = jnp.sum(x, axis=axes, keepdims=bool(keep_dims), dtype=x.dtype)
+    return lax.div(s, jnp.full(s.shape, max(count, 1), x.dtype))
+
+
+# --- issue 3: the other reductions (kernels/reduce.cc) ----------------------
+
+def _reduce(ctx, fn, x, axis, keep_dims, **kw):
+    require_unquantized(ctx)
+    x = jnp.asarray(x)
+    return fn(x, axis=_axes(ctx, axis, x.ndim), keepdims=bool(keep_dims), **kw)
+
+
+@register("tflite", "SUM", static_inputs=(1,))
+def SUM(ctx, x, axis, *, keep_dims=False):
+    """TFLite SUM over the static ``axis`` tensor (see :func:`MEAN` for axes)."""
+    return _reduce(ctx, jnp.sum, x, axis, keep_dims, dtype=jnp.asarray(x).dtype)
+
+
+@register("tflite", "REDUCE_PROD", static_inputs=(1,))
+def REDUCE_PROD(ctx, x, axis, *, keep_dims=False):
+    """TFLite REDUCE_PROD: product over ``axis``."""
+    return _reduce(ctx, jnp.prod, x, axis, keep_dims, dtype=jnp.asarray(x).dtype)
+
+
+@register("tflite", "REDUCE_MAX", static_inputs=(1,))
+def REDUCE_MAX(ctx, x, axis, *, keep_dims=False):
+    """TFLite REDUCE_MAX: max over ``axis`` (empty: the dtype's lowest value)."""
+    return _reduce(ctx, jnp.max, x, axis, keep_dims)
+
+
+@register("tflite", "REDUCE_MIN", static_inputs=(1,))
+def REDUCE_MIN(ctx, x, axis, *, keep_dims=False):
+    """TFLite REDUCE_MIN: min over ``axis``."""
+    return _reduce(ctx, jnp.min, x, axis, keep_dims)
+
+
+@register("tflite", "REDUCE_ANY", static_inputs=(1,))
+def REDUCE_ANY(ctx, x, axis, *, keep_dims=False):
+    """TFLite REDUCE_ANY: logical or over ``axis`` (bool)."""
+    return _reduce(ctx, jnp.any, x, axis, keep_dims)
+
+
+@register("tflite", "REDUCE_ALL", static_inputs=(1,))
+def REDUCE_ALL(ctx, x, axis, *, keep_dims=False):
+    """TFLite REDUCE_ALL: logical and over ``axis`` (bool)."""
+    return _reduce(ctx, jnp.all, x, axis, keep_dims)

@@ -1,0 +1,161 @@
+"""TFLite fused recurrent ops, float path, with ``lax.scan`` over time:
+LSTM (one step), UNIDIRECTIONAL_SEQUENCE_LSTM, RNN, UNIDIRECTIONAL_SEQUENCE_RNN.
+
+Follows ``kernels/lstm.cc``, ``unidirectional_sequence_lstm.cc`` and
+``lstm_eval.cc`` (float ``LstmStepFloat``): gates
+``i = sigmoid(Wxi x + Whi h + wci * c + bi)`` (``1 - f`` without input
+weights: CIFG), ``f`` likewise, ``g = act(Wxc x + Whc h + bc)``,
+``c' = f * c + i * g`` (clipped to ``cell_clip`` when > 0), ``o = sigmoid(Wxo
+x + Who h + wco * c' + bo)``, ``h' = o * act(c')``, then the optional
+projection ``P h' + pb`` (clipped to ``proj_clip``). With layer-norm
+coefficients each gate's pre-activation is normalised over the cell dim
+(epsilon 1e-8), scaled by its coefficient, and the bias added after.
+``act`` is the op's ``fused_activation_function`` applied as a real
+activation (TANH is tanh, unlike the clamp-only fused activations of
+element-wise ops). RNN: ``h' = act(W x + R h + b)`` (``kernels/basic_rnn.cc``,
+``unidirectional_sequence_rnn.cc``).
+
+The initial states are the op's variable tensors, zeros when the model is
+called (LiteRT's state after ``allocate_tensors``); LiteRT also writes the
+final state back into them, which a stateless JAX function does not keep.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from .. import kernels
+from ._new import builtin
+from .elementwise import require_unquantized
+
+
+def activation(ctx, x, name):
+    """A recurrent op's ``fused_activation_function`` as a real activation."""
+    if name == "NONE":
+        return x
+    if name == "RELU":
+        return jnp.maximum(x, 0)
+    if name == "RELU6":
+        return jnp.clip(x, 0, 6)
+    if name == "RELU_N1_TO_1":
+        return jnp.clip(x, -1, 1)
+    if name == "TANH":
+        return jnp.tanh(x)
+    if name == "SIGN_BIT":
+        return jnp.where(jnp.signbit(x), jnp.ones_like(x), jnp.zeros_like(x))
+    raise ctx.error(f"unsupported fused_activation_function {name!r}")
+
+
+def _mm(x, w):  # x [B, K] @ w[N, K]^T
+    return lax.dot_general(x, w, (((1,), (1,)), ((), ())), precision=kernels.PRECISION)
+
+
+def _ln(x, coef):
+    m = jnp.mean(x, axis=-1, keepdims=True)
+    v = jnp.mean(jnp.square(x - m), axis=-1, keepdims=True)
+    return (x - m) / jnp.sqrt(v + 1e-8) * coef
+
+
+def lstm_cell(ctx, w, act, cell_clip, proj_clip):
+    """``step((h, c), x) -> ((h', c'), h')`` for the 24-input LSTM layout."""
+    (wxi, wxf, wxc, wxo, whi, whf, whc, who, wci, wcf, wco, bi, bf, bc, bo, pw, pb,
+     lni, lnf, lnc, lno) = w
+
+    def gate(x, h, wx, wh, peep, c, ln, b):
+        z = _mm(x, wx) + _mm(h, wh)
+        if peep is not None:
+            z = z + peep * c
+        if ln is not None:
+            z = _ln(z, ln)
+        return z if b is None else z + b
+
+    def step(carry, x):
+        h, c = carry
+        f = jax.nn.sigmoid(gate(x, h, wxf, whf, wcf, c, lnf, bf))
+        i = 1 - f if wxi is None else jax.nn.sigmoid(gate(x, h, wxi, whi, wci, c, lni, bi))
+        g = activation(ctx, gate(x, h, wxc, whc, None, c, lnc, bc), act)
+        c2 = f * c + i * g
+        if cell_clip > 0:
+            c2 = jnp.clip(c2, -cell_clip, cell_clip)
+        o = jax.nn.sigmoid(gate(x, h, wxo, who, wco, c2, lno, bo))
+        h2 = o * activation(ctx, c2, act)
+        if pw is not None:
+            h2 = _mm(h2, pw)
+            if pb is not None:
+                h2 = h2 + pb
+            if proj_clip > 0:
+                h2 = jnp.clip(h2, -proj_clip, proj_clip)
+        return (h2, c2), h2
+
+    return step
+
+
+def _lstm_weights(ins):
+    # inputs 1..17 and 20..23 of the 24-input layout
+    (wxi, wxf, wxc, wxo, whi, whf, whc, who, wci, wcf, wco, bi, bf, bc, bo, pw, pb) = ins[1:18]
+    ln = list(ins[20:24]) + [None] * (4 - len(ins[20:24]))
+    return (wxi, wxf, wxc, wxo, whi, whf, whc, who, wci, wcf, wco, bi, bf, bc, bo, pw, pb, *ln)
+
+
+@builtin("UNIDIRECTIONAL_SEQUENCE_LSTM")
+def UNIDIRECTIONAL_SEQUENCE_LSTM(ctx, *ins, fused_activation_function="TANH", cell_clip=0.0, proj_clip=0.0,
+                                 time_major=False, asymmetric_quantize_inputs=False,
+                                 diagonal_recurrent_tensors=False):
+    """TFLite UNIDIRECTIONAL_SEQUENCE_LSTM: 24 inputs (see module docstring;
+    input 0 ``[T, B, I]`` when ``time_major`` else ``[B, T, I]``, inputs 18/19
+    the output/cell state variables), output ``[T|B, B|T, n_output]``."""
+    require_unquantized(ctx, "UNIDIRECTIONAL_SEQUENCE_LSTM")
+    if diagonal_recurrent_tensors:
+        raise ctx.error("diagonal_recurrent_tensors is not supported")
+    x = jnp.asarray(ins[0])
+    h0, c0 = ins[18], ins[19]
+    step = lstm_cell(ctx, _lstm_weights(ins), fused_activation_function, float(cell_clip), float(proj_clip))
+    xs = x if time_major else jnp.swapaxes(x, 0, 1)
+    _, ys = lax.scan(step, (jnp.asarray(h0, x.dtype), jnp.asarray(c0, x.dtype)), xs)
+    return ys if time_major else jnp.swapaxes(ys, 0, 1)
+
+
+@builtin("LSTM")
+def LSTM(ctx, *ins, fused_activation_function="TANH", cell_clip=0.0, proj_clip=0.0, kernel_type="FULL",
+         asymmetric_quantize_inputs=False):
+    """TFLite LSTM (full kernel, one time step): input ``[B, I]``, the
+    24-input layout of UNIDIRECTIONAL_SEQUENCE_LSTM, output ``[B, n_output]``.
+    The 5-input BASIC kernel is refused."""
+    require_unquantized(ctx, "LSTM")
+    if kernel_type != "FULL":
+        raise ctx.error(f"LSTM kernel_type {kernel_type} is not supported (only FULL)")
+    x = jnp.asarray(ins[0])
+    step = lstm_cell(ctx, _lstm_weights(ins), fused_activation_function, float(cell_clip), float(proj_clip))
+    _, y = step((jnp.asarray(ins[18], x.dtype), jnp.asarray(ins[19], x.dtype)), x)
+    return y
+
+
+def _rnn_step(ctx, w, r, b, act):
+    def step(h, x):
+        h2 = activation(ctx, _mm(x, w) + _mm(h, r) + b, act)
+        return h2, h2
+    return step
+
+
+@builtin("RNN")
+def RNN(ctx, x, w, r, b, h, *, fused_activation_function="NONE", asymmetric_quantize_inputs=False):
+    """TFLite RNN (``basic_rnn.cc``): one step ``act(W x + R h + b)``;
+    ``x [B, I]``, ``W [U, I]``, ``R [U, U]``, ``b [U]``, state ``h [B, U]``.
+    Outputs the new hidden state (twice when the node lists two outputs)."""
+    require_unquantized(ctx, "RNN")
+    h2, y = _rnn_step(ctx, w, r, b, fused_activation_function)(jnp.asarray(h, x.dtype), x)
+    return [h2, y] if len(ctx.outputs) > 1 else y
+
+
+@builtin("UNIDIRECTIONAL_SEQUENCE_RNN")
+def UNIDIRECTIONAL_SEQUENCE_RNN(ctx, x, w, r, b, h, *, time_major=False, fused_activation_function="NONE",
+                                asymmetric_quantize_inputs=False):
+    """TFLite UNIDIRECTIONAL_SEQUENCE_RNN: :func:`RNN` over time with
+    ``lax.scan``; ``x`` ``[T, B, I]`` if ``time_major`` else ``[B, T, I]``."""
+    require_unquantized(ctx, "UNIDIRECTIONAL_SEQUENCE_RNN")
+    x = jnp.asarray(x)
+    xs = x if time_major else jnp.swapaxes(x, 0, 1)
+    _, ys = lax.scan(_rnn_step(ctx, w, r, b, fused_activation_function), jnp.asarray(h, x.dtype), xs)
+    return ys if time_major else jnp.swapaxes(ys, 0, 1)

@@ -1,0 +1,128 @@
+"""Element-wise TFLite ops: binary arithmetic, activations, PRELU.
+
+Float inputs are computed in float64 and rounded once to the output dtype.
+int32/int64 ADD/SUB/MUL/DIV use integer arithmetic (wrapping like the C++
+kernels); quantized integer tensors are refused (see ``reject_quantized``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...errors import InputError
+from ..registry import register
+from . import fused_activation, reject_quantized, require_float, to_out
+
+
+def _binary(ctx, op, x, y, act):
+    reject_quantized(ctx)
+    if x.dtype != y.dtype:
+        raise ctx.error(f"input dtypes differ: {x.dtype.name} and {y.dtype.name}")
+    if np.issubdtype(x.dtype, np.floating):
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            r = op(x.astype(np.float64), y.astype(np.float64))
+    elif np.issubdtype(x.dtype, np.integer):
+        with np.errstate(over="ignore"):
+            r = op(x, y)
+    else:
+        raise ctx.error(f"{x.dtype.name} inputs are not arithmetic")
+    return to_out(ctx, fused_activation(ctx, r, act))
+
+
+@register("tflite", "ADD")
+def ADD(ctx, x, y, *, fused_activation_function="NONE"):
+    """``x + y`` with numpy broadcasting (kernels/add.cc, float/int paths)."""
+    return _binary(ctx, np.add, x, y, fused_activation_function)
+
+
+@register("tflite", "SUB")
+def SUB(ctx, x, y, *, fused_activation_function="NONE"):
+    """``x - y`` with numpy broadcasting (kernels/sub.cc)."""
+    return _binary(ctx, np.subtract, x, y, fused_activation_function)
+
+
+@register("tflite", "MUL")
+def MUL(ctx, x, y, *, fused_activation_function="NONE"):
+    """``x * y`` with numpy broadcasting (kernels/mul.cc)."""
+    return _binary(ctx, np.multiply, x, y, fused_activation_function)
+
+
+def _truncating_divide(a, b):
+    """C++ integer division: the quotient rounded toward zero."""
+    q = np.abs(a) // np.abs(b)
+    return np.where((a < 0) != (b < 0), -q, q).astype(np.result_type(a, b))
+
+
+@register("tflite", "DIV")
+def DIV(ctx, x, y, *, fused_activation_function="NONE"):
+    """``x / y`` with numpy broadcasting (kernels/div.cc).
+
+    Floats follow IEEE (x/0 is +-inf or nan); int32 rounds toward zero like
+    C++, and a zero divisor is an error, as in TFLite's int32 kernel.
+    """
+    if np.issubdtype(x.dtype, np.integer) and not np.issubdtype(y.dtype, np.floating):
+        if np.any(y == 0):
+            raise InputError(f"{ctx.node.location} (DIV): integer division by zero")
+        return _binary(ctx, _truncating_divide, x, y, fused_activation_function)
+    return _binary(ctx, np.divide, x, y, fused_activation_function)
+
+
+def _unary(ctx, x, f):
+    require_float(ctx, x)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return to_out(ctx, f(x.astype(np.float64)))
+
+
+@register("tflite", "RELU")
+def RELU(ctx, x):
+    """``max(x, 0)`` (kernels/activations.cc ReluEval)."""
+    return _unary(ctx, x, lambda v: np.maximum(v, 0))
+
+
+@register("tflite", "RELU6")
+def RELU6(ctx, x):
+    """``min(max(x, 0), 6)`` (kernels/activations.cc Relu6Eval)."""
+    return _unary(ctx, x, lambda v: np.clip(v, 0, 6))
+
+
+@register("tflite", "RELU_N1_TO_1")
+def RELU_N1_TO_1(ctx, x):
+    """``min(max(x, -1), 1)`` (kernels/activations.cc Relu1Eval)."""
+    return _unary(ctx, x, lambda v: np.clip(v, -1, 1))
+
+
+@register("tflite", "RELU_0_TO_1")
+def RELU_0_TO_1(ctx, x):
+    """``min(max(x, 0), 1)`` (kernels/activations.cc Relu0to1Eval)."""
+    return _unary(ctx, x, lambda v: np.clip(v, 0, 1))
+
+
+@register("tflite", "TANH")
+def TANH(ctx, x):
+    """``tanh(x)`` (kernels/activations.cc TanhEval, float path)."""
+    return _unary(ctx, x, np.tanh)
+
+
+@register("tflite", "LOGISTIC")
+def LOGISTIC(ctx, x):
+    """``1 / (1 + exp(-x))`` (kernels/activations.cc SigmoidEval, float path).
+
+    Evaluated as ``0.5 + 0.5 * tanh(x / 2)``, the same function without
+    overflow for large ``|x|``.
+    """
+    return _unary(ctx, x, lambda v: 0.5 + 0.5 * np.tanh(0.5 * v))
+
+
+@register("tflite", "HARD_SWISH")
+def HARD_SWISH(ctx, x):
+    """``x * relu6(x + 3) / 6`` (kernels/activations.cc HardSwishEval)."""
+    return _unary(ctx, x, lambda v: v * np.clip(v + 3.0, 0.0, 6.0) / 6.0)
+
+
+@register("tflite", "PRELU")
+def PRELU(ctx, x, alpha):
+    """``x >= 0 ? x : alpha * x`` with ``alpha`` broadcast against ``x``
+    (kernels/activations.cc PreluEval; the output has the broadcast shape)."""
+    require_float(ctx, x, alpha)
+    xf, af = x.astype(np.float64), alpha.astype(np.float64)
+    return to_out(ctx, np.where(xf >= 0, xf, xf * af))

@@ -1,0 +1,54 @@
+"""Resource variables (numpy reference): one :func:`fbjax.reference.run`
+is one first call of the model: CALL_ONCE runs the initialiser, variables
+live in a dict attached to the model IR for the duration of the run."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._new import builtin
+
+
+def _state(ctx) -> dict:
+    if not hasattr(ctx.model, "_fbjax_reference_state"):
+        ctx.model._fbjax_reference_state = {}
+    return ctx.model._fbjax_reference_state
+
+
+@builtin("CALL_ONCE")
+def CALL_ONCE(ctx, *, init_subgraph_index=0):
+    """Reset the variables and run the initialiser (each run is a first call)."""
+    ctx.model._fbjax_reference_state = {}
+    ctx.call_graph(int(init_subgraph_index))
+    return []
+
+
+@builtin("VAR_HANDLE")
+def VAR_HANDLE(ctx, *, container="", shared_name=""):
+    """Handle: index of ``shared_name`` in the model's variable list."""
+    n = shared_name.decode() if isinstance(shared_name, bytes) else str(shared_name)
+    names = ctx.model.__dict__.setdefault("_fbjax_reference_vars", [])
+    if n not in names:
+        names.append(n)
+    return np.asarray(names.index(n), np.int32)
+
+
+def _key(ctx, handle):
+    return ctx.model._fbjax_reference_vars[int(handle)]
+
+
+@builtin("READ_VARIABLE")
+def READ_VARIABLE(ctx, handle):
+    """Current value."""
+    st = _state(ctx)
+    k = _key(ctx, handle)
+    if k not in st:
+        raise ctx.error(f"variable {k!r} is read before it is assigned")
+    return st[k]
+
+
+@builtin("ASSIGN_VARIABLE")
+def ASSIGN_VARIABLE(ctx, handle, value):
+    """Set the value."""
+    _state(ctx)[_key(ctx, handle)] = np.array(value, copy=True)
+    return []

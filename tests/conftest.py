@@ -1,0 +1,131 @@
+"""Shared test helpers: where the real models live, and LiteRT as the oracle.
+
+Real models come from the read-only ``../shared`` folder next to the
+repository (``../shared/models/tflite/*.tflite``). Tests that need it are
+skipped, with a message saying so, where it is absent.
+
+The oracle for TFLite semantics is LiteRT (``ai_edge_litert``), run through
+:func:`litert_run`; fbjax's own numpy interpreter (``fbjax.reference``) is a
+second, independent oracle.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Sequence, Union
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared"
+TFLITE_MODELS = SHARED / "models" / "tflite"
+
+SHARED_MISSING_REASON = (
+    f"real-model tests need the shared model folder {TFLITE_MODELS} "
+    "(../shared/models/tflite next to the repository); it is absent here"
+)
+
+
+def tflite_model_params() -> list:
+    """pytest params, one per ``../shared/models/tflite/*.tflite`` (id: file
+    stem); a single skipped param with a clear reason when the folder is absent."""
+    paths = sorted(TFLITE_MODELS.glob("*.tflite")) if TFLITE_MODELS.is_dir() else []
+    if not paths:
+        return [pytest.param(None, id="no-shared-models", marks=pytest.mark.skip(reason=SHARED_MISSING_REASON))]
+    return [pytest.param(p, id=p.stem) for p in paths]
+
+
+def _model_bytes(model: Union[bytes, bytearray, memoryview, str, os.PathLike]) -> bytes:
+    if isinstance(model, (bytes, bytearray, memoryview)):
+        return bytes(model)
+    return Path(model).read_bytes()
+
+
+def model_io_indices(model) -> tuple[list[int], list[int]]:
+    """Tensor indices of subgraph 0's inputs and outputs, in the model's order,
+    read with the generated flatbuffer bindings (not with fbjax's frontend)."""
+    from fbjax.formats._generated import tflite_generated as T
+
+    m = T.Model.GetRootAs(_model_bytes(model), 0)
+    sg = m.Subgraphs(0)
+    return ([int(sg.Inputs(i)) for i in range(sg.InputsLength())],
+            [int(sg.Outputs(i)) for i in range(sg.OutputsLength())])
+
+
+def declared_output_shapes(model) -> list[tuple]:
+    """Output shapes as written in the model file (subgraph 0)."""
+    from fbjax.formats._generated import tflite_generated as T
+
+    m = T.Model.GetRootAs(_model_bytes(model), 0)
+    sg = m.Subgraphs(0)
+    return [tuple(int(d) for d in sg.Tensors(sg.Outputs(i)).ShapeAsNumpy())
+            if sg.Tensors(sg.Outputs(i)).ShapeLength() else ()
+            for i in range(sg.OutputsLength())]
+
+
+def litert_run(model, inputs: Sequence[np.ndarray], *, num_threads: int = 2) -> list[np.ndarray]:
+    """Run a TFLite model with LiteRT (default op resolver, XNNPACK applied).
+
+    Args:
+        model: ``.tflite`` bytes or a path.
+        inputs: one array per model input, in the model's input order.
+
+    Returns:
+        the outputs in the model's (subgraph 0) output order, as numpy copies.
+    """
+    from ai_edge_litert.interpreter import Interpreter
+
+    if isinstance(model, (bytes, bytearray, memoryview)):
+        interp = Interpreter(model_content=bytes(model), num_threads=num_threads)
+    else:
+        interp = Interpreter(model_path=os.fspath(model), num_threads=num_threads)
+    in_idx, out_idx = model_io_indices(model)
+    if len(inputs) != len(in_idx):
+        raise ValueError(f"the model has {len(in_idx)} inputs, {len(inputs)} given")
+    in_details = {d["index"]: d for d in interp.get_input_details()}
+    for t, x in zip(in_idx, inputs):
+        if tuple(in_details[t]["shape"]) != tuple(np.shape(x)):
+            interp.resize_tensor_input(t, list(np.shape(x)))
+    interp.allocate_tensors()
+    for t, x in zip(in_idx, inputs):
+        interp.set_tensor(t, np.ascontiguousarray(x, dtype=in_details[t]["dtype"]))
+    interp.invoke()
+    out_details = {d["index"]: d for d in interp.get_output_details()}
+    missing = [t for t in out_idx if t not in out_details]
+    if missing:
+        raise AssertionError(f"LiteRT does not report model outputs {missing}")
+    return [np.array(interp.get_tensor(t)) for t in out_idx]
+
+
+def max_abs_err(actual, expected) -> float:
+    a = np.asarray(actual, np.float64)
+    e = np.asarray(expected, np.float64)
+    return float(np.max(np.abs(a - e))) if e.size else 0.0
+
+
+def assert_close(actual, expected, rtol: float, what: str = "") -> None:
+    """``max|actual - expected| <= rtol * max(1, max|expected|)``, with equal
+    shapes, finite values where the oracle is finite, and a message giving the
+    error and the bound."""
+    a = np.asarray(actual)
+    e = np.asarray(expected)
+    assert a.shape == e.shape, f"{what}: shape {a.shape} != oracle shape {e.shape}"
+    if e.dtype.kind in "biu":
+        np.testing.assert_array_equal(a, e, err_msg=what)
+        return
+    fin = np.isfinite(e)
+    assert np.array_equal(np.isfinite(a), fin), f"{what}: non-finite values differ from the oracle"
+    scale = max(1.0, float(np.max(np.abs(e[fin])))) if fin.any() else 1.0
+    err = max_abs_err(np.where(fin, a, 0), np.where(fin, e, 0))
+    bound = rtol * scale
+    assert err <= bound, f"{what}: max|err| = {err:.3g} > {bound:.3g} (= {rtol:g} * {scale:.3g})"
+
+
+@pytest.fixture(scope="session")
+def shared_models_dir() -> Path:
+    """``../shared/models/tflite``; skips the test when it is absent."""
+    if not TFLITE_MODELS.is_dir():
+        pytest.skip(SHARED_MISSING_REASON)
+    return TFLITE_MODELS

@@ -1,0 +1,204 @@
+"""fbjax refuses bad files, unsupported ops and wrong inputs with its own errors.
+
+Corrupt files must raise :class:`fbjax.ModelFormatError` (not the IndexError,
+struct.error or numpy ValueError a flatbuffer parser trips over);
+unsupported ops :class:`fbjax.UnsupportedOperatorError` naming every one;
+calls with wrong inputs :class:`fbjax.InputError`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fbjax
+from fbjax.testing import TFLiteBuilder, single_op_model
+
+from conftest import TFLITE_MODELS
+
+
+def _small_model() -> bytes:
+    rng = np.random.default_rng(0)
+    return single_op_model(
+        "CONV_2D",
+        [(1, 5, 5, 3), rng.standard_normal((4, 3, 3, 3)).astype(np.float32),
+         rng.standard_normal(4).astype(np.float32)],
+        options=dict(padding="SAME", stride_w=1, stride_h=1),
+        output_shapes=[(1, 5, 5, 4)],
+    )
+
+
+def _real_model_bytes() -> bytes:
+    path = TFLITE_MODELS / "mediapipe_iris_landmark.tflite"
+    if not path.is_file():
+        pytest.skip(f"{path} is absent (../shared next to the repository)")
+    return path.read_bytes()
+
+
+# --- corrupt files -------------------------------------------------------------
+
+def test_small_model_is_valid():
+    """The model the truncation tests cut up loads and runs (so the errors below
+    come from the damage, not from the model)."""
+    m = fbjax.load(_small_model())
+    y = np.asarray(m(np.ones((1, 5, 5, 3), np.float32)))
+    assert y.shape == (1, 5, 5, 4) and np.all(np.isfinite(y))
+
+
+@pytest.mark.parametrize("fraction", [0.02, 0.1, 0.25, 0.5, 0.75, 0.9, 0.99])
+def test_truncated_small_model_bytes(fraction):
+    data = _small_model()
+    cut = data[: max(8, int(len(data) * fraction))]
+    with pytest.raises(fbjax.ModelFormatError):
+        fbjax.load(cut)
+
+
+@pytest.mark.parametrize("fraction", [0.001, 0.5, 0.999])
+def test_truncated_real_model_file(tmp_path, fraction):
+    data = _real_model_bytes()
+    path = tmp_path / "truncated.tflite"
+    path.write_bytes(data[: int(len(data) * fraction)])
+    with pytest.raises(fbjax.ModelFormatError):
+        fbjax.load(path)
+
+
+@pytest.mark.parametrize("n", [0, 3, 7])
+def test_too_short(n):
+    with pytest.raises(fbjax.ModelFormatError):
+        fbjax.load(b"\x00" * n)
+
+
+def test_empty_file(tmp_path):
+    path = tmp_path / "empty.tflite"
+    path.write_bytes(b"")
+    with pytest.raises(fbjax.ModelFormatError):
+        fbjax.load(path)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_bytes(seed):
+    data = np.random.default_rng(seed).integers(0, 256, 2000, dtype=np.uint8).tobytes()
+    with pytest.raises(fbjax.ModelFormatError):
+        fbjax.load(data)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_bytes_with_tflite_identifier(seed):
+    """Random bytes that pass the ``TFL3`` identifier check reach the parser."""
+    rng = np.random.default_rng(100 + seed)
+    data = bytearray(rng.integers(0, 256, 4000, dtype=np.uint8).tobytes())
+    # a root offset inside the data, so the parser follows random offsets
+    data[0:4] = int(rng.integers(8, 3000)).to_bytes(4, "little")
+    data[4:8] = b"TFL3"
+    with pytest.raises(fbjax.ModelFormatError):
+        fbjax.load(bytes(data))
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_corrupted_bytes_in_valid_model(seed):
+    """Overwriting part of a valid model either still loads (the bytes were
+    data) or raises ModelFormatError/UnsupportedOperatorError -- never a raw
+    parser exception."""
+    data = bytearray(_small_model())
+    rng = np.random.default_rng(200 + seed)
+    start = int(rng.integers(8, len(data) - 16))
+    data[start:start + 16] = rng.integers(0, 256, 16, dtype=np.uint8).tobytes()
+    try:
+        fbjax.load(bytes(data))
+    except (fbjax.ModelFormatError, fbjax.UnsupportedOperatorError):
+        pass
+
+
+def test_not_a_model_file(tmp_path):
+    path = tmp_path / "notes.txt"
+    path.write_bytes(b"these are not the bytes you are looking for\n" * 10)
+    with pytest.raises(fbjax.ModelFormatError):
+        fbjax.load(path)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        fbjax.load(tmp_path / "does-not-exist.tflite")
+
+
+# --- unsupported operators ---------------------------------------------------------
+
+def _model_with_ops(ops: list[tuple[str, bool]]) -> bytes:
+    """A chain of ops (name, is_custom) on a (2, 3) float tensor."""
+    b = TFLiteBuilder()
+    t = b.add_input((2, 3))
+    for name, custom in ops:
+        y = b.add_tensor((2, 3))
+        b.add_op(name, [t], [y], custom=custom)
+        t = y
+    b.add_output(t)
+    return b.build()
+
+
+def test_unsupported_custom_op_is_named():
+    with pytest.raises(fbjax.UnsupportedOperatorError) as info:
+        fbjax.load(_model_with_ops([("MyOp", True)]))
+    assert "MyOp" in str(info.value)
+    assert info.value.ops == {"tflite.custom:MyOp": 1}
+
+
+def test_unsupported_builtin_op_is_named():
+    if "SVDF" in fbjax.supported_ops().get("tflite", []):
+        pytest.skip("SVDF is supported now; pick another unsupported builtin")
+    b = TFLiteBuilder()
+    x = b.add_input((2, 4))
+    y = b.add_tensor((2, 3))
+    b.add_op("SVDF", [x], [y], options=dict(rank=1))
+    b.add_output(y)
+    with pytest.raises(fbjax.UnsupportedOperatorError) as info:
+        fbjax.load(b.build())
+    assert "SVDF" in str(info.value)
+
+
+def test_every_unsupported_op_is_named_with_counts():
+    model = _model_with_ops([("MyOp", True), ("RELU", False), ("MyOtherOp", True), ("MyOp", True)])
+    with pytest.raises(fbjax.UnsupportedOperatorError) as info:
+        fbjax.load(model)
+    msg = str(info.value)
+    assert "MyOp" in msg and "MyOtherOp" in msg
+    assert "RELU" not in msg.replace("MyOtherOp", "")
+    assert info.value.ops == {"tflite.custom:MyOp": 2, "tflite.custom:MyOtherOp": 1}
+
+
+def test_unsupported_op_error_is_raised_at_load():
+    """The error comes from fbjax.load, before any input is seen."""
+    with pytest.raises(fbjax.UnsupportedOperatorError):
+        fbjax.load(_model_with_ops([("MyOp", True)]))
+
+
+# --- wrong inputs -------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def two_input_model():
+    return fbjax.load(single_op_model("ADD", [(2, 3), (2, 3)], options=dict(fused_activation_function="NONE")))
+
+
+def test_correct_inputs_work(two_input_model):
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_array_equal(np.asarray(two_input_model(a, 2 * a)), 3 * a)
+
+
+@pytest.mark.parametrize("shape", [(3, 2), (2, 3, 1), (6,), (1, 2, 3)], ids=str)
+def test_wrong_input_shape(two_input_model, shape):
+    a = np.zeros((2, 3), np.float32)
+    with pytest.raises(fbjax.InputError) as info:
+        two_input_model(a, np.zeros(shape, np.float32))
+    assert "shape" in str(info.value)
+
+
+@pytest.mark.parametrize("count", [0, 1, 3])
+def test_wrong_input_count(two_input_model, count):
+    xs = [np.zeros((2, 3), np.float32)] * count
+    with pytest.raises(fbjax.InputError):
+        two_input_model(*xs)
+
+
+def test_wrong_input_dtype(two_input_model):
+    a = np.zeros((2, 3), np.float32)
+    with pytest.raises(fbjax.InputError):
+        two_input_model(a, np.array([["a", "b", "c"], ["d", "e", "f"]]))
