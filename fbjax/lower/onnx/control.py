@@ -1,0 +1,196 @@
+"""ONNX control flow (``If``, ``Loop``) and sequence ops.
+
+Bodies are IR graphs (``attrs["then_branch"]`` etc. are graph indices); a
+body's captured outer values are the node's trailing inputs listed in
+``attrs["<branch>_captures"]`` and the body's trailing graph inputs.
+
+* ``If``: a condition known at load time picks the branch while tracing
+  (branches may then differ in shape); otherwise ``lax.cond``, which needs
+  both branches to produce the same shapes and dtypes.
+* ``Loop``: without scan outputs and with tensor state, ``lax.while_loop``
+  (trip count and condition may be dynamic). With scan outputs or sequence
+  state, the loop is unrolled while tracing, which needs the trip count and
+  every iteration's condition known at load time; otherwise it raises.
+
+Sequences are Python lists of arrays (their length is static); sequence ops
+return them wrapped in a one-element list (one node output).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from ..registry import register
+from ._util import OP_SET, as_bool, axis as norm_axis, concrete, ints
+
+
+def _caps(inputs, positions):
+    return [inputs[p] for p in positions]
+
+
+@register(OP_SET, "If")
+def If(ctx, cond, *captured, then_branch=-1, else_branch=-1, then_branch_captures=(),
+       else_branch_captures=()):
+    """ONNX ``If``: evaluate ``then_branch`` or ``else_branch`` (graph indices)."""
+    allin = [cond, *captured]
+    tcap = _caps(allin, then_branch_captures)
+    ecap = _caps(allin, else_branch_captures)
+    c = concrete(cond)
+    if c is not None:
+        return ctx.call_graph(then_branch if bool(np.asarray(c).reshape(-1)[0]) else else_branch,
+                              *(tcap if bool(np.asarray(c).reshape(-1)[0]) else ecap))
+    arr = lambda outs: jax.tree_util.tree_map(jnp.asarray, list(outs))  # noqa: E731 (sequences stay lists)
+    return lax.cond(as_bool(jnp.asarray(cond).reshape(())),
+                    lambda ops: arr(ctx.call_graph(then_branch, *ops[0])),
+                    lambda ops: arr(ctx.call_graph(else_branch, *ops[1])),
+                    (tcap, ecap))
+
+
+@register(OP_SET, "Loop")
+def Loop(ctx, M=None, cond=None, *rest, body=-1, body_captures=()):
+    """ONNX ``Loop``: ``for i in range(M) while cond`` over loop-carried values."""
+    allin = [M, cond, *rest]
+    caps = _caps(allin, body_captures)
+    n_state = len(rest) - len(body_captures)
+    state = list(rest[:n_state])
+    n_scan = len(ctx.outputs) - n_state
+    m_c = concrete(M) if M is not None else None
+    has_seq = any(isinstance(s, list) for s in state)
+    if n_scan == 0 and not has_seq:
+        big = np.int32(np.iinfo(np.int32).max)
+        m = jnp.asarray(M).reshape(()).astype(jnp.int32) if M is not None else big
+        c0 = as_bool(jnp.asarray(cond).reshape(())) if cond is not None else jnp.asarray(True)
+
+        def cond_fn(carry):
+            i, c, *_ = carry
+            return jnp.logical_and(i < m, c)
+
+        def body_fn(carry):
+            i, c, *vs = carry
+            outs = ctx.call_graph(body, i.astype(jnp.int32), c.astype(jnp.int32), *vs, *caps)
+            new = [jnp.asarray(o).astype(jnp.asarray(v).dtype).reshape(jnp.shape(v))
+                   for o, v in zip(outs[1:1 + n_state], vs)]
+            return (i + 1, as_bool(jnp.asarray(outs[0]).reshape(())), *new)
+
+        carry = (jnp.asarray(0, jnp.int32), c0, *[jnp.asarray(s) for s in state])
+        out = lax.while_loop(cond_fn, body_fn, carry)
+        return list(out[2:])
+    # Unrolled: trip count and conditions must be known while tracing.
+    if M is not None and m_c is None:
+        raise ctx.error("Loop with scan outputs or sequence state needs a trip count known at load time")
+    m = int(np.asarray(m_c).reshape(())) if m_c is not None else None
+    c = True
+    if cond is not None:
+        cc = concrete(cond)
+        if cc is None:
+            raise ctx.error("Loop with scan outputs needs its condition known at load time")
+        c = bool(np.asarray(cc).reshape(-1)[0])
+    scans = [[] for _ in range(n_scan)]
+    i = 0
+    while c and (m is None or i < m):
+        outs = ctx.call_graph(body, np.int32(i), np.int32(c), *state, *caps)
+        cc = concrete(outs[0])
+        if cc is None:
+            raise ctx.error("Loop with scan outputs needs every iteration's condition known at load time")
+        c = bool(np.asarray(cc).reshape(-1)[0])
+        state = list(outs[1:1 + n_state])
+        for k in range(n_scan):
+            scans[k].append(jnp.asarray(outs[1 + n_state + k]))
+        i += 1
+        if i > 100000:
+            raise ctx.error("Loop unrolled more than 100000 iterations")
+    res = list(state)
+    for k in range(n_scan):
+        if not scans[k]:
+            raise ctx.error("Loop ran zero iterations; the scan output's shape is unknown")
+        res.append(jnp.stack(scans[k]))
+    return res
+
+
+def _seq(s):
+    if not isinstance(s, list):
+        raise TypeError("expected a sequence")
+    return s
+
+
+@register(OP_SET, "SequenceEmpty")
+def SequenceEmpty(ctx, *, dtype=None):
+    """ONNX ``SequenceEmpty``: an empty sequence."""
+    return [[]]
+
+
+@register(OP_SET, "SequenceConstruct")
+def SequenceConstruct(ctx, *inputs):
+    """ONNX ``SequenceConstruct``: a sequence of the inputs."""
+    return [list(inputs)]
+
+
+@register(OP_SET, "SequenceLength", differentiable=False)
+def SequenceLength(ctx, input_sequence):
+    """ONNX ``SequenceLength``: int32 scalar."""
+    return np.int32(len(_seq(input_sequence)))
+
+
+def _pos(ctx, position, n, insert=False):
+    if position is None:
+        return n if insert else n - 1
+    p = int(np.asarray(position).reshape(()))
+    p = p + n if p < 0 else p
+    if not 0 <= p <= (n if insert else n - 1):
+        raise ctx.error(f"sequence position {p} out of range for length {n}")
+    return p
+
+
+@register(OP_SET, "SequenceAt", static_inputs=(1,))
+def SequenceAt(ctx, input_sequence, position):
+    """ONNX ``SequenceAt`` a load-time-constant position."""
+    s = _seq(input_sequence)
+    return s[_pos(ctx, position, len(s))]
+
+
+@register(OP_SET, "SequenceInsert", static_inputs=(2,))
+def SequenceInsert(ctx, input_sequence, tensor, position=None):
+    """ONNX ``SequenceInsert`` (at the end by default)."""
+    s = list(_seq(input_sequence))
+    s.insert(_pos(ctx, position, len(s), insert=True), tensor)
+    return [s]
+
+
+@register(OP_SET, "SequenceErase", static_inputs=(1,))
+def SequenceErase(ctx, input_sequence, position=None):
+    """ONNX ``SequenceErase`` (the last element by default)."""
+    s = list(_seq(input_sequence))
+    del s[_pos(ctx, position, len(s))]
+    return [s]
+
+
+@register(OP_SET, "ConcatFromSequence")
+def ConcatFromSequence(ctx, input_sequence, *, axis=0, new_axis=False):
+    """ONNX ``ConcatFromSequence`` (``new_axis`` stacks)."""
+    s = [jnp.asarray(x) for x in _seq(input_sequence)]
+    if new_axis:
+        return jnp.stack(s, axis=norm_axis(axis, s[0].ndim + 1, ctx))
+    return jnp.concatenate(s, axis=norm_axis(axis, s[0].ndim, ctx))
+
+
+@register(OP_SET, "SplitToSequence", static_inputs=(1,))
+def SplitToSequence(ctx, input, split=None, *, axis=0, keep_dims=True):
+    """ONNX ``SplitToSequence``: pieces of the constant ``split`` sizes (scalar:
+    chunks of that size), or size-1 pieces (squeezed unless ``keep_dims``)."""
+    x = jnp.asarray(input)
+    a = norm_axis(axis, x.ndim, ctx)
+    n = x.shape[a]
+    if split is None:
+        parts = [lax.index_in_dim(x, i, a, keepdims=bool(keep_dims)) for i in range(n)]
+        return [parts]
+    sp = np.asarray(split)
+    if sp.ndim == 0:
+        k = int(sp)
+        sizes = [min(k, n - i) for i in range(0, n, k)]
+    else:
+        sizes = ints(sp)
+    offs = np.cumsum([0] + sizes)
+    return [[lax.slice_in_dim(x, int(offs[i]), int(offs[i + 1]), axis=a) for i in range(len(sizes))]]

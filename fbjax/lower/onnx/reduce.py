@@ -1,0 +1,96 @@
+"""ONNX reductions, arg-reductions, CumSum and TopK.
+
+Reduction axes come from the ``axes`` attribute (``ReduceMeanAttrs.axes``,
+older opsets) or from the optional second input (opset 18+, a load-time
+constant). No axes means all axes (``noop_with_empty_axes`` is always 0:
+rten-convert rejects 1). ``keep_dims`` defaults to the schema's false.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from ..registry import register
+from ._util import OP_SET, axis as norm_axis, ints
+
+
+def _reduce(name, fn, doc):
+    def op(ctx, data, axes_input=None, *, axes=None, keep_dims=False):
+        x = jnp.asarray(data)
+        ax = ints(axes_input) if axes_input is not None else (list(axes) if axes is not None else [])
+        ax = tuple(sorted({norm_axis(a, x.ndim, ctx) for a in ax})) if ax else tuple(range(x.ndim))
+        return fn(x, ax, bool(keep_dims))
+
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = (f"ONNX ``{name}``: {doc} over ``axes`` (attribute or constant second input; all "
+                  "axes when empty), keeping them as size 1 when ``keep_dims``.")
+    register(OP_SET, name, static_inputs=(1,))(op)
+
+
+_reduce("ReduceSum", lambda x, a, k: jnp.sum(x, a, keepdims=k), "sum")
+_reduce("ReduceMean", lambda x, a, k: jnp.mean(x, a, keepdims=k), "mean")
+_reduce("ReduceProd", lambda x, a, k: jnp.prod(x, a, keepdims=k), "product")
+def _extreme(fn, big: bool):
+    def f(x, a, k):
+        if any(x.shape[i] == 0 for i in a):  # empty set: the identity (inf / integer limit)
+            dt = np.dtype(x.dtype)
+            init = (np.inf if big else -np.inf) if dt.kind == "f" else (np.iinfo(dt).max if big else np.iinfo(dt).min)
+            return fn(x, a, keepdims=k, initial=np.array(init, dt))
+        return fn(x, a, keepdims=k)
+    return f
+
+
+_reduce("ReduceMin", _extreme(jnp.min, True), "minimum (+inf / the type's max over an empty set)")
+_reduce("ReduceMax", _extreme(jnp.max, False), "maximum (-inf / the type's min over an empty set)")
+_reduce("ReduceSumSquare", lambda x, a, k: jnp.sum(x * x, a, keepdims=k), "sum of squares")
+_reduce("ReduceL2", lambda x, a, k: jnp.sqrt(jnp.sum(x * x, a, keepdims=k)), "Euclidean norm")
+
+
+def _arg(name, fn):
+    def op(ctx, data, *, axis=0, keep_dims=False):
+        x = jnp.asarray(data)
+        a = norm_axis(axis, x.ndim, ctx)
+        y = fn(x, axis=a).astype(jnp.int32)
+        return jnp.expand_dims(y, a) if keep_dims else y
+
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = (f"ONNX ``{name}``: int32 index of the first extreme along ``axis`` "
+                  "(``select_last_index`` 0; rten-convert rejects 1).")
+    register(OP_SET, name, differentiable=False)(op)
+
+
+_arg("ArgMax", jnp.argmax)
+_arg("ArgMin", jnp.argmin)
+
+
+@register(OP_SET, "CumSum", static_inputs=(1,))
+def CumSum(ctx, x, axis):
+    """ONNX ``CumSum`` along the constant ``axis`` input (inclusive, forward only:
+    rten-convert rejects ``exclusive``/``reverse``)."""
+    x = jnp.asarray(x)
+    return jnp.cumsum(x, axis=norm_axis(ints(axis)[0], x.ndim, ctx), dtype=x.dtype)
+
+
+@register(OP_SET, "TopK", static_inputs=(1,))
+def TopK(ctx, X, K, *, axis=0, largest=False, sorted=False):
+    """ONNX ``TopK``: the ``K`` (load-time constant) largest or smallest along ``axis``.
+
+    Returns ``(Values, Indices)``, indices int32; results are always sorted
+    (allowed when ``sorted`` is false); ties keep the lower index first.
+    """
+    x = jnp.asarray(X)
+    a = norm_axis(axis, x.ndim, ctx)
+    k = ints(K)[0]
+    xm = jnp.moveaxis(x, a, -1)
+    if largest:
+        v, i = lax.top_k(xm, k)
+    else:
+        if jnp.issubdtype(xm.dtype, jnp.floating):
+            v, i = lax.top_k(-xm, k)
+            v = -v
+        else:  # negate in a wider range-safe way: order by (-x) via stable argsort
+            i = jnp.argsort(xm, axis=-1, stable=True)[..., :k]
+            v = jnp.take_along_axis(xm, i, axis=-1)
+    return jnp.moveaxis(v, -1, a), jnp.moveaxis(i.astype(jnp.int32), -1, a)

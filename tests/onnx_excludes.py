@@ -1,0 +1,91 @@
+"""ONNX node-suite cases (converted by rten-convert 0.22) that fbjax is known to fail.
+
+Maps the case name to the reason. Reasons starting with ``converter:`` are
+cases where the ``.rten`` file rten-convert writes does not carry the ONNX
+model's meaning (an attribute dropped or mapped to something else); fbjax
+runs the file as written, as RTen would. The others are fbjax limitations.
+The pass rate in ``test_onnx_conformance.py`` counts all of them as
+failures; they are listed so that every other failure is a regression.
+"""
+
+_SOFTMAX = ("converter: rten-convert 0.22 writes a Softmax/LogSoftmax without an ONNX axis attribute as the "
+            "RTen schema default axis 0 (ONNX's default is -1 from opset 13, 1 with 2-D coercion before); "
+            "fbjax follows the file. Verified: the case passes once the .onnx states the axis")
+_CUBIC = "converter: rten-convert 0.22 maps Resize mode 'cubic' to Linear (it warns); the schema has no cubic mode"
+
+EXCLUDES: dict[str, str] = {
+    "test_attention_23_boolmask_fullymasked_row_nan_robustness_expanded": _SOFTMAX,
+    "test_attention_23_fullymasked_qk_matmul_output_mode3_zero_expanded": _SOFTMAX,
+    "test_attention_24_fullymasked_qk_matmul_output_mode3_zero_expanded": _SOFTMAX,
+    "test_attention_24_qk_matmul_output_mode3_softmax_precision_expanded": _SOFTMAX,
+    "test_attention_3d_attn_mask_expanded": _SOFTMAX,
+    "test_attention_3d_diff_heads_sizes_attn_mask_expanded": _SOFTMAX,
+    "test_attention_3d_diff_heads_with_past_and_present_expanded": _SOFTMAX,
+    "test_attention_3d_gqa_attn_mask_expanded": _SOFTMAX,
+    "test_attention_3d_gqa_with_past_and_present_expanded": _SOFTMAX,
+    "test_attention_3d_with_past_and_present_expanded": _SOFTMAX,
+    "test_attention_3d_with_past_and_present_qk_matmul_bias_expanded": _SOFTMAX,
+    "test_attention_3d_with_past_and_present_qk_matmul_expanded": _SOFTMAX,
+    "test_attention_3d_with_past_and_present_qk_matmul_softcap_expanded": _SOFTMAX,
+    "test_attention_3d_with_past_and_present_qk_matmul_softmax_expanded": _SOFTMAX,
+    "test_attention_4d_attn_mask_3d_causal_expanded": _SOFTMAX,
+    "test_attention_4d_attn_mask_3d_expanded": _SOFTMAX,
+    "test_attention_4d_attn_mask_4d_causal_expanded": _SOFTMAX,
+    "test_attention_4d_attn_mask_4d_expanded": _SOFTMAX,
+    "test_attention_4d_attn_mask_bool_4d_expanded": _SOFTMAX,
+    "test_attention_4d_attn_mask_bool_expanded": _SOFTMAX,
+    "test_attention_4d_attn_mask_expanded": _SOFTMAX,
+    "test_attention_4d_causal_nonpad_attn_mask_composition_expanded": _SOFTMAX,
+    "test_attention_4d_diff_heads_mask4d_padded_kv_expanded": _SOFTMAX,
+    "test_attention_4d_diff_heads_sizes_attn_mask_expanded": _SOFTMAX,
+    "test_attention_4d_diff_heads_with_past_and_present_expanded": _SOFTMAX,
+    "test_attention_4d_diff_heads_with_past_and_present_mask3d_expanded": _SOFTMAX,
+    "test_attention_4d_diff_heads_with_past_and_present_mask4d_expanded": _SOFTMAX,
+    "test_attention_4d_gqa_attn_mask_expanded": _SOFTMAX,
+    "test_attention_4d_gqa_with_past_and_present_expanded": _SOFTMAX,
+    "test_attention_4d_gqa_with_past_and_present_fp16_expanded": _SOFTMAX + "; also, the expected values are float16 results while RTen runs float32 (max diff 5e-4 with the axis fixed, atol 1e-7)",
+    "test_attention_4d_softcap_neginf_mask_expanded": _SOFTMAX,
+    "test_attention_4d_softcap_neginf_mask_poison_expanded": _SOFTMAX,
+    "test_attention_4d_with_past_and_present_expanded": _SOFTMAX,
+    "test_attention_4d_with_past_and_present_qk_matmul_bias_3d_mask_causal_expanded": _SOFTMAX,
+    "test_attention_4d_with_past_and_present_qk_matmul_bias_3d_mask_expanded": _SOFTMAX,
+    "test_attention_4d_with_past_and_present_qk_matmul_bias_4d_mask_causal_expanded": _SOFTMAX,
+    "test_attention_4d_with_past_and_present_qk_matmul_bias_4d_mask_expanded": _SOFTMAX,
+    "test_attention_4d_with_past_and_present_qk_matmul_bias_expanded": _SOFTMAX,
+    "test_attention_4d_with_past_and_present_qk_matmul_expanded": _SOFTMAX,
+    "test_attention_4d_with_qk_matmul_bias_expanded": _SOFTMAX,
+    "test_attention_4d_with_qk_matmul_softcap_expanded": _SOFTMAX,
+    "test_attention_4d_with_qk_matmul_softmax_expanded": _SOFTMAX,
+    "test_attention_causal_boolmask_nan_robustness_expanded": _SOFTMAX,
+    "test_attention_local_window_ext_cache_float16_mask_expanded": _SOFTMAX,
+    "test_attention_local_window_ext_cache_rank2_mask_expanded": _SOFTMAX,
+    "test_attention_local_window_ext_cache_rank3_head_mask_expanded": _SOFTMAX,
+    "test_attention_local_window_ext_cache_rank4_batch_mask_expanded": _SOFTMAX,
+    "test_attention_local_window_rank1_boolean_mask_expanded": _SOFTMAX,
+    "test_logsoftmax_default_axis": _SOFTMAX,
+    "test_logsoftmax_example_1": _SOFTMAX,
+    "test_logsoftmax_large_number": _SOFTMAX,
+    "test_softmax_default_axis": _SOFTMAX,
+    "test_softmax_example": _SOFTMAX,
+    "test_softmax_large_number": _SOFTMAX,
+    "test_averagepool_2d_dilations": "converter: rten-convert 0.22 drops AveragePool's dilations attribute (it warns); the schema's AveragePoolAttrs has no dilations",
+    "test_averagepool_2d_same_lower": "converter: ONNX SAME_LOWER is written as AutoPad.Same, which RTen computes as SAME_UPPER",
+    "test_maxpool_2d_same_lower": "converter: ONNX SAME_LOWER is written as AutoPad.Same, which RTen computes as SAME_UPPER",
+    "test_convtranspose_output_shape": "converter: rten-convert 0.22 drops ConvTranspose's output_shape attribute; the schema has no field for it",
+    "test_dequantizelinear_blocked": "converter: rten-convert 0.22 drops DequantizeLinear's block_size; the schema has no blocked quantization",
+    "test_quantizelinear_blocked_asymmetric": "converter: rten-convert 0.22 drops QuantizeLinear's block_size; the schema has no blocked quantization",
+    "test_gru_batchwise": "converter: rten-convert 0.22 drops GRU's layout=1 (batch-major) attribute without error; the schema has no layout field",
+    "test_resize_downsample_scales_cubic": _CUBIC,
+    "test_resize_downsample_scales_cubic_align_corners": _CUBIC,
+    "test_resize_downsample_sizes_cubic": _CUBIC,
+    "test_resize_upsample_scales_cubic": _CUBIC,
+    "test_resize_upsample_scales_cubic_align_corners": _CUBIC,
+    "test_resize_upsample_scales_cubic_asymmetric": _CUBIC,
+    "test_resize_upsample_sizes_cubic": _CUBIC,
+    "test_reduce_max_empty_set_bool": "runtime types: the bool input is int32 in RTen, so ReduceMax over an empty set yields int32's minimum, not False",
+    "test_bernoulli_seed_expanded": "random: RandomUniformLike draws from JAX's PRNG (explicit key from the seed), not onnxruntime's/numpy's stream",
+    "test_training_dropout": "random: training-mode Dropout masks come from JAX's PRNG, not numpy's stream the expected values used",
+    "test_training_dropout_default": "random: training-mode Dropout masks come from JAX's PRNG, not numpy's stream the expected values used",
+    "test_training_dropout_default_mask": "random: training-mode Dropout masks come from JAX's PRNG, not numpy's stream the expected values used",
+    "test_training_dropout_mask": "random: training-mode Dropout masks come from JAX's PRNG, not numpy's stream the expected values used",
+}
