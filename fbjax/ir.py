@@ -88,6 +88,9 @@ class Node:
         outputs: output values in spec order (``None`` for unused outputs).
         attrs: attributes, snake_case as in the schema, enums as names.
         location: human-readable position in the file, for error messages.
+        version: the operator version the file records (TFLite
+            ``OperatorCode.version``; custom ops such as MediaPipe's change
+            semantics between versions).
     """
 
     op_set: str
@@ -96,6 +99,7 @@ class Node:
     outputs: list
     attrs: dict = field(default_factory=dict)
     location: str = ""
+    version: int = 1
 
     @property
     def key(self) -> tuple[str, str]:

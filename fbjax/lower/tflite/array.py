@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ._new import builtin
+from ..registry import register
 
 
 def _ints(v):
@@ -34,7 +34,7 @@ def _axis(ctx, a, rank):
     return a % max(rank, 1)
 
 
-@builtin("TILE", static_inputs=(1,))
+@register("tflite", "TILE", static_inputs=(1,))
 def TILE(ctx, x, multiples):
     """TFLite TILE: repeat ``x`` ``multiples[i]`` times along dim ``i``."""
     m = _ints(multiples)
@@ -43,7 +43,7 @@ def TILE(ctx, x, multiples):
     return jnp.tile(x, m)
 
 
-@builtin("BROADCAST_TO", static_inputs=(1,))
+@register("tflite", "BROADCAST_TO", static_inputs=(1,))
 def BROADCAST_TO(ctx, x, shape):
     """TFLite BROADCAST_TO: numpy broadcasting to the static ``shape``."""
     try:
@@ -52,7 +52,7 @@ def BROADCAST_TO(ctx, x, shape):
         raise ctx.error(str(e)) from None
 
 
-@builtin("BROADCAST_ARGS", static_inputs=(0, 1))
+@register("tflite", "BROADCAST_ARGS", static_inputs=(0, 1))
 def BROADCAST_ARGS(ctx, s0, s1):
     """TFLite BROADCAST_ARGS: the broadcast shape of two shape vectors."""
     try:
@@ -62,25 +62,25 @@ def BROADCAST_ARGS(ctx, s0, s1):
     return np.asarray(out, ctx.out_dtype(0))
 
 
-@builtin("SHAPE")
+@register("tflite", "SHAPE")
 def SHAPE(ctx, x, *, out_type=None):
     """TFLite SHAPE: the input's shape as a 1-D ``out_type`` vector (static)."""
     return np.asarray(jnp.shape(x), ctx.out_dtype(0))
 
 
-@builtin("RANK")
+@register("tflite", "RANK")
 def RANK(ctx, x):
     """TFLite RANK: the input's rank as an int32 scalar (static)."""
     return np.asarray(jnp.ndim(x), ctx.out_dtype(0))
 
 
-@builtin("FILL", static_inputs=(0,))
+@register("tflite", "FILL", static_inputs=(0,))
 def FILL(ctx, dims, value):
     """TFLite FILL: a tensor of shape ``dims`` filled with scalar ``value``."""
     return jnp.full(tuple(_ints(dims)), jnp.reshape(jnp.asarray(value), ()), ctx.out_dtype(0))
 
 
-@builtin("RANGE", static_inputs=(0, 1, 2))
+@register("tflite", "RANGE", static_inputs=(0, 1, 2))
 def RANGE(ctx, start, limit, delta):
     """TFLite RANGE: ``start, start + delta, ...`` up to (excluding) ``limit``."""
     d = np.asarray(delta).reshape(())
@@ -93,13 +93,13 @@ def RANGE(ctx, start, limit, delta):
     return (s + d * np.arange(max(n, 0))).astype(dt)
 
 
-@builtin("PACK")
+@register("tflite", "PACK")
 def PACK(ctx, *xs, values_count=0, axis=0):
     """TFLite PACK: stack the inputs along a new ``axis``."""
     return jnp.stack([jnp.asarray(x) for x in xs], axis=_axis(ctx, axis, jnp.ndim(xs[0]) + 1))
 
 
-@builtin("UNPACK")
+@register("tflite", "UNPACK")
 def UNPACK(ctx, x, *, num=0, axis=0):
     """TFLite UNPACK: split along ``axis`` into ``num`` tensors, dropping it."""
     x = jnp.asarray(x)
@@ -107,7 +107,7 @@ def UNPACK(ctx, x, *, num=0, axis=0):
     return [lax.index_in_dim(x, i, a, keepdims=False) for i in range(x.shape[a])]
 
 
-@builtin("SPLIT", static_inputs=(0,))
+@register("tflite", "SPLIT", static_inputs=(0,))
 def SPLIT(ctx, axis, x, *, num_splits=0):
     """TFLite SPLIT (axis first): ``num_splits`` equal pieces along ``axis``."""
     x = jnp.asarray(x)
@@ -117,7 +117,7 @@ def SPLIT(ctx, axis, x, *, num_splits=0):
     return jnp.split(x, int(num_splits), axis=a)
 
 
-@builtin("SPLIT_V", static_inputs=(1, 2))
+@register("tflite", "SPLIT_V", static_inputs=(1, 2))
 def SPLIT_V(ctx, x, size_splits, axis, *, num_splits=0):
     """TFLite SPLIT_V: pieces of ``size_splits`` along ``axis`` (one -1 inferred)."""
     x = jnp.asarray(x)
@@ -130,7 +130,7 @@ def SPLIT_V(ctx, x, size_splits, axis, *, num_splits=0):
     return jnp.split(x, np.cumsum(sizes)[:-1].tolist(), axis=a)
 
 
-@builtin("SQUEEZE")
+@register("tflite", "SQUEEZE")
 def SQUEEZE(ctx, x, *, squeeze_dims=None):
     """TFLite SQUEEZE: drop the listed size-1 dims (all size-1 dims if none)."""
     x = jnp.asarray(x)
@@ -143,13 +143,13 @@ def SQUEEZE(ctx, x, *, squeeze_dims=None):
     return lax.squeeze(x, dims)
 
 
-@builtin("EXPAND_DIMS", static_inputs=(1,))
+@register("tflite", "EXPAND_DIMS", static_inputs=(1,))
 def EXPAND_DIMS(ctx, x, axis):
     """TFLite EXPAND_DIMS: insert a size-1 dim at ``axis`` (negative from the end)."""
     return jnp.expand_dims(x, _axis(ctx, axis, jnp.ndim(x) + 1))
 
 
-@builtin("TRANSPOSE", static_inputs=(1,))
+@register("tflite", "TRANSPOSE", static_inputs=(1,))
 def TRANSPOSE(ctx, x, perm):
     """TFLite TRANSPOSE: permute dims by ``perm``."""
     p = _ints(perm)
@@ -158,7 +158,7 @@ def TRANSPOSE(ctx, x, perm):
     return jnp.transpose(x, p)
 
 
-@builtin("SLICE", static_inputs=(2,))
+@register("tflite", "SLICE", static_inputs=(2,))
 def SLICE(ctx, x, begin, size):
     """TFLite SLICE: ``x[begin : begin + size]`` per dim; size -1 = to the end.
     ``size`` must be static; a ``begin`` computed at run time (e.g. from a
@@ -179,13 +179,13 @@ def SLICE(ctx, x, begin, size):
     return lax.slice(x, b, end)
 
 
-@builtin("REVERSE_V2", static_inputs=(1,))
+@register("tflite", "REVERSE_V2", static_inputs=(1,))
 def REVERSE_V2(ctx, x, axis):
     """TFLite REVERSE_V2: reverse along the listed axes."""
     return lax.rev(jnp.asarray(x), sorted({_axis(ctx, a, jnp.ndim(x)) for a in _ints(axis)}))
 
 
-@builtin("REVERSE_SEQUENCE")
+@register("tflite", "REVERSE_SEQUENCE")
 def REVERSE_SEQUENCE(ctx, x, seq_lengths, *, seq_dim=0, batch_dim=0):
     """TFLite REVERSE_SEQUENCE: for each batch ``b``, reverse the first
     ``seq_lengths[b]`` elements along ``seq_dim``."""
@@ -204,14 +204,14 @@ def REVERSE_SEQUENCE(ctx, x, seq_lengths, *, seq_dim=0, batch_dim=0):
     return jnp.take_along_axis(x, idx, axis=sd)
 
 
-@builtin("MIRROR_PAD", static_inputs=(1,))
+@register("tflite", "MIRROR_PAD", static_inputs=(1,))
 def MIRROR_PAD(ctx, x, paddings, *, mode="REFLECT"):
     """TFLite MIRROR_PAD: REFLECT (edge not repeated) or SYMMETRIC."""
     p = np.asarray(paddings).reshape(-1, 2).astype(int).tolist()
     return jnp.pad(x, p, mode="reflect" if mode == "REFLECT" else "symmetric")
 
 
-@builtin("PADV2", static_inputs=(1,))
+@register("tflite", "PADV2", static_inputs=(1,))
 def PADV2(ctx, x, paddings, constant_values=None):
     """TFLite PADV2: constant padding with ``constant_values`` (default 0)."""
     x = jnp.asarray(x)
@@ -220,7 +220,7 @@ def PADV2(ctx, x, paddings, constant_values=None):
     return lax.pad(x, v, [(int(a), int(b), 0) for a, b in p])
 
 
-@builtin("SPACE_TO_DEPTH")
+@register("tflite", "SPACE_TO_DEPTH")
 def SPACE_TO_DEPTH(ctx, x, *, block_size=0):
     """TFLite SPACE_TO_DEPTH, NHWC: ``out[n, h, w, (i*b + j)*C + c] = in[n, h*b+i, w*b+j, c]``."""
     b = int(block_size)
@@ -231,7 +231,7 @@ def SPACE_TO_DEPTH(ctx, x, *, block_size=0):
     return y.reshape(n, h // b, w // b, b * b * c)
 
 
-@builtin("SPACE_TO_BATCH_ND", static_inputs=(1, 2))
+@register("tflite", "SPACE_TO_BATCH_ND", static_inputs=(1, 2))
 def SPACE_TO_BATCH_ND(ctx, x, block_shape, paddings):
     """TFLite SPACE_TO_BATCH_ND: zero-pad the spatial dims, then move
     ``block_shape`` blocks into the batch (batch index = block offset * N + n)."""
@@ -256,7 +256,7 @@ def SPACE_TO_BATCH_ND(ctx, x, block_shape, paddings):
     return y.reshape([n * int(np.prod(bs))] + [s // b for s, b in zip(sp, bs)] + list(rest))
 
 
-@builtin("BATCH_TO_SPACE_ND", static_inputs=(1, 2))
+@register("tflite", "BATCH_TO_SPACE_ND", static_inputs=(1, 2))
 def BATCH_TO_SPACE_ND(ctx, x, block_shape, crops):
     """TFLite BATCH_TO_SPACE_ND: inverse of SPACE_TO_BATCH_ND, then crop."""
     x = jnp.asarray(x)
@@ -281,7 +281,7 @@ def BATCH_TO_SPACE_ND(ctx, x, block_shape, crops):
     return lax.slice(y, start, end)
 
 
-@builtin("MATRIX_DIAG")
+@register("tflite", "MATRIX_DIAG")
 def MATRIX_DIAG(ctx, d):
     """TFLite MATRIX_DIAG: ``[..., N] -> [..., N, N]`` with ``d`` on the diagonal."""
     d = jnp.asarray(d)
@@ -290,7 +290,7 @@ def MATRIX_DIAG(ctx, d):
         jnp.where(jnp.eye(n, dtype=bool), d[..., :, None], False)
 
 
-@builtin("MATRIX_SET_DIAG")
+@register("tflite", "MATRIX_SET_DIAG")
 def MATRIX_SET_DIAG(ctx, x, d):
     """TFLite MATRIX_SET_DIAG: replace the main diagonal of the last two dims
     of ``x`` (``[..., M, N]``) by ``d`` (``[..., min(M, N)]``)."""
@@ -304,7 +304,7 @@ def MATRIX_SET_DIAG(ctx, x, d):
     return jnp.where(mask, dd, x)
 
 
-@builtin("DILATE", static_inputs=(1,))
+@register("tflite", "DILATE", static_inputs=(1,))
 def DILATE(ctx, x, dilations, padding_value):
     """TFLite DILATE: insert ``dilations[i] - 1`` copies of ``padding_value``
     between neighbouring elements along each dim."""

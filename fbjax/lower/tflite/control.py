@@ -16,7 +16,7 @@ import numpy as np
 from jax import lax
 
 from ...ir import Node, Value
-from ._new import builtin
+from ..registry import register
 
 
 def _producers(graph):
@@ -87,7 +87,7 @@ def _pred(x):
     return jnp.reshape(jnp.asarray(x), (-1,))[0].astype(bool)
 
 
-@builtin("WHILE")
+@register("tflite", "WHILE")
 def WHILE(ctx, *xs, cond_subgraph_index=0, body_subgraph_index=0):
     """TFLite WHILE: ``while cond(*v): v = body(*v)``; returns the final
     values. The condition subgraph returns one bool (any shape with one
@@ -130,7 +130,7 @@ def WHILE(ctx, *xs, cond_subgraph_index=0, body_subgraph_index=0):
     return full(res)
 
 
-@builtin("IF")
+@register("tflite", "IF")
 def IF(ctx, cond, *xs, then_subgraph_index=0, else_subgraph_index=0):
     """TFLite IF: ``then(*xs)`` if ``cond`` (a one-element bool) else
     ``else(*xs)``; both branches must give the same output shapes and dtypes
@@ -151,7 +151,7 @@ def IF(ctx, cond, *xs, then_subgraph_index=0, else_subgraph_index=0):
         raise ctx.error(f"the branches' outputs differ in shape or dtype: {str(e)[:300]}") from None
 
 
-@builtin("CALL")
+@register("tflite", "CALL")
 def CALL(ctx, *xs, subgraph=0):
     """TFLite CALL: evaluate ``subgraph`` on the inputs (inlined)."""
     return ctx.call_graph(int(subgraph), *xs)

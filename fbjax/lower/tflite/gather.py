@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ._new import builtin
+from ..registry import register
 
 
 def _axis(ctx, a, rank):
@@ -29,7 +29,7 @@ def _axis(ctx, a, rank):
     return a % max(rank, 1)
 
 
-@builtin("GATHER")
+@register("tflite", "GATHER")
 def GATHER(ctx, params, indices, *, axis=0, batch_dims=0):
     """TFLite GATHER: ``out[b.., i.., r..] = params[b.., indices[b.., i..], r..]``
     along ``axis`` with the first ``batch_dims`` dims shared (TF semantics)."""
@@ -50,7 +50,7 @@ def GATHER(ctx, params, indices, *, axis=0, batch_dims=0):
     return f(params, indices, ax - bd)
 
 
-@builtin("GATHER_ND")
+@register("tflite", "GATHER_ND")
 def GATHER_ND(ctx, params, indices):
     """TFLite GATHER_ND: ``out[i..] = params[indices[i.., :]]``, the last
     index dim addressing the leading ``k`` params dims."""
@@ -62,7 +62,7 @@ def GATHER_ND(ctx, params, indices):
     return params[idx]
 
 
-@builtin("SCATTER_ND", static_inputs=(2,))
+@register("tflite", "SCATTER_ND", static_inputs=(2,))
 def SCATTER_ND(ctx, indices, updates, shape):
     """TFLite SCATTER_ND: zeros of ``shape`` with ``updates`` added at
     ``indices`` (duplicates accumulate, like the reference kernel's ``+=``)."""
@@ -73,7 +73,7 @@ def SCATTER_ND(ctx, indices, updates, shape):
     return jnp.zeros(shape, ctx.out_dtype(0)).at[idx].add(jnp.asarray(updates), mode="drop")
 
 
-@builtin("ONE_HOT", static_inputs=(1,))
+@register("tflite", "ONE_HOT", static_inputs=(1,))
 def ONE_HOT(ctx, indices, depth, on_value, off_value, *, axis=-1):
     """TFLite ONE_HOT: ``on_value`` where ``indices == j``, else
     ``off_value``; the new depth dim is inserted at ``axis`` (-1 = last)."""
@@ -87,7 +87,7 @@ def ONE_HOT(ctx, indices, depth, on_value, off_value, *, axis=-1):
     return jnp.where(hot, jnp.reshape(on_value, ()), jnp.reshape(off_value, ())).astype(ctx.out_dtype(0))
 
 
-@builtin("TOPK_V2", static_inputs=(1,))
+@register("tflite", "TOPK_V2", static_inputs=(1,))
 def TOPK_V2(ctx, x, k):
     """TFLite TOPK_V2: the ``k`` largest values of the last dim, descending,
     and their int32 indices (ties: lower index first)."""
@@ -101,19 +101,19 @@ def _arg(ctx, fn, x, axis):
     return fn(x, axis=_axis(ctx, axis, x.ndim)).astype(ctx.out_dtype(0))
 
 
-@builtin("ARG_MAX", static_inputs=(1,), differentiable=False)
+@register("tflite", "ARG_MAX", static_inputs=(1,), differentiable=False)
 def ARG_MAX(ctx, x, axis, *, output_type=None):
     """TFLite ARG_MAX: index of the first maximum along ``axis``."""
     return _arg(ctx, jnp.argmax, x, axis)
 
 
-@builtin("ARG_MIN", static_inputs=(1,), differentiable=False)
+@register("tflite", "ARG_MIN", static_inputs=(1,), differentiable=False)
 def ARG_MIN(ctx, x, axis, *, output_type=None):
     """TFLite ARG_MIN: index of the first minimum along ``axis``."""
     return _arg(ctx, jnp.argmin, x, axis)
 
 
-@builtin("CUMSUM", static_inputs=(1,))
+@register("tflite", "CUMSUM", static_inputs=(1,))
 def CUMSUM(ctx, x, axis, *, exclusive=False, reverse=False):
     """TFLite CUMSUM along ``axis``; ``exclusive`` shifts by one (first
     element 0), ``reverse`` sums from the end."""
@@ -129,7 +129,7 @@ def CUMSUM(ctx, x, axis, *, exclusive=False, reverse=False):
     return y
 
 
-@builtin("SEGMENT_SUM", static_inputs=(1,))
+@register("tflite", "SEGMENT_SUM", static_inputs=(1,))
 def SEGMENT_SUM(ctx, data, segment_ids):
     """TFLite SEGMENT_SUM: sorted ``segment_ids`` (static); output has
     ``max(ids) + 1`` rows, missing segments are 0."""
@@ -158,31 +158,31 @@ def _unsorted(ctx, kind, data, ids, num_segments):
     return y
 
 
-@builtin("UNSORTED_SEGMENT_SUM", static_inputs=(2,))
+@register("tflite", "UNSORTED_SEGMENT_SUM", static_inputs=(2,))
 def UNSORTED_SEGMENT_SUM(ctx, data, segment_ids, num_segments):
     """TFLite UNSORTED_SEGMENT_SUM: per-segment sums, empty segments 0."""
     return _unsorted(ctx, "sum", data, segment_ids, num_segments)
 
 
-@builtin("UNSORTED_SEGMENT_PROD", static_inputs=(2,))
+@register("tflite", "UNSORTED_SEGMENT_PROD", static_inputs=(2,))
 def UNSORTED_SEGMENT_PROD(ctx, data, segment_ids, num_segments):
     """TFLite UNSORTED_SEGMENT_PROD: per-segment products, empty segments 1."""
     return _unsorted(ctx, "prod", data, segment_ids, num_segments)
 
 
-@builtin("UNSORTED_SEGMENT_MAX", static_inputs=(2,))
+@register("tflite", "UNSORTED_SEGMENT_MAX", static_inputs=(2,))
 def UNSORTED_SEGMENT_MAX(ctx, data, segment_ids, num_segments):
     """TFLite UNSORTED_SEGMENT_MAX: empty segments hold the dtype's lowest value."""
     return _unsorted(ctx, "max", data, segment_ids, num_segments)
 
 
-@builtin("UNSORTED_SEGMENT_MIN", static_inputs=(2,))
+@register("tflite", "UNSORTED_SEGMENT_MIN", static_inputs=(2,))
 def UNSORTED_SEGMENT_MIN(ctx, data, segment_ids, num_segments):
     """TFLite UNSORTED_SEGMENT_MIN: empty segments hold the dtype's max value."""
     return _unsorted(ctx, "min", data, segment_ids, num_segments)
 
 
-@builtin("BUCKETIZE", differentiable=False)
+@register("tflite", "BUCKETIZE", differentiable=False)
 def BUCKETIZE(ctx, x, *, boundaries=None):
     """TFLite BUCKETIZE: int32 index of the bucket, i.e. the number of
     (sorted) ``boundaries`` that are ``<= x``."""
@@ -190,7 +190,7 @@ def BUCKETIZE(ctx, x, *, boundaries=None):
     return jnp.searchsorted(b, jnp.asarray(x), side="right").astype(ctx.out_dtype(0))
 
 
-@builtin("DYNAMIC_UPDATE_SLICE")
+@register("tflite", "DYNAMIC_UPDATE_SLICE")
 def DYNAMIC_UPDATE_SLICE(ctx, operand, update, start_indices):
     """TFLite DYNAMIC_UPDATE_SLICE: write ``update`` at ``start_indices``,
     clamped so the update fits (XLA semantics, as the kernel does)."""
@@ -200,13 +200,13 @@ def DYNAMIC_UPDATE_SLICE(ctx, operand, update, start_indices):
     return lax.dynamic_update_slice(operand, jnp.asarray(update, operand.dtype), starts)
 
 
-@builtin("EMBEDDING_LOOKUP")
+@register("tflite", "EMBEDDING_LOOKUP")
 def EMBEDDING_LOOKUP(ctx, ids, params):
     """TFLite EMBEDDING_LOOKUP: rows ``params[ids]`` (ids 1-D int32)."""
     return jnp.take(jnp.asarray(params), jnp.asarray(ids), axis=0, mode="clip")
 
 
-@builtin("WHERE", static_inputs=(0,), differentiable=False)
+@register("tflite", "WHERE", static_inputs=(0,), differentiable=False)
 def WHERE(ctx, cond):
     """TFLite WHERE (one input): ``[num_true, rank]`` int64 coordinates of
     the true elements in row-major order. The output size depends on the
@@ -215,7 +215,7 @@ def WHERE(ctx, cond):
     return np.argwhere(c != 0).astype(ctx.out_dtype(0))
 
 
-@builtin("SPARSE_TO_DENSE", static_inputs=(1,))
+@register("tflite", "SPARSE_TO_DENSE", static_inputs=(1,))
 def SPARSE_TO_DENSE(ctx, indices, output_shape, values, default_value, *, validate_indices=False):
     """TFLite SPARSE_TO_DENSE: ``default_value`` everywhere except
     ``out[indices[k]] = values[k]`` (``values`` may be a scalar; 1-D
@@ -229,7 +229,7 @@ def SPARSE_TO_DENSE(ctx, indices, output_shape, values, default_value, *, valida
     return out.at[tuple(idx[:, j] for j in range(idx.shape[1]))].set(vals.astype(out.dtype), mode="drop")
 
 
-@builtin("UNIQUE", static_inputs=(0,), differentiable=False)
+@register("tflite", "UNIQUE", static_inputs=(0,), differentiable=False)
 def UNIQUE(ctx, x, *, idx_out_type=None):
     """TFLite UNIQUE: the distinct values of 1-D ``x`` in order of first
     appearance, and for each element its index into them. The output size
@@ -240,3 +240,59 @@ def UNIQUE(ctx, x, *, idx_out_type=None):
     rank = np.empty_like(order)
     rank[order] = np.arange(order.size)
     return x[np.sort(first)], rank[inv.reshape(-1)].astype(ctx.out_dtype(1))
+
+
+@register("tflite", "EMBEDDING_LOOKUP_SPARSE", static_inputs=(2,))
+def EMBEDDING_LOOKUP_SPARSE(ctx, ids, indices, dense_shape, weights, params, *, combiner="SUM"):
+    """TFLite EMBEDDING_LOOKUP_SPARSE (``embedding_lookup_sparse.cc``): a
+    sparse ``[d0, ..., dk]`` tensor of ids (``indices [N, k + 1]``,
+    ``ids [N]``, ``weights [N]``) picks weighted rows of ``params``; entries
+    sharing ``indices[:, :-1]`` are combined by SUM, MEAN (divided by the
+    sum of weights) or SQRTN (divided by the root of the sum of squared
+    weights). Output ``dense_shape[:-1] + params.shape[1:]`` (static)."""
+    ds = [int(v) for v in np.asarray(dense_shape).reshape(-1)]
+    params = jnp.asarray(params)
+    idx = jnp.asarray(indices)[:, :-1]
+    nb = int(np.prod(ds[:-1])) if len(ds) > 1 else 1
+    strides = np.cumprod([1] + ds[:-1][::-1][:-1])[::-1] if len(ds) > 1 else np.array([], int)
+    seg = (idx * jnp.asarray(strides, idx.dtype)).sum(-1) if len(ds) > 1 else jnp.zeros(idx.shape[:1], jnp.int32)
+    w = jnp.asarray(weights, params.dtype)
+    rows = jnp.take(params, jnp.asarray(ids), axis=0, mode="clip")
+    wb = w.reshape((-1,) + (1,) * (params.ndim - 1))
+    out = jax.ops.segment_sum(rows * wb, seg, num_segments=nb)
+    if combiner in ("MEAN", "SQRTN"):
+        d = jax.ops.segment_sum(w if combiner == "MEAN" else w * w, seg, num_segments=nb)
+        d = d if combiner == "MEAN" else jnp.sqrt(d)
+        out = out / jnp.where(d == 0, 1, d).reshape((-1,) + (1,) * (params.ndim - 1))
+    elif combiner != "SUM":
+        raise ctx.error(f"unknown combiner {combiner!r}")
+    return out.reshape(tuple(ds[:-1]) + params.shape[1:])
+
+
+@register("tflite", "LSH_PROJECTION", static_inputs=(0,), differentiable=False)
+def LSH_PROJECTION(ctx, hash_seeds, x, weight=None, *, type="UNKNOWN"):  # noqa: A002 - schema name
+    """TFLite LSH_PROJECTION (``kernels/lsh_projection.cc``): for each seed,
+    the sign of ``sum_i weight[i] * Fingerprint64(seed || bytes(x[i]))``;
+    SPARSE packs each row of ``num_bits`` signs into one int32 bucket id
+    (``+ row * 2**num_bits``), DENSE outputs all the bits. The byte hash runs
+    on the host (``jax.pure_callback`` with :mod:`fbjax._farmhash`) when
+    ``x`` is traced; keys longer than 32 bytes are refused."""
+    from ... import _farmhash
+
+    if type not in ("SPARSE", "DENSE"):
+        raise ctx.error(f"unsupported LSH projection type {type!r}")
+    seeds = np.asarray(hash_seeds, np.float32)
+    x_dt = np.dtype(ctx.inputs[1].dtype)
+    item = int(np.prod(jnp.shape(x)[1:])) * x_dt.itemsize
+    if 4 + item > 32:
+        raise ctx.error(f"input rows of {item} bytes make hash keys over 32 bytes, which are not supported")
+    sparse = type == "SPARSE"
+    n_out = seeds.shape[0] if sparse else seeds.size
+
+    def host(xv, wv=None):
+        return _farmhash.lsh_projection(seeds, np.asarray(xv, x_dt), wv, sparse)
+
+    spec = jax.ShapeDtypeStruct((n_out,), np.int32)
+    if weight is None:
+        return jax.pure_callback(host, spec, jnp.asarray(x))
+    return jax.pure_callback(host, spec, jnp.asarray(x), jnp.asarray(weight, jnp.float32))

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ._new import builtin
+from ..registry import register
 from .elementwise import require_unquantized
 
 
@@ -27,97 +27,97 @@ def _u(ctx, fn, x):
     return fn(jnp.asarray(x))
 
 
-@builtin("ABS")
+@register("tflite", "ABS")
 def ABS(ctx, x):
     """TFLite ABS: ``|x|`` (float or int)."""
     return _u(ctx, jnp.abs, x)
 
 
-@builtin("CEIL")
+@register("tflite", "CEIL")
 def CEIL(ctx, x):
     """TFLite CEIL: ``ceil(x)``, float."""
     return _u(ctx, jnp.ceil, x)
 
 
-@builtin("FLOOR")
+@register("tflite", "FLOOR")
 def FLOOR(ctx, x):
     """TFLite FLOOR: ``floor(x)``, float."""
     return _u(ctx, jnp.floor, x)
 
 
-@builtin("ROUND")
+@register("tflite", "ROUND")
 def ROUND(ctx, x):
     """TFLite ROUND (``reference_ops::Round``): nearest, ties to even."""
     return _u(ctx, jnp.round, x)
 
 
-@builtin("COS")
+@register("tflite", "COS")
 def COS(ctx, x):
     """TFLite COS: ``cos(x)``, float."""
     return _u(ctx, jnp.cos, x)
 
 
-@builtin("SIN")
+@register("tflite", "SIN")
 def SIN(ctx, x):
     """TFLite SIN: ``sin(x)``, float."""
     return _u(ctx, jnp.sin, x)
 
 
-@builtin("EXP")
+@register("tflite", "EXP")
 def EXP(ctx, x):
     """TFLite EXP: ``exp(x)``, float."""
     return _u(ctx, jnp.exp, x)
 
 
-@builtin("LOG")
+@register("tflite", "LOG")
 def LOG(ctx, x):
     """TFLite LOG: natural log, float (``-inf`` at 0, NaN below)."""
     return _u(ctx, jnp.log, x)
 
 
-@builtin("SQRT")
+@register("tflite", "SQRT")
 def SQRT(ctx, x):
     """TFLite SQRT: ``sqrt(x)``, float."""
     return _u(ctx, jnp.sqrt, x)
 
 
-@builtin("RSQRT")
+@register("tflite", "RSQRT")
 def RSQRT(ctx, x):
     """TFLite RSQRT: ``1 / sqrt(x)``, float."""
     return _u(ctx, lax.rsqrt, x)
 
 
-@builtin("SQUARE")
+@register("tflite", "SQUARE")
 def SQUARE(ctx, x):
     """TFLite SQUARE: ``x * x``."""
     return _u(ctx, jnp.square, x)
 
 
-@builtin("NEG")
+@register("tflite", "NEG")
 def NEG(ctx, x):
     """TFLite NEG: ``-x`` (float or int)."""
     return _u(ctx, jnp.negative, x)
 
 
-@builtin("SIGN")
+@register("tflite", "SIGN")
 def SIGN(ctx, x):
     """TFLite SIGN: -1, 0 or 1 (float or int)."""
     return _u(ctx, jnp.sign, x)
 
 
-@builtin("LOGICAL_NOT")
+@register("tflite", "LOGICAL_NOT")
 def LOGICAL_NOT(ctx, x):
     """TFLite LOGICAL_NOT on bool tensors."""
     return jnp.logical_not(x)
 
 
-@builtin("ZEROS_LIKE")
+@register("tflite", "ZEROS_LIKE")
 def ZEROS_LIKE(ctx, x):
     """TFLite ZEROS_LIKE: zeros of ``x``'s shape and dtype."""
     return jnp.zeros_like(x)
 
 
-@builtin("ELU")
+@register("tflite", "ELU")
 def ELU(ctx, x):
     """TFLite ELU: ``x < 0 ? exp(x) - 1 : x``, float."""
     require_unquantized(ctx, "ELU")
@@ -125,7 +125,7 @@ def ELU(ctx, x):
     return jnp.where(x < 0, jnp.expm1(jnp.minimum(x, 0)), x)
 
 
-@builtin("LEAKY_RELU")
+@register("tflite", "LEAKY_RELU")
 def LEAKY_RELU(ctx, x, *, alpha=0.0):
     """TFLite LEAKY_RELU: ``x > 0 ? x : alpha * x``, float."""
     require_unquantized(ctx, "LEAKY_RELU")
@@ -133,7 +133,7 @@ def LEAKY_RELU(ctx, x, *, alpha=0.0):
     return jnp.where(x > 0, x, x * jnp.asarray(alpha, x.dtype))
 
 
-@builtin("GELU")
+@register("tflite", "GELU")
 def GELU(ctx, x, *, approximate=False):
     """TFLite GELU: ``x * Phi(x)`` with the erf form, or the tanh form when
     ``approximate``, float."""
@@ -141,7 +141,7 @@ def GELU(ctx, x, *, approximate=False):
     return jax.nn.gelu(jnp.asarray(x), approximate=bool(approximate))
 
 
-@builtin("SOFTMAX")
+@register("tflite", "SOFTMAX")
 def SOFTMAX(ctx, x, *, beta=1.0):
     """TFLite SOFTMAX: ``softmax(beta * x)`` over the last axis, float."""
     require_unquantized(ctx, "SOFTMAX")
@@ -149,14 +149,14 @@ def SOFTMAX(ctx, x, *, beta=1.0):
     return jax.nn.softmax(x * jnp.asarray(beta, x.dtype), axis=-1)
 
 
-@builtin("LOG_SOFTMAX")
+@register("tflite", "LOG_SOFTMAX")
 def LOG_SOFTMAX(ctx, x):
     """TFLite LOG_SOFTMAX over the last axis, float."""
     require_unquantized(ctx, "LOG_SOFTMAX")
     return jax.nn.log_softmax(jnp.asarray(x), axis=-1)
 
 
-@builtin("CAST")
+@register("tflite", "CAST")
 def CAST(ctx, x, *, in_data_type=None, out_data_type=None):
     """TFLite CAST (``kernels/cast.cc``) to the output tensor's dtype:
     float -> int truncates toward zero (``static_cast``), anything -> bool is
@@ -175,31 +175,31 @@ def _b(ctx, fn, a, b):
     return fn(jnp.asarray(a), jnp.asarray(b))
 
 
-@builtin("MAXIMUM")
+@register("tflite", "MAXIMUM")
 def MAXIMUM(ctx, a, b):
     """TFLite MAXIMUM, broadcasting (NaN propagates as in ``std::max``-free TF)."""
     return _b(ctx, jnp.maximum, a, b)
 
 
-@builtin("MINIMUM")
+@register("tflite", "MINIMUM")
 def MINIMUM(ctx, a, b):
     """TFLite MINIMUM, broadcasting."""
     return _b(ctx, jnp.minimum, a, b)
 
 
-@builtin("POW")
+@register("tflite", "POW")
 def POW(ctx, a, b):
     """TFLite POW, broadcasting ``a ** b`` (float or int32)."""
     return _b(ctx, jnp.power, a, b)
 
 
-@builtin("SQUARED_DIFFERENCE")
+@register("tflite", "SQUARED_DIFFERENCE")
 def SQUARED_DIFFERENCE(ctx, a, b):
     """TFLite SQUARED_DIFFERENCE: ``(a - b)^2``, broadcasting."""
     return _b(ctx, lambda x, y: jnp.square(x - y), a, b)
 
 
-@builtin("FLOOR_DIV")
+@register("tflite", "FLOOR_DIV")
 def FLOOR_DIV(ctx, a, b):
     """TFLite FLOOR_DIV: ``floor(a / b)``; integers round toward -inf."""
     def f(x, y):
@@ -209,7 +209,7 @@ def FLOOR_DIV(ctx, a, b):
     return _b(ctx, f, a, b)
 
 
-@builtin("FLOOR_MOD")
+@register("tflite", "FLOOR_MOD")
 def FLOOR_MOD(ctx, a, b):
     """TFLite FLOOR_MOD (``floor_mod.cc``): the C remainder (``fmod`` for
     floats), plus ``b`` when it is non-zero and its sign differs from ``b``'s."""
@@ -221,25 +221,25 @@ def FLOOR_MOD(ctx, a, b):
     return _b(ctx, f, a, b)
 
 
-@builtin("ATAN2")
+@register("tflite", "ATAN2")
 def ATAN2(ctx, a, b):
     """TFLite ATAN2: ``atan2(a, b)``, float, broadcasting."""
     return _b(ctx, jnp.arctan2, a, b)
 
 
-@builtin("BITWISE_XOR")
+@register("tflite", "BITWISE_XOR")
 def BITWISE_XOR(ctx, a, b):
     """TFLite BITWISE_XOR on integer tensors, broadcasting."""
     return _b(ctx, jnp.bitwise_xor, a, b)
 
 
-@builtin("RIGHT_SHIFT")
+@register("tflite", "RIGHT_SHIFT")
 def RIGHT_SHIFT(ctx, a, b):
     """TFLite RIGHT_SHIFT: arithmetic for signed, logical for unsigned ints."""
     return _b(ctx, jnp.right_shift, a, b)
 
 
-@builtin("ADD_N")
+@register("tflite", "ADD_N")
 def ADD_N(ctx, *xs):
     """TFLite ADD_N: element-wise sum of all (same-shape) inputs."""
     require_unquantized(ctx, "ADD_N")
@@ -251,55 +251,55 @@ def ADD_N(ctx, *xs):
 
 
 
-@builtin("EQUAL")
+@register("tflite", "EQUAL")
 def EQUAL(ctx, a, b):
     """TFLite EQUAL, broadcasting, bool output."""
     return _b(ctx, jnp.equal, a, b)
 
 
-@builtin("NOT_EQUAL")
+@register("tflite", "NOT_EQUAL")
 def NOT_EQUAL(ctx, a, b):
     """TFLite NOT_EQUAL, broadcasting, bool output."""
     return _b(ctx, jnp.not_equal, a, b)
 
 
-@builtin("LESS")
+@register("tflite", "LESS")
 def LESS(ctx, a, b):
     """TFLite LESS, broadcasting, bool output."""
     return _b(ctx, jnp.less, a, b)
 
 
-@builtin("LESS_EQUAL")
+@register("tflite", "LESS_EQUAL")
 def LESS_EQUAL(ctx, a, b):
     """TFLite LESS_EQUAL, broadcasting, bool output."""
     return _b(ctx, jnp.less_equal, a, b)
 
 
-@builtin("GREATER")
+@register("tflite", "GREATER")
 def GREATER(ctx, a, b):
     """TFLite GREATER, broadcasting, bool output."""
     return _b(ctx, jnp.greater, a, b)
 
 
-@builtin("GREATER_EQUAL")
+@register("tflite", "GREATER_EQUAL")
 def GREATER_EQUAL(ctx, a, b):
     """TFLite GREATER_EQUAL, broadcasting, bool output."""
     return _b(ctx, jnp.greater_equal, a, b)
 
 
-@builtin("LOGICAL_AND")
+@register("tflite", "LOGICAL_AND")
 def LOGICAL_AND(ctx, a, b):
     """TFLite LOGICAL_AND on bool tensors, broadcasting."""
     return jnp.logical_and(a, b)
 
 
-@builtin("LOGICAL_OR")
+@register("tflite", "LOGICAL_OR")
 def LOGICAL_OR(ctx, a, b):
     """TFLite LOGICAL_OR on bool tensors, broadcasting."""
     return jnp.logical_or(a, b)
 
 
-@builtin("SELECT")
+@register("tflite", "SELECT")
 def SELECT(ctx, c, a, b):
     """TFLite SELECT: ``c ? a : b``; a 1-D ``c`` of length ``a.shape[0]``
     selects whole rows (TF1 semantics), else shapes broadcast."""
@@ -309,39 +309,35 @@ def SELECT(ctx, c, a, b):
     return jnp.where(c, a, b)
 
 
-@builtin("SELECT_V2")
+@register("tflite", "SELECT_V2")
 def SELECT_V2(ctx, c, a, b):
     """TFLite SELECT_V2: ``c ? a : b`` with numpy broadcasting of all three."""
     return jnp.where(c, a, b)
 
 
-@builtin("REAL")
+@register("tflite", "REAL")
 def REAL(ctx, x):
     """TFLite REAL: real part of a complex tensor."""
     return jnp.real(x).astype(ctx.out_dtype(0))
 
 
-@builtin("IMAG")
+@register("tflite", "IMAG")
 def IMAG(ctx, x):
     """TFLite IMAG: imaginary part of a complex tensor."""
     return jnp.imag(x).astype(ctx.out_dtype(0))
 
 
-@builtin("COMPLEX_ABS")
+@register("tflite", "COMPLEX_ABS")
 def COMPLEX_ABS(ctx, x):
     """TFLite COMPLEX_ABS: modulus of a complex tensor."""
     return jnp.abs(x).astype(ctx.out_dtype(0))
 
 
-@builtin("BITCAST")
+@register("tflite", "BITCAST")
 def BITCAST(ctx, x):
     """TFLite BITCAST: reinterpret the bytes as the output dtype; a wider
     output drops the last dim, a narrower one adds a dim (TF semantics)."""
-    x = jnp.asarray(x)
-    dt = np.dtype(ctx.out_dtype(0))
-    y = lax.bitcast_convert_type(x, dt) if dt.itemsize <= x.dtype.itemsize else \
-        lax.bitcast_convert_type(x, dt)
-    return y
+    return lax.bitcast_convert_type(jnp.asarray(x), np.dtype(ctx.out_dtype(0)))
 
 
 def fake_quant_nudge(min_v, max_v, num_bits, narrow_range):
@@ -361,7 +357,7 @@ def fake_quant_nudge(min_v, max_v, num_bits, narrow_range):
     return scale, f((qmin - zp) * scale), f((qmax - zp) * scale)
 
 
-@builtin("FAKE_QUANT")
+@register("tflite", "FAKE_QUANT")
 def FAKE_QUANT(ctx, x, *, min=0.0, max=0.0, num_bits=8, narrow_range=False):  # noqa: A002 - schema names
     """TFLite FAKE_QUANT: quantize-dequantize with TF's nudged range:
     ``floor((clip(x, nmin, nmax) - nmin) / scale + 0.5) * scale + nmin``."""

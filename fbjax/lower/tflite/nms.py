@@ -17,7 +17,7 @@ import numpy as np
 from jax import lax
 
 from ..registry import register
-from ._new import builtin
+from ..registry import register
 
 
 def _iou_matrix(boxes):
@@ -71,7 +71,7 @@ def _scalar(v):
     return np.asarray(v).reshape(-1)[0].item()
 
 
-@builtin("NON_MAX_SUPPRESSION_V4", static_inputs=(2, 3, 4), differentiable=False)
+@register("tflite", "NON_MAX_SUPPRESSION_V4", static_inputs=(2, 3, 4), differentiable=False)
 def NON_MAX_SUPPRESSION_V4(ctx, boxes, scores, max_output_size, iou_threshold, score_threshold):
     """TFLite NON_MAX_SUPPRESSION_V4: hard NMS; outputs the padded int32
     ``selected_indices [max_output_size]`` and ``num_selected``. The three
@@ -81,7 +81,7 @@ def NON_MAX_SUPPRESSION_V4(ctx, boxes, scores, max_output_size, iou_threshold, s
     return idx, n.reshape(ctx.outputs[1].shape or ())
 
 
-@builtin("NON_MAX_SUPPRESSION_V5", static_inputs=(2, 3, 4, 5), differentiable=False)
+@register("tflite", "NON_MAX_SUPPRESSION_V5", static_inputs=(2, 3, 4, 5), differentiable=False)
 def NON_MAX_SUPPRESSION_V5(ctx, boxes, scores, max_output_size, iou_threshold, score_threshold,
                            soft_nms_sigma):
     """TFLite NON_MAX_SUPPRESSION_V5: soft NMS (Gaussian, ``soft_nms_sigma``;
@@ -117,7 +117,8 @@ def TFLite_Detection_PostProcess(ctx, box_encodings, class_predictions, anchors,
     the best ``max_detections`` overall). Scores at or above
     ``nms_score_threshold`` are candidates. Outputs ``boxes [1, D, 4]``,
     ``classes [1, D]`` (float), ``scores [1, D]``, ``num_detections [1]``
-    (float), zero-padded; batch 1 only, as LiteRT."""
+    (float), zero-padded; batch 1 only, as LiteRT. Regular NMS skips the
+    last class, as LiteRT does."""
     enc = jnp.asarray(box_encodings)
     if enc.ndim != 3 or enc.shape[0] != 1:
         raise ctx.error(f"box_encodings must be [1, N, 4+], got {tuple(enc.shape)}")
@@ -130,7 +131,10 @@ def TFLite_Detection_PostProcess(ctx, box_encodings, class_predictions, anchors,
     if use_regular_nms:
         dpc = int(detections_per_class)
         idx, sc, cnt = [], [], []
-        for c in range(nc):
+        # LiteRT's regular path never considers the last class (observed with
+        # ai-edge-litert: a score only in the last class column yields no
+        # detection); mirrored so that results match the runtime.
+        for c in range(max(nc - 1, 1)):
             i, s_, n = nms(boxes, scores[:, c], min(dpc, boxes.shape[0]), iou, thr, 0.0, inclusive=True)
             idx.append(i)
             sc.append(jnp.where(jnp.arange(i.shape[0]) < n, s_, -jnp.inf))

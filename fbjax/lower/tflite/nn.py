@@ -16,7 +16,7 @@ import numpy as np
 from jax import lax
 
 from .. import kernels
-from ._new import builtin
+from ..registry import register
 from .elementwise import apply_fused, require_unquantized
 
 
@@ -27,7 +27,7 @@ def _pads(ctx, padding, in_sizes, k, strides, dil=None):
         raise ctx.error(str(e)) from None
 
 
-@builtin("BATCH_MATMUL")
+@register("tflite", "BATCH_MATMUL")
 def BATCH_MATMUL(ctx, x, y, *, adj_x=False, adj_y=False, asymmetric_quantize_inputs=False):
     """TFLite BATCH_MATMUL: ``x @ y`` over the last two dims with numpy
     broadcasting of the batch dims; ``adj_x`` / ``adj_y`` transpose them first."""
@@ -40,7 +40,7 @@ def BATCH_MATMUL(ctx, x, y, *, adj_x=False, adj_y=False, asymmetric_quantize_inp
     return jnp.matmul(x, y, precision=kernels.PRECISION)
 
 
-@builtin("L2_NORMALIZATION")
+@register("tflite", "L2_NORMALIZATION")
 def L2_NORMALIZATION(ctx, x, *, fused_activation_function="NONE"):
     """TFLite L2_NORMALIZATION over the last axis:
     ``x / max(sqrt(sum(x^2)), 1e-6)``."""
@@ -50,7 +50,7 @@ def L2_NORMALIZATION(ctx, x, *, fused_activation_function="NONE"):
     return apply_fused(ctx, x / jnp.maximum(n, jnp.asarray(1e-6, x.dtype)), fused_activation_function)
 
 
-@builtin("LOCAL_RESPONSE_NORMALIZATION")
+@register("tflite", "LOCAL_RESPONSE_NORMALIZATION")
 def LOCAL_RESPONSE_NORMALIZATION(ctx, x, *, radius=0, bias=0.0, alpha=0.0, beta=0.0):
     """TFLite LOCAL_RESPONSE_NORMALIZATION over the last (channel) axis:
     ``x / (bias + alpha * sum_{|d| <= radius} x[c + d]^2) ** beta``."""
@@ -65,7 +65,7 @@ def LOCAL_RESPONSE_NORMALIZATION(ctx, x, *, radius=0, bias=0.0, alpha=0.0, beta=
     return x / jnp.power(jnp.asarray(bias, dt) + jnp.asarray(alpha, dt) * s, jnp.asarray(beta, dt))
 
 
-@builtin("L2_POOL_2D")
+@register("tflite", "L2_POOL_2D")
 def L2_POOL_2D(ctx, x, *, padding="SAME", stride_w=1, stride_h=1, filter_width=1, filter_height=1,
                fused_activation_function="NONE"):
     """TFLite L2_POOL_2D, NHWC: ``sqrt(mean of x^2)`` over each window, the
@@ -93,7 +93,7 @@ def _transpose_conv(ctx, output_shape, w, x, b, padding, strides, spec, act):
     return apply_fused(ctx, y, act)
 
 
-@builtin("TRANSPOSE_CONV", static_inputs=(0,))
+@register("tflite", "TRANSPOSE_CONV", static_inputs=(0,))
 def TRANSPOSE_CONV(ctx, output_shape, weights, x, bias=None, *, padding="SAME", stride_w=1, stride_h=1,
                    fused_activation_function="NONE", quantized_bias_type=None):
     """TFLite TRANSPOSE_CONV: scatter-style transposed convolution of NHWC
@@ -104,7 +104,7 @@ def TRANSPOSE_CONV(ctx, output_shape, weights, x, bias=None, *, padding="SAME", 
                            ("NHWC", "OHWI", "NHWC"), fused_activation_function)
 
 
-@builtin("CONV_3D_TRANSPOSE", static_inputs=(0,))
+@register("tflite", "CONV_3D_TRANSPOSE", static_inputs=(0,))
 def CONV_3D_TRANSPOSE(ctx, output_shape, weights, x, bias=None, *, padding="SAME", stride_d=1, stride_w=1,
                       stride_h=1, fused_activation_function="NONE", dilation_d_factor=1,
                       dilation_w_factor=1, dilation_h_factor=1):
@@ -118,7 +118,7 @@ def CONV_3D_TRANSPOSE(ctx, output_shape, weights, x, bias=None, *, padding="SAME
                            fused_activation_function)
 
 
-@builtin("CONV_3D")
+@register("tflite", "CONV_3D")
 def CONV_3D(ctx, x, w, b=None, *, padding="SAME", stride_d=1, stride_w=1, stride_h=1,
             fused_activation_function="NONE", dilation_d_factor=1, dilation_w_factor=1, dilation_h_factor=1):
     """TFLite CONV_3D: NDHWC ``x`` with DHWIO ``w`` (TF's layout), TF
@@ -134,7 +134,7 @@ def CONV_3D(ctx, x, w, b=None, *, padding="SAME", stride_d=1, stride_w=1, stride
     return apply_fused(ctx, y, fused_activation_function)
 
 
-@builtin("RESIZE_NEAREST_NEIGHBOR", static_inputs=(1,))
+@register("tflite", "RESIZE_NEAREST_NEIGHBOR", static_inputs=(1,))
 def RESIZE_NEAREST_NEIGHBOR(ctx, x, size, *, align_corners=False, half_pixel_centers=False):
     """TFLite RESIZE_NEAREST_NEIGHBOR, NHWC, static ``size``; source indices
     from :func:`fbjax.lower.kernels.nearest_resize_indices`."""
@@ -145,7 +145,7 @@ def RESIZE_NEAREST_NEIGHBOR(ctx, x, size, *, align_corners=False, half_pixel_cen
     return kernels.resize_nearest(x, (1, 2), idx)
 
 
-@builtin("RFFT2D", static_inputs=(1,))
+@register("tflite", "RFFT2D", static_inputs=(1,))
 def RFFT2D(ctx, x, fft_length):
     """TFLite RFFT2D: 2-D real FFT of the last two dims, cropped / zero
     padded to ``fft_length``; complex64 ``[..., L0, L1 // 2 + 1]``."""
@@ -157,12 +157,14 @@ _RW = {"ADD": (lax.add, 0), "MUL": (lax.mul, 1), "MAXIMUM": (lax.max, None),
        "MINIMUM": (lax.min, None), "ALL": (lax.bitwise_and, True), "ANY": (lax.bitwise_or, False)}
 
 
-@builtin("REDUCE_WINDOW", static_inputs=(2, 3, 4))
+@register("tflite", "REDUCE_WINDOW", static_inputs=(1, 2, 3, 4))
 def REDUCE_WINDOW(ctx, x, init_value, window_shape, window_strides, window_dilations, *,
                   reduce_function="UNSUPPORTED"):
     """TFLite REDUCE_WINDOW (from StableHLO ``reduce_window``, no padding):
     ``reduce_function`` over windows of ``window_shape`` with strides and
-    dilations, starting from ``init_value``."""
+    dilations, starting from ``init_value``. All but the operand are static
+    (the init value is a constant, not a trainable param: ``lax.reduce_window``
+    has no derivative with respect to it)."""
     if reduce_function not in _RW:
         raise ctx.error(f"unsupported reduce_function {reduce_function!r}")
     fn = _RW[reduce_function][0]

@@ -27,7 +27,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from .. import kernels
-from ._new import builtin
+from ..registry import register
 from .elementwise import require_unquantized
 
 
@@ -99,7 +99,7 @@ def _lstm_weights(ins):
     return (wxi, wxf, wxc, wxo, whi, whf, whc, who, wci, wcf, wco, bi, bf, bc, bo, pw, pb, *ln)
 
 
-@builtin("UNIDIRECTIONAL_SEQUENCE_LSTM")
+@register("tflite", "UNIDIRECTIONAL_SEQUENCE_LSTM")
 def UNIDIRECTIONAL_SEQUENCE_LSTM(ctx, *ins, fused_activation_function="TANH", cell_clip=0.0, proj_clip=0.0,
                                  time_major=False, asymmetric_quantize_inputs=False,
                                  diagonal_recurrent_tensors=False):
@@ -117,7 +117,7 @@ def UNIDIRECTIONAL_SEQUENCE_LSTM(ctx, *ins, fused_activation_function="TANH", ce
     return ys if time_major else jnp.swapaxes(ys, 0, 1)
 
 
-@builtin("LSTM")
+@register("tflite", "LSTM")
 def LSTM(ctx, *ins, fused_activation_function="TANH", cell_clip=0.0, proj_clip=0.0, kernel_type="FULL",
          asymmetric_quantize_inputs=False):
     """TFLite LSTM (full kernel, one time step): input ``[B, I]``, the
@@ -139,7 +139,7 @@ def _rnn_step(ctx, w, r, b, act):
     return step
 
 
-@builtin("RNN")
+@register("tflite", "RNN")
 def RNN(ctx, x, w, r, b, h, *, fused_activation_function="NONE", asymmetric_quantize_inputs=False):
     """TFLite RNN (``basic_rnn.cc``): one step ``act(W x + R h + b)``;
     ``x [B, I]``, ``W [U, I]``, ``R [U, U]``, ``b [U]``, state ``h [B, U]``.
@@ -149,7 +149,7 @@ def RNN(ctx, x, w, r, b, h, *, fused_activation_function="NONE", asymmetric_quan
     return [h2, y] if len(ctx.outputs) > 1 else y
 
 
-@builtin("UNIDIRECTIONAL_SEQUENCE_RNN")
+@register("tflite", "UNIDIRECTIONAL_SEQUENCE_RNN")
 def UNIDIRECTIONAL_SEQUENCE_RNN(ctx, x, w, r, b, h, *, time_major=False, fused_activation_function="NONE",
                                 asymmetric_quantize_inputs=False):
     """TFLite UNIDIRECTIONAL_SEQUENCE_RNN: :func:`RNN` over time with
@@ -159,3 +159,71 @@ def UNIDIRECTIONAL_SEQUENCE_RNN(ctx, x, w, r, b, h, *, time_major=False, fused_a
     xs = x if time_major else jnp.swapaxes(x, 0, 1)
     _, ys = lax.scan(_rnn_step(ctx, w, r, b, fused_activation_function), jnp.asarray(h, x.dtype), xs)
     return ys if time_major else jnp.swapaxes(ys, 0, 1)
+
+
+@register("tflite", "BIDIRECTIONAL_SEQUENCE_RNN")
+def BIDIRECTIONAL_SEQUENCE_RNN(ctx, x, fw_w, fw_r, fw_b, fw_h, bw_w, bw_r, bw_b, bw_h, aux=None, fw_aux_w=None,
+                               bw_aux_w=None, *, time_major=False, fused_activation_function="NONE",
+                               merge_outputs=False, asymmetric_quantize_inputs=False):
+    """TFLite BIDIRECTIONAL_SEQUENCE_RNN (``bidirectional_sequence_rnn.cc``):
+    a forward RNN over time and a backward one over the reversed sequence
+    (its outputs stored at the original time positions); ``merge_outputs``
+    concatenates them on the last axis into one output. Auxiliary inputs
+    are refused."""
+    require_unquantized(ctx, "BIDIRECTIONAL_SEQUENCE_RNN")
+    if aux is not None:
+        raise ctx.error("auxiliary inputs are not supported")
+    x = jnp.asarray(x)
+    xs = x if time_major else jnp.swapaxes(x, 0, 1)
+    act = fused_activation_function
+    _, yf = lax.scan(_rnn_step(ctx, fw_w, fw_r, fw_b, act), jnp.asarray(fw_h, x.dtype), xs)
+    _, yb = lax.scan(_rnn_step(ctx, bw_w, bw_r, bw_b, act), jnp.asarray(bw_h, x.dtype), xs, reverse=True)
+    if not time_major:
+        yf, yb = jnp.swapaxes(yf, 0, 1), jnp.swapaxes(yb, 0, 1)
+    return [jnp.concatenate([yf, yb], -1)] if merge_outputs else [yf, yb]
+
+
+@register("tflite", "SVDF")
+def SVDF(ctx, x, weights_feature, weights_time, bias=None, state=None, *, rank=1,
+         fused_activation_function="NONE", asymmetric_quantize_inputs=False):
+    """TFLite SVDF (``svdf.cc``, ``EvalFloatSVDF``), one step: the state
+    ``[B, F * M]`` (viewed ``[B, F, M]``, zeros initially) shifts left by one
+    along M and takes ``x @ weights_feature^T`` as its last column; each
+    filter's state is dotted with its ``weights_time [F, M]`` row, groups of
+    ``rank`` filters are summed into ``U = F / rank`` units, then bias and
+    the fused activation. Output ``[B, U]``."""
+    require_unquantized(ctx, "SVDF")
+    x = jnp.asarray(x)
+    f, m = weights_time.shape
+    r = int(rank)
+    if r < 1 or f % r:
+        raise ctx.error(f"rank {rank} does not divide {f} filters")
+    s = jnp.asarray(state, x.dtype).reshape(x.shape[0], f, m)
+    s = jnp.concatenate([s[:, :, 1:], _mm(x, weights_feature)[:, :, None]], axis=2)
+    scratch = jnp.sum(s * weights_time[None], axis=2)
+    out = scratch.reshape(x.shape[0], f // r, r).sum(-1)
+    if bias is not None:
+        out = out + bias
+    return activation(ctx, out, fused_activation_function)
+
+
+@register("tflite", "BIDIRECTIONAL_SEQUENCE_LSTM")
+def BIDIRECTIONAL_SEQUENCE_LSTM(ctx, *ins, fused_activation_function="TANH", cell_clip=0.0, proj_clip=0.0,
+                                merge_outputs=False, time_major=True, asymmetric_quantize_inputs=False):
+    """TFLite BIDIRECTIONAL_SEQUENCE_LSTM (48 inputs): input 0, forward
+    weights 1-17 and backward weights 18-34 in the LSTM order, states 35-38
+    (fw h, fw c, bw h, bw c); the backward LSTM runs over the reversed
+    sequence with outputs at the original positions; ``merge_outputs``
+    concatenates both on the last axis. Auxiliary inputs (39-47) are refused."""
+    require_unquantized(ctx, "BIDIRECTIONAL_SEQUENCE_LSTM")
+    if len(ins) > 39 and any(v is not None for v in ins[39:]):
+        raise ctx.error("auxiliary inputs are not supported")
+    x = jnp.asarray(ins[0])
+    xs = x if time_major else jnp.swapaxes(x, 0, 1)
+    ys = []
+    for w, (h, c), rev in ((ins[1:18], ins[35:37], False), (ins[18:35], ins[37:39], True)):
+        step = lstm_cell(ctx, tuple(w) + (None,) * 4, fused_activation_function, float(cell_clip),
+                         float(proj_clip))
+        _, y = lax.scan(step, (jnp.asarray(h, x.dtype), jnp.asarray(c, x.dtype)), xs, reverse=rev)
+        ys.append(y if time_major else jnp.swapaxes(y, 0, 1))
+    return [jnp.concatenate(ys, -1)] if merge_outputs else ys

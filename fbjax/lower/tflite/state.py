@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import ModelFormatError
-from ._new import builtin
+from ..registry import register
 
 
 def _name(shared_name) -> str:
@@ -27,9 +27,13 @@ def _name(shared_name) -> str:
         else str(shared_name)
 
 
+_STATEFUL = ("VAR_HANDLE", "CALL_ONCE", "RANDOM_STANDARD_NORMAL", "RANDOM_UNIFORM", "MULTINOMIAL")
+_RANDOM = _STATEFUL[2:]
+
+
 def has_state(model) -> bool:
-    """True when the model uses resource variables."""
-    return any(n.op_set == "tflite" and n.op_name in ("VAR_HANDLE", "CALL_ONCE") for n in model.iter_nodes())
+    """True when the model uses resource variables or random ops (PRNG key)."""
+    return any(n.op_set == "tflite" and n.op_name in _STATEFUL for n in model.iter_nodes())
 
 
 def _names(program) -> list:
@@ -65,6 +69,11 @@ def initial_state(program, params) -> dict:
         for n in main.nodes:
             if n.op_name == "CALL_ONCE":
                 program.eval_graph(int(n.attrs.get("init_subgraph_index", 0)), [], params)
+        if any(n.op_name in _RANDOM for n in program.model.iter_nodes()):
+            import jax
+
+            from .random import KEY, first_seed
+            program._state[KEY] = jax.random.PRNGKey(first_seed(program.model))
         return dict(program._state)
     finally:
         program._state, program._state_ready = prev
@@ -78,7 +87,7 @@ def _state(ctx) -> dict:
     return st
 
 
-@builtin("CALL_ONCE")
+@register("tflite", "CALL_ONCE", differentiable=False)
 def CALL_ONCE(ctx, *, init_subgraph_index=0):
     """TFLite CALL_ONCE: run the initialisation subgraph the first time only
     (when the state was not supplied by the caller)."""
@@ -88,7 +97,7 @@ def CALL_ONCE(ctx, *, init_subgraph_index=0):
     return []
 
 
-@builtin("VAR_HANDLE")
+@register("tflite", "VAR_HANDLE", differentiable=False)
 def VAR_HANDLE(ctx, *, container="", shared_name=""):
     """TFLite VAR_HANDLE: a static handle naming the variable ``shared_name``
     (``container`` is ignored, as LiteRT does)."""
@@ -105,7 +114,7 @@ def _key(ctx, handle) -> str:
     return _names(ctx.program)[int(handle)]
 
 
-@builtin("READ_VARIABLE")
+@register("tflite", "READ_VARIABLE")
 def READ_VARIABLE(ctx, handle):
     """TFLite READ_VARIABLE: the variable's current value."""
     st = _state(ctx)
@@ -115,7 +124,7 @@ def READ_VARIABLE(ctx, handle):
     return st[k]
 
 
-@builtin("ASSIGN_VARIABLE")
+@register("tflite", "ASSIGN_VARIABLE")
 def ASSIGN_VARIABLE(ctx, handle, value):
     """TFLite ASSIGN_VARIABLE: set the variable (shape and dtype fixed by
     the first assignment, as XLA needs them constant across calls)."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._new import builtin
+from ..registry import register
 
 
 def _ints(v):
@@ -22,43 +22,43 @@ def _axis(ctx, a, rank):
     return a % max(rank, 1)
 
 
-@builtin("TILE", static_inputs=(1,))
+@register("tflite", "TILE", static_inputs=(1,))
 def TILE(ctx, x, multiples):
     """``np.tile``."""
     return np.tile(x, _ints(multiples))
 
 
-@builtin("BROADCAST_TO", static_inputs=(1,))
+@register("tflite", "BROADCAST_TO", static_inputs=(1,))
 def BROADCAST_TO(ctx, x, shape):
     """numpy broadcasting."""
     return np.broadcast_to(x, tuple(_ints(shape))).copy()
 
 
-@builtin("BROADCAST_ARGS", static_inputs=(0, 1))
+@register("tflite", "BROADCAST_ARGS", static_inputs=(0, 1))
 def BROADCAST_ARGS(ctx, s0, s1):
     """Broadcast shape of two shape vectors."""
     return np.asarray(np.broadcast_shapes(tuple(_ints(s0)), tuple(_ints(s1))), ctx.out_dtype(0))
 
 
-@builtin("SHAPE")
+@register("tflite", "SHAPE")
 def SHAPE(ctx, x, *, out_type=None):
     """Shape vector."""
     return np.asarray(np.shape(x), ctx.out_dtype(0))
 
 
-@builtin("RANK")
+@register("tflite", "RANK")
 def RANK(ctx, x):
     """Rank scalar."""
     return np.asarray(np.ndim(x), ctx.out_dtype(0))
 
 
-@builtin("FILL", static_inputs=(0,))
+@register("tflite", "FILL", static_inputs=(0,))
 def FILL(ctx, dims, value):
     """Constant tensor."""
     return np.full(tuple(_ints(dims)), np.asarray(value).reshape(()), ctx.out_dtype(0))
 
 
-@builtin("RANGE", static_inputs=(0, 1, 2))
+@register("tflite", "RANGE", static_inputs=(0, 1, 2))
 def RANGE(ctx, start, limit, delta):
     """``np.arange`` semantics."""
     s, lim, d = (np.asarray(v).reshape(()).item() for v in (start, limit, delta))
@@ -70,26 +70,26 @@ def RANGE(ctx, start, limit, delta):
     return np.asarray(out, ctx.out_dtype(0))
 
 
-@builtin("PACK")
+@register("tflite", "PACK")
 def PACK(ctx, *xs, values_count=0, axis=0):
     """``np.stack``."""
     return np.stack(xs, axis=_axis(ctx, axis, np.ndim(xs[0]) + 1))
 
 
-@builtin("UNPACK")
+@register("tflite", "UNPACK")
 def UNPACK(ctx, x, *, num=0, axis=0):
     """Split along ``axis`` dropping it."""
     a = _axis(ctx, axis, np.ndim(x))
     return [np.take(x, i, axis=a) for i in range(np.shape(x)[a])]
 
 
-@builtin("SPLIT", static_inputs=(0,))
+@register("tflite", "SPLIT", static_inputs=(0,))
 def SPLIT(ctx, axis, x, *, num_splits=0):
     """Equal pieces."""
     return np.split(x, int(num_splits), axis=_axis(ctx, axis, np.ndim(x)))
 
 
-@builtin("SPLIT_V", static_inputs=(1, 2))
+@register("tflite", "SPLIT_V", static_inputs=(1, 2))
 def SPLIT_V(ctx, x, size_splits, axis, *, num_splits=0):
     """Pieces of the given sizes (one -1 inferred)."""
     a = _axis(ctx, axis, np.ndim(x))
@@ -99,7 +99,7 @@ def SPLIT_V(ctx, x, size_splits, axis, *, num_splits=0):
     return np.split(x, np.cumsum(sizes)[:-1], axis=a)
 
 
-@builtin("SQUEEZE")
+@register("tflite", "SQUEEZE")
 def SQUEEZE(ctx, x, *, squeeze_dims=None):
     """Drop size-1 dims."""
     dims = _ints(squeeze_dims) if squeeze_dims is not None else []
@@ -108,32 +108,32 @@ def SQUEEZE(ctx, x, *, squeeze_dims=None):
     return np.squeeze(x, axis=tuple(sorted({_axis(ctx, d, np.ndim(x)) for d in dims})))
 
 
-@builtin("EXPAND_DIMS", static_inputs=(1,))
+@register("tflite", "EXPAND_DIMS", static_inputs=(1,))
 def EXPAND_DIMS(ctx, x, axis):
     """Insert a size-1 dim."""
     return np.expand_dims(x, _axis(ctx, axis, np.ndim(x) + 1))
 
 
-@builtin("TRANSPOSE", static_inputs=(1,))
+@register("tflite", "TRANSPOSE", static_inputs=(1,))
 def TRANSPOSE(ctx, x, perm):
     """Permute dims."""
     return np.transpose(x, _ints(perm)).copy()
 
 
-@builtin("SLICE", static_inputs=(1, 2))
+@register("tflite", "SLICE", static_inputs=(1, 2))
 def SLICE(ctx, x, begin, size):
     """``x[b:b+s]`` per dim, -1 = to the end."""
     idx = tuple(slice(b, None if s == -1 else b + s) for b, s in zip(_ints(begin), _ints(size)))
     return np.asarray(x)[idx].copy()
 
 
-@builtin("REVERSE_V2", static_inputs=(1,))
+@register("tflite", "REVERSE_V2", static_inputs=(1,))
 def REVERSE_V2(ctx, x, axis):
     """``np.flip`` over the axes."""
     return np.flip(x, axis=tuple({_axis(ctx, a, np.ndim(x)) for a in _ints(axis)})).copy()
 
 
-@builtin("REVERSE_SEQUENCE")
+@register("tflite", "REVERSE_SEQUENCE")
 def REVERSE_SEQUENCE(ctx, x, seq_lengths, *, seq_dim=0, batch_dim=0):
     """Reverse each batch entry's prefix of length ``seq_lengths[b]``."""
     x = np.asarray(x)
@@ -149,20 +149,20 @@ def REVERSE_SEQUENCE(ctx, x, seq_lengths, *, seq_dim=0, batch_dim=0):
     return out
 
 
-@builtin("MIRROR_PAD", static_inputs=(1,))
+@register("tflite", "MIRROR_PAD", static_inputs=(1,))
 def MIRROR_PAD(ctx, x, paddings, *, mode="REFLECT"):
     """``np.pad`` reflect/symmetric."""
     return np.pad(x, np.asarray(paddings).astype(int), mode="reflect" if mode == "REFLECT" else "symmetric")
 
 
-@builtin("PADV2", static_inputs=(1,))
+@register("tflite", "PADV2", static_inputs=(1,))
 def PADV2(ctx, x, paddings, constant_values=None):
     """Constant padding."""
     v = 0 if constant_values is None else np.asarray(constant_values).reshape(()).item()
     return np.pad(x, np.asarray(paddings).astype(int), constant_values=v)
 
 
-@builtin("SPACE_TO_DEPTH")
+@register("tflite", "SPACE_TO_DEPTH")
 def SPACE_TO_DEPTH(ctx, x, *, block_size=0):
     """Explicit index loop over the block offsets."""
     b = int(block_size)
@@ -174,7 +174,7 @@ def SPACE_TO_DEPTH(ctx, x, *, block_size=0):
     return out
 
 
-@builtin("SPACE_TO_BATCH_ND", static_inputs=(1, 2))
+@register("tflite", "SPACE_TO_BATCH_ND", static_inputs=(1, 2))
 def SPACE_TO_BATCH_ND(ctx, x, block_shape, paddings):
     """Pad, then batch ``(offset index) * N + n`` holds the strided sub-grid."""
     x = np.asarray(x)
@@ -190,7 +190,7 @@ def SPACE_TO_BATCH_ND(ctx, x, block_shape, paddings):
     return np.concatenate(outs, axis=0) if n else np.stack(outs).reshape((0,) + outs[0].shape[1:])
 
 
-@builtin("BATCH_TO_SPACE_ND", static_inputs=(1, 2))
+@register("tflite", "BATCH_TO_SPACE_ND", static_inputs=(1, 2))
 def BATCH_TO_SPACE_ND(ctx, x, block_shape, crops):
     """Scatter batch ``offset * N + n`` to the strided sub-grid, then crop."""
     x = np.asarray(x)
@@ -207,7 +207,7 @@ def BATCH_TO_SPACE_ND(ctx, x, block_shape, crops):
     return out[idx].copy()
 
 
-@builtin("MATRIX_DIAG")
+@register("tflite", "MATRIX_DIAG")
 def MATRIX_DIAG(ctx, d):
     """``[..., N] -> [..., N, N]`` diagonal matrices."""
     d = np.asarray(d)
@@ -218,7 +218,7 @@ def MATRIX_DIAG(ctx, d):
     return out
 
 
-@builtin("MATRIX_SET_DIAG")
+@register("tflite", "MATRIX_SET_DIAG")
 def MATRIX_SET_DIAG(ctx, x, d):
     """Copy of ``x`` with the main diagonal replaced."""
     out = np.array(x, copy=True)
@@ -227,7 +227,7 @@ def MATRIX_SET_DIAG(ctx, x, d):
     return out
 
 
-@builtin("DILATE", static_inputs=(1,))
+@register("tflite", "DILATE", static_inputs=(1,))
 def DILATE(ctx, x, dilations, padding_value):
     """Strided placement into a tensor filled with ``padding_value``."""
     x = np.asarray(x)

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._new import builtin
+from ..registry import register
 
 
-@builtin("WHILE")
+@register("tflite", "WHILE")
 def WHILE(ctx, *xs, cond_subgraph_index=0, body_subgraph_index=0):
     """``while cond(*v): v = body(*v)``."""
     v = [np.asarray(x) for x in xs]
@@ -17,14 +17,14 @@ def WHILE(ctx, *xs, cond_subgraph_index=0, body_subgraph_index=0):
     return v
 
 
-@builtin("IF")
+@register("tflite", "IF")
 def IF(ctx, cond, *xs, then_subgraph_index=0, else_subgraph_index=0):
     """Run the branch the condition picks."""
     idx = then_subgraph_index if bool(np.asarray(cond).reshape(-1)[0]) else else_subgraph_index
     return ctx.call_graph(int(idx), *xs)
 
 
-@builtin("CALL")
+@register("tflite", "CALL")
 def CALL(ctx, *xs, subgraph=0):
     """Run ``subgraph``."""
     return ctx.call_graph(int(subgraph), *xs)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._new import builtin
+from ..registry import register
 
 
 def _axis(ctx, a, rank):
@@ -17,7 +17,7 @@ def _axis(ctx, a, rank):
     return a % max(rank, 1)
 
 
-@builtin("GATHER")
+@register("tflite", "GATHER")
 def GATHER(ctx, params, indices, *, axis=0, batch_dims=0):
     """Gather along ``axis`` looping over the ``batch_dims`` leading dims."""
     params, indices = np.asarray(params), np.asarray(indices)
@@ -30,14 +30,14 @@ def GATHER(ctx, params, indices, *, axis=0, batch_dims=0):
     return np.stack(outs).reshape(bshape + outs[0].shape)
 
 
-@builtin("GATHER_ND")
+@register("tflite", "GATHER_ND")
 def GATHER_ND(ctx, params, indices):
     """``params[tuple(indices[..., j])]``."""
     params, indices = np.asarray(params), np.asarray(indices)
     return params[tuple(np.moveaxis(indices, -1, 0))]
 
 
-@builtin("SCATTER_ND", static_inputs=(2,))
+@register("tflite", "SCATTER_ND", static_inputs=(2,))
 def SCATTER_ND(ctx, indices, updates, shape):
     """Accumulate ``updates`` into zeros at ``indices``."""
     out = np.zeros(tuple(int(s) for s in np.asarray(shape).reshape(-1)), ctx.out_dtype(0))
@@ -50,7 +50,7 @@ def SCATTER_ND(ctx, indices, updates, shape):
     return out
 
 
-@builtin("ONE_HOT", static_inputs=(1,))
+@register("tflite", "ONE_HOT", static_inputs=(1,))
 def ONE_HOT(ctx, indices, depth, on_value, off_value, *, axis=-1):
     """One-hot encoding with the depth dim at ``axis``."""
     indices = np.asarray(indices)
@@ -62,7 +62,7 @@ def ONE_HOT(ctx, indices, depth, on_value, off_value, *, axis=-1):
     return out.astype(ctx.out_dtype(0))
 
 
-@builtin("TOPK_V2", static_inputs=(1,))
+@register("tflite", "TOPK_V2", static_inputs=(1,))
 def TOPK_V2(ctx, x, k):
     """Stable descending sort of the last dim, first ``k``."""
     x = np.asarray(x)
@@ -71,19 +71,19 @@ def TOPK_V2(ctx, x, k):
     return np.take_along_axis(x, idx, axis=-1), idx.astype(ctx.out_dtype(1))
 
 
-@builtin("ARG_MAX", static_inputs=(1,))
+@register("tflite", "ARG_MAX", static_inputs=(1,))
 def ARG_MAX(ctx, x, axis, *, output_type=None):
     """First index of the max."""
     return np.argmax(x, axis=_axis(ctx, axis, np.ndim(x))).astype(ctx.out_dtype(0))
 
 
-@builtin("ARG_MIN", static_inputs=(1,))
+@register("tflite", "ARG_MIN", static_inputs=(1,))
 def ARG_MIN(ctx, x, axis, *, output_type=None):
     """First index of the min."""
     return np.argmin(x, axis=_axis(ctx, axis, np.ndim(x))).astype(ctx.out_dtype(0))
 
 
-@builtin("CUMSUM", static_inputs=(1,))
+@register("tflite", "CUMSUM", static_inputs=(1,))
 def CUMSUM(ctx, x, axis, *, exclusive=False, reverse=False):
     """Running sums by an explicit loop along ``axis`` (float64)."""
     x = np.asarray(x)
@@ -117,38 +117,38 @@ def _segments(ctx, kind, data, ids, n):
     return out.astype(data.dtype)
 
 
-@builtin("SEGMENT_SUM", static_inputs=(1,))
+@register("tflite", "SEGMENT_SUM", static_inputs=(1,))
 def SEGMENT_SUM(ctx, data, segment_ids):
     """Sum rows per (sorted) segment id; ``max(id) + 1`` rows."""
     ids = np.asarray(segment_ids)
     return _segments(ctx, "sum", data, ids, int(ids.max()) + 1 if ids.size else 0)
 
 
-@builtin("UNSORTED_SEGMENT_SUM", static_inputs=(2,))
+@register("tflite", "UNSORTED_SEGMENT_SUM", static_inputs=(2,))
 def UNSORTED_SEGMENT_SUM(ctx, data, segment_ids, num_segments):
     """Per-segment sum."""
     return _segments(ctx, "sum", data, segment_ids, int(np.asarray(num_segments).reshape(())))
 
 
-@builtin("UNSORTED_SEGMENT_PROD", static_inputs=(2,))
+@register("tflite", "UNSORTED_SEGMENT_PROD", static_inputs=(2,))
 def UNSORTED_SEGMENT_PROD(ctx, data, segment_ids, num_segments):
     """Per-segment product."""
     return _segments(ctx, "prod", data, segment_ids, int(np.asarray(num_segments).reshape(())))
 
 
-@builtin("UNSORTED_SEGMENT_MAX", static_inputs=(2,))
+@register("tflite", "UNSORTED_SEGMENT_MAX", static_inputs=(2,))
 def UNSORTED_SEGMENT_MAX(ctx, data, segment_ids, num_segments):
     """Per-segment max (lowest value when empty)."""
     return _segments(ctx, "max", data, segment_ids, int(np.asarray(num_segments).reshape(())))
 
 
-@builtin("UNSORTED_SEGMENT_MIN", static_inputs=(2,))
+@register("tflite", "UNSORTED_SEGMENT_MIN", static_inputs=(2,))
 def UNSORTED_SEGMENT_MIN(ctx, data, segment_ids, num_segments):
     """Per-segment min (max value when empty)."""
     return _segments(ctx, "min", data, segment_ids, int(np.asarray(num_segments).reshape(())))
 
 
-@builtin("BUCKETIZE")
+@register("tflite", "BUCKETIZE")
 def BUCKETIZE(ctx, x, *, boundaries=None):
     """Count of boundaries ``<= x``."""
     b = np.asarray(boundaries if boundaries is not None else [], np.float32)
@@ -156,7 +156,7 @@ def BUCKETIZE(ctx, x, *, boundaries=None):
     return (x[..., None] >= b).sum(-1).astype(ctx.out_dtype(0))
 
 
-@builtin("DYNAMIC_UPDATE_SLICE")
+@register("tflite", "DYNAMIC_UPDATE_SLICE")
 def DYNAMIC_UPDATE_SLICE(ctx, operand, update, start_indices):
     """Copy with ``update`` written at the clamped start."""
     out = np.array(operand, copy=True)
@@ -166,19 +166,19 @@ def DYNAMIC_UPDATE_SLICE(ctx, operand, update, start_indices):
     return out
 
 
-@builtin("EMBEDDING_LOOKUP")
+@register("tflite", "EMBEDDING_LOOKUP")
 def EMBEDDING_LOOKUP(ctx, ids, params):
     """Rows of ``params``."""
     return np.asarray(params)[np.asarray(ids)]
 
 
-@builtin("WHERE", static_inputs=(0,))
+@register("tflite", "WHERE", static_inputs=(0,))
 def WHERE(ctx, cond):
     """Coordinates of true elements."""
     return np.argwhere(np.asarray(cond) != 0).astype(ctx.out_dtype(0))
 
 
-@builtin("SPARSE_TO_DENSE", static_inputs=(1,))
+@register("tflite", "SPARSE_TO_DENSE", static_inputs=(1,))
 def SPARSE_TO_DENSE(ctx, indices, output_shape, values, default_value, *, validate_indices=False):
     """Fill with the default, then write each value at its index."""
     out = np.full(tuple(int(v) for v in np.asarray(output_shape).reshape(-1)),
@@ -191,7 +191,7 @@ def SPARSE_TO_DENSE(ctx, indices, output_shape, values, default_value, *, valida
     return out
 
 
-@builtin("UNIQUE", static_inputs=(0,))
+@register("tflite", "UNIQUE", static_inputs=(0,))
 def UNIQUE(ctx, x, *, idx_out_type=None):
     """First-appearance order, by a Python loop."""
     seen, vals, idx = {}, [], []
@@ -201,3 +201,32 @@ def UNIQUE(ctx, x, *, idx_out_type=None):
             vals.append(v)
         idx.append(seen[v])
     return np.asarray(vals, np.asarray(x).dtype), np.asarray(idx, ctx.out_dtype(1))
+
+
+@register("tflite", "EMBEDDING_LOOKUP_SPARSE", static_inputs=(2,))
+def EMBEDDING_LOOKUP_SPARSE(ctx, ids, indices, dense_shape, weights, params, *, combiner="SUM"):
+    """Loop over sparse entries, accumulate weighted rows per bucket, combine."""
+    ds = [int(v) for v in np.asarray(dense_shape).reshape(-1)]
+    params = np.asarray(params, np.float64)
+    out = np.zeros(tuple(ds[:-1]) + params.shape[1:])
+    wsum = np.zeros(tuple(ds[:-1]))
+    w2sum = np.zeros(tuple(ds[:-1]))
+    for i, row, w in zip(np.asarray(ids), np.asarray(indices), np.asarray(weights, np.float64)):
+        key = tuple(int(v) for v in row[:-1])
+        out[key] += params[int(i)] * w
+        wsum[key] += w
+        w2sum[key] += w * w
+    if combiner == "MEAN":
+        out = out / np.where(wsum == 0, 1, wsum).reshape(wsum.shape + (1,) * (params.ndim - 1))
+    elif combiner == "SQRTN":
+        d = np.sqrt(w2sum)
+        out = out / np.where(d == 0, 1, d).reshape(d.shape + (1,) * (params.ndim - 1))
+    return out.astype(ctx.out_dtype(0))
+
+
+@register("tflite", "LSH_PROJECTION", static_inputs=(0,))
+def LSH_PROJECTION(ctx, hash_seeds, x, weight=None, *, type="UNKNOWN"):  # noqa: A002
+    """Sign bits of weighted Fingerprint64 sums (see :mod:`fbjax._farmhash`)."""
+    from ... import _farmhash
+
+    return _farmhash.lsh_projection(hash_seeds, np.asarray(x), weight, type == "SPARSE")

@@ -13,7 +13,7 @@ import math
 import numpy as np
 
 from . import reject_quantized, to_out
-from ._new import builtin
+from ..registry import register
 
 
 def _f64(x):
@@ -27,25 +27,25 @@ def _u(ctx, fn, x):
         return to_out(ctx, fn(_f64(x)))
 
 
-@builtin("ABS")
+@register("tflite", "ABS")
 def ABS(ctx, x):
     """``|x|``."""
     return _u(ctx, np.abs, x)
 
 
-@builtin("CEIL")
+@register("tflite", "CEIL")
 def CEIL(ctx, x):
     """``ceil(x)``."""
     return _u(ctx, np.ceil, x)
 
 
-@builtin("FLOOR")
+@register("tflite", "FLOOR")
 def FLOOR(ctx, x):
     """``floor(x)``."""
     return _u(ctx, np.floor, x)
 
 
-@builtin("ROUND")
+@register("tflite", "ROUND")
 def ROUND(ctx, x):
     """Round half to even (TFLite ``RoundToNearest``): floor, then +1 when the
     fraction is above 0.5 or exactly 0.5 with an odd floor."""
@@ -57,85 +57,85 @@ def ROUND(ctx, x):
     return _u(ctx, f, x)
 
 
-@builtin("COS")
+@register("tflite", "COS")
 def COS(ctx, x):
     """``cos(x)``."""
     return _u(ctx, np.cos, x)
 
 
-@builtin("SIN")
+@register("tflite", "SIN")
 def SIN(ctx, x):
     """``sin(x)``."""
     return _u(ctx, np.sin, x)
 
 
-@builtin("EXP")
+@register("tflite", "EXP")
 def EXP(ctx, x):
     """``exp(x)``."""
     return _u(ctx, np.exp, x)
 
 
-@builtin("LOG")
+@register("tflite", "LOG")
 def LOG(ctx, x):
     """Natural log."""
     return _u(ctx, np.log, x)
 
 
-@builtin("SQRT")
+@register("tflite", "SQRT")
 def SQRT(ctx, x):
     """``sqrt(x)``."""
     return _u(ctx, np.sqrt, x)
 
 
-@builtin("RSQRT")
+@register("tflite", "RSQRT")
 def RSQRT(ctx, x):
     """``1 / sqrt(x)``."""
     return _u(ctx, lambda v: 1.0 / np.sqrt(v), x)
 
 
-@builtin("SQUARE")
+@register("tflite", "SQUARE")
 def SQUARE(ctx, x):
     """``x * x``."""
     return _u(ctx, lambda v: v * v, x)
 
 
-@builtin("NEG")
+@register("tflite", "NEG")
 def NEG(ctx, x):
     """``-x``."""
     return _u(ctx, np.negative, x)
 
 
-@builtin("SIGN")
+@register("tflite", "SIGN")
 def SIGN(ctx, x):
     """-1, 0 or 1."""
     return _u(ctx, np.sign, x)
 
 
-@builtin("LOGICAL_NOT")
+@register("tflite", "LOGICAL_NOT")
 def LOGICAL_NOT(ctx, x):
     """Boolean not."""
     return np.logical_not(x)
 
 
-@builtin("ZEROS_LIKE")
+@register("tflite", "ZEROS_LIKE")
 def ZEROS_LIKE(ctx, x):
     """Zeros of ``x``'s shape and dtype."""
     return np.zeros_like(x)
 
 
-@builtin("ELU")
+@register("tflite", "ELU")
 def ELU(ctx, x):
     """``x < 0 ? exp(x) - 1 : x``."""
     return _u(ctx, lambda v: np.where(v < 0, np.expm1(np.minimum(v, 0)), v), x)
 
 
-@builtin("LEAKY_RELU")
+@register("tflite", "LEAKY_RELU")
 def LEAKY_RELU(ctx, x, *, alpha=0.0):
     """``x > 0 ? x : alpha * x``."""
     return _u(ctx, lambda v: np.where(v > 0, v, v * float(np.float32(alpha))), x)
 
 
-@builtin("GELU")
+@register("tflite", "GELU")
 def GELU(ctx, x, *, approximate=False):
     """``0.5 x (1 + erf(x / sqrt 2))``, or the tanh approximation
     ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))``."""
@@ -147,7 +147,7 @@ def GELU(ctx, x, *, approximate=False):
     return _u(ctx, f, x)
 
 
-@builtin("SOFTMAX")
+@register("tflite", "SOFTMAX")
 def SOFTMAX(ctx, x, *, beta=1.0):
     """``exp(beta (x - max)) / sum`` over the last axis."""
     def f(v):
@@ -157,7 +157,7 @@ def SOFTMAX(ctx, x, *, beta=1.0):
     return _u(ctx, f, x)
 
 
-@builtin("LOG_SOFTMAX")
+@register("tflite", "LOG_SOFTMAX")
 def LOG_SOFTMAX(ctx, x):
     """``x - max - log(sum(exp(x - max)))`` over the last axis."""
     def f(v):
@@ -166,7 +166,7 @@ def LOG_SOFTMAX(ctx, x):
     return _u(ctx, f, x)
 
 
-@builtin("CAST")
+@register("tflite", "CAST")
 def CAST(ctx, x, *, in_data_type=None, out_data_type=None):
     """Convert to the output dtype: float -> int truncates, -> bool is ``!= 0``."""
     dt = np.dtype(ctx.out_dtype(0))
@@ -187,37 +187,37 @@ def _b(ctx, fn, a, b):
         return to_out(ctx, fn(_f64(a), _f64(b)))
 
 
-@builtin("MAXIMUM")
+@register("tflite", "MAXIMUM")
 def MAXIMUM(ctx, a, b):
     """Element-wise max, broadcasting."""
     return _b(ctx, np.maximum, a, b)
 
 
-@builtin("MINIMUM")
+@register("tflite", "MINIMUM")
 def MINIMUM(ctx, a, b):
     """Element-wise min, broadcasting."""
     return _b(ctx, np.minimum, a, b)
 
 
-@builtin("POW")
+@register("tflite", "POW")
 def POW(ctx, a, b):
     """``a ** b``."""
     return _b(ctx, np.power, a, b)
 
 
-@builtin("SQUARED_DIFFERENCE")
+@register("tflite", "SQUARED_DIFFERENCE")
 def SQUARED_DIFFERENCE(ctx, a, b):
     """``(a - b)^2``."""
     return _b(ctx, lambda x, y: (x - y) ** 2, a, b)
 
 
-@builtin("FLOOR_DIV")
+@register("tflite", "FLOOR_DIV")
 def FLOOR_DIV(ctx, a, b):
     """``floor(a / b)``."""
     return _b(ctx, lambda x, y: np.floor_divide(x, y) if x.dtype.kind in "iu" else np.floor(x / y), a, b)
 
 
-@builtin("FLOOR_MOD")
+@register("tflite", "FLOOR_MOD")
 def FLOOR_MOD(ctx, a, b):
     """Remainder with the divisor's sign (Python ``%``)."""
     def f(x, y):
@@ -226,25 +226,25 @@ def FLOOR_MOD(ctx, a, b):
     return _b(ctx, f, a, b)
 
 
-@builtin("ATAN2")
+@register("tflite", "ATAN2")
 def ATAN2(ctx, a, b):
     """``atan2(a, b)``."""
     return _b(ctx, np.arctan2, a, b)
 
 
-@builtin("BITWISE_XOR")
+@register("tflite", "BITWISE_XOR")
 def BITWISE_XOR(ctx, a, b):
     """Bitwise xor."""
     return _b(ctx, np.bitwise_xor, a, b)
 
 
-@builtin("RIGHT_SHIFT")
+@register("tflite", "RIGHT_SHIFT")
 def RIGHT_SHIFT(ctx, a, b):
     """``a >> b`` (arithmetic for signed types)."""
     return _b(ctx, np.right_shift, a, b)
 
 
-@builtin("ADD_N")
+@register("tflite", "ADD_N")
 def ADD_N(ctx, *xs):
     """Sum of all inputs."""
     reject_quantized(ctx)
@@ -255,55 +255,55 @@ def _cmp(fn, a, b):
     return fn(np.asarray(a), np.asarray(b))
 
 
-@builtin("EQUAL")
+@register("tflite", "EQUAL")
 def EQUAL(ctx, a, b):
     """``a == b``."""
     return _cmp(np.equal, a, b)
 
 
-@builtin("NOT_EQUAL")
+@register("tflite", "NOT_EQUAL")
 def NOT_EQUAL(ctx, a, b):
     """``a != b``."""
     return _cmp(np.not_equal, a, b)
 
 
-@builtin("LESS")
+@register("tflite", "LESS")
 def LESS(ctx, a, b):
     """``a < b``."""
     return _cmp(np.less, a, b)
 
 
-@builtin("LESS_EQUAL")
+@register("tflite", "LESS_EQUAL")
 def LESS_EQUAL(ctx, a, b):
     """``a <= b``."""
     return _cmp(np.less_equal, a, b)
 
 
-@builtin("GREATER")
+@register("tflite", "GREATER")
 def GREATER(ctx, a, b):
     """``a > b``."""
     return _cmp(np.greater, a, b)
 
 
-@builtin("GREATER_EQUAL")
+@register("tflite", "GREATER_EQUAL")
 def GREATER_EQUAL(ctx, a, b):
     """``a >= b``."""
     return _cmp(np.greater_equal, a, b)
 
 
-@builtin("LOGICAL_AND")
+@register("tflite", "LOGICAL_AND")
 def LOGICAL_AND(ctx, a, b):
     """Boolean and."""
     return np.logical_and(a, b)
 
 
-@builtin("LOGICAL_OR")
+@register("tflite", "LOGICAL_OR")
 def LOGICAL_OR(ctx, a, b):
     """Boolean or."""
     return np.logical_or(a, b)
 
 
-@builtin("SELECT")
+@register("tflite", "SELECT")
 def SELECT(ctx, c, a, b):
     """``c ? a : b``; a 1-D ``c`` picks rows of higher-rank ``a``/``b``."""
     c = np.asarray(c)
@@ -312,31 +312,31 @@ def SELECT(ctx, c, a, b):
     return np.where(c, a, b)
 
 
-@builtin("SELECT_V2")
+@register("tflite", "SELECT_V2")
 def SELECT_V2(ctx, c, a, b):
     """``c ? a : b`` with broadcasting."""
     return np.where(c, a, b)
 
 
-@builtin("REAL")
+@register("tflite", "REAL")
 def REAL(ctx, x):
     """Real part."""
     return to_out(ctx, np.real(x))
 
 
-@builtin("IMAG")
+@register("tflite", "IMAG")
 def IMAG(ctx, x):
     """Imaginary part."""
     return to_out(ctx, np.imag(x))
 
 
-@builtin("COMPLEX_ABS")
+@register("tflite", "COMPLEX_ABS")
 def COMPLEX_ABS(ctx, x):
     """Modulus."""
     return to_out(ctx, np.abs(np.asarray(x).astype(np.complex128)))
 
 
-@builtin("BITCAST")
+@register("tflite", "BITCAST")
 def BITCAST(ctx, x):
     """Reinterpret bytes as the output dtype (TF shape rules)."""
     x = np.ascontiguousarray(x)
@@ -348,7 +348,7 @@ def BITCAST(ctx, x):
     return x.view(dt).reshape(x.shape[:-1])
 
 
-@builtin("FAKE_QUANT")
+@register("tflite", "FAKE_QUANT")
 def FAKE_QUANT(ctx, x, *, min=0.0, max=0.0, num_bits=8, narrow_range=False):  # noqa: A002
     """Quantize-dequantize on TF's nudged grid (float32 steps, as the kernel)."""
     f = np.float32

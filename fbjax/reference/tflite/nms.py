@@ -10,7 +10,7 @@ import math
 import numpy as np
 
 from ..registry import register
-from ._new import builtin
+from ..registry import register
 
 
 def _iou(a, b):
@@ -56,7 +56,7 @@ def _scalar(v):
     return np.asarray(v).reshape(-1)[0].item()
 
 
-@builtin("NON_MAX_SUPPRESSION_V4", static_inputs=(2, 3, 4))
+@register("tflite", "NON_MAX_SUPPRESSION_V4", static_inputs=(2, 3, 4))
 def NON_MAX_SUPPRESSION_V4(ctx, boxes, scores, max_output_size, iou_threshold, score_threshold):
     """Hard NMS, padded indices and count."""
     idx, _, n = nms(boxes, scores, int(_scalar(max_output_size)), float(_scalar(iou_threshold)),
@@ -64,7 +64,7 @@ def NON_MAX_SUPPRESSION_V4(ctx, boxes, scores, max_output_size, iou_threshold, s
     return idx, np.asarray(n, np.int32).reshape(ctx.outputs[1].shape or ())
 
 
-@builtin("NON_MAX_SUPPRESSION_V5", static_inputs=(2, 3, 4, 5))
+@register("tflite", "NON_MAX_SUPPRESSION_V5", static_inputs=(2, 3, 4, 5))
 def NON_MAX_SUPPRESSION_V5(ctx, boxes, scores, max_output_size, iou_threshold, score_threshold,
                            soft_nms_sigma):
     """Soft NMS, padded indices, scores and count."""
@@ -92,7 +92,7 @@ def TFLite_Detection_PostProcess(ctx, box_encodings, class_predictions, anchors,
     md = int(max_detections)
     dets = []  # (box index, class, score)
     if use_regular_nms:
-        for c in range(nc):
+        for c in range(max(nc - 1, 1)):  # LiteRT's regular path skips the last class (observed)
             idx, sc, n = nms(boxes, scores[:, c], int(detections_per_class), float(nms_iou_threshold),
                              float(nms_score_threshold), 0.0, inclusive=True)
             dets += [(int(i), c, float(scores[i, c])) for i in idx[:n]]

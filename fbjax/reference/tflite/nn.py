@@ -11,14 +11,14 @@ import itertools
 import numpy as np
 
 from . import fused_activation, reject_quantized, to_out, window_geometry
-from ._new import builtin
+from ..registry import register
 
 
 def _f64(x):
     return np.asarray(x).astype(np.float64)
 
 
-@builtin("BATCH_MATMUL")
+@register("tflite", "BATCH_MATMUL")
 def BATCH_MATMUL(ctx, x, y, *, adj_x=False, adj_y=False, asymmetric_quantize_inputs=False):
     """``x @ y`` with optional transposes of the last two dims."""
     reject_quantized(ctx)
@@ -30,7 +30,7 @@ def BATCH_MATMUL(ctx, x, y, *, adj_x=False, adj_y=False, asymmetric_quantize_inp
     return to_out(ctx, np.matmul(x, y))
 
 
-@builtin("L2_NORMALIZATION")
+@register("tflite", "L2_NORMALIZATION")
 def L2_NORMALIZATION(ctx, x, *, fused_activation_function="NONE"):
     """``x / max(||x||, 1e-6)`` over the last axis."""
     reject_quantized(ctx)
@@ -39,7 +39,7 @@ def L2_NORMALIZATION(ctx, x, *, fused_activation_function="NONE"):
     return to_out(ctx, fused_activation(ctx, x / np.maximum(n, 1e-6), fused_activation_function))
 
 
-@builtin("LOCAL_RESPONSE_NORMALIZATION")
+@register("tflite", "LOCAL_RESPONSE_NORMALIZATION")
 def LOCAL_RESPONSE_NORMALIZATION(ctx, x, *, radius=0, bias=0.0, alpha=0.0, beta=0.0):
     """Channel-window normalisation by an explicit loop over channels."""
     reject_quantized(ctx)
@@ -53,7 +53,7 @@ def LOCAL_RESPONSE_NORMALIZATION(ctx, x, *, radius=0, bias=0.0, alpha=0.0, beta=
     return to_out(ctx, out)
 
 
-@builtin("L2_POOL_2D")
+@register("tflite", "L2_POOL_2D")
 def L2_POOL_2D(ctx, x, *, padding="SAME", stride_w=1, stride_h=1, filter_width=1, filter_height=1,
                fused_activation_function="NONE"):
     """``sqrt(sum x^2 / in-bounds count)`` over each window."""
@@ -85,7 +85,7 @@ def _conv_nd(x, w_sio, strides, dil, pads):
     return out
 
 
-@builtin("CONV_3D")
+@register("tflite", "CONV_3D")
 def CONV_3D(ctx, x, w, b=None, *, padding="SAME", stride_d=1, stride_w=1, stride_h=1,
             fused_activation_function="NONE", dilation_d_factor=1, dilation_w_factor=1, dilation_h_factor=1):
     """NDHWC x DHWIO convolution with TF padding."""
@@ -119,7 +119,7 @@ def _tconv(ctx, output_shape, w_sio, x, b, padding, strides, act):
     return to_out(ctx, fused_activation(ctx, y, act))
 
 
-@builtin("TRANSPOSE_CONV", static_inputs=(0,))
+@register("tflite", "TRANSPOSE_CONV", static_inputs=(0,))
 def TRANSPOSE_CONV(ctx, output_shape, weights, x, bias=None, *, padding="SAME", stride_w=1, stride_h=1,
                    fused_activation_function="NONE", quantized_bias_type=None):
     """Transposed convolution, OHWI weights, NHWC input."""
@@ -129,7 +129,7 @@ def TRANSPOSE_CONV(ctx, output_shape, weights, x, bias=None, *, padding="SAME", 
                   fused_activation_function)
 
 
-@builtin("CONV_3D_TRANSPOSE", static_inputs=(0,))
+@register("tflite", "CONV_3D_TRANSPOSE", static_inputs=(0,))
 def CONV_3D_TRANSPOSE(ctx, output_shape, weights, x, bias=None, *, padding="SAME", stride_d=1, stride_w=1,
                       stride_h=1, fused_activation_function="NONE", dilation_d_factor=1,
                       dilation_w_factor=1, dilation_h_factor=1):
@@ -150,7 +150,7 @@ def _nearest(in_size, out_size, align_corners, half_pixel):
     return np.minimum(src.astype(np.int64), in_size - 1)
 
 
-@builtin("RESIZE_NEAREST_NEIGHBOR", static_inputs=(1,))
+@register("tflite", "RESIZE_NEAREST_NEIGHBOR", static_inputs=(1,))
 def RESIZE_NEAREST_NEIGHBOR(ctx, x, size, *, align_corners=False, half_pixel_centers=False):
     """Nearest neighbour: ``src = min(floor((dst + 0.5*hp) * scale), in - 1)``
     (``round`` with align_corners), float32 index arithmetic."""
@@ -161,14 +161,14 @@ def RESIZE_NEAREST_NEIGHBOR(ctx, x, size, *, align_corners=False, half_pixel_cen
     return x[:, iy][:, :, ix]
 
 
-@builtin("RFFT2D", static_inputs=(1,))
+@register("tflite", "RFFT2D", static_inputs=(1,))
 def RFFT2D(ctx, x, fft_length):
     """``numpy.fft.rfft2`` of the last two dims."""
     n = tuple(int(v) for v in np.asarray(fft_length).reshape(-1))
     return to_out(ctx, np.fft.rfft2(_f64(x), s=n, axes=(-2, -1)))
 
 
-@builtin("REDUCE_WINDOW", static_inputs=(2, 3, 4))
+@register("tflite", "REDUCE_WINDOW", static_inputs=(1, 2, 3, 4))
 def REDUCE_WINDOW(ctx, x, init_value, window_shape, window_strides, window_dilations, *,
                   reduce_function="UNSUPPORTED"):
     """Window reduction by an explicit loop over output positions."""

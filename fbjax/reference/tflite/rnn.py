@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import reject_quantized, to_out
-from ._new import builtin
+from ..registry import register
 
 
 def _act(ctx, x, name):
@@ -55,7 +55,7 @@ def _lstm_step(ctx, ins, x, h, c, act, cell_clip, proj_clip):
     return h, c
 
 
-@builtin("UNIDIRECTIONAL_SEQUENCE_LSTM")
+@register("tflite", "UNIDIRECTIONAL_SEQUENCE_LSTM")
 def UNIDIRECTIONAL_SEQUENCE_LSTM(ctx, *ins, fused_activation_function="TANH", cell_clip=0.0, proj_clip=0.0,
                                  time_major=False, asymmetric_quantize_inputs=False,
                                  diagonal_recurrent_tensors=False):
@@ -73,7 +73,7 @@ def UNIDIRECTIONAL_SEQUENCE_LSTM(ctx, *ins, fused_activation_function="TANH", ce
     return to_out(ctx, y if time_major else np.swapaxes(y, 0, 1))
 
 
-@builtin("LSTM")
+@register("tflite", "LSTM")
 def LSTM(ctx, *ins, fused_activation_function="TANH", cell_clip=0.0, proj_clip=0.0, kernel_type="FULL",
          asymmetric_quantize_inputs=False):
     """One step."""
@@ -85,7 +85,7 @@ def LSTM(ctx, *ins, fused_activation_function="TANH", cell_clip=0.0, proj_clip=0
     return to_out(ctx, h)
 
 
-@builtin("RNN")
+@register("tflite", "RNN")
 def RNN(ctx, x, w, r, b, h, *, fused_activation_function="NONE", asymmetric_quantize_inputs=False):
     """``act(W x + R h + b)``."""
     reject_quantized(ctx)
@@ -93,7 +93,7 @@ def RNN(ctx, x, w, r, b, h, *, fused_activation_function="NONE", asymmetric_quan
     return [to_out(ctx, y), to_out(ctx, y, 1)] if len(ctx.outputs) > 1 else to_out(ctx, y)
 
 
-@builtin("UNIDIRECTIONAL_SEQUENCE_RNN")
+@register("tflite", "UNIDIRECTIONAL_SEQUENCE_RNN")
 def UNIDIRECTIONAL_SEQUENCE_RNN(ctx, x, w, r, b, h, *, time_major=False, fused_activation_function="NONE",
                                 asymmetric_quantize_inputs=False):
     """Loop over time steps."""
@@ -108,3 +108,72 @@ def UNIDIRECTIONAL_SEQUENCE_RNN(ctx, x, w, r, b, h, *, time_major=False, fused_a
         ys.append(h)
     y = np.stack(ys)
     return to_out(ctx, y if time_major else np.swapaxes(y, 0, 1))
+
+
+@register("tflite", "BIDIRECTIONAL_SEQUENCE_RNN")
+def BIDIRECTIONAL_SEQUENCE_RNN(ctx, x, fw_w, fw_r, fw_b, fw_h, bw_w, bw_r, bw_b, bw_h, aux=None, fw_aux_w=None,
+                               bw_aux_w=None, *, time_major=False, fused_activation_function="NONE",
+                               merge_outputs=False, asymmetric_quantize_inputs=False):
+    """Forward loop, backward loop from the last step, optional concat."""
+    reject_quantized(ctx)
+    x = _f(x)
+    if not time_major:
+        x = np.swapaxes(x, 0, 1)
+    T = x.shape[0]
+    outs = []
+    for w, r, b, h, order in ((fw_w, fw_r, fw_b, fw_h, range(T)), (bw_w, bw_r, bw_b, bw_h, range(T - 1, -1, -1))):
+        h = _f(h)
+        y = [None] * T
+        for t in order:
+            h = _act(ctx, x[t] @ _f(w).T + h @ _f(r).T + _f(b), fused_activation_function)
+            y[t] = h
+        y = np.stack(y)
+        outs.append(y if time_major else np.swapaxes(y, 0, 1))
+    if merge_outputs:
+        return [to_out(ctx, np.concatenate(outs, -1))]
+    return [to_out(ctx, outs[0]), to_out(ctx, outs[1], 1)]
+
+
+@register("tflite", "SVDF")
+def SVDF(ctx, x, weights_feature, weights_time, bias=None, state=None, *, rank=1,
+         fused_activation_function="NONE", asymmetric_quantize_inputs=False):
+    """One SVDF step with explicit loops over batch and filters."""
+    reject_quantized(ctx)
+    x, wf, wt = _f(x), _f(weights_feature), _f(weights_time)
+    B = x.shape[0]
+    F, M = wt.shape
+    r = int(rank)
+    st = _f(state).reshape(B, F, M)
+    out = np.zeros((B, F // r))
+    for b in range(B):
+        for f in range(F):
+            col = np.concatenate([st[b, f, 1:], [x[b] @ wf[f]]])
+            out[b, f // r] += col @ wt[f]
+    if bias is not None:
+        out = out + _f(bias)
+    return to_out(ctx, _act(ctx, out, fused_activation_function))
+
+
+@register("tflite", "BIDIRECTIONAL_SEQUENCE_LSTM")
+def BIDIRECTIONAL_SEQUENCE_LSTM(ctx, *ins, fused_activation_function="TANH", cell_clip=0.0, proj_clip=0.0,
+                                merge_outputs=False, time_major=True, asymmetric_quantize_inputs=False):
+    """Forward and backward LSTM loops, optional concat."""
+    reject_quantized(ctx)
+    x = _f(ins[0])
+    if not time_major:
+        x = np.swapaxes(x, 0, 1)
+    T = x.shape[0]
+    outs = []
+    for w, (h, c), order in ((ins[1:18], ins[35:37], range(T)), (ins[18:35], ins[37:39], range(T - 1, -1, -1))):
+        layout = [None] + list(w)  # _lstm_step reads inputs 1..17 and 20..23
+        h, c = _f(h), _f(c)
+        y = [None] * T
+        for t in order:
+            h, c = _lstm_step(ctx, layout, x[t], h, c, fused_activation_function, float(cell_clip),
+                              float(proj_clip))
+            y[t] = h
+        y = np.stack(y)
+        outs.append(y if time_major else np.swapaxes(y, 0, 1))
+    if merge_outputs:
+        return [to_out(ctx, np.concatenate(outs, -1))]
+    return [to_out(ctx, outs[0]), to_out(ctx, outs[1], 1)]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._new import builtin
+from ..registry import register
 
 
 def _state(ctx) -> dict:
@@ -15,7 +15,7 @@ def _state(ctx) -> dict:
     return ctx.model._fbjax_reference_state
 
 
-@builtin("CALL_ONCE")
+@register("tflite", "CALL_ONCE")
 def CALL_ONCE(ctx, *, init_subgraph_index=0):
     """Reset the variables and run the initialiser (each run is a first call)."""
     ctx.model._fbjax_reference_state = {}
@@ -23,7 +23,7 @@ def CALL_ONCE(ctx, *, init_subgraph_index=0):
     return []
 
 
-@builtin("VAR_HANDLE")
+@register("tflite", "VAR_HANDLE")
 def VAR_HANDLE(ctx, *, container="", shared_name=""):
     """Handle: index of ``shared_name`` in the model's variable list."""
     n = shared_name.decode() if isinstance(shared_name, bytes) else str(shared_name)
@@ -37,7 +37,7 @@ def _key(ctx, handle):
     return ctx.model._fbjax_reference_vars[int(handle)]
 
 
-@builtin("READ_VARIABLE")
+@register("tflite", "READ_VARIABLE")
 def READ_VARIABLE(ctx, handle):
     """Current value."""
     st = _state(ctx)
@@ -47,7 +47,7 @@ def READ_VARIABLE(ctx, handle):
     return st[k]
 
 
-@builtin("ASSIGN_VARIABLE")
+@register("tflite", "ASSIGN_VARIABLE")
 def ASSIGN_VARIABLE(ctx, handle, value):
     """Set the value."""
     _state(ctx)[_key(ctx, handle)] = np.array(value, copy=True)

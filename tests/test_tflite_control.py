@@ -1,0 +1,150 @@
+"""TFLite control flow: WHILE, IF and CALL.
+
+Converter-made models (``suite: control`` in
+``tests/data/tflite_builtins/manifest.json``, written by
+``tests/data/tflite_builtins/generate.py``): a WHILE loop whose trip count is
+a model input, one whose exit depends on the data it updates, and nested
+IFs. Each runs for several inputs (different trip counts, every branch
+combination) against LiteRT, through both fbjax's JAX lowering (one jitted
+function: the loop is ``lax.while_loop``, the branch ``lax.cond``) and the
+numpy reference. A CALL model is built with :mod:`fbjax.testing` because the
+converter inlines calls; LiteRT has no CALL kernel, so numpy is its oracle. Tolerance 1e-5 relative (element-wise bodies; the
+loops run at most a few dozen iterations, each adding float32 rounding that
+LiteRT and XLA share up to the last ulp of ``sin``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fbjax
+from fbjax import reference
+
+from conftest import assert_close, litert_run
+from test_tflite_builtins import DATA, MANIFEST, _as_list
+
+RTOL = 1e-5
+
+
+def _run_all(name, inputs):
+    path = DATA / f"{name}.tflite"
+    expected = litert_run(path, inputs)
+    model = fbjax.load(path)
+    for label, got in (("fbjax", _as_list(model(*inputs))), ("reference", _as_list(reference.run(path, *inputs)))):
+        assert len(got) == len(expected)
+        for k, (g, e) in enumerate(zip(got, expected)):
+            assert_close(g, e, RTOL, f"{name}: {label} vs LiteRT, output {k}")
+    return expected
+
+
+def test_fixtures_contain_control_flow():
+    for name, op in (("while_input_trip_count", "WHILE"), ("while_data_dependent", "WHILE"), ("nested_if", "IF")):
+        assert op in MANIFEST[name]["ops"], name
+
+
+@pytest.mark.parametrize("n", [0, 1, 3, 7])
+def test_while_trip_count_from_input(n):
+    rng = np.random.default_rng(n)
+    x = rng.standard_normal((2, 3)).astype(np.float32)
+    out = _run_all("while_input_trip_count", [x, np.array([n], np.int32)])
+    if n == 0:  # zero iterations: the input comes back unchanged
+        np.testing.assert_array_equal(out[0], x)
+
+
+@pytest.mark.parametrize("scale", [0.01, 1.0, 30.0])
+def test_while_exit_depends_on_data(scale):
+    x = (np.linspace(-1, 1, 4) * scale).astype(np.float32)
+    _run_all("while_data_dependent", [x])
+
+
+@pytest.mark.parametrize("p,q", [(True, True), (True, False), (False, True), (False, False)])
+def test_nested_if(p, q):
+    x = np.random.default_rng(1).standard_normal((2, 3)).astype(np.float32)
+    _run_all("nested_if", [x, np.array([p]), np.array([q])])
+
+
+def test_call():
+    model = DATA / "call.tflite"  # written by generate.py --builder
+    rng = np.random.default_rng(3)
+    xs = [rng.standard_normal((2, 3)).astype(np.float32) for _ in range(2)]
+    # LiteRT's builtin resolver has no CALL kernel ("Didn't find op for builtin
+    # opcode 'CALL'"), so the oracle is the callee's plain numpy meaning.
+    expected = [xs[0] * xs[1] + xs[0]]
+    assert_close(_as_list(fbjax.load(model)(*xs))[0], expected[0], RTOL, "CALL fbjax")
+    assert_close(_as_list(reference.run(model, *xs))[0], expected[0], RTOL, "CALL reference")
+
+
+@pytest.mark.parametrize("name", ["keras_lstm", "keras_gru", "keras_bidirectional_lstm", "keras_simple_rnn"])
+def test_keras_recurrent_layers(name):
+    """Keras LSTM / GRU / bidirectional LSTM / SimpleRNN, which the converter
+    turns into WHILE loops over the time steps (tolerance 1e-4: each step is
+    a small matmul, see tests/test_tflite_builtins.py)."""
+    assert "WHILE" in MANIFEST[name]["ops"]
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal(MANIFEST[name]["inputs"][0][0]).astype(np.float32)
+    path = DATA / f"{name}.tflite"
+    expected = litert_run(path, [x])
+    for label, got in (("fbjax", _as_list(fbjax.load(path)(x))), ("reference", _as_list(reference.run(path, x)))):
+        for k, (g, e) in enumerate(zip(got, expected)):
+            assert_close(g, e, 1e-4, f"{name}: {label} vs LiteRT, output {k}")
+
+
+def test_resource_variables_three_calls():
+    """A converter-made model with two resource variables (CALL_ONCE
+    initialiser, VAR_HANDLE / READ_VARIABLE / ASSIGN_VARIABLE): three calls
+    in a row on one fbjax.Model give LiteRT's outputs from one interpreter
+    invoked three times; Model.state carries the variables; the pure
+    Model.apply(params, x, state=...) returns (outputs, new_state) and
+    replays the same sequence; the numpy reference gives the first call."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    name = "resource_variables"
+    assert {"CALL_ONCE", "VAR_HANDLE", "READ_VARIABLE", "ASSIGN_VARIABLE"} <= set(MANIFEST[name]["ops"])
+    path = DATA / f"{name}.tflite"
+    rng = np.random.default_rng(11)
+    xs = [rng.standard_normal((2, 3)).astype(np.float32) for _ in range(3)]
+    it = Interpreter(model_path=str(path))
+    it.allocate_tensors()
+    inp, out = it.get_input_details()[0]["index"], it.get_output_details()[0]["index"]
+    expected = []
+    for x in xs:
+        it.set_tensor(inp, x)
+        it.invoke()
+        expected.append(np.array(it.get_tensor(out)))
+    assert not np.allclose(expected[0], expected[2])  # the state matters
+
+    model = fbjax.load(path)
+    init = dict(model.state)
+    assert set(init) and all(np.asarray(v).dtype == np.float32 for v in init.values())
+    for k, x in enumerate(xs):
+        assert_close(np.asarray(model(x)), expected[k], RTOL, f"call {k + 1}")
+    state = init
+    for k, x in enumerate(xs):
+        y, state = model.apply(model.params, x, state=state)
+        assert_close(np.asarray(y), expected[k], RTOL, f"pure apply, step {k + 1}")
+    for key in state:
+        assert_close(np.asarray(state[key]), np.asarray(model.state[key]), 0, f"state {key}")
+    assert_close(_as_list(reference.run(path, xs[0]))[0], expected[0], RTOL, "reference, first call")
+
+
+def test_resource_variables_gradient():
+    """Gradients flow through ASSIGN_VARIABLE -> READ_VARIABLE within a call:
+    ``jax.test_util.check_grads`` (float64, forward and reverse mode) of the
+    pure ``Model.apply`` with respect to the input, the state held fixed."""
+    import jax
+    from jax.test_util import check_grads
+
+    model = fbjax.load(DATA / "resource_variables.tflite")
+    x = np.random.default_rng(2).standard_normal((2, 3))
+    with jax.enable_x64(True):
+        state = {k: jax.numpy.asarray(v, jax.numpy.float64) for k, v in model.state.items()}
+        params = {k: jax.numpy.asarray(v, jax.numpy.float64) for k, v in model.params.items()}
+
+        def f(x):
+            y, new_state = model.apply(params, x, state=state)
+            return y, new_state[sorted(new_state)[0]]
+
+        check_grads(f, (jax.numpy.asarray(x),), order=1, modes=("fwd", "rev"), eps=1e-6)
+        g = jax.grad(lambda x: f(x)[0].sum())(jax.numpy.asarray(x))
+        assert float(abs(g).max()) > 0
