@@ -1,0 +1,262 @@
+"""Integer-exact TFLite element-wise ops (op set ``"tflite.int"``).
+
+ADD/SUB (``reference_integer_ops::Add``, ``sub.cc``): both inputs are shifted
+left by ``left_shift`` (20 for 8-bit, 15 for int16 with general scales),
+rescaled by ``s_i / (2 max(s_1, s_2))``, summed (or subtracted) and rescaled
+by ``2 max(s_1, s_2) / (2^left_shift s_out)``. MUL: ``(a - zp_a)(b - zp_b)``
+rescaled by ``s_a s_b / s_out`` (float32 arithmetic). QUANTIZE / DEQUANTIZE /
+requantization, RELU family, LEAKY_RELU, PRELU and CONCATENATION follow
+``quantize.cc``, ``dequantize.cc``, ``activations.cc`` and ``concatenation.cc``.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+
+from ..registry import register
+from . import fixedpoint as fp
+from ._common import (activation_range, as_i32, clamp_cast, out_dtype, qparams, qrange,
+                      scale_zp)
+
+OP_SET = "tflite.int"
+
+
+def _is_pot(s):
+    m, e = np.frexp(np.float64(s))
+    return m == 0.5
+
+
+def _add_sub(ctx, a, b, fused, sign, pot_scale_int16):
+    va, vb, vo = ctx.inputs[0], ctx.inputs[1], ctx.outputs[0]
+    sa, za = scale_zp(ctx, va, "input 1")
+    sb, zb = scale_zp(ctx, vb, "input 2")
+    so, zo = scale_zp(ctx, vo, "output")
+    int16 = np.dtype(vo.dtype) == np.int16
+    if int16 and pot_scale_int16 and _is_pot(sa) and _is_pot(sb) and _is_pot(so):
+        raise ctx.error("int16 ADD/SUB with power-of-two scales (pot_scale_int16) is not supported")
+    left_shift = 15 if int16 else 20
+    twice_max = 2.0 * float(max(sa, sb))
+    m1, s1 = fp.quantize_multiplier(float(sa) / twice_max)
+    m2, s2 = fp.quantize_multiplier(float(sb) / twice_max)
+    mo, so_ = fp.quantize_multiplier(twice_max / ((1 << left_shift) * float(so)))
+    xa = fp.shift_left(as_i32(a) - za, left_shift)
+    xb = fp.shift_left(as_i32(b) - zb, left_shift)
+    ya = fp.mbqm(xa, m1, s1)
+    yb = fp.mbqm(xb, m2, s2)
+    raw = ya + yb if sign > 0 else ya - yb
+    y = fp.mbqm(raw, mo, so_) + zo
+    lo, hi = activation_range(ctx, fused, vo)
+    return clamp_cast(y, lo, hi, out_dtype(ctx))
+
+
+@register(OP_SET, "ADD", differentiable=False)
+def ADD(ctx, a, b, *, fused_activation_function="NONE", pot_scale_int16=True):
+    """Quantized TFLite ADD (int8/uint8, int16 with general scales), broadcasting."""
+    return _add_sub(ctx, a, b, fused_activation_function, +1, pot_scale_int16)
+
+
+@register(OP_SET, "SUB", differentiable=False)
+def SUB(ctx, a, b, *, fused_activation_function="NONE", pot_scale_int16=True):
+    """Quantized TFLite SUB, as ADD with the second term subtracted."""
+    return _add_sub(ctx, a, b, fused_activation_function, -1, pot_scale_int16)
+
+
+@register(OP_SET, "MUL", differentiable=False)
+def MUL(ctx, a, b, *, fused_activation_function="NONE"):
+    """Quantized TFLite MUL: ``MBQM((a - zp_a)(b - zp_b), s_a*s_b/s_out) + zp_out``."""
+    sa, za = scale_zp(ctx, ctx.inputs[0], "input 1")
+    sb, zb = scale_zp(ctx, ctx.inputs[1], "input 2")
+    so, zo = scale_zp(ctx, ctx.outputs[0], "output")
+    real = np.float32(np.float32(sa) * np.float32(sb)) / np.float32(so)
+    m, s = fp.quantize_multiplier(float(np.float32(real)))
+    y = fp.mbqm((as_i32(a) - za) * (as_i32(b) - zb), m, s) + zo
+    lo, hi = activation_range(ctx, fused_activation_function, ctx.outputs[0])
+    return clamp_cast(y, lo, hi, out_dtype(ctx))
+
+
+@register(OP_SET, "QUANTIZE", differentiable=False)
+def QUANTIZE(ctx, x):
+    """TFLite QUANTIZE: float -> ``round_half_even(x * (1/s)) + zp`` (float32,
+    as the builtin x86 kernel), or integer requantization
+    ``MBQM(q - zp_in, s_in/s_out) + zp_out``."""
+    vo = ctx.outputs[0]
+    so, zo = scale_zp(ctx, vo, "output")
+    lo, hi = qrange(vo.dtype)
+    x = jnp.asarray(x)
+    if jnp.issubdtype(x.dtype, jnp.floating):
+        # The builtin x86 kernel (optimized_ops::AffineQuantize) multiplies by
+        # the float32 reciprocal and rounds half to even; the reference kernel's
+        # round_half_away(x / scale) differs on ties (verified with tie inputs).
+        q = jnp.round(x.astype(jnp.float32) * jnp.float32(np.float32(1.0) / so))
+        q = jnp.clip(q, lo - zo, hi - zo).astype(jnp.int32) + zo
+        return q.astype(np.dtype(vo.dtype))
+    si, zi = scale_zp(ctx, ctx.inputs[0], "input")
+    m, s = fp.quantize_multiplier(float(si) / float(so))
+    y = fp.mbqm(as_i32(x) - zi, m, s) + zo
+    return clamp_cast(y, lo, hi, vo.dtype)
+
+
+@register(OP_SET, "DEQUANTIZE", differentiable=False)
+def DEQUANTIZE(ctx, x):
+    """TFLite DEQUANTIZE: ``(q - zp) * scale`` in float32 (per-channel along
+    ``quantized_dimension``)."""
+    v = ctx.inputs[0]
+    s, z = qparams(ctx, v, "input")
+    x = jnp.asarray(x)
+    if s.size > 1:
+        shape = [1] * x.ndim
+        shape[v.quant.quantized_dimension] = s.size
+        s, z = s.reshape(shape), z.reshape(shape)
+    else:
+        s, z = s.reshape(()), z.reshape(())
+    if s.size == 1 and np.dtype(v.dtype).itemsize == 1:
+        # optimized_ops::Dequantize computes q * s - zp * s with two float32
+        # roundings; XLA:CPU would contract that into one FMA, so the 256
+        # possible results are tabulated at load time instead.
+        lo, hi = qrange(v.dtype)
+        codes = np.arange(lo, hi + 1).astype(np.float32)
+        sc = np.float32(s.reshape(()))
+        zs = np.float32(np.float32(z.reshape(())) * sc)
+        table = (codes * sc).astype(np.float32) - zs
+        # Its scalar tail (the last size % 8 elements after the 8-wide vector
+        # loop) computes (q - zp) * s instead.
+        tail = ((codes - np.float32(z.reshape(()))).astype(np.float32) * sc).astype(np.float32)
+        idx = as_i32(x) - lo
+        y = jnp.take(jnp.asarray(table), idx)
+        n = int(np.prod(x.shape))
+        if n % 8:
+            in_tail = (np.arange(n) >= n - n % 8).reshape(x.shape)
+            y = jnp.where(in_tail, jnp.take(jnp.asarray(tail), idx), y)
+        return y.astype(out_dtype(ctx))
+    return ((as_i32(x) - jnp.asarray(z)).astype(jnp.float32) * jnp.asarray(s)).astype(out_dtype(ctx))
+
+
+def _relu_x(ctx, x, act_min, act_max):
+    si, zi = scale_zp(ctx, ctx.inputs[0], "input")
+    so, zo = scale_zp(ctx, ctx.outputs[0], "output")
+    lo, hi = qrange(ctx.outputs[0].dtype)
+    qmin = max(lo, zo + int(fp.round_half_away(float(np.float32(act_min) / so))))
+    qmax = hi if act_max is None else min(hi, zo + int(fp.round_half_away(float(np.float32(act_max) / so))))
+    m, s = fp.quantize_multiplier(float(np.float32(si / so)))
+    y = zo + fp.mbqm(as_i32(x) - zi, m, s)
+    return clamp_cast(y, qmin, qmax, out_dtype(ctx))
+
+
+@register(OP_SET, "RELU", differentiable=False)
+def RELU(ctx, x):
+    """Quantized RELU (``QuantizedReluX``): rescale to the output grid, clamp at q(0)."""
+    return _relu_x(ctx, x, 0.0, None)
+
+
+@register(OP_SET, "RELU6", differentiable=False)
+def RELU6(ctx, x):
+    """Quantized RELU6: rescale, clamp to ``[q(0), q(6)]``."""
+    return _relu_x(ctx, x, 0.0, 6.0)
+
+
+@register(OP_SET, "RELU_N1_TO_1", differentiable=False)
+def RELU_N1_TO_1(ctx, x):
+    """Quantized RELU_N1_TO_1: rescale, clamp to ``[q(-1), q(1)]``."""
+    return _relu_x(ctx, x, -1.0, 1.0)
+
+
+@register(OP_SET, "LEAKY_RELU", differentiable=False)
+def LEAKY_RELU(ctx, x, *, alpha=0.0):
+    """Quantized LEAKY_RELU (``QuantizeLeakyRelu``): identity multiplier
+    ``s_in/s_out`` for ``q >= zp``, alpha multiplier ``s_in*alpha/s_out``
+    (float32) below."""
+    si, zi = scale_zp(ctx, ctx.inputs[0], "input")
+    so, zo = scale_zp(ctx, ctx.outputs[0], "output")
+    ma, sa = fp.quantize_multiplier(float(np.float32(np.float32(si * np.float32(alpha)) / so)))
+    mi, sidn = fp.quantize_multiplier(float(np.float32(si / so)))
+    v = as_i32(x) - zi
+    y = zo + jnp.where(v >= 0, fp.mbqm(v, mi, sidn), fp.mbqm(v, ma, sa))
+    lo, hi = qrange(ctx.outputs[0].dtype)
+    return clamp_cast(y, lo, hi, out_dtype(ctx))
+
+
+@register(OP_SET, "PRELU", differentiable=False)
+def PRELU(ctx, x, alpha):
+    """Quantized PRELU (``BroadcastPrelu4DSlow``): ``MBQM(v, s_in/s_out)`` for
+    ``v = q - zp_in >= 0``, else ``MBQM(v * (alpha - zp_alpha), s_in*s_alpha/s_out)``."""
+    si, zi = scale_zp(ctx, ctx.inputs[0], "input")
+    sal, zal = scale_zp(ctx, ctx.inputs[1], "alpha")
+    so, zo = scale_zp(ctx, ctx.outputs[0], "output")
+    m1, s1 = fp.quantize_multiplier(float(np.float32(si / so)))
+    m2, s2 = fp.quantize_multiplier(float(np.float32(np.float32(si * sal) / so)))
+    v = as_i32(x) - zi
+    a = as_i32(alpha) - zal
+    y = zo + jnp.where(v >= 0, fp.mbqm(v, m1, s1), fp.mbqm(v * a, m2, s2))
+    lo, hi = qrange(ctx.outputs[0].dtype)
+    return clamp_cast(y, lo, hi, out_dtype(ctx))
+
+
+@register(OP_SET, "CONCATENATION", differentiable=False)
+def CONCATENATION(ctx, *xs, axis=0, fused_activation_function="NONE"):
+    """Quantized CONCATENATION: inputs with the output's (scale, zero point)
+    are copied; others are requantized as ``ConcatenationWithScaling`` does
+    (``round(q * s + bias) + zp_out`` in float32, ``s = s_in / s_out``)."""
+    vo = ctx.outputs[0]
+    so, zo = scale_zp(ctx, vo, "output")
+    lo, hi = qrange(vo.dtype)
+    nd = jnp.asarray(xs[0]).ndim
+    ax = int(axis) + nd if int(axis) < 0 else int(axis)
+    inv = np.float32(1.0) / so
+    parts = []
+    for x, v in zip(xs, ctx.inputs):
+        si, zi = scale_zp(ctx, v, "input")
+        x = jnp.asarray(x)
+        if si == so and zi == zo:
+            parts.append(x.astype(vo.dtype))
+            continue
+        sc = np.float32(si * inv)
+        bias = np.float32(np.float32(-zi) * sc)
+        # Tabulated per input code (numpy float32), so XLA cannot fuse the
+        # multiply-add into an FMA.
+        ilo, ihi = qrange(v.dtype)
+        f = (np.arange(ilo, ihi + 1).astype(np.float32) * sc).astype(np.float32) + bias
+        table = np.clip(np.sign(f) * np.floor(np.abs(f.astype(np.float64)) + 0.5) + zo, lo, hi).astype(np.int32)
+        parts.append(jnp.take(jnp.asarray(table), as_i32(x) - ilo).astype(vo.dtype))
+    y = jnp.concatenate(parts, axis=ax)
+    if fused_activation_function not in (None, "NONE"):
+        lo2, hi2 = activation_range(ctx, fused_activation_function, vo)
+        y = clamp_cast(as_i32(y), lo2, hi2, vo.dtype)
+    return y
+
+
+@register(OP_SET, ("MAXIMUM", "MINIMUM"), differentiable=False)
+def MAXIMUM(ctx, a, b):
+    """Quantized MAXIMUM/MINIMUM: compare raw values (TFLite requires equal
+    quantization parameters)."""
+    f = jnp.maximum if ctx.node.op_name == "MAXIMUM" else jnp.minimum
+    return f(jnp.asarray(a), jnp.asarray(b)).astype(out_dtype(ctx))
+
+
+@register(OP_SET, "SQUARED_DIFFERENCE", differentiable=False)
+def SQUARED_DIFFERENCE(ctx, a, b):
+    """Quantized SQUARED_DIFFERENCE (8-bit): inputs shifted left by 7,
+    rescaled by ``s_i / (2 max s)``, differenced, squared, rescaled by
+    ``(2 max s)^2 / (2^14 s_out)``."""
+    sa, za = scale_zp(ctx, ctx.inputs[0], "input 1")
+    sb, zb = scale_zp(ctx, ctx.inputs[1], "input 2")
+    so, zo = scale_zp(ctx, ctx.outputs[0], "output")
+    if np.dtype(ctx.outputs[0].dtype).itemsize != 1:
+        raise ctx.error("int16 SQUARED_DIFFERENCE is not supported yet")
+    ls = 7
+    tm = 2.0 * float(max(sa, sb))
+    m1, s1 = fp.quantize_multiplier(float(sa) / tm)
+    m2, s2 = fp.quantize_multiplier(float(sb) / tm)
+    mo, so_ = fp.quantize_multiplier(tm * tm / ((1 << (2 * ls)) * float(so)))
+    ya = fp.mbqm(fp.shift_left(as_i32(a) - za, ls), m1, s1)
+    yb = fp.mbqm(fp.shift_left(as_i32(b) - zb, ls), m2, s2)
+    d = ya - yb
+    y = fp.mbqm(d * d, mo, so_) + zo
+    lo, hi = qrange(ctx.outputs[0].dtype)
+    return clamp_cast(y, lo, hi, out_dtype(ctx))
+
+
+@register(OP_SET, ("TRANSPOSE",), differentiable=False, static_inputs=(1,))
+def TRANSPOSE(ctx, x, perm):
+    """Quantized TRANSPOSE: permute axes of the codes."""
+    return jnp.transpose(jnp.asarray(x), [int(p) for p in np.asarray(perm).reshape(-1)])
