@@ -14,6 +14,10 @@ Layout: ``fbjax/formats`` parses files into the IR (``fbjax/ir.py``);
 
 from .errors import FbjaxError, InputError, ModelFormatError, UnsupportedOperatorError
 from .model import Model, SignatureSpec, TensorSpec, load
+from .train import trainable
+from .infer import infer  # the function; the module stays importable as fbjax.infer
+from .lower.stablehlo.custom import register_custom_call
+from .custom import register_custom_op
 
 __version__ = "0.1.0"
 
@@ -35,4 +39,6 @@ def supported_ops(op_set: str | None = None) -> dict[str, list[str]]:
 __all__ = [
     "load", "Model", "TensorSpec", "SignatureSpec", "supported_ops",
     "FbjaxError", "ModelFormatError", "UnsupportedOperatorError", "InputError",
+    "register_custom_call", "trainable", "infer",
+    "register_custom_op",
 ]

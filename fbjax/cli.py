@@ -2,6 +2,9 @@
 
     fbjax inspect MODEL
     fbjax run [MODEL] [--input NAME=FILE.npy ...] [--output OUT.npz]
+    fbjax infer MODEL --inputs DIR --batch-size N --out FILE.npz
+    fbjax export MODEL --to stablehlo|mlir OUT
+    fbjax bench MODEL... [--runs N] [--batch N] [--json OUT]
 """
 
 from __future__ import annotations
@@ -155,6 +158,79 @@ def cmd_run(args) -> int:
     return 0
 
 
+def cmd_infer(args) -> int:
+    import jax
+
+    from . import infer, load
+
+    model = load(args.model, batch_size=None)
+    n = len([f for f in os.listdir(args.inputs) if f.endswith((".npy", ".npz"))]) if os.path.isdir(args.inputs) else 0
+    print(f"model {os.path.basename(args.model)}: inputs {model.inputs}")
+    print(f"{n} examples in {args.inputs}; {len(jax.devices())} device(s) ({jax.default_backend()}); "
+          f"batch size {args.batch_size}")
+    t0 = time.perf_counter()
+    out = infer(model, args.inputs, batch_size=args.batch_size, out=args.out, progress=not args.no_progress)
+    dt = time.perf_counter() - t0
+    print(f"wrote {out}: {n} examples in {dt:.2f} s ({n / dt:.1f} examples/s, including compilation)")
+    return 0
+
+
+def _parse_batch(value: str):
+    if value in ("dynamic", "none", "None"):
+        return None
+    if value == "file":
+        return "file"
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an int, 'dynamic' or 'file', got {value!r}") from None
+
+
+def export_model(model, to: str, *, batch_size="file"):
+    """``jax.export`` of ``model.apply(params, *inputs)``.
+
+    Returns ``(exported, serialized bytes or MLIR text)``. ``to`` is
+    ``"stablehlo"`` (the serialized artifact, with its VJP, so
+    ``jax.export.deserialize(data).call`` stays differentiable) or ``"mlir"``
+    (the StableHLO text). With ``batch_size=None`` the leading input
+    dimension is the symbolic ``b``.
+    """
+    import jax
+    from jax import export as jexport
+
+    b = jexport.symbolic_shape("b")[0] if batch_size is None else None
+    params = {k: jax.ShapeDtypeStruct(np.shape(v), v.dtype) for k, v in model.params.items()}
+    ins = []
+    for s in model.inputs:
+        shape = tuple(d if d is not None else (b if i == 0 and b is not None else 1) for i, d in enumerate(s.shape))
+        ins.append(jax.ShapeDtypeStruct(shape, s.dtype))
+    with jax.enable_x64(getattr(model, "_x64", False)):
+        exported = jexport.export(jax.jit(model.apply))(params, *ins)
+    if to == "mlir":
+        return exported, exported.mlir_module()
+    return exported, bytes(exported.serialize(vjp_order=1))
+
+
+def cmd_export(args) -> int:
+    from . import load
+
+    model = load(args.model, batch_size=args.batch_size)
+    exported, data = export_model(model, args.to, batch_size=args.batch_size)
+    mode = "w" if isinstance(data, str) else "wb"
+    with open(args.out, mode) as f:
+        f.write(data)
+    params_path = None
+    if args.to == "stablehlo":
+        params_path = os.path.splitext(args.out)[0] + ".params.npz"
+        np.savez(params_path, **{k: np.asarray(v) for k, v in model.params.items()})
+    print(f"wrote {args.out} ({args.to}, {len(data):,} {'chars' if mode == 'w' else 'bytes'}): "
+          f"call(params, {', '.join(s.name for s in model.inputs)}) -> {len(model.outputs)} output(s)")
+    if params_path:
+        print(f"wrote {params_path} (the params argument, keyed by tensor name); load with "
+              "jax.export.deserialize(open(OUT, 'rb').read()).call(dict(np.load(PARAMS)), *inputs)")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="fbjax",
@@ -184,6 +260,38 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--repeat", type=int, default=20, metavar="N",
                     help="timed runs after the first (default 20; 0 to skip)")
     pr.set_defaults(func=cmd_run)
+    pf = sub.add_parser(
+        "infer",
+        help="batch inference over every device on a directory of .npy/.npz samples",
+        description="Run every sample in DIR (one .npy per sample of a single-input model, or one .npz "
+        "per sample holding one array per input) through the model, data-parallel over all devices "
+        "(fbjax.infer), streaming the results to an .npy/.npz file.",
+    )
+    pf.add_argument("model", help="model file stored with batch 1 (loaded batch-polymorphic)")
+    pf.add_argument("--inputs", required=True, metavar="DIR", help="directory of per-sample .npy/.npz files")
+    pf.add_argument("--batch-size", type=int, default=None, metavar="N",
+                    help="examples per step (default 8 per device)")
+    pf.add_argument("--out", required=True, metavar="FILE", help="output .npz (or .npy for one output)")
+    pf.add_argument("--no-progress", action="store_true", help="no progress bar")
+    pf.set_defaults(func=cmd_infer)
+    pe = sub.add_parser(
+        "export",
+        help="write a jax.export artifact (StableHLO, differentiable) or the StableHLO text",
+        description="--to stablehlo: a serialized jax.export artifact of apply(params, *inputs) "
+        "including its VJP (stays differentiable after jax.export.deserialize), plus OUT.params.npz; "
+        "--to mlir: the StableHLO module as MLIR text.",
+    )
+    pe.add_argument("model", help="model file")
+    pe.add_argument("--to", required=True, choices=["stablehlo", "mlir"])
+    pe.add_argument("out", help="output file")
+    pe.add_argument("--batch-size", type=_parse_batch, default="file", metavar="N|dynamic|file",
+                    help="batch of the exported function: the file's (default), an int, or 'dynamic' (symbolic)")
+    pe.set_defaults(func=cmd_export)
+    from .bench import add_arguments as _bench_args, run_cli as _bench_run  # `fbjax bench` (fbjax/bench.py)
+
+    pb = sub.add_parser("bench", help="benchmark against LiteRT / onnxruntime: latency, throughput, first call, RSS")
+    _bench_args(pb)
+    pb.set_defaults(func=_bench_run)
     return p
 
 

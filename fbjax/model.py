@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
 import os
-from typing import NamedTuple, Optional, Sequence
+from typing import Mapping, NamedTuple, Optional, Sequence, Union
 
 import jax
 import jax.numpy as jnp
@@ -12,6 +13,7 @@ import numpy as np
 from .errors import InputError
 from .formats import read_model
 from .ir import ModelIR, Value
+from .cache import compiler_options
 from .lower.build import Program, build
 
 
@@ -45,8 +47,11 @@ class SignatureSpec(NamedTuple):
 
 
 def _needs_x64(model: ModelIR) -> bool:
-    return any(
-        np.dtype(v.dtype).itemsize == 8 and np.dtype(v.dtype).kind in "iuf"
+    """True when the model has 64-bit tensors or a pass asked for 64-bit
+    arithmetic (``model.metadata["needs_x64"]``, e.g. int16 kernels)."""
+    wide = {np.dtype(t) for t in (np.int64, np.uint64, np.float64, np.complex128)}
+    return bool(model.metadata.get("needs_x64")) or any(
+        np.dtype(v.dtype) in wide
         for g in model.graphs
         for v in g.values
         if v.dtype != np.object_
@@ -66,6 +71,9 @@ class Model:
         loss = lambda p: jnp.mean(model.apply(p, x) ** 2)
         grads = jax.grad(loss)(model.params)
 
+    :func:`fbjax.trainable` picks the weights to train by name, and
+    :meth:`save` writes the file back with new weights.
+
     64-bit tensors (int64 indices, ARG_MAX outputs, float64): calling the
     Model runs under a scoped ``jax.enable_x64(True)`` when the file has any,
     so they keep their width without changing the global JAX configuration.
@@ -73,7 +81,8 @@ class Model:
     unless x64 is enabled there).
 
     Attributes:
-        params: dict of the file's float weights (tensor name -> jax array).
+        params: dict of the file's float weights (tensor name -> jax array;
+            float16 weights are widened to float32 master weights).
         inputs: list of :class:`TensorSpec`.
         outputs: list of :class:`TensorSpec`.
         signatures: dict of :class:`SignatureSpec` (empty if the file has none).
@@ -100,11 +109,17 @@ class Model:
         }
         self._x64 = _needs_x64(ir)
         with jax.enable_x64(self._x64):
-            self.params = {k: jnp.asarray(v) for k, v in program.params.items()}
-        self._jitted = jax.jit(self.apply)
+            self.params = {k: jax.device_put(v) for k, v in program.params.items()}  # no per-shape compiles (jnp.asarray: ~1 s)
+        # issue 3: resource variables (VAR_HANDLE ...) -> explicit state, see
+        # fbjax.lower.tflite.state; None for models without variables.
+        from .lower.tflite import state as _st
+        self._stateful = ir.format == "tflite" and _st.has_state(ir)
+        with jax.enable_x64(self._x64):
+            self.state = _st.initial_state(program, self.params) if self._stateful else None
+        self._jitted = jax.jit(self.apply, compiler_options=compiler_options(program.backend))  # fbjax/cache.py
 
     # -- pure function ---------------------------------------------------
-    def apply(self, params: dict, *inputs):
+    def apply(self, params: dict, *inputs, state: Optional[dict] = None):
         """Pure forward pass.
 
         Args:
@@ -113,8 +128,16 @@ class Model:
             *inputs: one array per :attr:`inputs` entry.
 
         Returns:
-            one array, or a tuple of arrays for multi-output models.
+            one array, or a tuple of arrays for multi-output models; for
+            models with resource variables, ``(outputs, new_state)``, where
+            ``state`` (default :attr:`state`) is the ``{name: array}`` dict of
+            variable values before the call.
         """
+        if self._stateful:  # models with resource variables: (outputs, new_state)
+            from .lower.tflite.state import apply_with_state
+            outs, new_state = apply_with_state(self._program, params, self.state if state is None else state, *inputs)
+            outs = tuple(jnp.asarray(o) for o in outs)
+            return (outs[0] if len(outs) == 1 else outs), new_state
         outs = self._program.apply(params, *inputs)
         outs = tuple(jnp.asarray(o) for o in outs)
         return outs[0] if len(outs) == 1 else outs
@@ -155,20 +178,119 @@ class Model:
         """
         xs = self._check_inputs(inputs)
         with jax.enable_x64(self._x64):
+            if self._stateful:  # keep the variables between calls, as LiteRT does
+                out, self.state = self._jitted(self.params, *xs, state=self.state)
+                return out
             return self._jitted(self.params, *xs)
+
+    # -- write-back --------------------------------------------------------
+    def save(self, path=None, params: Optional[Mapping] = None, *, requantize: str = "file") -> bytes:
+        """Write the model in its original format with new weights.
+
+        Everything but the updated constants is kept as the file had it
+        (operators, options, names, signatures, metadata). The writer for
+        the format comes from :data:`WRITERS`. Float weights are cast to the
+        dtype the file stores (float16 weights are rounded to float16).
+        Quantized integer weights given as float (dequantized) values are
+        re-quantized with the file's scales and zero points
+        (``requantize="file"``), or with recomputed symmetric per-channel
+        scales (``requantize="per_channel"``, which also re-quantizes the
+        int32 biases that depend on them); see
+        :mod:`fbjax.formats.tflite_writer`. A model loaded with
+        ``batch_size`` is saved with the file's own (batch-1) shapes.
+
+        Args:
+            path: file to write (replaced atomically); ``None`` only returns
+                the bytes.
+            params: tensor name -> new value; default :attr:`params`. May
+                hold a subset of the names (e.g. the ``trainable`` part of
+                :func:`fbjax.trainable`): the others keep the file's values.
+                A quantized tensor's name may be given with float values.
+            requantize: ``"file"`` or ``"per_channel"``.
+
+        Returns:
+            the new file's bytes.
+
+        Raises:
+            InputError: an unknown name, a wrong shape, a value the tensor's
+                type cannot hold; or no writer for the format yet.
+        """
+        params = self.params if params is None else params
+        values = {id(v): v for g in self.ir.graphs for v in g.values}
+        by_name = {name: values[vid] for vid, name in self._program.param_of.items()}
+        quantized = {}
+        for g in self.ir.graphs:
+            for v in g.values:
+                if v.data is not None and v.quant is not None and np.dtype(v.dtype).kind in "iu":
+                    quantized.setdefault(v.name, []).append(v)
+        updates = {}
+        for name, x in params.items():
+            v = by_name.get(name)
+            if v is None:
+                vs = quantized.get(name, [])
+                if len(vs) != 1:
+                    why = "names several quantized tensors" if vs else "is not a weight of this model"
+                    raise InputError(f"save: params key {name!r} {why}")
+                v = vs[0]
+            x = np.asarray(x)
+            if x.dtype == v.data.dtype and x.shape == v.data.shape and np.array_equal(x, v.data):
+                continue  # unchanged: keep the file's bytes
+            updates[v] = x
+        data = _writer(self.format)(self.ir, updates, requantize=requantize)
+        if path is not None:
+            path = os.fspath(path)
+            tmp = f"{path}.tmp{os.getpid()}"
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+        return data
 
     def __repr__(self) -> str:
         name = os.path.basename(self.path) if self.path else "<bytes>"
         return f"<fbjax.Model {name} ({self.format}): inputs={self.inputs} outputs={self.outputs}>"
 
 
-def load(source, *, format: Optional[str] = None) -> Model:
+#: format -> module of :mod:`fbjax.formats` whose ``write(ir, updates,
+#: *, requantize) -> bytes`` re-writes a file of that format with the
+#: constants in ``updates`` (``{Value: array}``) replaced; see
+#: :meth:`Model.save`.
+WRITERS = {"tflite": "tflite_writer", "rten": "rten_writer", "stablehlo": "stablehlo_writer"}
+
+
+def _writer(fmt: str):
+    mod = WRITERS.get(fmt)
+    try:
+        module = importlib.import_module(f".formats.{mod}", __package__) if mod else None
+    except ModuleNotFoundError:
+        module = None
+    if module is None:
+        raise InputError(f"saving {fmt!r} models is not supported yet (writers: {sorted(WRITERS)})")
+    return module.write
+
+
+_FILE = "file"
+
+
+def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, str] = _FILE,
+         quantized: str = "exact") -> Model:
     """Load a model file as a :class:`Model`.
 
     Args:
         source: path to a ``.tflite`` file, or its bytes.
         format: force the format (``"tflite"``); detected from the bytes when
             omitted.
+        batch_size: ``"file"`` (default): the shapes stored in the file.
+            ``None``: make a model stored with batch 1 batch-polymorphic (the
+            inputs' leading dimension becomes ``None`` and ``jit`` retraces
+            per batch size); an int: fix the batch to that size. The graph is
+            rewritten by :func:`fbjax.passes.set_batch_size`, which raises
+            :class:`InputError` saying why when the batch-1 shapes cannot be
+            proven to be the batch.
+        quantized: for quantized TFLite models: ``"exact"`` (default) runs
+            TFLite's integer kernels bit for bit; ``"float"`` dequantizes
+            weights to float params and fake-quantizes activations with a
+            straight-through gradient (approximate; see
+            :mod:`fbjax.quantization`).
 
     Returns:
         a :class:`Model`, callable and jitted.
@@ -179,7 +301,21 @@ def load(source, *, format: Optional[str] = None) -> Model:
         UnsupportedOperatorError: the model uses ops fbjax cannot lower (every
             one of them is listed).
     """
+    from .cache import enable as _enable_compilation_cache
+
+    _enable_compilation_cache()  # JAX's persistent compilation cache (fbjax/cache.py)
     ir = read_model(source, format)
+    from .quantization import prepare as _prepare_quantized
+
+    _prepare_quantized(ir, quantized)
+    if batch_size != _FILE:
+        from .passes import set_batch_size
+
+        set_batch_size(ir, batch_size)
     program = build(ir)
+    if batch_size != _FILE:
+        from .passes import check_batch_size
+
+        check_batch_size(ir, program, batch_size)
     path = None if isinstance(source, (bytes, bytearray, memoryview)) else os.fspath(source)
     return Model(ir, program, path)

@@ -1,0 +1,388 @@
+"""Write a loaded ``.tflite`` model back with new weights (``Model.save``).
+
+The file fbjax read is unpacked with the flatc object API
+(``ModelT.InitFromObj``), the buffers of the updated constants are replaced,
+and the object tree is packed again: operators, options, signatures,
+metadata, tensor names, quantization parameters and every buffer that was
+not updated are kept as they were. Only schema fields the generated bindings
+know survive (fields from a newer schema than ``schemas/tflite.fbs`` would
+be dropped by the round trip). Buffers are written 16-byte aligned, as
+TensorFlow's converter writes them.
+
+Types, shapes and quantization parameters are those of the file's own
+tensors, never the IR's: load-time passes rewrite the IR (``quantized=
+"float"`` dequantizes constants in place, ``batch_size`` changes shapes),
+and the saved file keeps the original types and batch-1 shapes.
+
+Per tensor kind:
+
+* float constants (float32, float16, float64, bfloat16): the new values are
+  cast to the tensor's stored dtype (a float16 weight is rounded to float16:
+  run fbjax on the rounded params to compare with LiteRT).
+* quantized integer constants (int8/uint8/int16/int32/int4 with scales):
+  given as *float* (dequantized) values (what ``fbjax.load(...,
+  quantized="float")`` exposes as params), they are re-quantized,
+  ``q = clip(round_half_away(x / scale) + zero_point)``, with the file's
+  scales and zero points (``requantize="file"``, the default), or with new
+  symmetric per-channel scales ``max|x| / qmax`` along the tensor's
+  quantized dimension (``requantize="per_channel"``; zero points must be 0,
+  as TFLite requires for int8 weights; a per-tensor quantized weight gets
+  one new scale). Recomputing the scales of a weight
+  changes the scale its consumers expect of their int32 bias (``s_in *
+  s_w``), so the int32 bias of every CONV_2D, DEPTHWISE_CONV_2D,
+  FULLY_CONNECTED and TRANSPOSE_CONV reading the weight is re-quantized to
+  the new bias scales too (from its updated float values if given, else
+  from its current dequantized values).
+* sparse constants (``sparsity``, read densified): only the values stored
+  in the sparse structure can be written. If the new dense values are zero
+  everywhere the structure stores nothing, they are written into the
+  existing values buffer; otherwise :class:`~fbjax.errors.InputError` names
+  the tensor (fine-tuning a pruned weight must keep its zeros; mask the
+  update, e.g. ``g * (w != 0)``).
+* INT4 constants are packed two per byte as the file stores them.
+
+Files over 2 GB (buffers stored after the flatbuffer with ``offset``) cannot
+be re-written this way and raise :class:`~fbjax.errors.InputError`.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Optional
+
+import flatbuffers
+import numpy as np
+
+from ..errors import InputError
+from ..ir import ModelIR, Value
+from ._generated import tflite_generated as T
+from .tflite import FILE_IDENTIFIER, TENSOR_TYPE_NAMES, densify, opcode_name, tensor_dtype
+
+__all__ = ["write", "quantize", "REQUANTIZE_MODES"]
+
+_ALIGN = 16
+REQUANTIZE_MODES = ("file", "per_channel")
+
+# op name -> (weight input, bias input) for ops whose int32 bias scale is
+# input_scale * weight_scale
+_BIAS_OPS = {"CONV_2D": (1, 2), "DEPTHWISE_CONV_2D": (1, 2), "FULLY_CONNECTED": (1, 2),
+             "TRANSPOSE_CONV": (1, 3)}
+
+
+class _AlignedBufferT(T.BufferT):
+    """A buffer whose data vector starts on a 16-byte boundary."""
+
+    def __init__(self, payload: Optional[bytes]):
+        super().__init__()
+        self._payload = payload
+
+    def Pack(self, builder):
+        data = None
+        if self._payload:
+            n = len(self._payload)
+            builder.StartVector(1, n, _ALIGN)
+            builder.head = builder.head - n
+            builder.Bytes[builder.head: builder.head + n] = self._payload
+            data = builder.EndVector()
+        T.BufferStart(builder)
+        if data is not None:
+            T.BufferAddData(builder, data)
+        return T.BufferEnd(builder)
+
+
+def _qrange(dtype: np.dtype, type_name: str) -> tuple[int, int]:
+    if type_name == "INT4":
+        return -8, 7
+    info = np.iinfo(dtype)
+    return int(info.min), int(info.max)
+
+
+def _bcast(p: np.ndarray, ndim: int, dim: int) -> np.ndarray:
+    shape = [1] * ndim
+    if p.size > 1:
+        shape[dim] = p.size
+        return p.reshape(shape)
+    return p.reshape(()) if ndim else p.reshape(())
+
+
+def quantize(x: np.ndarray, scale, zero_point, dim: int, dtype, *, qmin: int, qmax: int) -> np.ndarray:
+    """``clip(round_half_away(x / scale) + zero_point, qmin, qmax)`` in ``dtype``.
+
+    ``scale`` and ``zero_point`` are 1-D (length 1: per-tensor, else along
+    ``dim``). Division in float64 then rounding half away from zero, as
+    TFLite's ``AffineQuantize``.
+    """
+    x = np.asarray(x, np.float64)
+    s = _bcast(np.asarray(scale, np.float64), x.ndim, dim)
+    z = _bcast(np.asarray(zero_point, np.int64), x.ndim, dim)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        q = x / np.where(s == 0, 1.0, s)
+    q = np.sign(q) * np.floor(np.abs(q) + 0.5)
+    q = np.clip(q + z, qmin, qmax)
+    return q.astype(dtype)
+
+
+def _pack_int4(q: np.ndarray) -> bytes:
+    flat = q.reshape(-1).astype(np.int8)
+    if flat.size % 2:
+        flat = np.concatenate([flat, np.zeros(1, np.int8)])
+    lo = flat[0::2].astype(np.uint8) & 0x0F
+    hi = (flat[1::2].astype(np.uint8) & 0x0F) << 4
+    return (lo | hi).astype(np.uint8).tobytes()
+
+
+def _le_bytes(a: np.ndarray) -> bytes:
+    a = np.ascontiguousarray(a)
+    if a.dtype.byteorder == ">" or (a.dtype.byteorder == "=" and not np.little_endian):
+        a = a.astype(a.dtype.newbyteorder("<"))
+    return a.tobytes()
+
+
+def _file_quant(t):
+    """QuantParams of a file tensor (object API), or None."""
+    from ..ir import QuantParams
+
+    q = t.quantization
+    if q is None or q.scale is None or len(q.scale) == 0:
+        return None
+    scale = np.asarray(q.scale, np.float32).reshape(-1)
+    zp = np.asarray(q.zeroPoint if q.zeroPoint is not None and len(q.zeroPoint) else np.zeros(scale.size),
+                    np.int64).reshape(-1)
+    if zp.size == 1 and scale.size > 1:
+        zp = np.full(scale.shape, zp[0], np.int64)
+    return QuantParams(scale, zp, int(q.quantizedDimension))
+
+
+def _name(t) -> str:
+    return t.name.decode("utf-8", "replace") if isinstance(t.name, bytes) else str(t.name)
+
+
+class _Writer:
+    """Works on the file's own tensors (object API): dtype, shape and
+    quantization come from the file, never from the IR, which load-time
+    passes may have rewritten (``quantized="float"`` dequantizes constants
+    in place, ``batch_size`` changes shapes)."""
+
+    def __init__(self, ir: ModelIR, requantize: str):
+        if ir.format != "tflite":
+            raise InputError(f"the TFLite writer cannot write a {ir.format!r} model")
+        if ir.buffer is None:
+            raise InputError("the model's file contents are no longer available; load it again to save it")
+        if requantize not in REQUANTIZE_MODES:
+            raise InputError(f"requantize must be one of {REQUANTIZE_MODES}, got {requantize!r}")
+        self.ir = ir
+        self.requantize = requantize
+        raw = ir.buffer
+        self.m = T.ModelT.InitFromObj(T.Model.GetRootAs(raw, 0))
+        for bi, b in enumerate(self.m.buffers or []):
+            if b is not None and b.offset > 1:
+                raise InputError(
+                    f"buffer {bi} is stored after the flatbuffer (a file over 2 GB); saving such files "
+                    "is not supported"
+                )
+        # id(Value) -> (subgraph, tensor) position in the file
+        self.where = {}
+        for si, g in enumerate(ir.graphs):
+            n_file = len(self.m.subgraphs[si].tensors or []) if si < len(self.m.subgraphs or []) else 0
+            for ti, v in enumerate(g.values[:n_file]):
+                self.where.setdefault(id(v), (si, ti))
+        self.payloads: list = [self._payload(b) for b in (self.m.buffers or [])]
+
+    @staticmethod
+    def _payload(b) -> Optional[bytes]:
+        if b is None or b.data is None:
+            return None
+        return np.asarray(b.data, np.uint8).tobytes()
+
+    def _pos(self, v: Value) -> tuple:
+        pos = self.where.get(id(v))
+        if pos is None:
+            raise InputError(f"tensor {v.name!r} is not stored in the model file")
+        return pos
+
+    def _t(self, pos):
+        return self.m.subgraphs[pos[0]].tensors[pos[1]]
+
+    # -- encoding one tensor -----------------------------------------------------
+    def encode(self, t, new: np.ndarray, quant=None) -> bytes:
+        """Bytes of the buffer holding ``new`` for file tensor ``t``."""
+        name = _name(t)
+        type_name = TENSOR_TYPE_NAMES.get(t.type, "?")
+        stored = tensor_dtype(t.type)
+        shape = tuple(int(d) for d in (t.shape if t.shape is not None else []))
+        new = np.asarray(new)
+        if new.shape != shape:
+            raise InputError(f"tensor {name!r}: new value has shape {new.shape}, the file stores {shape}")
+        if stored.kind == "f":
+            if new.dtype.kind not in "fiu":
+                raise InputError(f"tensor {name!r}: cannot store {new.dtype} values as {stored}")
+            q = new.astype(stored)
+        elif stored.kind in "iu":
+            qp = quant if quant is not None else _file_quant(t)
+            if new.dtype.kind == "f":
+                if qp is None:
+                    raise InputError(
+                        f"tensor {name!r} holds unquantized {stored} values; float values cannot be written to it"
+                    )
+                lo, hi = _qrange(stored, type_name)
+                q = quantize(new, qp.scale, qp.zero_point, qp.quantized_dimension, stored, qmin=lo, qmax=hi)
+            elif new.dtype == stored:
+                q = new
+            else:
+                raise InputError(f"tensor {name!r}: give {stored} or float values, not {new.dtype}")
+        else:
+            raise InputError(f"tensor {name!r}: cannot write {stored} tensors")
+        if t.sparsity is not None:
+            return self._sparse_values(t, q)
+        if type_name == "INT4":
+            return _pack_int4(q)
+        return _le_bytes(q)
+
+    def _sparse_values(self, t, dense: np.ndarray) -> bytes:
+        n_stored = len(self.payloads[t.buffer] or b"") // dense.dtype.itemsize
+        # which dense position holds stored value k: densify 1..n and read back
+        marks = densify(np.arange(1, n_stored + 1, dtype=np.int64), dense.shape, t.sparsity)
+        stored_at = marks != 0
+        outside = dense[~stored_at]
+        if np.any(outside != 0):
+            raise InputError(
+                f"tensor {_name(t)!r} is stored sparse (TFLite sparsity); the new values are non-zero at "
+                f"{int(np.count_nonzero(outside))} position(s) the sparse structure does not store. "
+                "Keep the pruned zeros when fine-tuning (mask the update, e.g. grad * (w != 0))."
+            )
+        values = np.zeros(n_stored, dense.dtype)
+        values[marks[stored_at] - 1] = dense[stored_at]
+        return _le_bytes(values)
+
+    # -- updates -------------------------------------------------------------------
+    def apply(self, updates: Mapping[Value, np.ndarray]) -> None:
+        pending = {}  # (si, ti) -> new values
+        for v, x in updates.items():
+            pos = self._pos(v)
+            t = self._t(pos)
+            if not t.buffer or self.payloads[t.buffer] is None:
+                raise InputError(f"tensor {v.name!r} is not a constant of the file")
+            pending[pos] = np.asarray(x)
+        new_quant = {}  # (si, ti) -> QuantParams with recomputed scales
+        if self.requantize == "per_channel":
+            for pos, x in pending.items():
+                t = self._t(pos)
+                if tensor_dtype(t.type).kind in "iu" and _file_quant(t) is not None and x.dtype.kind == "f":
+                    new_quant[pos] = self._per_channel_quant(t, x)
+            if new_quant:
+                self._bias_updates(pending, new_quant)
+        groups: dict = {}
+        for pos, x in pending.items():
+            t = self._t(pos)
+            groups.setdefault(t.buffer, []).append((t, self.encode(t, x, new_quant.get(pos))))
+        users = self._buffer_users()
+        for bi, items in groups.items():
+            first = items[0][1]
+            untouched = users.get(bi, 0) > len(items)
+            if not untouched and all(d == first for _, d in items):
+                self.payloads[bi] = first
+                continue
+            # the buffer is shared by tensors that now differ: give each its own
+            for t, data in items:
+                t.buffer = len(self.payloads)
+                self.payloads.append(data)
+
+    def _buffer_users(self) -> dict:
+        users: dict = {}
+        for sg in self.m.subgraphs or []:
+            for t in sg.tensors or []:
+                if t.buffer:
+                    users[t.buffer] = users.get(t.buffer, 0) + 1
+        return users
+
+    def _per_channel_quant(self, t, x: np.ndarray):
+        from ..ir import QuantParams
+
+        q = _file_quant(t)
+        if np.any(q.zero_point != 0):
+            raise InputError(
+                f"tensor {_name(t)!r}: requantize='per_channel' recomputes symmetric scales, but the file's "
+                "zero points are not 0; use requantize='file'"
+            )
+        dim = q.quantized_dimension if q.per_channel else 0
+        _, qmax = _qrange(tensor_dtype(t.type), TENSOR_TYPE_NAMES.get(t.type, "?"))
+        x64 = np.abs(np.asarray(x, np.float64))
+        if q.per_channel and x64.ndim:
+            amax = np.max(x64, axis=tuple(a for a in range(x64.ndim) if a != dim)).reshape(-1)
+        else:
+            amax = np.asarray([x64.max() if x64.size else 0.0])
+        scale = np.where(amax > 0, amax / qmax, 1.0).astype(np.float32)
+        t.quantization.scale = [float(s) for s in scale]
+        t.quantization.zeroPoint = [0] * scale.size
+        t.quantization.quantizedDimension = int(dim)
+        t.quantization.min = None
+        t.quantization.max = None
+        return QuantParams(scale, np.zeros(scale.shape, np.int64), dim)
+
+    def _bias_updates(self, pending: dict, new_quant: dict) -> None:
+        """Re-quantize the int32 biases whose scale is input_scale * weight_scale."""
+        from ..ir import QuantParams
+
+        names = [opcode_name(oc) for oc in (self.m.operatorCodes or [])]
+        for si, sg in enumerate(self.m.subgraphs or []):
+            for op in sg.operators or []:
+                op_set, op_name = names[op.opcodeIndex]
+                io = _BIAS_OPS.get(op_name) if op_set == "tflite" else None
+                ins = [int(i) for i in (op.inputs if op.inputs is not None else [])]
+                if io is None or len(ins) <= io[1]:
+                    continue
+                wi, bi = ins[io[0]], ins[io[1]]
+                xi = ins[2] if op_name == "TRANSPOSE_CONV" else ins[0]
+                if (si, wi) not in new_quant or bi < 0 or xi < 0 or (si, bi) in new_quant:
+                    continue
+                bt, xt = sg.tensors[bi], sg.tensors[xi]
+                bq, xq = _file_quant(bt), _file_quant(xt)
+                if bq is None or xq is None or xq.scale.size != 1 or not bt.buffer:
+                    continue
+                if (si, bi) in pending:
+                    given = np.asarray(pending[(si, bi)])
+                    fb = given.astype(np.float64)
+                    if given.dtype.kind != "f":  # given as integers in the file's scale
+                        fb = (fb - bq.zero_point) * bq.scale.astype(np.float64)
+                else:
+                    stored = np.frombuffer(self.payloads[bt.buffer], tensor_dtype(bt.type).newbyteorder("<"))
+                    fb = (stored.astype(np.int64) - bq.zero_point) * bq.scale.astype(np.float64)
+                bscale = (np.float64(xq.scale[0]) * new_quant[(si, wi)].scale.astype(np.float64)).astype(np.float32)
+                bt.quantization.scale = [float(s) for s in bscale]
+                bt.quantization.zeroPoint = [0] * bscale.size
+                bt.quantization.quantizedDimension = 0
+                new_quant[(si, bi)] = QuantParams(bscale, np.zeros(bscale.shape, np.int64), 0)
+                pending[(si, bi)] = fb.reshape(tuple(int(d) for d in bt.shape))
+
+    def pack(self) -> bytes:
+        self.m.buffers = [_AlignedBufferT(p) for p in self.payloads]
+        size = sum(len(p or b"") + _ALIGN for p in self.payloads) + (1 << 16)
+        builder = flatbuffers.Builder(size)
+        root = self.m.Pack(builder)
+        builder.Finish(root, file_identifier=FILE_IDENTIFIER)
+        return bytes(builder.Output())
+
+
+def write(ir: ModelIR, updates: Mapping[Value, np.ndarray], *, requantize: str = "file") -> bytes:
+    """The ``.tflite`` bytes of ``ir``'s source file with some constants replaced.
+
+    Args:
+        ir: a model read by :func:`fbjax.formats.tflite.read` (its
+            ``buffer`` still holds the file's bytes).
+        updates: IR constant -> new contents (same shape). Float tensors take
+            float values; quantized integer tensors take float (dequantized)
+            values, re-quantized per ``requantize``, or integers of the
+            stored dtype, written as they are.
+        requantize: ``"file"`` (keep the file's scales and zero points) or
+            ``"per_channel"`` (new symmetric per-channel scales, and the
+            dependent int32 biases re-quantized; see the module docstring).
+
+    Returns:
+        the new file's bytes; everything not updated is kept.
+
+    Raises:
+        InputError: a shape mismatch, a value the tensor's type cannot hold,
+            a sparse tensor whose zeros were changed, a file over 2 GB.
+    """
+    w = _Writer(ir, requantize)
+    w.apply(updates)
+    return w.pack()

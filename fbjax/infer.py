@@ -1,0 +1,327 @@
+"""Batch inference over every device: :func:`infer`.
+
+::
+
+    model = fbjax.load("model.tflite", batch_size=None)     # any batch
+    probs = fbjax.infer(model, images, batch_size=64)       # all local devices
+    fbjax.infer(model, "samples/", batch_size=64, out="preds.npz")   # streamed
+
+Examples are cut into batches; each batch is placed on a 1-D device mesh
+(``jax.sharding.Mesh`` with axis ``"batch"``), split along its leading
+dimension with ``NamedSharding(mesh, P("batch"))``, and run by one jitted
+``model.apply`` whose weights are replicated on every device. The last
+partial batch is padded with zeros to the full batch and the padding is
+trimmed from the results. The next batch is dispatched before the previous
+results are copied back, so host-side loading overlaps device work; results
+go either to memory or, batch by batch, to an ``.npy``/``.npz`` file, so the
+dataset never has to fit in memory.
+
+Multi-host: under ``jax.distributed.initialize()`` the mesh spans the
+devices of all processes. Each process passes *its own share* of the
+examples and gets (or writes) the results of its share; a process that runs
+out of examples early keeps feeding padding until every process is done (one
+small all-gather per step decides when to stop).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import zipfile
+from typing import Iterable, Iterator, Optional, Sequence, Union
+
+import numpy as np
+
+from .errors import InputError
+
+__all__ = ["infer", "iter_examples"]
+
+
+def iter_examples(examples, n_inputs: int = 1, names: Sequence[str] = ()) -> Iterator[tuple]:
+    """Yield one tuple of arrays per example.
+
+    Args:
+        examples: an iterable of samples (an array, or a tuple of arrays for
+            multi-input models; a numpy array of shape ``(N, ...)`` is N
+            samples), or a path to a directory of ``.npy`` files (one sample
+            of a single-input model each) or ``.npz`` files (one sample each,
+            one array per input, keyed by input name or ``arr_0``...), read
+            in sorted file-name order.
+        n_inputs: number of model inputs.
+        names: the model's input names (for ``.npz`` keys).
+
+    Raises:
+        InputError: an example with the wrong number of arrays, an empty or
+            missing directory.
+    """
+    if isinstance(examples, (str, os.PathLike)):
+        d = os.fspath(examples)
+        if not os.path.isdir(d):
+            raise InputError(f"examples: {d!r} is not a directory of .npy/.npz files")
+        files = sorted(f for f in os.listdir(d) if f.endswith((".npy", ".npz")))
+        if not files:
+            raise InputError(f"examples: no .npy or .npz files in {d!r}")
+        for f in files:
+            p = os.path.join(d, f)
+            if f.endswith(".npy"):
+                if n_inputs != 1:
+                    raise InputError(f"{p}: the model has {n_inputs} inputs; give one .npz per sample")
+                yield (np.load(p, mmap_mode="r"),)
+            else:
+                with np.load(p) as z:
+                    keys = [n for n in names if n in z.files]
+                    if len(keys) != n_inputs:
+                        keys = [f"arr_{i}" for i in range(n_inputs)]
+                    missing = [k for k in keys if k not in z.files]
+                    if missing:
+                        raise InputError(f"{p}: holds {z.files}, expected the input names {list(names)} "
+                                         f"or arr_0..arr_{n_inputs - 1}")
+                    yield tuple(z[k] for k in keys)
+        return
+    for i, ex in enumerate(examples):
+        xs = tuple(ex) if isinstance(ex, (tuple, list)) else (ex,)
+        if len(xs) != n_inputs:
+            raise InputError(f"example {i} has {len(xs)} array(s); the model takes {n_inputs} input(s)")
+        yield xs
+
+
+class _Sink:
+    """Results of one process: in memory, or streamed to a .npy/.npz file."""
+
+    def __init__(self, out: Optional[str], names: Sequence[str]):
+        self.out = out
+        self.names = list(names)
+        self.chunks: list = [[] for _ in names]
+        self.files: list = []
+        self.meta: list = [None] * len(names)  # (dtype, per-sample shape)
+        self.count = 0
+        if out is not None:
+            if not out.endswith((".npy", ".npz")):
+                raise InputError(f"out must end in .npy or .npz, got {out!r}")
+            if out.endswith(".npy") and len(names) != 1:
+                raise InputError(f"the model has {len(names)} outputs; write them to an .npz file")
+            tmpdir = os.path.dirname(os.path.abspath(out))
+            self.files = [tempfile.TemporaryFile(dir=tmpdir) for _ in names]
+
+    def add(self, outs: Sequence[np.ndarray], n: int) -> None:
+        for k, o in enumerate(outs):
+            o = np.ascontiguousarray(o[:n])
+            if self.meta[k] is None:
+                self.meta[k] = (o.dtype, o.shape[1:])
+            if self.files:
+                self.files[k].write(o.tobytes())
+            else:
+                self.chunks[k].append(o)
+        self.count += n
+
+    def _empty(self, k, model_outputs):
+        spec = model_outputs[k]
+        return np.dtype(spec.dtype), tuple(1 if d is None else d for d in (spec.shape or ())[1:])
+
+    def finish(self, model_outputs):
+        metas = [m if m is not None else self._empty(k, model_outputs) for k, m in enumerate(self.meta)]
+        if not self.files:
+            res = [np.concatenate(c) if c else np.zeros((0, *m[1]), m[0]) for c, m in zip(self.chunks, metas)]
+            return res[0] if len(res) == 1 else res
+        tmp = f"{self.out}.tmp{os.getpid()}"
+        try:
+            if self.out.endswith(".npy"):
+                with open(tmp, "wb") as f:
+                    self._write_npy(f, 0, metas[0])
+            else:
+                keys = _output_keys(self.names)
+                with zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED, allowZip64=True) as zf:
+                    for k, key in enumerate(keys):
+                        with zf.open(f"{key}.npy", "w", force_zip64=True) as f:
+                            self._write_npy(f, k, metas[k])
+            os.replace(tmp, self.out)
+        finally:
+            for f in self.files:
+                f.close()
+            if os.path.exists(tmp):
+                os.remove(tmp)
+        return self.out
+
+    def _write_npy(self, f, k: int, meta) -> None:
+        dtype, shape = meta
+        np.lib.format.write_array_header_2_0(
+            f, {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False,
+                "shape": (self.count, *shape)})
+        src = self.files[k]
+        src.seek(0)
+        shutil.copyfileobj(src, f, 1 << 22)
+
+    def close(self):
+        for f in self.files:
+            f.close()
+
+
+def _output_keys(names: Sequence[str]) -> list:
+    return [n if n and names.count(n) == 1 and "/" not in n else f"output_{i}" for i, n in enumerate(names)]
+
+
+def infer(
+    model,
+    examples: Union[Iterable, str, os.PathLike],
+    batch_size: Optional[int] = None,
+    devices: Optional[Sequence] = None,
+    out: Union[None, str, os.PathLike] = None,
+    *,
+    params=None,
+    progress: bool = True,
+):
+    """Run ``examples`` through ``model``, data-parallel over devices.
+
+    Args:
+        model: a :class:`fbjax.Model` whose inputs have an unknown leading
+            (batch) dimension (``fbjax.load(path, batch_size=None)``), or a
+            path, loaded that way. A model loaded with the file's batch-1
+            shapes is re-loaded batch-polymorphic from its path.
+        examples: samples shaped like the model's inputs without the batch
+            dimension: an iterable of arrays (tuples of arrays for multi-input
+            models), an array of shape ``(N, ...)``, or a directory of
+            ``.npy``/``.npz`` files (see :func:`iter_examples`).
+        batch_size: examples per step for this process, split over its
+            devices; rounded up to a multiple of the number of this process's
+            devices in the mesh. Default: 8 per device.
+        devices: the devices to use (default: ``jax.devices()``, every device
+            of every process).
+        out: ``None`` to return the results; a ``.npy`` (one output) or
+            ``.npz`` path to stream them to (keys: output names, or
+            ``output_<k>``). Multi-process runs write one file per process: a
+            ``{process}`` in the path is replaced by ``jax.process_index()``.
+        params: weights to use instead of ``model.params``.
+        progress: show a tqdm progress bar.
+
+    Returns:
+        per model output an array whose leading dimension is this process's
+        number of examples (a list when the model has several outputs), or
+        the path written when ``out`` is given.
+
+    Raises:
+        InputError: examples that do not match the model's inputs, a model
+            that cannot be made batch-polymorphic, a bad ``out`` path.
+    """
+    import jax
+    from jax.experimental import multihost_utils
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    from .model import Model, load
+
+    if not isinstance(model, Model):
+        model = load(model, batch_size=None)
+    if any(s.shape is None or not s.shape or s.shape[0] is not None for s in model.inputs):
+        if model.path is None:
+            raise InputError("infer needs a batch-polymorphic model: load it with fbjax.load(path, batch_size=None)")
+        model = load(model.path, batch_size=None)
+    specs = model.inputs
+    for s in specs:
+        if any(d is None for d in s.shape[1:]):
+            raise InputError(f"input {s.name!r} has unknown non-batch dimensions {s}; infer needs them fixed")
+    sample_shapes = [tuple(s.shape[1:]) for s in specs]
+
+    devs = list(devices) if devices is not None else list(jax.devices())
+    devs.sort(key=lambda d: (d.process_index, d.id))
+    mesh = Mesh(np.array(devs), ("batch",))
+    me = jax.process_index()
+    n_local = sum(d.process_index == me for d in devs)
+    if n_local == 0:
+        raise InputError(f"process {me} has no device in the mesh")
+    n_proc = len({d.process_index for d in devs})
+    if batch_size is None:
+        batch_size = 8 * n_local
+    if batch_size < 1:
+        raise InputError(f"batch_size must be positive, got {batch_size}")
+    local_batch = -(-int(batch_size) // n_local) * n_local
+    batch_spec = P("batch")
+    batch_sharding = NamedSharding(mesh, batch_spec)
+    replicated = NamedSharding(mesh, P())
+
+    if out is not None:
+        out = os.fspath(out)
+        if "{process" in out:
+            out = out.format(process=me)
+    sink = _Sink(out, [s.name for s in model.outputs])
+
+    x64 = getattr(model, "_x64", False)
+    with jax.enable_x64(x64):
+        p = model.params if params is None else params
+        p = {k: jax.make_array_from_callback(np.shape(v), replicated, lambda idx, v=v: np.asarray(v)[idx])
+             for k, v in p.items()}
+        # one jitted function per model and mesh, so repeated calls reuse the compilation
+        cache = model.__dict__.setdefault("_infer_jit", {})
+        key = tuple(d.id for d in devs)
+        fn = cache.get(key)
+        if fn is None:
+            fn = cache[key] = jax.jit(model.apply, out_shardings=batch_sharding)
+
+        total = None
+        try:
+            total = len(examples)  # type: ignore[arg-type]
+        except TypeError:
+            if isinstance(examples, (str, os.PathLike)) and os.path.isdir(os.fspath(examples)):
+                total = sum(f.endswith((".npy", ".npz")) for f in os.listdir(os.fspath(examples)))
+        bar = None
+        if progress:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=total, unit="ex", desc="fbjax.infer", disable=None)
+        it = iter_examples(examples, len(specs), [s.name for s in specs])
+
+        def next_batch():
+            bufs = [np.zeros((local_batch, *shp), s.dtype) for shp, s in zip(sample_shapes, specs)]
+            n = 0
+            for xs in it:
+                for k, (x, shp, s) in enumerate(zip(xs, sample_shapes, specs)):
+                    x = np.asarray(x)
+                    if x.shape != shp:
+                        raise InputError(
+                            f"example {sink.count + n}: input {k} ({s.name!r}) has shape {x.shape}, expected "
+                            f"{shp} (the model's input without its batch dimension)")
+                    if x.dtype != s.dtype and not np.can_cast(x.dtype, s.dtype, "same_kind"):
+                        raise InputError(f"example {sink.count + n}: input {k} has dtype {x.dtype}, expected {s.dtype}")
+                    bufs[k][n] = x
+                n += 1
+                if n == local_batch:
+                    break
+            return bufs, n
+
+        def to_global(local):
+            return multihost_utils.host_local_array_to_global_array(local, mesh, batch_spec) if n_proc > 1 \
+                else jax.device_put(local, batch_sharding)
+
+        def fetch(res):
+            res = res if isinstance(res, tuple) else (res,)
+            if n_proc > 1:
+                res = multihost_utils.global_array_to_host_local_array(res, mesh, batch_spec)
+            return [np.asarray(r) for r in res]
+
+        pending = None  # (device results, n valid)
+        try:
+            while True:
+                bufs, n = next_batch()
+                if n_proc > 1:
+                    counts = np.asarray(multihost_utils.process_allgather(np.int32(n)))
+                    done = not counts.any()
+                else:
+                    done = n == 0
+                if done:
+                    break
+                res = fn(p, *[to_global(b) for b in bufs])
+                if pending is not None:
+                    sink.add(fetch(pending[0]), pending[1])
+                    if bar is not None:
+                        bar.update(pending[1])
+                pending = (res, n)
+            if pending is not None:
+                sink.add(fetch(pending[0]), pending[1])
+                if bar is not None:
+                    bar.update(pending[1])
+        except BaseException:
+            sink.close()
+            raise
+        finally:
+            if bar is not None:
+                bar.close()
+    return sink.finish(model.outputs)

@@ -1,0 +1,325 @@
+"""Batch-polymorphic loading (fbjax.passes) and fbjax.infer.
+
+Oracle: the same model loaded with the file's batch-1 shapes, run one sample
+at a time. A batched run must give the same numbers (up to float32
+summation order: 1e-5 relative, while a sample mixed into another or a
+misplaced padding row is off by O(1)). The 8-device and two-process runs are
+subprocesses, so the XLA flags and jax.distributed state never leak into this
+process.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import fbjax
+from fbjax.errors import InputError
+from fbjax.testing import TFLiteBuilder
+
+from conftest import TFLITE_MODELS, assert_close
+
+ROOT = Path(__file__).resolve().parents[1]
+F32 = np.float32
+RTOL = 1e-5
+
+
+def conv_reshape_fc(reshape_to=(1, 36), transpose=None, mean_axes=None) -> bytes:
+    """x[1,6,6,3] -> CONV_2D -> [1,3,3,4] -> RESHAPE(reshape_to) -> FULLY_CONNECTED -> [1,5];
+    optionally a TRANSPOSE or MEAN in between to test refusals."""
+    rng = np.random.default_rng(0)
+    b = TFLiteBuilder()
+    x = b.add_input((1, 6, 6, 3), name="x")
+    w = b.add_tensor(data=rng.standard_normal((4, 3, 3, 3)).astype(F32), name="conv/w")
+    cb = b.add_tensor(data=rng.standard_normal(4).astype(F32), name="conv/b")
+    y = b.add_tensor((1, 3, 3, 4), name="conv")
+    b.add_op("CONV_2D", [x, w, cb], [y], options=dict(padding="SAME", stride_h=2, stride_w=2,
+                                                     fused_activation_function="RELU"))
+    if transpose is not None:
+        perm = b.add_tensor(data=np.asarray(transpose, np.int32), name="perm")
+        t = b.add_tensor(tuple(np.asarray((1, 3, 3, 4))[list(transpose)]), name="transposed")
+        b.add_op("TRANSPOSE", [y, perm], [t])
+        y = t
+    if mean_axes is not None:
+        axes = b.add_tensor(data=np.asarray(mean_axes, np.int32), name="axes")
+        m = b.add_tensor((1, 3, 3, 4), name="mean")
+        b.add_op("MEAN", [y, axes], [m], options=dict(keep_dims=True))
+        y = m
+    shape = b.add_tensor(data=np.asarray(reshape_to, np.int32), name="shape")
+    r = b.add_tensor(tuple(d if d != -1 else 36 for d in reshape_to), name="flat")
+    b.add_op("RESHAPE", [y, shape], [r])
+    fw = b.add_tensor(data=rng.standard_normal((5, 36)).astype(F32), name="fc/w")
+    out = b.add_tensor((1, 5), name="out")
+    b.add_op("FULLY_CONNECTED", [r, fw, -1], [out], options=dict(keep_num_dims=True))
+    b.add_output(out)
+    return b.build()
+
+
+def two_input_model() -> bytes:
+    b = TFLiteBuilder()
+    x = b.add_input((1, 3), name="a")
+    y = b.add_input((1, 3), name="b")
+    s = b.add_tensor((1, 3), name="sum")
+    p = b.add_tensor((1, 3), name="prod")
+    b.add_op("ADD", [x, y], [s], options=dict(fused_activation_function="NONE"))
+    b.add_op("MUL", [x, y], [p], options=dict(fused_activation_function="NONE"))
+    b.add_output(s)
+    b.add_output(p)
+    return b.build()
+
+
+def one_by_one(model_bytes, xs) -> list:
+    m = fbjax.load(model_bytes)
+    outs = [m(*(x[None] for x in (xi if isinstance(xi, tuple) else (xi,)))) for xi in xs]
+    outs = [o if isinstance(o, tuple) else (o,) for o in outs]
+    return [np.concatenate([np.asarray(o[k]) for o in outs]) for k in range(len(outs[0]))]
+
+
+# --- batch-polymorphic load -----------------------------------------------------
+
+def test_batch_polymorphic_load_matches_per_sample_runs():
+    src = conv_reshape_fc()
+    model = fbjax.load(src, batch_size=None)
+    assert model.inputs[0].shape == (None, 6, 6, 3) and model.outputs[0].shape == (None, 5)
+    xs = np.random.default_rng(1).standard_normal((5, 6, 6, 3)).astype(F32)
+    want = one_by_one(src, list(xs))[0]
+    for n in (1, 3, 5):
+        assert_close(np.asarray(model(xs[:n])), want[:n], RTOL, f"batch {n}")
+    # RESHAPE target rewritten to [-1, 36]; the file itself is untouched
+    node = next(n for n in model.ir.main_graph.nodes if n.op_name == "RESHAPE")
+    assert node.inputs[1].data.tolist() == [-1, 36]
+    assert fbjax.load(model.save(None)).inputs[0].shape == (1, 6, 6, 3)
+
+
+def test_batch_size_int_fixes_the_batch():
+    model = fbjax.load(conv_reshape_fc(), batch_size=4)
+    assert model.inputs[0].shape == (4, 6, 6, 3)
+    with pytest.raises(InputError):
+        model(np.zeros((3, 6, 6, 3), F32))
+    with pytest.raises(InputError):
+        fbjax.load(conv_reshape_fc(), batch_size=0)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(reshape_to=(3, 12)), "leading dimension"),           # merges/moves the batch
+    (dict(transpose=(3, 1, 2, 0), reshape_to=(4, 9)), "moves the batch"),
+    (dict(mean_axes=(0, 1)), "reduces over the batch"),
+], ids=["reshape-not-batch", "transpose-batch", "mean-over-batch"])
+def test_batch_rewrite_refuses_what_it_cannot_prove(kwargs, match):
+    with pytest.raises(InputError, match=match) as e:
+        fbjax.load(conv_reshape_fc(**kwargs), batch_size=None)
+    assert "operator" in str(e.value)  # names the node
+
+
+@pytest.mark.parametrize("op, consts, options, out_shape", [
+    ("STRIDED_SLICE", [[0, 1], [1, 5], [1, 2]], {}, (1, 2)),
+    ("STRIDED_SLICE", [[0, 1], [0, 5], [1, 1]], dict(begin_mask=1, end_mask=1), (1, 4)),
+    ("SLICE", [[0, 2], [1, 3]], None, (1, 3)),
+], ids=["strided-slice-0-to-1", "strided-slice-masked", "slice-size-1"])
+def test_batch_rewrite_takes_whole_batch_in_slices(op, consts, options, out_shape):
+    """A slice taking [0, 1) of the batch-1 dimension takes the whole batch."""
+    from fbjax.lower import LOWERINGS
+    from fbjax.testing import single_op_model
+
+    if LOWERINGS.get("tflite", op) is None:
+        pytest.skip(f"{op} has no TFLite lowering yet")
+    src = single_op_model(op, [(1, 6), *[np.asarray(c, np.int32) for c in consts]], options=options,
+                          output_shapes=[out_shape])
+    model = fbjax.load(src, batch_size=None)
+    xs = np.random.default_rng(10).standard_normal((4, 6)).astype(F32)
+    np.testing.assert_array_equal(np.asarray(model(xs)), one_by_one(src, list(xs))[0])
+
+
+def test_batch_rewrite_refuses_a_slice_of_the_batch():
+    from fbjax.testing import single_op_model
+
+    src = single_op_model("STRIDED_SLICE", [(1, 6), *[np.asarray(c, np.int32) for c in ([0, 0], [1, 6], [1, 1])]],
+                          options=dict(shrink_axis_mask=1), output_shapes=[(6,)])
+    with pytest.raises(InputError, match="batch"):
+        fbjax.load(src, batch_size=None)
+
+
+@pytest.mark.skipif(not TFLITE_MODELS.is_dir(), reason="needs ../shared/models/tflite")
+def test_batch_polymorphic_real_model():
+    path = TFLITE_MODELS / "mediapipe_iris_landmark.tflite"
+    model = fbjax.load(path, batch_size=None)
+    xs = np.random.default_rng(2).random((3, 64, 64, 3), dtype=F32)
+    got = model(xs)
+    single = fbjax.load(path)
+    for i in range(3):
+        for k, (g, w) in enumerate(zip(got, single(xs[i:i + 1]))):
+            assert_close(np.asarray(g)[i:i + 1], np.asarray(w), RTOL, f"sample {i} output {k}")
+
+
+# --- infer, one process ----------------------------------------------------------
+
+def test_infer_array_and_padding():
+    src = conv_reshape_fc()
+    xs = np.random.default_rng(3).standard_normal((11, 6, 6, 3)).astype(F32)  # 11 = 2 full batches of 4 + 3
+    got = fbjax.infer(fbjax.load(src, batch_size=None), xs, batch_size=4, progress=False)
+    assert got.shape == (11, 5)
+    assert_close(got, one_by_one(src, list(xs))[0], RTOL, "infer vs per-sample")
+
+
+def test_infer_multi_input_tuples_and_npz_dir(tmp_path):
+    src = two_input_model()
+    rng = np.random.default_rng(4)
+    exs = [(rng.standard_normal(3).astype(F32), rng.standard_normal(3).astype(F32)) for _ in range(7)]
+    s, p = fbjax.infer(fbjax.load(src, batch_size=None), exs, batch_size=3, progress=False)
+    np.testing.assert_allclose(s, np.stack([a + b for a, b in exs]), rtol=1e-6)
+    np.testing.assert_allclose(p, np.stack([a * b for a, b in exs]), rtol=1e-6)
+    d = tmp_path / "samples"
+    d.mkdir()
+    for i, (a, b) in enumerate(exs):
+        np.savez(d / f"{i:03d}.npz", a=a, b=b)
+    out = fbjax.infer(fbjax.load(src, batch_size=None), d, batch_size=3, out=tmp_path / "r.npz", progress=False)
+    with np.load(out) as z:
+        assert sorted(z.files) == ["prod", "sum"]
+        np.testing.assert_allclose(z["sum"], s)
+        np.testing.assert_allclose(z["prod"], p)
+    with pytest.raises(InputError, match="2 input"):
+        fbjax.infer(fbjax.load(src, batch_size=None), [exs[0][0]], progress=False)
+
+
+def test_infer_streams_npy_from_npy_dir(tmp_path):
+    src = conv_reshape_fc()
+    xs = np.random.default_rng(5).standard_normal((9, 6, 6, 3)).astype(F32)
+    d = tmp_path / "in"
+    d.mkdir()
+    for i, x in enumerate(xs):
+        np.save(d / f"{i:02d}.npy", x)
+    model_path = tmp_path / "m.tflite"
+    model_path.write_bytes(src)
+    out = fbjax.infer(fbjax.load(model_path), d, batch_size=4, out=tmp_path / "y.npy", progress=False)
+    assert_close(np.load(out), one_by_one(src, list(xs))[0], RTOL, "streamed .npy")
+    with pytest.raises(InputError, match="shape"):
+        fbjax.infer(model_path, [np.zeros((6, 6, 4), F32)], progress=False)
+
+
+def test_cli_infer(tmp_path, capsys):
+    from fbjax.cli import main
+
+    src = conv_reshape_fc()
+    (tmp_path / "m.tflite").write_bytes(src)
+    xs = np.random.default_rng(6).standard_normal((5, 6, 6, 3)).astype(F32)
+    (tmp_path / "in").mkdir()
+    for i, x in enumerate(xs):
+        np.save(tmp_path / "in" / f"{i}.npy", x)
+    rc = main(["infer", str(tmp_path / "m.tflite"), "--inputs", str(tmp_path / "in"), "--batch-size", "2",
+               "--out", str(tmp_path / "o.npz"), "--no-progress"])
+    assert rc == 0
+    assert "examples/s" in capsys.readouterr().out
+    with np.load(tmp_path / "o.npz") as z:
+        assert_close(z["out"], one_by_one(src, list(xs))[0], RTOL, "fbjax infer CLI")
+
+
+def test_cli_export_stablehlo_stays_differentiable(tmp_path):
+    import jax
+
+    from fbjax.cli import main
+
+    (tmp_path / "m.tflite").write_bytes(conv_reshape_fc())
+    assert main(["export", str(tmp_path / "m.tflite"), "--to", "stablehlo", str(tmp_path / "m.jax"),
+                 "--batch-size", "dynamic"]) == 0
+    assert main(["export", str(tmp_path / "m.tflite"), "--to", "mlir", str(tmp_path / "m.mlir")]) == 0
+    assert "stablehlo.convolution" in (tmp_path / "m.mlir").read_text()
+    exp = jax.export.deserialize(bytearray((tmp_path / "m.jax").read_bytes()))
+    params = dict(np.load(tmp_path / "m.params.npz"))
+    model = fbjax.load(conv_reshape_fc(), batch_size=None)
+    x = np.random.default_rng(7).standard_normal((3, 6, 6, 3)).astype(F32)
+    assert_close(np.asarray(exp.call(params, x)), np.asarray(model(x)), RTOL, "exported vs fbjax")
+    g1 = jax.grad(lambda p: exp.call(p, x).sum())(params)
+    g2 = jax.grad(lambda p: model.apply(p, x).sum())(model.params)
+    for k in params:
+        assert_close(np.asarray(g1[k]), np.asarray(g2[k]), 1e-4, f"grad {k}")
+
+
+# --- 8 host devices and two processes (subprocesses) --------------------------------------
+
+_EIGHT = textwrap.dedent("""
+    import sys, numpy as np, jax, fbjax
+    assert len(jax.devices()) == 8, jax.devices()
+    model = fbjax.load(sys.argv[1], batch_size=None)
+    xs = np.load(sys.argv[2])
+    y8 = fbjax.infer(model, xs, batch_size=16, progress=False)
+    y1 = fbjax.infer(model, xs, batch_size=16, devices=jax.devices()[:1], progress=False)
+    np.save(sys.argv[3], y8)
+    print("max|8 devices - 1 device|", float(np.abs(y8 - y1).max()))
+""")
+
+_WORKER = textwrap.dedent("""
+    import sys, numpy as np, jax
+    pid, port = int(sys.argv[1]), sys.argv[2]
+    jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=2, process_id=pid,
+                               initialization_timeout=60)
+    import fbjax
+    assert jax.process_count() == 2 and len(jax.devices()) == 4, (jax.process_count(), jax.devices())
+    xs = np.load(sys.argv[4])
+    share = xs[:13] if pid == 0 else xs[13:]          # unequal shares: 13 and 4 examples
+    y = fbjax.infer(sys.argv[3], share, batch_size=4, progress=False)
+    np.save(sys.argv[5].format(pid), y)
+    jax.distributed.shutdown()
+""")
+
+
+def _env(devices: int) -> dict:
+    env = dict(os.environ)
+    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env["JAX_PLATFORMS"] = "cpu"
+    return env
+
+
+def test_infer_on_8_forced_host_devices(tmp_path):
+    src = conv_reshape_fc()
+    (tmp_path / "m.tflite").write_bytes(src)
+    xs = np.random.default_rng(8).standard_normal((21, 6, 6, 3)).astype(F32)
+    np.save(tmp_path / "x.npy", xs)
+    script = tmp_path / "eight.py"
+    script.write_text(_EIGHT)
+    r = subprocess.run([sys.executable, str(script), str(tmp_path / "m.tflite"), str(tmp_path / "x.npy"),
+                        str(tmp_path / "y.npy")], env=_env(8), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert_close(np.load(tmp_path / "y.npy"), one_by_one(src, list(xs))[0], RTOL, "8 devices vs per-sample")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_infer_two_processes_on_localhost(tmp_path):
+    src = conv_reshape_fc()
+    (tmp_path / "m.tflite").write_bytes(src)
+    xs = np.random.default_rng(9).standard_normal((17, 6, 6, 3)).astype(F32)
+    np.save(tmp_path / "x.npy", xs)
+    script = tmp_path / "worker.py"
+    script.write_text(_WORKER)
+    port = str(_free_port())
+    out = str(tmp_path / "y{}.npy")
+    procs = [subprocess.Popen([sys.executable, str(script), str(i), port, str(tmp_path / "m.tflite"),
+                               str(tmp_path / "x.npy"), out], env=_env(2),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
+    logs = []
+    try:
+        for p in procs:
+            _, err = p.communicate(timeout=240)
+            logs.append(err)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    for i, p in enumerate(procs):
+        assert p.returncode == 0, f"process {i} failed:\n{logs[i][-3000:] if i < len(logs) else ''}"
+    want = one_by_one(src, list(xs))[0]
+    y0, y1 = np.load(out.format(0)), np.load(out.format(1))
+    assert y0.shape == (13, 5) and y1.shape == (4, 5)
+    assert_close(np.concatenate([y0, y1]), want, RTOL, "two processes vs per-sample")
