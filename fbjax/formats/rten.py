@@ -258,8 +258,7 @@ class _Reader:
     # constants ---------------------------------------------------------------
     def constant(self, c, name: str, idx: int, where: str) -> Value:
         shape = _tuple(c.shape) if c.shape is not None else ()
-        if any(d < 0 for d in shape):
-            raise ModelFormatError(f"{where}: negative dimension in shape {shape}")
+        _verify.check_shape(shape, f"{where}: constant shape", allow_unknown=False)
         inline = c.data
         if c.dtype is not None:
             dtype = _dtype(int(c.dtype), f"{where}: ConstantNode.dtype")
@@ -305,6 +304,7 @@ class _Reader:
         shape = None
         if v.shape is not None:
             shape = tuple(None if (d.name is not None) else int(d.value) for d in v.shape)
+            _verify.check_shape(shape, f"{where}: value shape")
         dtype = None if v.dtype is None else _dtype(int(v.dtype), f"{where}: ValueNode.dtype")
         return Value(name=name, dtype=dtype, shape=shape, index=idx)
 
@@ -490,7 +490,11 @@ def _infer_dtypes(nodes: list, graphs: list) -> None:
     f32, i32, u8 = np.dtype(np.float32), np.dtype(np.int32), np.dtype(np.uint8)
     for n in nodes:
         if n.op_name in ("If", "Loop"):  # outputs typed like the body's outputs
-            body = graphs[n.attrs.get("then_branch", n.attrs.get("body", -1))]
+            gi = n.attrs.get("then_branch", n.attrs.get("body"))
+            if gi is None or not 0 <= int(gi) < len(graphs) or graphs[int(gi)] is None:
+                field = "then_branch" if n.op_name == "If" else "body"
+                raise ModelFormatError(f"{n.location} ({n.op_name}): the {field} graph is missing")
+            body = graphs[int(gi)]
             outs = body.outputs if n.op_name == "If" else body.outputs[1:]
             for o, b in zip(n.outputs, outs):
                 if o is not None and o.dtype is None and b is not None:

@@ -7,6 +7,9 @@ Follows ``schemas/tflite.fbs`` (TensorFlow's ``lite/schema/schema.fbs``):
   is larger (older files only set the deprecated byte);
 * options of codes >= 162 in ``builtin_options_2``; custom ops carry
   ``custom_code`` and (usually flexbuffer-encoded) ``custom_options``;
+* ``STABLEHLO_*`` builtins become ``("stablehlo", "stablehlo.<op>")`` nodes
+  for the shared StableHLO lowering (:mod:`.tflite_stablehlo`; region bodies
+  are appended subgraphs referenced by index);
 * buffer 0 is the empty sentinel; files over 2 GB store buffers after the
   flatbuffer with ``offset``/``size`` (valid when > 1);
 * ``shape_signature`` marks dynamic dims with -1 (``shape`` then holds 1);
@@ -29,6 +32,7 @@ import numpy as np
 from ..errors import ModelFormatError
 from ..ir import Graph, ModelIR, Node, QuantParams, Signature, Value
 from . import verify as _verify
+from . import tflite_stablehlo as _shlo
 from ._generated import tflite_generated as T
 
 FILE_IDENTIFIER = b"TFL3"
@@ -229,6 +233,12 @@ def densify(values: np.ndarray, dense_shape: tuple, sparsity: Any) -> np.ndarray
     if any(not 0 <= d < total for d in order) or any(not 0 <= b < n for b in block_map):
         raise ModelFormatError("sparsity: traversal_order / block_map entries out of range")
     n_dense = _verify.check_shape(dense_shape, "sparsity: dense shape", allow_unknown=False)
+    cap = _verify.get_limits().max_sparse_elements
+    if n_dense > cap:
+        raise ModelFormatError(
+            f"sparsity: densifying shape {list(dense_shape)} needs {n_dense} elements, over the limit of {cap} "
+            "(fbjax.formats.verify.limits(max_sparse_elements=...) raises it)"
+        )
     # Per-level expansion: `pos` is the running linear position, `coords` the
     # coordinate of each expanded dimension for every element so far.
     pos = np.zeros(1, np.int64)
@@ -465,7 +475,15 @@ def _to_ir(m, raw, path) -> ModelIR:
     if m.subgraphs is None or len(m.subgraphs) == 0:
         raise ModelFormatError("the model has no subgraphs")
     buffers = m.buffers or []
-    opcodes = [opcode_name(oc) for oc in (m.operatorCodes or [])]
+    opcodes = []
+    for ci, oc in enumerate(m.operatorCodes or []):
+        try:
+            opcodes.append(opcode_name(oc))
+        except ModelFormatError as e:
+            raise ModelFormatError(f"operator code {ci}: {e}") from None
+    versions = [max(1, int(oc.version)) for oc in (m.operatorCodes or [])]
+    n_sub = len(m.subgraphs)
+    calls = []  # (caller, callee, location) from WHILE/IF/CALL_ONCE/STABLEHLO_* options
     graphs = []
     for si, sg in enumerate(m.subgraphs):
         where = f"subgraph {si}"
@@ -492,19 +510,40 @@ def _to_ir(m, raw, path) -> ModelIR:
             outs = [ref(i, f"{loc} ({name}): output {k}") for k, i in enumerate(op.outputs if op.outputs is not None else [])]
             if op_set == CUSTOM_OP_SET:
                 rawopt = bytes(np.asarray(op.customOptions, np.uint8)) if op.customOptions is not None else b""
+                large = int(getattr(op, "largeCustomOptionsSize", 0) or 0)
+                if not rawopt and large:  # files over 2 GB keep them after the flatbuffer
+                    off = int(op.largeCustomOptionsOffset)
+                    _verify.check_byte_range(off, large, len(raw), f"{loc} ({name}): large custom options")
+                    rawopt = bytes(raw[off:off + large])
                 attrs = decode_custom_options(name, rawopt)
             else:
-                attrs = options_to_attrs(op.builtinOptions)
-                attrs.update(options_to_attrs(getattr(op, "builtinOptions2", None)))
-            nodes.append(Node(op_set, name, ins, outs, attrs, loc))
-        g_in = [ref(i, f"{where}: input") for i in (sg.inputs if sg.inputs is not None else [])]
-        g_out = [ref(i, f"{where}: output") for i in (sg.outputs if sg.outputs is not None else [])]
+                try:
+                    attrs = options_to_attrs(op.builtinOptions)
+                    attrs.update(options_to_attrs(getattr(op, "builtinOptions2", None)))
+                except ModelFormatError as e:
+                    raise ModelFormatError(f"{loc} ({name}): {e}") from None
+                for key, val in attrs.items():
+                    if key.endswith("subgraph_index") or (key == "subgraph" and name == "CALL"):
+                        calls.append((si, int(val), f"{loc} ({name}): {key}"))
+                    elif key.endswith("subgraph_indices"):
+                        calls.extend((si, int(x), f"{loc} ({name}): {key}[{k}]")
+                                     for k, x in enumerate(np.asarray(val).reshape(-1)))
+            node = Node(op_set, name, ins, outs, attrs, loc, version=versions[op.opcodeIndex])
+            if op_set == OP_SET and _shlo.is_stablehlo(name):  # -> the shared StableHLO lowering
+                node = _shlo.translate(node)
+            nodes.append(node)
+        g_in = [ref(i, f"{where}: input {k}") for k, i in enumerate(sg.inputs if sg.inputs is not None else [])]
+        g_out = [ref(i, f"{where}: output {k}") for k, i in enumerate(sg.outputs if sg.outputs is not None else [])]
+        for kind, lst in (("input", g_in), ("output", g_out)):
+            if any(v is None for v in lst):
+                raise ModelFormatError(f"{where}: {kind} {lst.index(None)} refers to tensor -1")
         gname = sg.name.decode("utf-8", "replace") if isinstance(sg.name, bytes) else (sg.name or f"subgraph_{si}")
         graphs.append(Graph(gname, g_in, g_out, nodes, values))
+    _verify.check_call_graph(n_sub, calls)
 
     sigs = {}
     for sd in m.signatureDefs or []:
-        key = sd.signatureKey.decode() if isinstance(sd.signatureKey, bytes) else sd.signatureKey
+        key = sd.signatureKey.decode("utf-8", "replace") if isinstance(sd.signatureKey, bytes) else sd.signatureKey
         gi = int(sd.subgraphIndex)
         if not 0 <= gi < len(graphs):
             raise ModelFormatError(f"signature {key!r}: subgraph {gi} out of range")
@@ -513,7 +552,7 @@ def _to_ir(m, raw, path) -> ModelIR:
         def tmap(tms):
             out = {}
             for tm in tms or []:
-                n = tm.name.decode() if isinstance(tm.name, bytes) else tm.name
+                n = tm.name.decode("utf-8", "replace") if isinstance(tm.name, bytes) else tm.name
                 if not 0 <= tm.tensorIndex < len(g.values):
                     raise ModelFormatError(f"signature {key!r}: tensor {tm.tensorIndex} out of range")
                 out[n] = g.values[tm.tensorIndex]

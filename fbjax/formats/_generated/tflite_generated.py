@@ -25,11 +25,18 @@ class TensorType(object):
     UINT32 = 15
     UINT16 = 16
     INT4 = 17
+    BFLOAT16 = 18
+    INT2 = 19
+    UINT4 = 20
+    FLOAT8_E4M3FN = 21
+    FLOAT8_E5M2 = 22
 
 
 class QuantizationDetails(object):
     NONE = 0
     CustomQuantization = 1
+    BlockwiseQuantization = 2
+    MultiAxisQuantization = 3
 
 def QuantizationDetailsCreator(unionType, table):
     from flatbuffers.table import Table
@@ -37,6 +44,10 @@ def QuantizationDetailsCreator(unionType, table):
         return None
     if unionType == QuantizationDetails().CustomQuantization:
         return CustomQuantizationT.InitFromBuf(table.Bytes, table.Pos)
+    if unionType == QuantizationDetails().BlockwiseQuantization:
+        return BlockwiseQuantizationT.InitFromBuf(table.Bytes, table.Pos)
+    if unionType == QuantizationDetails().MultiAxisQuantization:
+        return MultiAxisQuantizationT.InitFromBuf(table.Bytes, table.Pos)
     return None
 
 
@@ -271,6 +282,10 @@ class BuiltinOperator(object):
     DILATE = 203
     STABLEHLO_RNG_BIT_GENERATOR = 204
     REDUCE_WINDOW = 205
+    STABLEHLO_COMPOSITE = 206
+    STABLEHLO_SHIFT_LEFT = 207
+    STABLEHLO_CBRT = 208
+    STABLEHLO_CASE = 209
 
 
 class BuiltinOptions(object):
@@ -683,6 +698,9 @@ class BuiltinOptions2(object):
     DilateOptions = 18
     StablehloRngBitGeneratorOptions = 19
     ReduceWindowOptions = 20
+    StableHLOCompositeOptions = 21
+    StablehloShiftLeftOptions = 22
+    StablehloCaseOptions = 23
 
 def BuiltinOptions2Creator(unionType, table):
     from flatbuffers.table import Table
@@ -728,6 +746,12 @@ def BuiltinOptions2Creator(unionType, table):
         return StablehloRngBitGeneratorOptionsT.InitFromBuf(table.Bytes, table.Pos)
     if unionType == BuiltinOptions2().ReduceWindowOptions:
         return ReduceWindowOptionsT.InitFromBuf(table.Bytes, table.Pos)
+    if unionType == BuiltinOptions2().StableHLOCompositeOptions:
+        return StableHLOCompositeOptionsT.InitFromBuf(table.Bytes, table.Pos)
+    if unionType == BuiltinOptions2().StablehloShiftLeftOptions:
+        return StablehloShiftLeftOptionsT.InitFromBuf(table.Bytes, table.Pos)
+    if unionType == BuiltinOptions2().StablehloCaseOptions:
+        return StablehloCaseOptionsT.InitFromBuf(table.Bytes, table.Pos)
     return None
 
 
@@ -921,6 +945,284 @@ class CustomQuantizationT(object):
         return customQuantization
 
 
+class BlockwiseQuantization(object):
+    __slots__ = ['_tab']
+
+    @classmethod
+    def GetRootAs(cls, buf, offset=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, offset)
+        x = BlockwiseQuantization()
+        x.Init(buf, n + offset)
+        return x
+
+    @classmethod
+    def GetRootAsBlockwiseQuantization(cls, buf, offset=0):
+        """This method is deprecated. Please switch to GetRootAs."""
+        return cls.GetRootAs(buf, offset)
+    @classmethod
+    def BlockwiseQuantizationBufferHasIdentifier(cls, buf, offset, size_prefixed=False):
+        return flatbuffers.util.BufferHasIdentifier(buf, offset, b"\x54\x46\x4C\x33", size_prefixed=size_prefixed)
+
+    # BlockwiseQuantization
+    def Init(self, buf, pos):
+        self._tab = flatbuffers.table.Table(buf, pos)
+
+    # BlockwiseQuantization
+    def Scales(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(4))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int32Flags, o + self._tab.Pos)
+        return 0
+
+    # BlockwiseQuantization
+    def ZeroPoints(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(6))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int32Flags, o + self._tab.Pos)
+        return 0
+
+    # BlockwiseQuantization
+    def BlockSize(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int32Flags, o + self._tab.Pos)
+        return 0
+
+    # BlockwiseQuantization
+    def BlockShape(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Int32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
+        return 0
+
+    # BlockwiseQuantization
+    def BlockShapeAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Int32Flags, o)
+        return 0
+
+    # BlockwiseQuantization
+    def BlockShapeLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # BlockwiseQuantization
+    def BlockShapeIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        return o == 0
+
+def BlockwiseQuantizationStart(builder): builder.StartObject(4)
+def BlockwiseQuantizationAddScales(builder, scales): builder.PrependInt32Slot(0, scales, 0)
+def BlockwiseQuantizationAddZeroPoints(builder, zeroPoints): builder.PrependInt32Slot(1, zeroPoints, 0)
+def BlockwiseQuantizationAddBlockSize(builder, blockSize): builder.PrependInt32Slot(2, blockSize, 0)
+def BlockwiseQuantizationAddBlockShape(builder, blockShape): builder.PrependUOffsetTRelativeSlot(3, flatbuffers.number_types.UOffsetTFlags.py_type(blockShape), 0)
+def BlockwiseQuantizationStartBlockShapeVector(builder, numElems): return builder.StartVector(4, numElems, 4)
+def BlockwiseQuantizationEnd(builder): return builder.EndObject()
+
+try:
+    from typing import List
+except:
+    pass
+
+class BlockwiseQuantizationT(object):
+
+    # BlockwiseQuantizationT
+    def __init__(self):
+        self.scales = 0  # type: int
+        self.zeroPoints = 0  # type: int
+        self.blockSize = 0  # type: int
+        self.blockShape = None  # type: List[int]
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        blockwiseQuantization = BlockwiseQuantization()
+        blockwiseQuantization.Init(buf, pos)
+        return cls.InitFromObj(blockwiseQuantization)
+
+    @classmethod
+    def InitFromObj(cls, blockwiseQuantization):
+        x = BlockwiseQuantizationT()
+        x._UnPack(blockwiseQuantization)
+        return x
+
+    # BlockwiseQuantizationT
+    def _UnPack(self, blockwiseQuantization):
+        if blockwiseQuantization is None:
+            return
+        self.scales = blockwiseQuantization.Scales()
+        self.zeroPoints = blockwiseQuantization.ZeroPoints()
+        self.blockSize = blockwiseQuantization.BlockSize()
+        if not blockwiseQuantization.BlockShapeIsNone():
+            if np is None:
+                self.blockShape = []
+                for i in range(blockwiseQuantization.BlockShapeLength()):
+                    self.blockShape.append(blockwiseQuantization.BlockShape(i))
+            else:
+                self.blockShape = blockwiseQuantization.BlockShapeAsNumpy()
+
+    # BlockwiseQuantizationT
+    def Pack(self, builder):
+        if self.blockShape is not None:
+            if np is not None and type(self.blockShape) is np.ndarray:
+                blockShape = builder.CreateNumpyVector(self.blockShape)
+            else:
+                BlockwiseQuantizationStartBlockShapeVector(builder, len(self.blockShape))
+                for i in reversed(range(len(self.blockShape))):
+                    builder.PrependInt32(self.blockShape[i])
+                blockShape = builder.EndVector()
+        BlockwiseQuantizationStart(builder)
+        BlockwiseQuantizationAddScales(builder, self.scales)
+        BlockwiseQuantizationAddZeroPoints(builder, self.zeroPoints)
+        BlockwiseQuantizationAddBlockSize(builder, self.blockSize)
+        if self.blockShape is not None:
+            BlockwiseQuantizationAddBlockShape(builder, blockShape)
+        blockwiseQuantization = BlockwiseQuantizationEnd(builder)
+        return blockwiseQuantization
+
+
+class MultiAxisQuantization(object):
+    __slots__ = ['_tab']
+
+    @classmethod
+    def GetRootAs(cls, buf, offset=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, offset)
+        x = MultiAxisQuantization()
+        x.Init(buf, n + offset)
+        return x
+
+    @classmethod
+    def GetRootAsMultiAxisQuantization(cls, buf, offset=0):
+        """This method is deprecated. Please switch to GetRootAs."""
+        return cls.GetRootAs(buf, offset)
+    @classmethod
+    def MultiAxisQuantizationBufferHasIdentifier(cls, buf, offset, size_prefixed=False):
+        return flatbuffers.util.BufferHasIdentifier(buf, offset, b"\x54\x46\x4C\x33", size_prefixed=size_prefixed)
+
+    # MultiAxisQuantization
+    def Init(self, buf, pos):
+        self._tab = flatbuffers.table.Table(buf, pos)
+
+    # MultiAxisQuantization
+    def Scales(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(4))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int32Flags, o + self._tab.Pos)
+        return 0
+
+    # MultiAxisQuantization
+    def ZeroPoints(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(6))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int32Flags, o + self._tab.Pos)
+        return 0
+
+    # MultiAxisQuantization
+    def BlockSize(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int32Flags, o + self._tab.Pos)
+        return 0
+
+    # MultiAxisQuantization
+    def QuantizedDimensions(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Int32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
+        return 0
+
+    # MultiAxisQuantization
+    def QuantizedDimensionsAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Int32Flags, o)
+        return 0
+
+    # MultiAxisQuantization
+    def QuantizedDimensionsLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # MultiAxisQuantization
+    def QuantizedDimensionsIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        return o == 0
+
+def MultiAxisQuantizationStart(builder): builder.StartObject(4)
+def MultiAxisQuantizationAddScales(builder, scales): builder.PrependInt32Slot(0, scales, 0)
+def MultiAxisQuantizationAddZeroPoints(builder, zeroPoints): builder.PrependInt32Slot(1, zeroPoints, 0)
+def MultiAxisQuantizationAddBlockSize(builder, blockSize): builder.PrependInt32Slot(2, blockSize, 0)
+def MultiAxisQuantizationAddQuantizedDimensions(builder, quantizedDimensions): builder.PrependUOffsetTRelativeSlot(3, flatbuffers.number_types.UOffsetTFlags.py_type(quantizedDimensions), 0)
+def MultiAxisQuantizationStartQuantizedDimensionsVector(builder, numElems): return builder.StartVector(4, numElems, 4)
+def MultiAxisQuantizationEnd(builder): return builder.EndObject()
+
+try:
+    from typing import List
+except:
+    pass
+
+class MultiAxisQuantizationT(object):
+
+    # MultiAxisQuantizationT
+    def __init__(self):
+        self.scales = 0  # type: int
+        self.zeroPoints = 0  # type: int
+        self.blockSize = 0  # type: int
+        self.quantizedDimensions = None  # type: List[int]
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        multiAxisQuantization = MultiAxisQuantization()
+        multiAxisQuantization.Init(buf, pos)
+        return cls.InitFromObj(multiAxisQuantization)
+
+    @classmethod
+    def InitFromObj(cls, multiAxisQuantization):
+        x = MultiAxisQuantizationT()
+        x._UnPack(multiAxisQuantization)
+        return x
+
+    # MultiAxisQuantizationT
+    def _UnPack(self, multiAxisQuantization):
+        if multiAxisQuantization is None:
+            return
+        self.scales = multiAxisQuantization.Scales()
+        self.zeroPoints = multiAxisQuantization.ZeroPoints()
+        self.blockSize = multiAxisQuantization.BlockSize()
+        if not multiAxisQuantization.QuantizedDimensionsIsNone():
+            if np is None:
+                self.quantizedDimensions = []
+                for i in range(multiAxisQuantization.QuantizedDimensionsLength()):
+                    self.quantizedDimensions.append(multiAxisQuantization.QuantizedDimensions(i))
+            else:
+                self.quantizedDimensions = multiAxisQuantization.QuantizedDimensionsAsNumpy()
+
+    # MultiAxisQuantizationT
+    def Pack(self, builder):
+        if self.quantizedDimensions is not None:
+            if np is not None and type(self.quantizedDimensions) is np.ndarray:
+                quantizedDimensions = builder.CreateNumpyVector(self.quantizedDimensions)
+            else:
+                MultiAxisQuantizationStartQuantizedDimensionsVector(builder, len(self.quantizedDimensions))
+                for i in reversed(range(len(self.quantizedDimensions))):
+                    builder.PrependInt32(self.quantizedDimensions[i])
+                quantizedDimensions = builder.EndVector()
+        MultiAxisQuantizationStart(builder)
+        MultiAxisQuantizationAddScales(builder, self.scales)
+        MultiAxisQuantizationAddZeroPoints(builder, self.zeroPoints)
+        MultiAxisQuantizationAddBlockSize(builder, self.blockSize)
+        if self.quantizedDimensions is not None:
+            MultiAxisQuantizationAddQuantizedDimensions(builder, quantizedDimensions)
+        multiAxisQuantization = MultiAxisQuantizationEnd(builder)
+        return multiAxisQuantization
+
+
 class QuantizationParameters(object):
     __slots__ = ['_tab']
 
@@ -1103,7 +1405,7 @@ class QuantizationParametersT(object):
         self.scale = None  # type: List[float]
         self.zeroPoint = None  # type: List[int]
         self.detailsType = 0  # type: int
-        self.details = None  # type: Union[None, CustomQuantizationT]
+        self.details = None  # type: Union[None, CustomQuantizationT, BlockwiseQuantizationT, MultiAxisQuantizationT]
         self.quantizedDimension = 0  # type: int
 
     @classmethod
@@ -2143,7 +2445,14 @@ class Tensor(object):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(22))
         return o == 0
 
-def TensorStart(builder): builder.StartObject(10)
+    # Tensor
+    def ExternalBuffer(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(24))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, o + self._tab.Pos)
+        return 0
+
+def TensorStart(builder): builder.StartObject(11)
 def TensorAddShape(builder, shape): builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(shape), 0)
 def TensorStartShapeVector(builder, numElems): return builder.StartVector(4, numElems, 4)
 def TensorAddType(builder, type): builder.PrependInt8Slot(1, type, 0)
@@ -2157,6 +2466,7 @@ def TensorStartShapeSignatureVector(builder, numElems): return builder.StartVect
 def TensorAddHasRank(builder, hasRank): builder.PrependBoolSlot(8, hasRank, 0)
 def TensorAddVariantTensors(builder, variantTensors): builder.PrependUOffsetTRelativeSlot(9, flatbuffers.number_types.UOffsetTFlags.py_type(variantTensors), 0)
 def TensorStartVariantTensorsVector(builder, numElems): return builder.StartVector(4, numElems, 4)
+def TensorAddExternalBuffer(builder, externalBuffer): builder.PrependUint32Slot(10, externalBuffer, 0)
 def TensorEnd(builder): return builder.EndObject()
 
 try:
@@ -2178,6 +2488,7 @@ class TensorT(object):
         self.shapeSignature = None  # type: List[int]
         self.hasRank = False  # type: bool
         self.variantTensors = None  # type: List[VariantSubTypeT]
+        self.externalBuffer = 0  # type: int
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -2226,6 +2537,7 @@ class TensorT(object):
                 else:
                     variantSubType_ = VariantSubTypeT.InitFromObj(tensor.VariantTensors(i))
                     self.variantTensors.append(variantSubType_)
+        self.externalBuffer = tensor.ExternalBuffer()
 
     # TensorT
     def Pack(self, builder):
@@ -2276,6 +2588,7 @@ class TensorT(object):
         TensorAddHasRank(builder, self.hasRank)
         if self.variantTensors is not None:
             TensorAddVariantTensors(builder, variantTensors)
+        TensorAddExternalBuffer(builder, self.externalBuffer)
         tensor = TensorEnd(builder)
         return tensor
 
@@ -6607,14 +6920,47 @@ class FullyConnectedOptions(object):
             return self._tab.Get(flatbuffers.number_types.Int8Flags, o + self._tab.Pos)
         return 0
 
-def FullyConnectedOptionsStart(builder): builder.StartObject(5)
+    # FullyConnectedOptions
+    def QuantSpec(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Uint8Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 1))
+        return 0
+
+    # FullyConnectedOptions
+    def QuantSpecAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint8Flags, o)
+        return 0
+
+    # FullyConnectedOptions
+    def QuantSpecLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # FullyConnectedOptions
+    def QuantSpecIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+        return o == 0
+
+def FullyConnectedOptionsStart(builder): builder.StartObject(6)
 def FullyConnectedOptionsAddFusedActivationFunction(builder, fusedActivationFunction): builder.PrependInt8Slot(0, fusedActivationFunction, 0)
 def FullyConnectedOptionsAddWeightsFormat(builder, weightsFormat): builder.PrependInt8Slot(1, weightsFormat, 0)
 def FullyConnectedOptionsAddKeepNumDims(builder, keepNumDims): builder.PrependBoolSlot(2, keepNumDims, 0)
 def FullyConnectedOptionsAddAsymmetricQuantizeInputs(builder, asymmetricQuantizeInputs): builder.PrependBoolSlot(3, asymmetricQuantizeInputs, 0)
 def FullyConnectedOptionsAddQuantizedBiasType(builder, quantizedBiasType): builder.PrependInt8Slot(4, quantizedBiasType, 0)
+def FullyConnectedOptionsAddQuantSpec(builder, quantSpec): builder.PrependUOffsetTRelativeSlot(5, flatbuffers.number_types.UOffsetTFlags.py_type(quantSpec), 0)
+def FullyConnectedOptionsStartQuantSpecVector(builder, numElems): return builder.StartVector(1, numElems, 1)
 def FullyConnectedOptionsEnd(builder): return builder.EndObject()
 
+try:
+    from typing import List
+except:
+    pass
 
 class FullyConnectedOptionsT(object):
 
@@ -6625,6 +6971,7 @@ class FullyConnectedOptionsT(object):
         self.keepNumDims = False  # type: bool
         self.asymmetricQuantizeInputs = False  # type: bool
         self.quantizedBiasType = 0  # type: int
+        self.quantSpec = None  # type: List[int]
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -6647,15 +6994,32 @@ class FullyConnectedOptionsT(object):
         self.keepNumDims = fullyConnectedOptions.KeepNumDims()
         self.asymmetricQuantizeInputs = fullyConnectedOptions.AsymmetricQuantizeInputs()
         self.quantizedBiasType = fullyConnectedOptions.QuantizedBiasType()
+        if not fullyConnectedOptions.QuantSpecIsNone():
+            if np is None:
+                self.quantSpec = []
+                for i in range(fullyConnectedOptions.QuantSpecLength()):
+                    self.quantSpec.append(fullyConnectedOptions.QuantSpec(i))
+            else:
+                self.quantSpec = fullyConnectedOptions.QuantSpecAsNumpy()
 
     # FullyConnectedOptionsT
     def Pack(self, builder):
+        if self.quantSpec is not None:
+            if np is not None and type(self.quantSpec) is np.ndarray:
+                quantSpec = builder.CreateNumpyVector(self.quantSpec)
+            else:
+                FullyConnectedOptionsStartQuantSpecVector(builder, len(self.quantSpec))
+                for i in reversed(range(len(self.quantSpec))):
+                    builder.PrependUint8(self.quantSpec[i])
+                quantSpec = builder.EndVector()
         FullyConnectedOptionsStart(builder)
         FullyConnectedOptionsAddFusedActivationFunction(builder, self.fusedActivationFunction)
         FullyConnectedOptionsAddWeightsFormat(builder, self.weightsFormat)
         FullyConnectedOptionsAddKeepNumDims(builder, self.keepNumDims)
         FullyConnectedOptionsAddAsymmetricQuantizeInputs(builder, self.asymmetricQuantizeInputs)
         FullyConnectedOptionsAddQuantizedBiasType(builder, self.quantizedBiasType)
+        if self.quantSpec is not None:
+            FullyConnectedOptionsAddQuantSpec(builder, quantSpec)
         fullyConnectedOptions = FullyConnectedOptionsEnd(builder)
         return fullyConnectedOptions
 
@@ -14388,6 +14752,168 @@ class ReduceWindowOptionsT(object):
         return reduceWindowOptions
 
 
+class StablehloShiftLeftOptions(object):
+    __slots__ = ['_tab']
+
+    @classmethod
+    def GetRootAs(cls, buf, offset=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, offset)
+        x = StablehloShiftLeftOptions()
+        x.Init(buf, n + offset)
+        return x
+
+    @classmethod
+    def GetRootAsStablehloShiftLeftOptions(cls, buf, offset=0):
+        """This method is deprecated. Please switch to GetRootAs."""
+        return cls.GetRootAs(buf, offset)
+    @classmethod
+    def StablehloShiftLeftOptionsBufferHasIdentifier(cls, buf, offset, size_prefixed=False):
+        return flatbuffers.util.BufferHasIdentifier(buf, offset, b"\x54\x46\x4C\x33", size_prefixed=size_prefixed)
+
+    # StablehloShiftLeftOptions
+    def Init(self, buf, pos):
+        self._tab = flatbuffers.table.Table(buf, pos)
+
+def StablehloShiftLeftOptionsStart(builder): builder.StartObject(0)
+def StablehloShiftLeftOptionsEnd(builder): return builder.EndObject()
+
+
+class StablehloShiftLeftOptionsT(object):
+
+    # StablehloShiftLeftOptionsT
+    def __init__(self):
+        pass
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        stablehloShiftLeftOptions = StablehloShiftLeftOptions()
+        stablehloShiftLeftOptions.Init(buf, pos)
+        return cls.InitFromObj(stablehloShiftLeftOptions)
+
+    @classmethod
+    def InitFromObj(cls, stablehloShiftLeftOptions):
+        x = StablehloShiftLeftOptionsT()
+        x._UnPack(stablehloShiftLeftOptions)
+        return x
+
+    # StablehloShiftLeftOptionsT
+    def _UnPack(self, stablehloShiftLeftOptions):
+        if stablehloShiftLeftOptions is None:
+            return
+
+    # StablehloShiftLeftOptionsT
+    def Pack(self, builder):
+        StablehloShiftLeftOptionsStart(builder)
+        stablehloShiftLeftOptions = StablehloShiftLeftOptionsEnd(builder)
+        return stablehloShiftLeftOptions
+
+
+class StablehloCaseOptions(object):
+    __slots__ = ['_tab']
+
+    @classmethod
+    def GetRootAs(cls, buf, offset=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, offset)
+        x = StablehloCaseOptions()
+        x.Init(buf, n + offset)
+        return x
+
+    @classmethod
+    def GetRootAsStablehloCaseOptions(cls, buf, offset=0):
+        """This method is deprecated. Please switch to GetRootAs."""
+        return cls.GetRootAs(buf, offset)
+    @classmethod
+    def StablehloCaseOptionsBufferHasIdentifier(cls, buf, offset, size_prefixed=False):
+        return flatbuffers.util.BufferHasIdentifier(buf, offset, b"\x54\x46\x4C\x33", size_prefixed=size_prefixed)
+
+    # StablehloCaseOptions
+    def Init(self, buf, pos):
+        self._tab = flatbuffers.table.Table(buf, pos)
+
+    # StablehloCaseOptions
+    def BranchSubgraphIndices(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(4))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Int32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
+        return 0
+
+    # StablehloCaseOptions
+    def BranchSubgraphIndicesAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(4))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Int32Flags, o)
+        return 0
+
+    # StablehloCaseOptions
+    def BranchSubgraphIndicesLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(4))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # StablehloCaseOptions
+    def BranchSubgraphIndicesIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(4))
+        return o == 0
+
+def StablehloCaseOptionsStart(builder): builder.StartObject(1)
+def StablehloCaseOptionsAddBranchSubgraphIndices(builder, branchSubgraphIndices): builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(branchSubgraphIndices), 0)
+def StablehloCaseOptionsStartBranchSubgraphIndicesVector(builder, numElems): return builder.StartVector(4, numElems, 4)
+def StablehloCaseOptionsEnd(builder): return builder.EndObject()
+
+try:
+    from typing import List
+except:
+    pass
+
+class StablehloCaseOptionsT(object):
+
+    # StablehloCaseOptionsT
+    def __init__(self):
+        self.branchSubgraphIndices = None  # type: List[int]
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        stablehloCaseOptions = StablehloCaseOptions()
+        stablehloCaseOptions.Init(buf, pos)
+        return cls.InitFromObj(stablehloCaseOptions)
+
+    @classmethod
+    def InitFromObj(cls, stablehloCaseOptions):
+        x = StablehloCaseOptionsT()
+        x._UnPack(stablehloCaseOptions)
+        return x
+
+    # StablehloCaseOptionsT
+    def _UnPack(self, stablehloCaseOptions):
+        if stablehloCaseOptions is None:
+            return
+        if not stablehloCaseOptions.BranchSubgraphIndicesIsNone():
+            if np is None:
+                self.branchSubgraphIndices = []
+                for i in range(stablehloCaseOptions.BranchSubgraphIndicesLength()):
+                    self.branchSubgraphIndices.append(stablehloCaseOptions.BranchSubgraphIndices(i))
+            else:
+                self.branchSubgraphIndices = stablehloCaseOptions.BranchSubgraphIndicesAsNumpy()
+
+    # StablehloCaseOptionsT
+    def Pack(self, builder):
+        if self.branchSubgraphIndices is not None:
+            if np is not None and type(self.branchSubgraphIndices) is np.ndarray:
+                branchSubgraphIndices = builder.CreateNumpyVector(self.branchSubgraphIndices)
+            else:
+                StablehloCaseOptionsStartBranchSubgraphIndicesVector(builder, len(self.branchSubgraphIndices))
+                for i in reversed(range(len(self.branchSubgraphIndices))):
+                    builder.PrependInt32(self.branchSubgraphIndices[i])
+                branchSubgraphIndices = builder.EndVector()
+        StablehloCaseOptionsStart(builder)
+        if self.branchSubgraphIndices is not None:
+            StablehloCaseOptionsAddBranchSubgraphIndices(builder, branchSubgraphIndices)
+        stablehloCaseOptions = StablehloCaseOptionsEnd(builder)
+        return stablehloCaseOptions
+
+
 class OperatorCode(object):
     __slots__ = ['_tab']
 
@@ -14488,6 +15014,159 @@ class OperatorCodeT(object):
         OperatorCodeAddBuiltinCode(builder, self.builtinCode)
         operatorCode = OperatorCodeEnd(builder)
         return operatorCode
+
+
+class StableHLOCompositeOptions(object):
+    __slots__ = ['_tab']
+
+    @classmethod
+    def GetRootAs(cls, buf, offset=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, offset)
+        x = StableHLOCompositeOptions()
+        x.Init(buf, n + offset)
+        return x
+
+    @classmethod
+    def GetRootAsStableHLOCompositeOptions(cls, buf, offset=0):
+        """This method is deprecated. Please switch to GetRootAs."""
+        return cls.GetRootAs(buf, offset)
+    @classmethod
+    def StableHLOCompositeOptionsBufferHasIdentifier(cls, buf, offset, size_prefixed=False):
+        return flatbuffers.util.BufferHasIdentifier(buf, offset, b"\x54\x46\x4C\x33", size_prefixed=size_prefixed)
+
+    # StableHLOCompositeOptions
+    def Init(self, buf, pos):
+        self._tab = flatbuffers.table.Table(buf, pos)
+
+    # StableHLOCompositeOptions
+    def Name(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(4))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
+    # StableHLOCompositeOptions
+    def DecompositionSubgraphIndex(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(6))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int32Flags, o + self._tab.Pos)
+        return 0
+
+    # StableHLOCompositeOptions
+    def CompositeAttributes(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Uint8Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 1))
+        return 0
+
+    # StableHLOCompositeOptions
+    def CompositeAttributesAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint8Flags, o)
+        return 0
+
+    # StableHLOCompositeOptions
+    def CompositeAttributesLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # StableHLOCompositeOptions
+    def CompositeAttributesIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
+        return o == 0
+
+    # StableHLOCompositeOptions
+    def CompositeAttributesFormat(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int8Flags, o + self._tab.Pos)
+        return 0
+
+    # StableHLOCompositeOptions
+    def Version(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int32Flags, o + self._tab.Pos)
+        return 0
+
+def StableHLOCompositeOptionsStart(builder): builder.StartObject(5)
+def StableHLOCompositeOptionsAddName(builder, name): builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(name), 0)
+def StableHLOCompositeOptionsAddDecompositionSubgraphIndex(builder, decompositionSubgraphIndex): builder.PrependInt32Slot(1, decompositionSubgraphIndex, 0)
+def StableHLOCompositeOptionsAddCompositeAttributes(builder, compositeAttributes): builder.PrependUOffsetTRelativeSlot(2, flatbuffers.number_types.UOffsetTFlags.py_type(compositeAttributes), 0)
+def StableHLOCompositeOptionsStartCompositeAttributesVector(builder, numElems): return builder.StartVector(1, numElems, 1)
+def StableHLOCompositeOptionsAddCompositeAttributesFormat(builder, compositeAttributesFormat): builder.PrependInt8Slot(3, compositeAttributesFormat, 0)
+def StableHLOCompositeOptionsAddVersion(builder, version): builder.PrependInt32Slot(4, version, 0)
+def StableHLOCompositeOptionsEnd(builder): return builder.EndObject()
+
+try:
+    from typing import List
+except:
+    pass
+
+class StableHLOCompositeOptionsT(object):
+
+    # StableHLOCompositeOptionsT
+    def __init__(self):
+        self.name = None  # type: str
+        self.decompositionSubgraphIndex = 0  # type: int
+        self.compositeAttributes = None  # type: List[int]
+        self.compositeAttributesFormat = 0  # type: int
+        self.version = 0  # type: int
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        stableHlocompositeOptions = StableHLOCompositeOptions()
+        stableHlocompositeOptions.Init(buf, pos)
+        return cls.InitFromObj(stableHlocompositeOptions)
+
+    @classmethod
+    def InitFromObj(cls, stableHlocompositeOptions):
+        x = StableHLOCompositeOptionsT()
+        x._UnPack(stableHlocompositeOptions)
+        return x
+
+    # StableHLOCompositeOptionsT
+    def _UnPack(self, stableHlocompositeOptions):
+        if stableHlocompositeOptions is None:
+            return
+        self.name = stableHlocompositeOptions.Name()
+        self.decompositionSubgraphIndex = stableHlocompositeOptions.DecompositionSubgraphIndex()
+        if not stableHlocompositeOptions.CompositeAttributesIsNone():
+            if np is None:
+                self.compositeAttributes = []
+                for i in range(stableHlocompositeOptions.CompositeAttributesLength()):
+                    self.compositeAttributes.append(stableHlocompositeOptions.CompositeAttributes(i))
+            else:
+                self.compositeAttributes = stableHlocompositeOptions.CompositeAttributesAsNumpy()
+        self.compositeAttributesFormat = stableHlocompositeOptions.CompositeAttributesFormat()
+        self.version = stableHlocompositeOptions.Version()
+
+    # StableHLOCompositeOptionsT
+    def Pack(self, builder):
+        if self.name is not None:
+            name = builder.CreateString(self.name)
+        if self.compositeAttributes is not None:
+            if np is not None and type(self.compositeAttributes) is np.ndarray:
+                compositeAttributes = builder.CreateNumpyVector(self.compositeAttributes)
+            else:
+                StableHLOCompositeOptionsStartCompositeAttributesVector(builder, len(self.compositeAttributes))
+                for i in reversed(range(len(self.compositeAttributes))):
+                    builder.PrependUint8(self.compositeAttributes[i])
+                compositeAttributes = builder.EndVector()
+        StableHLOCompositeOptionsStart(builder)
+        if self.name is not None:
+            StableHLOCompositeOptionsAddName(builder, name)
+        StableHLOCompositeOptionsAddDecompositionSubgraphIndex(builder, self.decompositionSubgraphIndex)
+        if self.compositeAttributes is not None:
+            StableHLOCompositeOptionsAddCompositeAttributes(builder, compositeAttributes)
+        StableHLOCompositeOptionsAddCompositeAttributesFormat(builder, self.compositeAttributesFormat)
+        StableHLOCompositeOptionsAddVersion(builder, self.version)
+        stableHlocompositeOptions = StableHLOCompositeOptionsEnd(builder)
+        return stableHlocompositeOptions
 
 
 class Operator(object):
@@ -14709,7 +15388,14 @@ class Operator(object):
             return obj
         return None
 
-def OperatorStart(builder): builder.StartObject(13)
+    # Operator
+    def DebugMetadataIndex(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(30))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int32Flags, o + self._tab.Pos)
+        return -1
+
+def OperatorStart(builder): builder.StartObject(14)
 def OperatorAddOpcodeIndex(builder, opcodeIndex): builder.PrependUint32Slot(0, opcodeIndex, 0)
 def OperatorAddInputs(builder, inputs): builder.PrependUOffsetTRelativeSlot(1, flatbuffers.number_types.UOffsetTFlags.py_type(inputs), 0)
 def OperatorStartInputsVector(builder, numElems): return builder.StartVector(4, numElems, 4)
@@ -14728,6 +15414,7 @@ def OperatorAddLargeCustomOptionsOffset(builder, largeCustomOptionsOffset): buil
 def OperatorAddLargeCustomOptionsSize(builder, largeCustomOptionsSize): builder.PrependUint64Slot(10, largeCustomOptionsSize, 0)
 def OperatorAddBuiltinOptions2Type(builder, builtinOptions2Type): builder.PrependUint8Slot(11, builtinOptions2Type, 0)
 def OperatorAddBuiltinOptions2(builder, builtinOptions2): builder.PrependUOffsetTRelativeSlot(12, flatbuffers.number_types.UOffsetTFlags.py_type(builtinOptions2), 0)
+def OperatorAddDebugMetadataIndex(builder, debugMetadataIndex): builder.PrependInt32Slot(13, debugMetadataIndex, -1)
 def OperatorEnd(builder): return builder.EndObject()
 
 try:
@@ -14751,7 +15438,8 @@ class OperatorT(object):
         self.largeCustomOptionsOffset = 0  # type: int
         self.largeCustomOptionsSize = 0  # type: int
         self.builtinOptions2Type = 0  # type: int
-        self.builtinOptions2 = None  # type: Union[None, StablehloConcatenateOptionsT, StablehloBroadcastInDimOptionsT, StablehloSliceOptionsT, StablehloConvolutionOptionsT, StablehloCustomCallOptionsT, StablehloReduceOptionsT, StablehloScatterOptionsT, StablehloCompareOptionsT, StablehloDynamicSliceOptionsT, StablehloPadOptionsT, StablehloIotaOptionsT, StablehloDotGeneralOptionsT, StablehloReduceWindowOptionsT, StablehloSortOptionsT, StablehloWhileOptionsT, StablehloGatherOptionsT, StablehloTransposeOptionsT, DilateOptionsT, StablehloRngBitGeneratorOptionsT, ReduceWindowOptionsT]
+        self.builtinOptions2 = None  # type: Union[None, StablehloConcatenateOptionsT, StablehloBroadcastInDimOptionsT, StablehloSliceOptionsT, StablehloConvolutionOptionsT, StablehloCustomCallOptionsT, StablehloReduceOptionsT, StablehloScatterOptionsT, StablehloCompareOptionsT, StablehloDynamicSliceOptionsT, StablehloPadOptionsT, StablehloIotaOptionsT, StablehloDotGeneralOptionsT, StablehloReduceWindowOptionsT, StablehloSortOptionsT, StablehloWhileOptionsT, StablehloGatherOptionsT, StablehloTransposeOptionsT, DilateOptionsT, StablehloRngBitGeneratorOptionsT, ReduceWindowOptionsT, StableHLOCompositeOptionsT, StablehloShiftLeftOptionsT, StablehloCaseOptionsT]
+        self.debugMetadataIndex = -1  # type: int
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -14812,6 +15500,7 @@ class OperatorT(object):
         self.largeCustomOptionsSize = operator.LargeCustomOptionsSize()
         self.builtinOptions2Type = operator.BuiltinOptions2Type()
         self.builtinOptions2 = BuiltinOptions2Creator(self.builtinOptions2Type, operator.BuiltinOptions2())
+        self.debugMetadataIndex = operator.DebugMetadataIndex()
 
     # OperatorT
     def Pack(self, builder):
@@ -14880,6 +15569,7 @@ class OperatorT(object):
         OperatorAddBuiltinOptions2Type(builder, self.builtinOptions2Type)
         if self.builtinOptions2 is not None:
             OperatorAddBuiltinOptions2(builder, builtinOptions2)
+        OperatorAddDebugMetadataIndex(builder, self.debugMetadataIndex)
         operator = OperatorEnd(builder)
         return operator
 
@@ -15015,7 +15705,14 @@ class SubGraph(object):
             return self._tab.String(o + self._tab.Pos)
         return None
 
-def SubGraphStart(builder): builder.StartObject(5)
+    # SubGraph
+    def DebugMetadataIndex(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int32Flags, o + self._tab.Pos)
+        return -1
+
+def SubGraphStart(builder): builder.StartObject(6)
 def SubGraphAddTensors(builder, tensors): builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(tensors), 0)
 def SubGraphStartTensorsVector(builder, numElems): return builder.StartVector(4, numElems, 4)
 def SubGraphAddInputs(builder, inputs): builder.PrependUOffsetTRelativeSlot(1, flatbuffers.number_types.UOffsetTFlags.py_type(inputs), 0)
@@ -15025,6 +15722,7 @@ def SubGraphStartOutputsVector(builder, numElems): return builder.StartVector(4,
 def SubGraphAddOperators(builder, operators): builder.PrependUOffsetTRelativeSlot(3, flatbuffers.number_types.UOffsetTFlags.py_type(operators), 0)
 def SubGraphStartOperatorsVector(builder, numElems): return builder.StartVector(4, numElems, 4)
 def SubGraphAddName(builder, name): builder.PrependUOffsetTRelativeSlot(4, flatbuffers.number_types.UOffsetTFlags.py_type(name), 0)
+def SubGraphAddDebugMetadataIndex(builder, debugMetadataIndex): builder.PrependInt32Slot(5, debugMetadataIndex, -1)
 def SubGraphEnd(builder): return builder.EndObject()
 
 try:
@@ -15041,6 +15739,7 @@ class SubGraphT(object):
         self.outputs = None  # type: List[int]
         self.operators = None  # type: List[OperatorT]
         self.name = None  # type: str
+        self.debugMetadataIndex = -1  # type: int
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -15089,6 +15788,7 @@ class SubGraphT(object):
                     operator_ = OperatorT.InitFromObj(subGraph.Operators(i))
                     self.operators.append(operator_)
         self.name = subGraph.Name()
+        self.debugMetadataIndex = subGraph.DebugMetadataIndex()
 
     # SubGraphT
     def Pack(self, builder):
@@ -15137,6 +15837,7 @@ class SubGraphT(object):
             SubGraphAddOperators(builder, operators)
         if self.name is not None:
             SubGraphAddName(builder, name)
+        SubGraphAddDebugMetadataIndex(builder, self.debugMetadataIndex)
         subGraph = SubGraphEnd(builder)
         return subGraph
 
@@ -15786,7 +16487,55 @@ class Model(object):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
         return o == 0
 
-def ModelStart(builder): builder.StartObject(8)
+    # Model
+    def ExternalBufferGroups(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
+        if o != 0:
+            x = self._tab.Vector(o)
+            x += flatbuffers.number_types.UOffsetTFlags.py_type(j) * 4
+            x = self._tab.Indirect(x)
+            obj = ExternalBufferGroup()
+            obj.Init(self._tab.Bytes, x)
+            return obj
+        return None
+
+    # Model
+    def ExternalBufferGroupsLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Model
+    def ExternalBufferGroupsIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
+        return o == 0
+
+    # Model
+    def ExternalBuffers(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(22))
+        if o != 0:
+            x = self._tab.Vector(o)
+            x += flatbuffers.number_types.UOffsetTFlags.py_type(j) * 4
+            x = self._tab.Indirect(x)
+            obj = ExternalBuffer()
+            obj.Init(self._tab.Bytes, x)
+            return obj
+        return None
+
+    # Model
+    def ExternalBuffersLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(22))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Model
+    def ExternalBuffersIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(22))
+        return o == 0
+
+def ModelStart(builder): builder.StartObject(10)
 def ModelAddVersion(builder, version): builder.PrependUint32Slot(0, version, 0)
 def ModelAddOperatorCodes(builder, operatorCodes): builder.PrependUOffsetTRelativeSlot(1, flatbuffers.number_types.UOffsetTFlags.py_type(operatorCodes), 0)
 def ModelStartOperatorCodesVector(builder, numElems): return builder.StartVector(4, numElems, 4)
@@ -15801,6 +16550,10 @@ def ModelAddMetadata(builder, metadata): builder.PrependUOffsetTRelativeSlot(6, 
 def ModelStartMetadataVector(builder, numElems): return builder.StartVector(4, numElems, 4)
 def ModelAddSignatureDefs(builder, signatureDefs): builder.PrependUOffsetTRelativeSlot(7, flatbuffers.number_types.UOffsetTFlags.py_type(signatureDefs), 0)
 def ModelStartSignatureDefsVector(builder, numElems): return builder.StartVector(4, numElems, 4)
+def ModelAddExternalBufferGroups(builder, externalBufferGroups): builder.PrependUOffsetTRelativeSlot(8, flatbuffers.number_types.UOffsetTFlags.py_type(externalBufferGroups), 0)
+def ModelStartExternalBufferGroupsVector(builder, numElems): return builder.StartVector(4, numElems, 4)
+def ModelAddExternalBuffers(builder, externalBuffers): builder.PrependUOffsetTRelativeSlot(9, flatbuffers.number_types.UOffsetTFlags.py_type(externalBuffers), 0)
+def ModelStartExternalBuffersVector(builder, numElems): return builder.StartVector(4, numElems, 4)
 def ModelEnd(builder): return builder.EndObject()
 
 try:
@@ -15820,6 +16573,8 @@ class ModelT(object):
         self.metadataBuffer = None  # type: List[int]
         self.metadata = None  # type: List[MetadataT]
         self.signatureDefs = None  # type: List[SignatureDefT]
+        self.externalBufferGroups = None  # type: List[ExternalBufferGroupT]
+        self.externalBuffers = None  # type: List[ExternalBufferT]
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -15886,6 +16641,22 @@ class ModelT(object):
                 else:
                     signatureDef_ = SignatureDefT.InitFromObj(model.SignatureDefs(i))
                     self.signatureDefs.append(signatureDef_)
+        if not model.ExternalBufferGroupsIsNone():
+            self.externalBufferGroups = []
+            for i in range(model.ExternalBufferGroupsLength()):
+                if model.ExternalBufferGroups(i) is None:
+                    self.externalBufferGroups.append(None)
+                else:
+                    externalBufferGroup_ = ExternalBufferGroupT.InitFromObj(model.ExternalBufferGroups(i))
+                    self.externalBufferGroups.append(externalBufferGroup_)
+        if not model.ExternalBuffersIsNone():
+            self.externalBuffers = []
+            for i in range(model.ExternalBuffersLength()):
+                if model.ExternalBuffers(i) is None:
+                    self.externalBuffers.append(None)
+                else:
+                    externalBuffer_ = ExternalBufferT.InitFromObj(model.ExternalBuffers(i))
+                    self.externalBuffers.append(externalBuffer_)
 
     # ModelT
     def Pack(self, builder):
@@ -15939,6 +16710,22 @@ class ModelT(object):
             for i in reversed(range(len(self.signatureDefs))):
                 builder.PrependUOffsetTRelative(signatureDefslist[i])
             signatureDefs = builder.EndVector()
+        if self.externalBufferGroups is not None:
+            externalBufferGroupslist = []
+            for i in range(len(self.externalBufferGroups)):
+                externalBufferGroupslist.append(self.externalBufferGroups[i].Pack(builder))
+            ModelStartExternalBufferGroupsVector(builder, len(self.externalBufferGroups))
+            for i in reversed(range(len(self.externalBufferGroups))):
+                builder.PrependUOffsetTRelative(externalBufferGroupslist[i])
+            externalBufferGroups = builder.EndVector()
+        if self.externalBuffers is not None:
+            externalBufferslist = []
+            for i in range(len(self.externalBuffers)):
+                externalBufferslist.append(self.externalBuffers[i].Pack(builder))
+            ModelStartExternalBuffersVector(builder, len(self.externalBuffers))
+            for i in reversed(range(len(self.externalBuffers))):
+                builder.PrependUOffsetTRelative(externalBufferslist[i])
+            externalBuffers = builder.EndVector()
         ModelStart(builder)
         ModelAddVersion(builder, self.version)
         if self.operatorCodes is not None:
@@ -15955,7 +16742,193 @@ class ModelT(object):
             ModelAddMetadata(builder, metadata)
         if self.signatureDefs is not None:
             ModelAddSignatureDefs(builder, signatureDefs)
+        if self.externalBufferGroups is not None:
+            ModelAddExternalBufferGroups(builder, externalBufferGroups)
+        if self.externalBuffers is not None:
+            ModelAddExternalBuffers(builder, externalBuffers)
         model = ModelEnd(builder)
         return model
+
+
+class ExternalBufferGroup(object):
+    __slots__ = ['_tab']
+
+    @classmethod
+    def GetRootAs(cls, buf, offset=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, offset)
+        x = ExternalBufferGroup()
+        x.Init(buf, n + offset)
+        return x
+
+    @classmethod
+    def GetRootAsExternalBufferGroup(cls, buf, offset=0):
+        """This method is deprecated. Please switch to GetRootAs."""
+        return cls.GetRootAs(buf, offset)
+    @classmethod
+    def ExternalBufferGroupBufferHasIdentifier(cls, buf, offset, size_prefixed=False):
+        return flatbuffers.util.BufferHasIdentifier(buf, offset, b"\x54\x46\x4C\x33", size_prefixed=size_prefixed)
+
+    # ExternalBufferGroup
+    def Init(self, buf, pos):
+        self._tab = flatbuffers.table.Table(buf, pos)
+
+    # ExternalBufferGroup
+    def Name(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(4))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
+def ExternalBufferGroupStart(builder): builder.StartObject(1)
+def ExternalBufferGroupAddName(builder, name): builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(name), 0)
+def ExternalBufferGroupEnd(builder): return builder.EndObject()
+
+
+class ExternalBufferGroupT(object):
+
+    # ExternalBufferGroupT
+    def __init__(self):
+        self.name = None  # type: str
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        externalBufferGroup = ExternalBufferGroup()
+        externalBufferGroup.Init(buf, pos)
+        return cls.InitFromObj(externalBufferGroup)
+
+    @classmethod
+    def InitFromObj(cls, externalBufferGroup):
+        x = ExternalBufferGroupT()
+        x._UnPack(externalBufferGroup)
+        return x
+
+    # ExternalBufferGroupT
+    def _UnPack(self, externalBufferGroup):
+        if externalBufferGroup is None:
+            return
+        self.name = externalBufferGroup.Name()
+
+    # ExternalBufferGroupT
+    def Pack(self, builder):
+        if self.name is not None:
+            name = builder.CreateString(self.name)
+        ExternalBufferGroupStart(builder)
+        if self.name is not None:
+            ExternalBufferGroupAddName(builder, name)
+        externalBufferGroup = ExternalBufferGroupEnd(builder)
+        return externalBufferGroup
+
+
+class ExternalBuffer(object):
+    __slots__ = ['_tab']
+
+    @classmethod
+    def GetRootAs(cls, buf, offset=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, offset)
+        x = ExternalBuffer()
+        x.Init(buf, n + offset)
+        return x
+
+    @classmethod
+    def GetRootAsExternalBuffer(cls, buf, offset=0):
+        """This method is deprecated. Please switch to GetRootAs."""
+        return cls.GetRootAs(buf, offset)
+    @classmethod
+    def ExternalBufferBufferHasIdentifier(cls, buf, offset, size_prefixed=False):
+        return flatbuffers.util.BufferHasIdentifier(buf, offset, b"\x54\x46\x4C\x33", size_prefixed=size_prefixed)
+
+    # ExternalBuffer
+    def Init(self, buf, pos):
+        self._tab = flatbuffers.table.Table(buf, pos)
+
+    # ExternalBuffer
+    def Id(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(4))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, o + self._tab.Pos)
+        return 0
+
+    # ExternalBuffer
+    def Group(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(6))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, o + self._tab.Pos)
+        return 0
+
+    # ExternalBuffer
+    def Offset(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint64Flags, o + self._tab.Pos)
+        return 0
+
+    # ExternalBuffer
+    def Length(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint64Flags, o + self._tab.Pos)
+        return 0
+
+    # ExternalBuffer
+    def Packing(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
+def ExternalBufferStart(builder): builder.StartObject(5)
+def ExternalBufferAddId(builder, id): builder.PrependUint32Slot(0, id, 0)
+def ExternalBufferAddGroup(builder, group): builder.PrependUint32Slot(1, group, 0)
+def ExternalBufferAddOffset(builder, offset): builder.PrependUint64Slot(2, offset, 0)
+def ExternalBufferAddLength(builder, length): builder.PrependUint64Slot(3, length, 0)
+def ExternalBufferAddPacking(builder, packing): builder.PrependUOffsetTRelativeSlot(4, flatbuffers.number_types.UOffsetTFlags.py_type(packing), 0)
+def ExternalBufferEnd(builder): return builder.EndObject()
+
+
+class ExternalBufferT(object):
+
+    # ExternalBufferT
+    def __init__(self):
+        self.id = 0  # type: int
+        self.group = 0  # type: int
+        self.offset = 0  # type: int
+        self.length = 0  # type: int
+        self.packing = None  # type: str
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        externalBuffer = ExternalBuffer()
+        externalBuffer.Init(buf, pos)
+        return cls.InitFromObj(externalBuffer)
+
+    @classmethod
+    def InitFromObj(cls, externalBuffer):
+        x = ExternalBufferT()
+        x._UnPack(externalBuffer)
+        return x
+
+    # ExternalBufferT
+    def _UnPack(self, externalBuffer):
+        if externalBuffer is None:
+            return
+        self.id = externalBuffer.Id()
+        self.group = externalBuffer.Group()
+        self.offset = externalBuffer.Offset()
+        self.length = externalBuffer.Length()
+        self.packing = externalBuffer.Packing()
+
+    # ExternalBufferT
+    def Pack(self, builder):
+        if self.packing is not None:
+            packing = builder.CreateString(self.packing)
+        ExternalBufferStart(builder)
+        ExternalBufferAddId(builder, self.id)
+        ExternalBufferAddGroup(builder, self.group)
+        ExternalBufferAddOffset(builder, self.offset)
+        ExternalBufferAddLength(builder, self.length)
+        if self.packing is not None:
+            ExternalBufferAddPacking(builder, packing)
+        externalBuffer = ExternalBufferEnd(builder)
+        return externalBuffer
 
 
