@@ -1,0 +1,124 @@
+"""TFLite ``STABLEHLO_*`` builtins (codes 162 onwards) as StableHLO nodes.
+
+TensorFlow's converter writes these with
+``converter.target_spec.supported_ops = [tf.lite.OpsSet.EXPERIMENTAL_STABLEHLO_OPS]``;
+LiteRT has kernels for a handful of them only. fbjax lowers all of them
+through the shared StableHLO lowering (:mod:`fbjax.lower.stablehlo`):
+:func:`translate` turns the frontend's ``("tflite", "STABLEHLO_ADD")`` node
+into ``("stablehlo", "stablehlo.add")`` with the attribute conventions that
+lowering documents. The TFLite operator name stays in ``node.location``
+(``"subgraph 0, operator 3 (STABLEHLO_ADD)"``).
+
+Attribute mapping (``builtin_options_2`` tables, snake_case field names):
+
+* most fields already carry the spec's names (``window_strides``,
+  ``broadcast_dimensions``, ``update_window_dims``...) and pass through;
+* region bodies are appended subgraphs referenced by index: ``REDUCE`` /
+  ``REDUCE_WINDOW``'s ``body_subgraph_index`` -> ``computation``;
+  ``SCATTER``'s ``update_computation_subgraph_index`` -> ``update_computation``;
+  ``SORT``'s ``comparator_subgraph_index`` -> ``comparator``; ``WHILE``'s
+  ``cond_subgraph_index`` / ``body_subgraph_index`` -> ``cond`` / ``body``;
+  ``CASE``'s ``branch_subgraph_indices`` -> ``branches``; ``COMPOSITE``'s
+  ``decomposition_subgraph_index`` -> ``decomposition``;
+* enum names lose their prefixes: ``STABLEHLO_COMPARISON_DIRECTION_LT`` ->
+  ``"LT"``, ``STABLEHLO_COMPARISON_TYPE_FLOAT_TOTAL_ORDER`` -> ``"TOTALORDER"``,
+  ``RngAlgorithm`` ``DEFAULT`` / ``PHILOX`` / ``THREEFRY``;
+* ``PAD``'s three vectors stay as they are (``edge_padding_low``...);
+* string fields (composite ``name``, custom call ``call_target_name``,
+  ``backend_config``) become ``str`` / ``bytes``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from ..errors import ModelFormatError
+from ..ir import Node
+
+PREFIX = "STABLEHLO_"
+OP_SET = "stablehlo"
+
+#: attribute renames per TFLite op (after snake_casing).
+_RENAMES: dict[str, dict[str, str]] = {
+    "STABLEHLO_REDUCE": {"body_subgraph_index": "computation"},
+    "STABLEHLO_REDUCE_WINDOW": {"body_subgraph_index": "computation"},
+    "STABLEHLO_SCATTER": {"update_computation_subgraph_index": "update_computation"},
+    "STABLEHLO_SORT": {"comparator_subgraph_index": "comparator"},
+    "STABLEHLO_WHILE": {"cond_subgraph_index": "cond", "body_subgraph_index": "body"},
+    "STABLEHLO_CASE": {"branch_subgraph_indices": "branches"},
+    "STABLEHLO_COMPOSITE": {"decomposition_subgraph_index": "decomposition"},
+}
+
+#: attributes with no meaning for the lowering (precision hints).
+_DROP = {"precision_config"}
+
+_COMPARE_TYPES = {"NOTYPE": "NOTYPE", "FLOAT": "FLOAT", "FLOAT_TOTAL_ORDER": "TOTALORDER",
+                  "SIGNED": "SIGNED", "UNSIGNED": "UNSIGNED"}
+
+
+def is_stablehlo(name: str) -> bool:
+    """Whether a TFLite builtin name is one of the ``STABLEHLO_*`` ops."""
+    return name.startswith(PREFIX)
+
+
+def stablehlo_name(tflite_name: str) -> str:
+    """``"STABLEHLO_DOT_GENERAL"`` -> ``"stablehlo.dot_general"``."""
+    return "stablehlo." + tflite_name[len(PREFIX):].lower()
+
+
+def _text(v) -> str:
+    if isinstance(v, (bytes, bytearray)):
+        return bytes(v).decode("utf-8", "replace")
+    if isinstance(v, np.ndarray):
+        return bytes(v.astype(np.uint8)).decode("utf-8", "replace")
+    return "" if v is None else str(v)
+
+
+def translate_attrs(name: str, attrs: dict, loc: str) -> dict:
+    """The lowering's attributes for a ``STABLEHLO_*`` op's options.
+
+    Raises:
+        ModelFormatError: an enum value the lowering does not know.
+    """
+    ren = _RENAMES.get(name, {})
+    out = {}
+    for k, v in attrs.items():
+        if k in _DROP:
+            continue
+        k = ren.get(k, k)
+        if k == "comparison_direction":
+            v = str(v).replace("STABLEHLO_COMPARISON_DIRECTION_", "")
+        elif k == "compare_type":
+            key = str(v).replace("STABLEHLO_COMPARISON_TYPE_", "")
+            if key not in _COMPARE_TYPES:
+                raise ModelFormatError(f"{loc}: unknown compare_type {v!r}")
+            v = _COMPARE_TYPES[key]
+        elif k in ("name", "call_target_name"):
+            v = _text(v)
+        elif k == "backend_config":
+            v = _text(v).encode()
+        elif k in ("composite_attributes", "custom_attributes"):
+            v = bytes(np.asarray(v, np.uint8)) if v is not None else b""
+        elif isinstance(v, np.ndarray) and v.dtype == np.bool_:
+            pass
+        elif isinstance(v, np.ndarray) and np.issubdtype(v.dtype, np.integer):
+            v = v.astype(np.int64)
+        elif v is None and k in ("window_strides", "padding", "lhs_dilation", "rhs_dilation",
+                                 "base_dilations", "window_dilations", "strides"):
+            continue  # absent optional vector: the spec's default
+        out[k] = v
+    if name == "STABLEHLO_COMPOSITE":
+        out.pop("composite_attributes_format", None)
+    return out
+
+
+def translate(node: Node) -> Node:
+    """A frontend ``("tflite", "STABLEHLO_*")`` node as a ``("stablehlo",
+    "stablehlo.*")`` node with the shared lowering's attributes; the TFLite
+    name stays in ``location``."""
+    name = node.op_name
+    loc = node.location if f"({name})" in node.location else f"{node.location} ({name})"
+    attrs = translate_attrs(name, dict(node.attrs), loc)
+    return dataclasses.replace(node, op_set=OP_SET, op_name=stablehlo_name(name), attrs=attrs, location=loc)

@@ -1,0 +1,65 @@
+"""Small helpers shared by the StableHLO lowering families."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def ints(v) -> tuple:
+    """A static integer vector attribute (None -> empty) as a tuple of ints."""
+    if v is None:
+        return ()
+    return tuple(int(x) for x in np.asarray(v).reshape(-1))
+
+
+def pairs(padding, rank: int) -> list:
+    """Flattened ``[lo0, hi0, lo1, hi1, ...]`` -> ``[(lo0, hi0), ...]``; empty -> zeros."""
+    p = ints(padding)
+    if not p:
+        return [(0, 0)] * rank
+    return [(p[2 * i], p[2 * i + 1]) for i in range(len(p) // 2)]
+
+
+def out_shape(ctx, i: int = 0) -> tuple:
+    """Static shape of output ``i``; raises the node's error when unknown."""
+    v = ctx.outputs[i]
+    if v is None or v.shape is None or any(d is None for d in v.shape):
+        raise ctx.error(f"output {i} needs a static shape")
+    return tuple(int(d) for d in v.shape)
+
+
+def declared_types(ctx, args) -> list:
+    """Float constants back in the type the file declares: fbjax keeps a
+    float32 master copy of float16 / bfloat16 constants as params
+    (:func:`fbjax.lower.build.master_weight`), while StableHLO ops require
+    exactly typed operands. Other inputs pass unchanged."""
+    import jax.numpy as jnp
+
+    out = []
+    for i, a in enumerate(args):
+        v = ctx.inputs[i] if i < len(ctx.inputs) else None
+        if (v is not None and v.data is not None and a is not None and hasattr(a, "dtype")
+                and np.dtype(a.dtype) != np.dtype(v.dtype) and jnp.issubdtype(v.dtype, jnp.inexact)):
+            a = a.astype(v.dtype)
+        out.append(a)
+    return out
+
+
+def register(op_set: str, name: str, **kw):
+    """:func:`fbjax.lower.registry.register` for StableHLO lowerings: the
+    registered function first restores the declared types of float constants
+    (:func:`declared_types`); the decorated function itself is returned
+    unchanged."""
+    import functools
+
+    from ..registry import register as _register
+
+    def deco(fn):
+        @functools.wraps(fn)
+        def lowering(ctx, *args, **attrs):
+            return fn(ctx, *declared_types(ctx, args), **attrs)
+
+        _register(op_set, name, **kw)(lowering)
+        return fn
+
+    return deco

@@ -1,0 +1,304 @@
+"""numpy twins of the element-wise StableHLO ops."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..registry import register
+
+OP_SET = "stablehlo"
+
+
+def _wrap(fn, a, b):
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        return fn(np.asarray(a), np.asarray(b))
+
+
+@register(OP_SET, "stablehlo.add")
+def add(ctx, lhs, rhs):
+    """``lhs + rhs`` (integers wrap)."""
+    return _wrap(np.add, lhs, rhs)
+
+
+@register(OP_SET, "stablehlo.subtract")
+def subtract(ctx, lhs, rhs):
+    """``lhs - rhs``."""
+    return _wrap(np.subtract, lhs, rhs)
+
+
+@register(OP_SET, "stablehlo.multiply")
+def multiply(ctx, lhs, rhs):
+    """``lhs * rhs``."""
+    return _wrap(np.multiply, lhs, rhs)
+
+
+@register(OP_SET, "stablehlo.divide")
+def divide(ctx, lhs, rhs):
+    """IEEE division for floats; integer division truncating toward zero."""
+    a, b = np.asarray(lhs), np.asarray(rhs)
+    if np.issubdtype(a.dtype, np.integer):
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            q = np.abs(a.astype(np.int64)) // np.where(b == 0, 1, np.abs(b.astype(np.int64)))
+            neg = (a < 0) != (b < 0)
+            return np.where(neg, -q, q).astype(a.dtype)
+    return _wrap(np.divide, a, b)
+
+
+@register(OP_SET, "stablehlo.maximum")
+def maximum(ctx, lhs, rhs):
+    """Element-wise max, NaN-propagating."""
+    return np.maximum(lhs, rhs)
+
+
+@register(OP_SET, "stablehlo.minimum")
+def minimum(ctx, lhs, rhs):
+    """Element-wise min, NaN-propagating."""
+    return np.minimum(lhs, rhs)
+
+
+@register(OP_SET, "stablehlo.abs")
+def abs(ctx, operand):  # noqa: A001
+    """``|x|``."""
+    return np.abs(operand)
+
+
+@register(OP_SET, "stablehlo.ceil")
+def ceil(ctx, operand):
+    """Round toward +inf."""
+    return np.ceil(operand)
+
+
+@register(OP_SET, "stablehlo.logistic")
+def logistic(ctx, operand):
+    """``1 / (1 + exp(-x))`` computed in float64."""
+    x = np.asarray(operand)
+    with np.errstate(over="ignore"):
+        return (1.0 / (1.0 + np.exp(-x.astype(np.float64)))).astype(x.dtype)
+
+
+@register(OP_SET, "stablehlo.clamp")
+def clamp(ctx, min, operand, max):  # noqa: A002
+    """``minimum(maximum(operand, min), max)``."""
+    x = np.asarray(operand)
+    return np.minimum(np.maximum(x, np.asarray(min, x.dtype)), np.asarray(max, x.dtype))
+
+
+@register(OP_SET, "stablehlo.convert")
+def convert(ctx, operand):
+    """Conversion to the output tensor's type (float -> int truncates)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        return np.asarray(operand).astype(ctx.out_dtype(0))
+
+
+@register(OP_SET, "stablehlo.batch_norm_inference")
+def batch_norm_inference(ctx, operand, scale, offset, mean, variance, *, epsilon=0.0, feature_index=0):
+    """``scale * (x - mean) / sqrt(variance + epsilon) + offset`` along
+    ``feature_index`` (float64 arithmetic)."""
+    x = np.asarray(operand)
+    shape = [1] * x.ndim
+    shape[int(feature_index)] = -1
+
+    def b(v):
+        return np.asarray(v, np.float64).reshape(shape)
+
+    y = b(scale) * (x.astype(np.float64) - b(mean)) / np.sqrt(b(variance) + float(np.float32(epsilon))) + b(offset)
+    return y.astype(x.dtype)
+
+
+# --- ops added with the TFLite STABLEHLO_* carrier (numpy, from the spec) ------
+
+def _bits(dt) -> int:
+    return np.dtype(dt).itemsize * 8
+
+
+@register(OP_SET, "stablehlo.and")
+def and_(ctx, lhs, rhs):
+    """Bitwise / logical AND."""
+    return np.bitwise_and(np.asarray(lhs), np.asarray(rhs))
+
+
+@register(OP_SET, "stablehlo.or")
+def or_(ctx, lhs, rhs):
+    """Bitwise / logical OR."""
+    return np.bitwise_or(np.asarray(lhs), np.asarray(rhs))
+
+
+@register(OP_SET, "stablehlo.xor")
+def xor(ctx, lhs, rhs):
+    """Bitwise / logical XOR."""
+    return np.bitwise_xor(np.asarray(lhs), np.asarray(rhs))
+
+
+@register(OP_SET, "stablehlo.not")
+def not_(ctx, operand):
+    """Bitwise NOT (integers), logical NOT (booleans)."""
+    x = np.asarray(operand)
+    return np.logical_not(x) if x.dtype == np.bool_ else np.invert(x)
+
+
+def _shift(a, b, kind):
+    a, b = np.broadcast_arrays(np.asarray(a), np.asarray(b))
+    n = _bits(a.dtype)
+    udt = np.dtype(f"u{a.dtype.itemsize}")
+    out = np.zeros(a.shape, a.dtype)
+    for i in np.ndindex(*a.shape):
+        s = int(b[i])
+        v = int(a[i])
+        if kind == "left":
+            out[i] = np.array(((v << s) & ((1 << n) - 1)) if 0 <= s < n else 0).astype(udt).view(a.dtype)
+        elif kind == "logical":
+            out[i] = np.array((v & ((1 << n) - 1)) >> s if 0 <= s < n else 0).astype(udt).view(a.dtype)
+        else:  # arithmetic: Python's >> on the signed value fills with the sign
+            out[i] = v >> s if 0 <= s < n else (-1 if v < 0 else 0)
+    return out
+
+
+@register(OP_SET, "stablehlo.shift_left")
+def shift_left(ctx, lhs, rhs):
+    """``lhs << rhs`` modulo 2**bits; 0 for shifts outside ``[0, bits)``."""
+    return _shift(lhs, rhs, "left")
+
+
+@register(OP_SET, "stablehlo.shift_right_logical")
+def shift_right_logical(ctx, lhs, rhs):
+    """Zero-filling right shift; 0 for shifts outside ``[0, bits)``."""
+    return _shift(lhs, rhs, "logical")
+
+
+@register(OP_SET, "stablehlo.shift_right_arithmetic")
+def shift_right_arithmetic(ctx, lhs, rhs):
+    """Sign-filling right shift; 0 or -1 for shifts outside ``[0, bits)``."""
+    return _shift(lhs, rhs, "arithmetic")
+
+
+@register(OP_SET, "stablehlo.popcnt")
+def popcnt(ctx, operand):
+    """Number of set bits."""
+    x = np.asarray(operand)
+    n = _bits(x.dtype)
+    return np.vectorize(lambda v: bin(int(v) & ((1 << n) - 1)).count("1"), otypes=[x.dtype])(x) if x.size \
+        else x.copy()
+
+
+@register(OP_SET, "stablehlo.power")
+def power(ctx, lhs, rhs):
+    """Floats: ``pow`` (float64 arithmetic); integers: exact power modulo
+    2**bits, negative exponents 1 / x**-y truncated."""
+    a, b = np.broadcast_arrays(np.asarray(lhs), np.asarray(rhs))
+    if _inexact(a.dtype):
+        with np.errstate(all="ignore"):
+            return np.power(a.astype(_wide(a.dtype)), b.astype(_wide(a.dtype))).astype(a.dtype)
+    n = _bits(a.dtype)
+    udt = np.dtype(f"u{a.dtype.itemsize}")
+    out = np.zeros(a.shape, a.dtype)
+    for i in np.ndindex(*a.shape):
+        x, y = int(a[i]), int(b[i])
+        if y < 0:
+            r = 1 if x == 1 else ((-1 if y % 2 else 1) if x == -1 else 0)
+        else:
+            r = pow(x, y, 1 << n)
+        out[i] = np.array(r & ((1 << n) - 1)).astype(udt).view(a.dtype)
+    return out
+
+
+@register(OP_SET, "stablehlo.remainder")
+def remainder(ctx, lhs, rhs):
+    """``lhs - rhs * trunc(lhs / rhs)``: sign of the dividend (``fmod``);
+    integer division by zero gives the dividend (XLA)."""
+    a, b = np.asarray(lhs), np.asarray(rhs)
+    with np.errstate(all="ignore"):
+        if np.issubdtype(a.dtype, np.integer):
+            return np.where(b == 0, a, np.fmod(a, np.where(b == 0, 1, b))).astype(a.dtype)
+        return np.fmod(a, b)
+
+
+@register(OP_SET, "stablehlo.atan2")
+def atan2(ctx, lhs, rhs):
+    """``atan2(lhs, rhs)``."""
+    a = np.asarray(lhs)
+    return np.arctan2(a.astype(np.float64), np.asarray(rhs).astype(np.float64)).astype(a.dtype)
+
+
+def _inexact(dt) -> bool:
+    """Floating or complex, ml_dtypes' bfloat16 included (numpy's
+    issubdtype does not know it)."""
+    dt = np.dtype(dt)
+    return dt.kind in "fc" or dt.name == "bfloat16"
+
+
+def _wide(dt):
+    return np.complex128 if np.dtype(dt).kind == "c" else np.float64
+
+
+def _f64(fn):
+    def op(x):
+        x = np.asarray(x)
+        with np.errstate(all="ignore"):
+            return fn(x.astype(_wide(x.dtype))).astype(x.dtype)
+    return op
+
+
+def _unary(name, fn, doc):
+    def op(ctx, operand):
+        return fn(operand)
+
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = doc
+    register(OP_SET, f"stablehlo.{name}")(op)
+    return op
+
+
+exponential = _unary("exponential", _f64(np.exp), "``e ** x`` (float64 arithmetic).")
+exponential_minus_one = _unary("exponential_minus_one", _f64(np.expm1), "``e ** x - 1``.")
+log = _unary("log", _f64(np.log), "Natural logarithm.")
+log_plus_one = _unary("log_plus_one", _f64(np.log1p), "``log(1 + x)``.")
+sqrt = _unary("sqrt", _f64(np.sqrt), "Square root.")
+rsqrt = _unary("rsqrt", _f64(lambda x: 1.0 / np.sqrt(x)), "``1 / sqrt(x)``.")
+cbrt = _unary("cbrt", _f64(np.cbrt), "Cube root.")
+tanh = _unary("tanh", _f64(np.tanh), "Hyperbolic tangent.")
+cosine = _unary("cosine", _f64(np.cos), "Cosine.")
+sine = _unary("sine", _f64(np.sin), "Sine.")
+tan = _unary("tan", _f64(np.tan), "Tangent.")
+floor = _unary("floor", np.floor, "Round toward -inf.")
+sign = _unary("sign", lambda x: np.sign(np.asarray(x)) if not np.issubdtype(np.asarray(x).dtype, np.floating)
+              else np.where(np.asarray(x) == 0, np.asarray(x), np.sign(np.asarray(x))).astype(np.asarray(x).dtype),
+              "-1, 0 or 1; NaN and signed zeros stay.")
+round_nearest_afz = _unary("round_nearest_afz",
+                           lambda x: (np.sign(x) * np.floor(np.abs(np.asarray(x)) + np.asarray(0.5, np.asarray(x).dtype)))
+                           .astype(np.asarray(x).dtype), "Round half away from zero.")
+round_nearest_even = _unary("round_nearest_even", np.rint, "Round half to even.")
+is_finite = _unary("is_finite", np.isfinite, "Neither inf nor NaN.")
+
+
+@register(OP_SET, "stablehlo.negate")
+def negate(ctx, operand):
+    """``-x`` (integers wrap)."""
+    with np.errstate(over="ignore"):
+        return np.negative(np.asarray(operand))
+
+
+@register(OP_SET, "stablehlo.select")
+def select(ctx, pred, on_true, on_false):
+    """``pred ? on_true : on_false``; a scalar ``pred`` picks a whole operand."""
+    return np.where(np.asarray(pred, bool), np.asarray(on_true), np.asarray(on_false))
+
+
+def _total_key(x):
+    x = np.asarray(x)
+    it = np.dtype(f"i{x.dtype.itemsize}")
+    i = x.view(it).astype(np.int64)
+    return np.where(i < 0, i ^ np.int64(np.iinfo(it).max), i)
+
+
+@register(OP_SET, "stablehlo.compare")
+def compare(ctx, lhs, rhs, *, comparison_direction="EQ", compare_type="NOTYPE"):
+    """``lhs <direction> rhs``; ``TOTALORDER`` orders floats by IEEE totalOrder."""
+    a, b = np.asarray(lhs), np.asarray(rhs)
+    if str(compare_type).upper() == "TOTALORDER" and _inexact(a.dtype) and a.dtype.kind != "c":
+        a, b = _total_key(a), _total_key(np.asarray(b, a.dtype))
+    fn = {"EQ": np.equal, "NE": np.not_equal, "GE": np.greater_equal, "GT": np.greater, "LE": np.less_equal,
+          "LT": np.less}.get(str(comparison_direction).upper())
+    if fn is None:
+        raise ctx.error(f"unknown comparison_direction {comparison_direction!r}")
+    with np.errstate(invalid="ignore"):
+        return fn(a, b)
