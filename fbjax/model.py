@@ -272,7 +272,7 @@ _FILE = "file"
 
 
 def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, str] = _FILE,
-         quantized: str = "exact") -> Model:
+         quantized: str = "exact", while_max_iterations: Optional[int] = None) -> Model:
     """Load a model file as a :class:`Model`.
 
     Args:
@@ -291,6 +291,16 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
             weights to float params and fake-quantizes activations with a
             straight-through gradient (approximate; see
             :mod:`fbjax.quantization`).
+        while_max_iterations: ``None`` (default): TFLite WHILE loops lower to
+            ``lax.while_loop``, which JAX differentiates in forward mode only.
+            An int N: they lower to a ``lax.scan`` of N steps that applies the
+            body while the condition holds, so ``jax.grad`` (reverse mode)
+            works. N must be >= the largest trip count of every WHILE in the
+            model: results equal the ``while_loop``'s when it is; when a loop
+            still wants to run after N steps, its float outputs are set to NaN
+            (integer and bool outputs keep their values after N steps), so a
+            too-small N shows as NaN rather than a silently wrong result.
+            Cost: N body evaluations per loop, whatever the real trip count.
 
     Returns:
         a :class:`Model`, callable and jitted.
@@ -300,10 +310,15 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
         ModelFormatError: the file is not a valid model.
         UnsupportedOperatorError: the model uses ops fbjax cannot lower (every
             one of them is listed).
+        InputError: ``while_max_iterations`` is not None or an int >= 0.
     """
     from .cache import enable as _enable_compilation_cache
 
     _enable_compilation_cache()  # JAX's persistent compilation cache (fbjax/cache.py)
+    if while_max_iterations is not None and (isinstance(while_max_iterations, bool)
+                                             or not isinstance(while_max_iterations, (int, np.integer))
+                                             or while_max_iterations < 0):
+        raise InputError(f"while_max_iterations must be None or an int >= 0, got {while_max_iterations!r}")
     ir = read_model(source, format)
     from .quantization import prepare as _prepare_quantized
 
@@ -312,7 +327,7 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
         from .passes import set_batch_size
 
         set_batch_size(ir, batch_size)
-    program = build(ir)
+    program = build(ir, options={"while_max_iterations": while_max_iterations})
     if batch_size != _FILE:
         from .passes import check_batch_size
 

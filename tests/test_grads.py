@@ -157,12 +157,13 @@ def _is_float(dt) -> bool:
     return jnp.issubdtype(dt, jnp.floating)
 
 
-def _check_model(model_src, inputs, modes=("fwd", "rev"), held=()) -> None:
+def _check_model(model_src, inputs, modes=("fwd", "rev"), held=(), **load_kwargs) -> None:
     """check_grads of ``model_src`` w.r.t. its weights and its float inputs
     (except positions in ``held``: float-typed data that is not a value, such
-    as MediaPipe's bit-cast argmax indices)."""
+    as MediaPipe's bit-cast argmax indices); ``load_kwargs`` go to
+    :func:`fbjax.load`."""
     try:
-        model = fbjax.load(model_src)
+        model = fbjax.load(model_src, **load_kwargs)
     except fbjax.UnsupportedOperatorError as e:
         pytest.skip(f"fbjax cannot lower this model yet: {e.ops}")
     float_in = [i for i, x in enumerate(inputs)
@@ -226,28 +227,25 @@ def _check_builtin(name) -> None:
     reason = BUILTIN_KNOWN.get(name)
     if reason:
         pytest.xfail(reason)
-    modes = ("fwd",) if "WHILE" in BUILTINS[name]["ops"] else ("fwd", "rev")
+    # WHILE: the bounded lax.scan lowering (reverse-differentiable); the
+    # fixtures' loops run at most a few dozen iterations (< WHILE_MAX_ITERATIONS)
+    load_kwargs = {"while_max_iterations": WHILE_MAX_ITERATIONS} if "WHILE" in BUILTINS[name]["ops"] else {}
     inputs = builtin_tests.case_inputs(name)
     # "halves" inputs sit exactly on ROUND's steps (to test ties against
     # LiteRT); for derivatives, move them off the discontinuities
     inputs = [x + np.asarray(0.25, x.dtype) if kind == "halves" else x
               for x, (_, _, kind) in zip(inputs, BUILTINS[name]["inputs"])]
     held = [i for i, (_, _, kind) in enumerate(BUILTINS[name]["inputs"]) if kind.startswith(("idx", "perm", "winidx"))]
-    _check_model(builtin_tests.DATA / f"{name}.tflite", inputs, modes, held)
+    _check_model(builtin_tests.DATA / f"{name}.tflite", inputs, ("fwd", "rev"), held, **load_kwargs)
 
 
 #: builtin fixture -> why its gradient check is expected to fail (limits of
 #: JAX's autodiff reached by the current lowering; reported, not hidden)
-BUILTIN_KNOWN: dict = {
-    "reduce_window_add": "REDUCE_WINDOW passes its float init value as a traced param; "
-                         "lax.reduce_window's JVP does not support a tangent on init_value",
-    "reduce_window_max": "JAX has no VJP for max reduce_window with window dilation (select_and_gather)",
-    "unsorted_segment_prod": "lowered with a scatter-multiply; JAX differentiates scatter_mul only with "
-                             "unique_indices=True",
-}
-#: WHILE lowers to lax.while_loop, which JAX differentiates in forward mode
-#: only (reverse mode needs a bounded trip count, lax.scan): the RNN and
-#: WHILE fixtures are checked with modes=("fwd",).
+BUILTIN_KNOWN: dict = {}
+#: WHILE lowers by default to lax.while_loop, which JAX differentiates in
+#: forward mode only; the WHILE fixtures are loaded with
+#: ``while_max_iterations`` (a bounded lax.scan) and checked in both modes.
+WHILE_MAX_ITERATIONS = 64
 
 
 @pytest.mark.parametrize("name", BUILTIN_FAST)

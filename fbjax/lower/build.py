@@ -10,7 +10,7 @@ computed from them and from static shapes) are resolved while tracing.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 import jax
@@ -34,12 +34,15 @@ class LowerContext(OpContext):
         backend: ``jax.default_backend()`` at build time (``"cpu"``,
             ``"gpu"``, ``"tpu"``), for lowerings that pick a strategy per
             backend.
+        options: the lowering options given to :func:`build` (e.g.
+            ``while_max_iterations``).
     """
 
     def __init__(self, node: Node, model: ModelIR, program: "Program"):
         super().__init__(node, model)
         self.program = program
         self.backend = program.backend
+        self.options = program.options
 
     def call_graph(self, index: int, *args):
         """Evaluate ``model.graphs[index]`` on ``args``; returns a list."""
@@ -73,6 +76,7 @@ class Program:
         params: param name -> numpy array (float constants of every graph).
         param_of: id(Value) -> param name.
         backend: JAX backend the lowering targets.
+        options: lowering options (see :func:`build`).
     """
 
     model: ModelIR
@@ -80,6 +84,7 @@ class Program:
     param_of: dict
     backend: str
     registry: object = LOWERINGS
+    options: dict = field(default_factory=dict)
 
     def apply(self, params: dict, *inputs):
         """Run the main graph. Returns a tuple, one entry per graph output."""
@@ -201,8 +206,14 @@ def unique_param_names(model: ModelIR) -> dict:
     return names
 
 
-def build(model: ModelIR, *, backend: Optional[str] = None) -> Program:
+def build(model: ModelIR, *, backend: Optional[str] = None, options: Optional[dict] = None) -> Program:
     """Lower a model.
+
+    Args:
+        options: lowering options read by lowerings as ``ctx.options``:
+            ``while_max_iterations`` (int or None): lower TFLite WHILE to a
+            bounded, reverse-differentiable ``lax.scan`` of that many steps
+            (see :func:`fbjax.load`).
 
     Returns:
         a :class:`Program` whose ``apply(params, *inputs)`` is pure and
@@ -215,4 +226,4 @@ def build(model: ModelIR, *, backend: Optional[str] = None) -> Program:
     param_of = unique_param_names(model)
     values = {id(v): v for g in model.graphs for v in g.values}
     params = {name: master_weight(values[vid].data) for vid, name in param_of.items()}
-    return Program(model, params, param_of, backend or jax.default_backend())
+    return Program(model, params, param_of, backend or jax.default_backend(), options=dict(options or {}))

@@ -1,5 +1,6 @@
-"""TFLite control flow: WHILE (``lax.while_loop``), IF (``lax.cond``) and
-CALL (inline call of a subgraph).
+"""TFLite control flow: WHILE (``lax.while_loop``, or a bounded ``lax.scan``
+with the ``while_max_iterations`` option), IF (``lax.cond``) and CALL
+(inline call of a subgraph).
 
 Subgraphs are evaluated with :meth:`LowerContext.call_graph`, so their float
 constants are params like the main graph's. A WHILE loop's carried values
@@ -91,7 +92,14 @@ def _pred(x):
 def WHILE(ctx, *xs, cond_subgraph_index=0, body_subgraph_index=0):
     """TFLite WHILE: ``while cond(*v): v = body(*v)``; returns the final
     values. The condition subgraph returns one bool (any shape with one
-    element); the body returns as many values as it takes."""
+    element); the body returns as many values as it takes.
+
+    Lowered to ``lax.while_loop`` (forward-mode differentiable only), or,
+    when ``ctx.options["while_max_iterations"]`` is an int N, to a
+    ``lax.scan`` of N steps each applying the body (``lax.cond``) only while
+    the condition still holds: reverse-differentiable, equal to the
+    ``while_loop`` when the trip count is <= N. If the condition still holds
+    after N steps, float loop outputs are NaN (a visible too-small N)."""
     dts = [np.dtype(v.dtype) if v is not None else None for v in ctx.inputs]
     body_g = ctx.model.graphs[int(body_subgraph_index)]
     if not getattr(body_g, "_fbjax_tensor_list_rewritten", False):
@@ -122,12 +130,35 @@ def WHILE(ctx, *xs, cond_subgraph_index=0, body_subgraph_index=0):
             raise ctx.error(f"body subgraph returns {len(out)} values for {len(xs)} loop variables")
         return tuple(jnp.asarray(out[k], a.dtype) for k, a in zip(carried, v))
 
+    max_iter = ctx.options.get("while_max_iterations")
     try:
-        res = lax.while_loop(cond, body, init)
+        if max_iter is None:
+            res = lax.while_loop(cond, body, init)
+        else:
+            res = _bounded_while(cond, body, init, int(max_iter))
     except TypeError as e:
         raise ctx.error(f"loop variables change shape or dtype across iterations, which XLA cannot "
                         f"express: {str(e)[:300]}") from None
     return full(res)
+
+
+def _bounded_while(cond, body, init, n):
+    """``while cond(v): v = body(v)`` as a ``lax.scan`` of ``n`` steps (which
+    JAX reverse-differentiates): a ``running`` flag turns false at the first
+    false condition and the body runs (``lax.cond``, so a step past the end
+    neither computes nor differentiates the body) only while it is true. If
+    the condition still holds after ``n`` steps, the float values become NaN."""
+
+    def step(carry, _):
+        running, v = carry
+        running = jnp.logical_and(running, cond(v))
+        v = lax.cond(running, body, lambda u: tuple(u), v)
+        return (running, v), None
+
+    (running, res), _ = lax.scan(step, (jnp.asarray(True), tuple(init)), None, length=n)
+    unfinished = jnp.logical_and(running, cond(res))
+    return tuple(jnp.where(unfinished, jnp.asarray(np.nan, r.dtype), r) if jnp.issubdtype(r.dtype, jnp.inexact)
+                 else r for r in res)
 
 
 @register("tflite", "IF")

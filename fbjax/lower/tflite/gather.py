@@ -147,6 +147,13 @@ def _unsorted(ctx, kind, data, ids, num_segments):
     if ids.ndim > 1:  # ids may cover several leading dims of data
         data = data.reshape((-1,) + data.shape[ids.ndim:])
         ids = ids.reshape(-1)
+    if kind == "prod" and jnp.issubdtype(data.dtype, jnp.inexact):
+        # Dense masked product, [n, N, ...] -> [n, ...]: reverse-differentiable,
+        # unlike segment_prod's scatter-multiply (JAX has a VJP for scatter_mul
+        # only with unique indices). Memory n * data.size; empty segments are 1.
+        mask = ids[None, :] == jnp.arange(n, dtype=ids.dtype)[:, None]
+        mask = mask.reshape(mask.shape + (1,) * (data.ndim - 1))
+        return jnp.prod(jnp.where(mask, data[None], jnp.ones((), data.dtype)), axis=1)
     fn = {"sum": jax.ops.segment_sum, "prod": jax.ops.segment_prod,
           "max": jax.ops.segment_max, "min": jax.ops.segment_min}[kind]
     y = fn(data, ids, num_segments=n)
@@ -166,7 +173,9 @@ def UNSORTED_SEGMENT_SUM(ctx, data, segment_ids, num_segments):
 
 @register("tflite", "UNSORTED_SEGMENT_PROD", static_inputs=(2,))
 def UNSORTED_SEGMENT_PROD(ctx, data, segment_ids, num_segments):
-    """TFLite UNSORTED_SEGMENT_PROD: per-segment products, empty segments 1."""
+    """TFLite UNSORTED_SEGMENT_PROD: per-segment products, empty segments 1.
+    Float data uses a dense masked product (differentiable in both modes);
+    integer data a scatter-multiply."""
     return _unsorted(ctx, "prod", data, segment_ids, num_segments)
 
 

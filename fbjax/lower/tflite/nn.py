@@ -157,6 +157,23 @@ _RW = {"ADD": (lax.add, 0), "MUL": (lax.mul, 1), "MAXIMUM": (lax.max, None),
        "MINIMUM": (lax.min, None), "ALL": (lax.bitwise_and, True), "ANY": (lax.bitwise_or, False)}
 
 
+def _taps_reduce(fn, x, window, strides, dilations):
+    """``fn``-reduce (``lax.max`` / ``lax.min``) of ``x`` over VALID windows
+    with strides and dilations, as a fold over the window's taps (one strided
+    ``lax.slice`` of ``x`` per tap): reverse-differentiable, unlike a dilated
+    max/min ``lax.reduce_window``. None when the output is empty."""
+    out = [(n - (k - 1) * d - 1) // s + 1 for n, k, s, d in zip(x.shape, window, strides, dilations)]
+    if any(o <= 0 for o in out):
+        return None
+    red = None
+    for tap in np.ndindex(*window):
+        start = [t * d for t, d in zip(tap, dilations)]
+        limit = [b + (o - 1) * s + 1 for b, o, s in zip(start, out, strides)]
+        sl = lax.slice(x, start, limit, strides)
+        red = sl if red is None else fn(red, sl)
+    return red
+
+
 @register("tflite", "REDUCE_WINDOW", static_inputs=(1, 2, 3, 4))
 def REDUCE_WINDOW(ctx, x, init_value, window_shape, window_strides, window_dilations, *,
                   reduce_function="UNSUPPORTED"):
@@ -170,6 +187,20 @@ def REDUCE_WINDOW(ctx, x, init_value, window_shape, window_strides, window_dilat
     fn = _RW[reduce_function][0]
     x = jnp.asarray(x)
     ints = lambda v: tuple(int(t) for t in np.asarray(v).reshape(-1))  # noqa: E731
-    init = jnp.reshape(jnp.asarray(init_value, x.dtype), ())
-    return lax.reduce_window(x, init, fn, ints(window_shape), ints(window_strides), "VALID",
-                             window_dilation=ints(window_dilations))
+    init = np.asarray(init_value).astype(x.dtype).reshape(())
+    dims = (ints(window_shape), ints(window_strides), "VALID")
+    if reduce_function in ("ADD", "MAXIMUM", "MINIMUM") and jnp.issubdtype(x.dtype, jnp.inexact):
+        # Reduce from the operation's identity (a concrete constant, so JAX
+        # picks its differentiable reduce_window_sum/max/min primitives) and
+        # fold the file's init value in afterwards; the ops are associative.
+        ident = {"ADD": 0, "MAXIMUM": -np.inf, "MINIMUM": np.inf}[reduce_function]
+        if reduce_function != "ADD" and any(d > 1 for d in ints(window_dilations)):
+            # JAX has no VJP for a dilated max/min reduce_window: take the
+            # extreme over the window's taps, one strided slice each
+            red = _taps_reduce(fn, x, *dims[:2], ints(window_dilations))
+            if red is not None:
+                return fn(red, jnp.asarray(init))
+        red = lax.reduce_window(x, np.asarray(ident, x.dtype), fn, *dims,
+                                window_dilation=ints(window_dilations))
+        return fn(red, jnp.asarray(init))
+    return lax.reduce_window(x, init, fn, *dims, window_dilation=ints(window_dilations))
