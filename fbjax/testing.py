@@ -323,26 +323,9 @@ def _quant_params(quant) -> Optional[Any]:
     return q
 
 
-class _AlignedBufferT(T.BufferT):
-    """A BufferT whose data vector starts on a 16-byte boundary (as the TF
-    converter writes them), so kernels may use constants in place."""
-
-    def __init__(self, payload: bytes):
-        super().__init__()
-        self._payload = payload
-
-    def Pack(self, builder):
-        data = None
-        if self._payload:
-            n = len(self._payload)
-            builder.StartVector(1, n, _BUFFER_ALIGNMENT)
-            builder.head = builder.head - n
-            builder.Bytes[builder.head: builder.head + n] = self._payload
-            data = builder.EndVector()
-        T.BufferStart(builder)
-        if data is not None:
-            T.BufferAddData(builder, data)
-        return T.BufferEnd(builder)
+# Buffers are written 16-byte aligned, as the TF converter writes them, so
+# kernels may use constants in place (shared with Model.save's writer).
+from .formats.tflite_writer import _AlignedBufferT  # noqa: E402
 
 
 # --- builder --------------------------------------------------------------------

@@ -46,13 +46,14 @@ import mmap
 import os
 import re
 import struct
-from typing import Any, Optional, Union
+from typing import Any, Optional
 
 import numpy as np
 
 from ..errors import ModelFormatError
 from ..ir import Graph, ModelIR, Node, Value
 from . import verify as _verify
+from ._mmap import open_source
 from ._generated import rten_generated as R
 
 MAGIC = b"RTEN"
@@ -103,16 +104,6 @@ def _str(s) -> str:
     return s.decode("utf-8", "replace") if isinstance(s, bytes) else str(s)
 
 
-def _open(source: Union[str, os.PathLike, bytes, bytearray, memoryview]):
-    if isinstance(source, (bytes, bytearray, memoryview)):
-        return memoryview(source), None
-    path = os.fspath(source)
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        if size == 0:
-            raise ModelFormatError(f"{path}: file is empty")
-        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    return mm, path
 
 
 def is_rten_v2(head: bytes) -> bool:
@@ -544,7 +535,7 @@ def read(source) -> ModelIR:
         ModelFormatError: bad header, corrupt flatbuffer, unknown operator or
             enum value (the message names the value and where it is).
     """
-    raw, path = _open(source)
+    raw, path = open_source(source)
     label = path or "<bytes>"
     head = bytes(raw[:8])
     if is_rten_v2(head):

@@ -29,7 +29,6 @@ semantics (NHWC).
 
 from __future__ import annotations
 
-import mmap
 import os
 import re
 import struct
@@ -40,6 +39,7 @@ import numpy as np
 from ..errors import ModelFormatError
 from ..ir import Graph, ModelIR, Node, Value
 from . import verify as _verify
+from ._mmap import open_source
 from ._generated import stablehlo_generated as S
 
 OP_SET = "stablehlo"
@@ -250,17 +250,6 @@ def options_to_attrs(opts, op_name: str, rank: int) -> dict:
 
 # --- reading ----------------------------------------------------------------
 
-def _open(source):
-    if isinstance(source, (bytes, bytearray, memoryview)):
-        return memoryview(source), None
-    path = os.fspath(source)
-    with open(path, "rb") as f:
-        if os.fstat(f.fileno()).st_size == 0:
-            raise ModelFormatError(f"{path}: file is empty")
-        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    return mm, path
-
-
 def _tensor_value(t, ti: int, buffers, where: str) -> Value:
     desc = f"{where}, tensor {ti}"
     dtype = tensor_dtype(t.type)
@@ -307,7 +296,7 @@ def read(source) -> ModelIR:
         ModelFormatError: not a valid ``stablehlo.flatbuf`` Model (the
             message names the subgraph, operator or tensor at fault).
     """
-    raw, path = _open(source)
+    raw, path = open_source(source)
     label = path or "<bytes>"
     if not looks_like_stablehlo(raw):
         try:  # name the structural fault when there is one

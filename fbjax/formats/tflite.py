@@ -21,17 +21,16 @@ alignment allows.
 
 from __future__ import annotations
 
-import mmap
-import os
 import re
 import struct
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Optional
 
 import numpy as np
 
 from ..errors import ModelFormatError
 from ..ir import Graph, ModelIR, Node, QuantParams, Signature, Value
 from . import verify as _verify
+from ._mmap import open_source
 from . import tflite_stablehlo as _shlo
 from ._generated import tflite_generated as T
 
@@ -300,16 +299,6 @@ def densify(values: np.ndarray, dense_shape: tuple, sparsity: Any) -> np.ndarray
 
 # --- reading --------------------------------------------------------------
 
-def _open(source: Union[str, os.PathLike, bytes, bytearray, memoryview]):
-    if isinstance(source, (bytes, bytearray, memoryview)):
-        return memoryview(source), None
-    path = os.fspath(source)
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        if size == 0:
-            raise ModelFormatError(f"{path}: file is empty")
-        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    return mm, path
 
 
 def is_tflite(head: bytes) -> bool:
@@ -432,7 +421,7 @@ def read(source) -> ModelIR:
     Raises:
         ModelFormatError: the data is not a valid TFLite flatbuffer.
     """
-    raw, path = _open(source)
+    raw, path = open_source(source)
     label = path or "<bytes>"
     if len(raw) < 8:
         raise ModelFormatError(f"{label}: {len(raw)} bytes is too short for a TFLite flatbuffer")

@@ -79,10 +79,10 @@ def _describe(v: Value) -> str:
     return f"{v.name!r} {np.dtype(v.dtype).name}{dims}"
 
 
-def _shape_matches(spec, shape) -> bool:
+def _shape_matches(spec, got) -> bool:
     if spec is None:
         return True
-    return len(spec) == len(shape) and all(d is None or d == s for d, s in zip(spec, shape))
+    return len(spec) == len(got) and all(d is None or d == s for d, s in zip(spec, got))
 
 
 def _check_inputs(graph, inputs: Sequence) -> list:

@@ -17,7 +17,6 @@ import numpy as np
 from jax import lax
 
 from ..registry import register
-from ..registry import register
 
 
 def _iou_matrix(boxes):

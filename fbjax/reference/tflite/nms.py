@@ -10,7 +10,6 @@ import math
 import numpy as np
 
 from ..registry import register
-from ..registry import register
 
 
 def _iou(a, b):
