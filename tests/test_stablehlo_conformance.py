@@ -175,6 +175,60 @@ def _check_attrs(op) -> dict:
     return out
 
 
+class _Skip(Exception):
+    """A case the encoding cannot express; the message is the reason."""
+
+
+def _split_main(case: Case, funcs: dict, read_consts) -> Optional[tuple]:
+    """Walk ``@main``: ``(in_vals, ops, outputs)`` of the computation under test.
+
+    Calls to ``@inputs``/``@expected`` are read with ``read_consts(call_op,
+    func)`` (raising :class:`_Skip` for what the encoding cannot hold);
+    ``check.*`` custom calls become outputs, expected values and checks.
+    Returns None, with ``case.reason`` set, when the file cannot be used.
+    """
+    from jaxlib.mlir import ir
+
+    body = list(funcs["main"].regions[0].blocks[0].operations)[:-1]
+    in_vals, expected_of, outputs, ops = [], {}, [], []
+    for op in body:
+        o = op.operation
+        if o.name == "func.call":
+            callee = ir.FlatSymbolRefAttr(o.attributes["callee"]).value
+            if callee in ("inputs", "expected"):
+                try:
+                    vals = read_consts(o, funcs[callee])
+                except _Skip as e:
+                    case.reason = str(e)
+                    return None
+                except KeyError as e:
+                    case.reason = f"@{callee} is not a constant function ({e})"
+                    return None
+                if callee == "inputs":
+                    in_vals += list(o.results)
+                    case.inputs += vals
+                else:
+                    expected_of.update(zip(o.results, vals))
+                continue
+        if o.name == "stablehlo.custom_call":
+            target = ir.StringAttr(o.attributes["call_target_name"]).value
+            if target.startswith("check."):
+                actual, exp = o.operands[0], o.operands[1]
+                if exp not in expected_of:
+                    case.reason = "expected value not from @expected"
+                    return None
+                outputs.append(actual)
+                case.expected.append(expected_of[exp])
+                case.checks.append((target[len("check."):], _check_attrs(o)))
+                continue
+        ops.append(op)
+        case.ops.append(o.name)
+    if not outputs:
+        case.reason = "no check call"
+        return None
+    return in_vals, ops, outputs
+
+
 def load_case(path: Path, encodings=("stablehlo.flatbuf", "tflite")) -> Case:
     """Parse a test file and write its computation as a model: the prototype
     ``stablehlo.flatbuf`` format where it can express it, else a TFLite
@@ -202,56 +256,26 @@ def load_case_tflite(path: Path) -> Case:
     with jax_mlir.make_ir_context():
         module = ir.Module.parse(path.read_text())
         funcs = _funcs(module)
-        body = list(funcs["main"].regions[0].blocks[0].operations)[:-1]
-        in_vals, expected_of, outputs, ops = [], {}, [], []
 
-        def consts(func):
+        def read(call, func):  # the numpy values an @inputs/@expected function returns
             env = {}
             for op in func.regions[0].blocks[0].operations:
                 o = op.operation
                 if o.name == "stablehlo.constant":
-                    env[o.results[0]] = constant_value(o)
+                    try:
+                        env[o.results[0]] = constant_value(o)
+                    except NotExpressible as e:
+                        raise _Skip(f"type not expressible: {e}") from None
                 elif o.name == "func.return":
                     return [env[v] for v in o.operands]
                 else:
                     raise KeyError(o.name)
             raise KeyError("no return")
 
-        for op in body:
-            o = op.operation
-            if o.name == "func.call":
-                callee = ir.FlatSymbolRefAttr(o.attributes["callee"]).value
-                if callee in ("inputs", "expected"):
-                    try:
-                        vals = consts(funcs[callee])
-                    except NotExpressible as e:
-                        case.reason = f"type not expressible: {e}"
-                        return case
-                    except KeyError as e:
-                        case.reason = f"@{callee} is not a constant function ({e})"
-                        return case
-                    if callee == "inputs":
-                        in_vals += list(o.results)
-                        case.inputs += vals
-                    else:
-                        expected_of.update(zip(o.results, vals))
-                    continue
-            if o.name == "stablehlo.custom_call":
-                target = ir.StringAttr(o.attributes["call_target_name"]).value
-                if target.startswith("check."):
-                    actual, exp = o.operands[0], o.operands[1]
-                    if exp not in expected_of:
-                        case.reason = "expected value not from @expected"
-                        return case
-                    outputs.append(actual)
-                    case.expected.append(expected_of[exp])
-                    case.checks.append((target[len("check."):], _check_attrs(o)))
-                    continue
-            ops.append(op)
-            case.ops.append(o.name)
-        if not outputs:
-            case.reason = "no check call"
+        split = _split_main(case, funcs, read)
+        if split is None:
             return case
+        in_vals, ops, outputs = split
         w = StablehloTfliteWriter(module)
         try:
             w.add_graph(in_vals, ops, outputs)
@@ -277,46 +301,18 @@ def load_case_flatbuf(path: Path) -> Case:
     with jax_mlir.make_ir_context():
         module = ir.Module.parse(path.read_text())
         funcs = _funcs(module)
-        main = funcs["main"]
-        body = list(main.regions[0].blocks[0].operations)[:-1]
-        ops, in_vals, expected_of, outputs = [], [], {}, []
-        for op in body:
-            o = op.operation
-            if o.name == "func.call":
-                callee = ir.FlatSymbolRefAttr(o.attributes["callee"]).value
-                if callee in ("inputs", "expected"):
-                    bad = sorted({str(ir.RankedTensorType(r.type).element_type) for r in o.results
-                                  if element_dtype(r.type) is None})
-                    if bad:
-                        case.reason = "type not expressible: " + ", ".join(bad)
-                        return case
-                    try:
-                        vals = _const_returns(funcs[callee])
-                    except KeyError as e:
-                        case.reason = f"@{callee} is not a constant function ({e})"
-                        return case
-                    if callee == "inputs":
-                        in_vals += list(o.results)
-                        case.inputs += vals
-                    else:
-                        expected_of.update(zip(o.results, vals))
-                    continue
-            if o.name == "stablehlo.custom_call":
-                target = ir.StringAttr(o.attributes["call_target_name"]).value
-                if target.startswith("check."):
-                    actual, exp = o.operands[0], o.operands[1]
-                    if exp not in expected_of:
-                        case.reason = "expected value not from @expected"
-                        return case
-                    outputs.append(actual)
-                    case.expected.append(expected_of[exp])
-                    case.checks.append((target[len("check."):], _check_attrs(o)))
-                    continue
-            ops.append(op)
-            case.ops.append(o.name)
-        if not outputs:
-            case.reason = "no check call"
+
+        def read(call, func):
+            bad = sorted({str(ir.RankedTensorType(r.type).element_type) for r in call.results
+                          if element_dtype(r.type) is None})
+            if bad:
+                raise _Skip("type not expressible: " + ", ".join(bad))
+            return _const_returns(func)
+
+        split = _split_main(case, funcs, read)
+        if split is None:
             return case
+        in_vals, ops, outputs = split
         w = StablehloFlatbufferWriter(module)
         bad_types = sorted({str(ir.RankedTensorType(v.type).element_type) for v in list(in_vals) + outputs
                             if element_dtype(v.type) is None})
