@@ -74,9 +74,11 @@ def conformance_stablehlo(session):
 def conformance_onnx(session):
     """ONNX node-suite conformance of the RTen path (ONNX -> rten-convert 0.22 -> fbjax).
 
-    Prints the pass rate over the cases rten-convert converts and every failure
-    not listed in tests/onnx_excludes.py; `nox -s conformance_onnx -- 'test_conv*'`
-    runs matching cases only.
+    Prints two pass rates over the cases rten-convert converts, "as converted"
+    and "with explicit ONNX defaults" (tests/rten_convert_tools.py
+    make_defaults_explicit first), and every failure not listed in
+    tests/onnx_excludes.py; `nox -s conformance_onnx -- 'test_conv*'` runs
+    matching cases only, `-- --light` adds the six light models vs onnxruntime.
     """
     session.install("-e", ".[test]")
     session.run("python", "tests/test_onnx_conformance.py", *session.posargs)

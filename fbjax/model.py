@@ -113,7 +113,7 @@ class Model:
         # issue 3: resource variables (VAR_HANDLE ...) -> explicit state, see
         # fbjax.lower.tflite.state; None for models without variables.
         from .lower.tflite import state as _st
-        self._stateful = ir.format == "tflite" and _st.has_state(ir)
+        self._stateful = _st.has_state(ir)  # TFLite variables/random ops, ONNX random ops (issue 5)
         with jax.enable_x64(self._x64):
             self.state = _st.initial_state(program, self.params) if self._stateful else None
         self._jitted = jax.jit(self.apply, compiler_options=compiler_options(program.backend))  # fbjax/cache.py

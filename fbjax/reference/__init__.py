@@ -48,7 +48,7 @@ class ReferenceContext(OpContext):
         graph = self.model.graphs[int(index)]
         if len(args) != len(graph.inputs):
             raise self.error(f"graph {index} takes {len(graph.inputs)} arguments, got {len(args)}")
-        return _run_graph(self.model, int(index), [np.asarray(a) for a in args])
+        return _run_graph(self.model, int(index), [a if isinstance(a, list) else np.asarray(a) for a in args])
 
 
 def supported_ops() -> dict:
@@ -91,6 +91,9 @@ def _check_inputs(graph, inputs: Sequence) -> list:
         raise InputError(f"the model takes {len(graph.inputs)} input(s) ({names}), got {len(inputs)}")
     out = []
     for k, (v, x) in enumerate(zip(graph.inputs, inputs)):
+        if isinstance(x, list):  # a sequence-typed input (ONNX/RTen Sequence ops): a list of arrays
+            out.append([np.asarray(e) for e in x])
+            continue
         x = np.asarray(x)
         if not _shape_matches(v.shape, x.shape):
             raise InputError(f"input {k} {_describe(v)} got an array of shape {tuple(x.shape)}")
@@ -129,6 +132,9 @@ def _store(ctx: ReferenceContext, env: dict, results) -> None:
         raise ctx.error(f"the reference produced {len(results)} outputs, the node has {len(node.outputs)}")
     for k, (v, r) in enumerate(zip(node.outputs, results)):
         if v is None:
+            continue
+        if isinstance(r, list):  # a sequence value (ONNX/RTen Sequence ops) stays a list of arrays
+            env[v] = [np.asarray(e) for e in r]
             continue
         r = np.asarray(r)
         if r.dtype != np.dtype(v.dtype) or not _shape_matches(v.shape, r.shape):
@@ -180,6 +186,6 @@ def run(model_or_path: Any, *inputs) -> list:
     args = _check_inputs(model.main_graph, inputs)
     outputs = _run_graph(model, model.main, args)
     # Constants pass through as read-only views on the model file: hand out copies.
-    return [o if o.flags.writeable else o.copy() for o in outputs]
+    return [o if isinstance(o, list) or o.flags.writeable else o.copy() for o in outputs]
 from . import tflite_int  # noqa: E402,F401  (registers the "tflite.int" and "fbjax" quantization ops)
 from . import onnx  # noqa: E402,F401  (registers the "onnx" op set: RTen models)

@@ -64,20 +64,27 @@ def Identity(ctx, input):
 
 @register(OP_SET, "Dropout", static_inputs=(1, 2))
 def Dropout(ctx, data, ratio=None, training_mode=None, *, seed=None):
-    """ONNX ``Dropout``: identity (mask of ones) unless ``training_mode`` (a load-time
-    constant) is true; then elements are zeroed with probability ``ratio`` and
-    the rest scaled by ``1 / (1 - ratio)``, drawn from the explicit JAX PRNG key
-    of :func:`fbjax.lower.onnx.random.node_key` (``seed`` attribute).
+    """ONNX ``Dropout``: ``(output, mask)``.
+
+    Identity with a mask of ones unless ``training_mode`` (a load-time
+    constant, default false) is true and ``ratio`` (load-time constant,
+    default 0.5) is not 0; then each element is kept with probability
+    ``1 - ratio`` and scaled by ``1 / (1 - ratio)``, zeroed otherwise (mask
+    int32 0/1: RTen has no bool). The mask is drawn from the model's explicit
+    PRNG key (``Model.state["prng_key"]``, see :mod:`.random`); ``seed``
+    seeds the initial key when this is the first drawing node.
     """
     x = jnp.asarray(data)
     want_mask = len(ctx.outputs) > 1 and ctx.outputs[1] is not None
     train = training_mode is not None and bool(np.asarray(training_mode).reshape(-1)[0])
-    r = 0.5 if ratio is None else float(np.asarray(ratio).reshape(()))
+    r = 0.5 if ratio is None else float(np.asarray(ratio).reshape(-1)[0])
     if not train or r == 0.0:
         return (x, jnp.ones(x.shape, jnp.int32)) if want_mask else x
-    from .random import node_key
+    if not 0.0 <= r < 1.0:
+        raise ctx.error(f"Dropout ratio {r} is outside [0, 1)")
+    from .random import next_key
 
-    keep = jax.random.bernoulli(node_key(ctx, seed), 1.0 - r, x.shape)
+    keep = jax.random.bernoulli(next_key(ctx), 1.0 - r, x.shape)
     y = jnp.where(keep, x / jnp.asarray(1.0 - r, x.dtype), jnp.zeros((), x.dtype))
     return (y, keep.astype(jnp.int32)) if want_mask else y
 

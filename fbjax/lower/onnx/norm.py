@@ -57,15 +57,33 @@ def LayerNormalization(ctx, X, Scale, B=None, *, axis=0, epsilon=0.0):
     return y, mean, inv
 
 
+def _shifted(x, a):
+    """``(x - max(x), exp of it)`` along axis ``a``, the exponent clamped at 0.
+
+    ``x - max`` is <= 0 in exact arithmetic, but XLA (CPU) may recompute
+    ``x`` inside the exp fusion with another summation order than in the max
+    reduction: with logits ~1e9 (light_squeezenet on a random input) the
+    difference is hundreds, exp overflows and the softmax is NaN
+    (jax.nn.softmax included). Clamping keeps the ONNX value.
+    """
+    d = x - jax.lax.stop_gradient(jnp.max(x, axis=a, keepdims=True))
+    return d, jnp.exp(jnp.where(d > 0, jnp.zeros((), d.dtype), d))
+
+
 @register(OP_SET, "Softmax")
 def Softmax(ctx, input, *, axis=0):
-    """ONNX ``Softmax`` along ``axis`` (schema default 0)."""
+    """ONNX ``Softmax`` along ``axis`` (schema default 0; rten-convert 0.22 writes
+    a missing ONNX axis as 0). float32 in and out; ``exp(x - max) / sum``."""
     x = jnp.asarray(input)
-    return jax.nn.softmax(x, axis=norm_axis(axis, x.ndim, ctx))
+    _, e = _shifted(x, norm_axis(axis, x.ndim, ctx))
+    return e / jnp.sum(e, axis=norm_axis(axis, x.ndim, ctx), keepdims=True)
 
 
 @register(OP_SET, "LogSoftmax")
 def LogSoftmax(ctx, input, *, axis=0):
-    """ONNX ``LogSoftmax`` along ``axis`` (schema default 0)."""
+    """ONNX ``LogSoftmax`` along ``axis`` (schema default 0, as Softmax):
+    ``x - max - log(sum(exp(x - max)))``."""
     x = jnp.asarray(input)
-    return jax.nn.log_softmax(x, axis=norm_axis(axis, x.ndim, ctx))
+    a = norm_axis(axis, x.ndim, ctx)
+    d, e = _shifted(x, a)
+    return d - jnp.log(jnp.sum(e, axis=a, keepdims=True))

@@ -1,47 +1,131 @@
-"""ONNX random ops with an explicit JAX PRNG key.
+"""ONNX random ops driven by an explicit JAX PRNG key: RandomNormal,
+RandomUniform, RandomNormalLike, RandomUniformLike (and training-mode
+``Dropout`` in :mod:`.elementwise`, which draws its mask the same way).
 
-The key is ``jax.random.key(seed)`` from the op's ``seed`` attribute (0 when
-absent), folded with the node's position so two unseeded ops differ. The
-same model and seed give the same numbers on every call (ONNX leaves
-unseeded draws unspecified); the numbers are JAX's, not onnxruntime's.
+The key is the one TFLite's random ops use (:mod:`fbjax.lower.tflite.random`):
+a model with random ops is stateful, and ``Model.state["prng_key"]`` holds a
+raw ``jax.random`` key (``uint32[2]``). Its initial value is
+``jax.random.PRNGKey(seed)`` of the first drawing node's ``seed`` attribute
+(0 when absent), so a given model file starts from the same numbers on every
+load. Each drawing node splits the key, draws with one half and stores the
+other: calling the Model twice gives new draws, while ``Model.apply(params,
+*inputs, state={"prng_key": key})`` is a pure function of ``key`` returning
+``(outputs, new_state)``. The numbers follow the ops' distributions but are
+JAX's (threefry), not onnxruntime's or RTen's streams. Attribute defaults are
+the RTen schema's (``high`` and ``scale`` 0); rten-convert writes ONNX's
+``high=1`` / ``scale=1`` defaults explicitly.
+
+The RTen schema has no Bernoulli, Multinomial or Hardmax operator: rten-convert
+0.22 refuses them (``test_bernoulli*`` node cases), so they have no lowering;
+the expanded Bernoulli (RandomUniformLike, Less, Cast) converts and runs.
 """
 
 from __future__ import annotations
 
-import zlib
-
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ..registry import register
+from ..tflite.random import KEY
 from ._util import OP_SET
 
+#: Ops that always draw.
+RANDOM_OPS = ("RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike")
 
-def node_key(ctx, seed):
-    """The explicit PRNG key of this node (from ``seed`` and the node's location)."""
-    k = jax.random.key(int(seed) if seed is not None else 0)
-    return jax.random.fold_in(k, zlib.crc32(ctx.node.location.encode()) & 0x7FFFFFFF)
+
+def draws(node) -> bool:
+    """True when ``node`` draws random numbers when run: the Random* ops, and a
+    ``Dropout`` whose ``training_mode`` is a constant true and ``ratio`` not 0."""
+    if node.op_set != OP_SET:
+        return False
+    if node.op_name in RANDOM_OPS:
+        return True
+    if node.op_name != "Dropout":
+        return False
+    t = node.inputs[2] if len(node.inputs) > 2 else None
+    r = node.inputs[1] if len(node.inputs) > 1 else None
+    if t is None or t.data is None or not bool(np.asarray(t.data).reshape(-1)[:1].any()):
+        return False
+    return r is None or r.data is None or float(np.asarray(r.data).reshape(-1)[0]) != 0.0
+
+
+def uses_prng_key(model) -> bool:
+    """True when a node of ``model`` (any graph) draws (see :func:`draws`)."""
+    return any(draws(n) for n in model.iter_nodes())
+
+
+def seed_int(seed) -> int:
+    """ONNX's float ``seed`` as a 32-bit key seed: the integer when integral,
+    else the float32 bit pattern (so 1.5 and 1.0 differ)."""
+    if seed is None:
+        return 0
+    s = float(seed)
+    return (int(s) if s.is_integer() else int(np.float32(s).view(np.uint32))) & 0xFFFFFFFF
+
+
+def first_seed(model) -> int:
+    """``seed`` of the first drawing node, for the initial key (0 when unseeded)."""
+    for n in model.iter_nodes():
+        if draws(n):
+            return seed_int(n.attrs.get("seed"))
+    return 0
+
+
+def initial_key(model):
+    """The initial ``Model.state["prng_key"]``: ``PRNGKey(first_seed(model))``."""
+    return jax.random.PRNGKey(first_seed(model))
+
+
+def next_key(ctx):
+    """A fresh key for this node from ``ctx.program._state["prng_key"]``, which
+    is advanced. Inside a subgraph (If/Loop body, traced by lax.cond or
+    lax.while_loop) the state cannot be written from the inner trace: the
+    node's key is the current key folded with the node's position, not
+    advanced (each loop iteration then draws the same numbers).
+
+    Raises:
+        ModelFormatError: the program runs without state (not through
+            :class:`fbjax.Model` or ``apply_with_state``).
+    """
+    st = getattr(ctx.program, "_state", None)
+    if st is None:
+        raise ctx.error("random ops need a PRNG key: run the model through fbjax.Model (Model.state) "
+                        "or fbjax.lower.tflite.state.apply_with_state with state={'prng_key': key}")
+    if KEY not in st:
+        st[KEY] = initial_key(ctx.model)
+    key = jnp.asarray(st[KEY], jnp.uint32)
+    main = ctx.model.graphs[ctx.model.main]
+    if not any(n is ctx.node for n in main.nodes):
+        return jax.random.fold_in(key, sum(map(ord, ctx.node.location)) & 0x7FFFFFFF)
+    k, sub = jax.random.split(key)
+    st[KEY] = k
+    return sub
 
 
 @register(OP_SET, "RandomUniform", differentiable=False)
 def RandomUniform(ctx, *, shape=(), high=0.0, low=0.0, seed=None):
-    """ONNX ``RandomUniform`` in ``[low, high)``, float32, of the attribute ``shape``."""
-    return jax.random.uniform(node_key(ctx, seed), tuple(shape), jnp.float32, low, high)
+    """ONNX ``RandomUniform``: float32 samples of ``U[low, high)`` of the
+    attribute ``shape`` (RTen keeps float32 only), from :func:`next_key`."""
+    return jax.random.uniform(next_key(ctx), tuple(int(d) for d in shape), jnp.float32, low, high)
 
 
 @register(OP_SET, "RandomUniformLike", differentiable=False)
 def RandomUniformLike(ctx, input, *, high=0.0, low=0.0, seed=None):
     """ONNX ``RandomUniformLike``: like RandomUniform with ``input``'s shape."""
-    return jax.random.uniform(node_key(ctx, seed), jnp.shape(input), jnp.float32, low, high)
+    return jax.random.uniform(next_key(ctx), jnp.shape(input), jnp.float32, low, high)
 
 
 @register(OP_SET, "RandomNormal", differentiable=False)
 def RandomNormal(ctx, *, mean=0.0, scale=0.0, seed=None, shape=()):
-    """ONNX ``RandomNormal``: ``mean + scale * N(0, 1)``, float32."""
-    return mean + scale * jax.random.normal(node_key(ctx, seed), tuple(shape), jnp.float32)
+    """ONNX ``RandomNormal``: float32 ``mean + scale * N(0, 1)`` of the attribute
+    ``shape``, from :func:`next_key`."""
+    z = jax.random.normal(next_key(ctx), tuple(int(d) for d in shape), jnp.float32)
+    return jnp.float32(mean) + jnp.float32(scale) * z
 
 
 @register(OP_SET, "RandomNormalLike", differentiable=False)
 def RandomNormalLike(ctx, input, *, mean=0.0, scale=0.0, seed=None):
     """ONNX ``RandomNormalLike``: like RandomNormal with ``input``'s shape."""
-    return mean + scale * jax.random.normal(node_key(ctx, seed), jnp.shape(input), jnp.float32)
+    z = jax.random.normal(next_key(ctx), jnp.shape(input), jnp.float32)
+    return jnp.float32(mean) + jnp.float32(scale) * z

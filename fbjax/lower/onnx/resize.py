@@ -1,7 +1,7 @@
 """ONNX ``Resize`` (nearest / linear, every coordinate and nearest mode in the
 RTen schema) and ``GridSample`` (bilinear, zeros padding).
 
-Resize coordinate maps are computed once in numpy (float32) from static
+Resize coordinate maps are computed once in numpy (float64) from static
 shapes and applied with :func:`fbjax.lower.kernels.resize_linear` /
 :func:`~fbjax.lower.kernels.resize_nearest`.
 """
@@ -18,21 +18,25 @@ from ._util import OP_SET
 
 def source_coords(mode: str, out_size: int, in_size: int, scale: float) -> np.ndarray:
     """Source coordinate of every output position (ONNX
-    ``coordinate_transformation_mode``; ``scale = out / in`` unless given)."""
-    x = np.arange(out_size, dtype=np.float32)
-    s = np.float32(scale)
+    ``coordinate_transformation_mode``), in float64 like the ONNX reference
+    implementation: ``scale`` is ``out / in`` (float64) when sizes are given,
+    else the float32 scale. Computing in float32 moves exact boundaries (e.g.
+    align_corners 6 -> 4: the last output maps to 4.9999995, floor 4, not 5).
+    """
+    x = np.arange(out_size, dtype=np.float64)
+    s = float(scale)
     if mode == "HalfPixel":
-        return (x + np.float32(0.5)) / s - np.float32(0.5)
+        return (x + 0.5) / s - 0.5
     if mode == "PytorchHalfPixel":
-        return (x + np.float32(0.5)) / s - np.float32(0.5) if out_size > 1 else np.zeros_like(x)
+        return (x + 0.5) / s - 0.5 if out_size > 1 else np.zeros_like(x)
     if mode == "Asymmetric":
         return x / s
     if mode == "AlignCorners":
-        # ONNX divides by the unrounded resized length ``in * scale``.
-        length = np.float32(in_size) * s
+        # ONNX divides by the unrounded resized length ``in * scale`` (onnxruntime: by out - 1).
+        length = in_size * s
         if out_size == 1 or length == 1:
             return np.zeros_like(x)
-        return x * np.float32(in_size - 1) / (length - np.float32(1))
+        return x * (in_size - 1) / (length - 1)
     raise ValueError(f"unknown coordinate transform mode {mode!r}")
 
 
@@ -43,9 +47,9 @@ def nearest_index(nearest_mode: str, src: np.ndarray, in_size: int) -> np.ndarra
     elif nearest_mode == "Ceil":
         i = np.ceil(src)
     elif nearest_mode == "RoundPreferFloor":
-        i = np.ceil(src - np.float32(0.5))
+        i = np.ceil(src - 0.5)
     elif nearest_mode == "RoundPreferCeil":
-        i = np.floor(src + np.float32(0.5))
+        i = np.floor(src + 0.5)
     else:
         raise ValueError(f"unknown nearest mode {nearest_mode!r}")
     return np.clip(i, 0, in_size - 1).astype(np.int32)
@@ -53,7 +57,7 @@ def nearest_index(nearest_mode: str, src: np.ndarray, in_size: int) -> np.ndarra
 
 def linear_coords(src: np.ndarray, in_size: int):
     """(lo, hi, frac) for linear interpolation with edge clamping."""
-    src = np.clip(src, 0, in_size - 1).astype(np.float32)
+    src = np.clip(src, 0, in_size - 1)
     lo = np.floor(src).astype(np.int32)
     hi = np.minimum(lo + 1, in_size - 1).astype(np.int32)
     return lo, hi, (src - lo).astype(np.float32)

@@ -32,8 +32,10 @@ _RANDOM = _STATEFUL[2:]
 
 
 def has_state(model) -> bool:
-    """True when the model uses resource variables or random ops (PRNG key)."""
-    return any(n.op_set == "tflite" and n.op_name in _STATEFUL for n in model.iter_nodes())
+    """True when the model uses resource variables or random ops (PRNG key; TFLite
+    or ONNX, see :func:`fbjax.lower.onnx.random.draws`)."""
+    from ..onnx.random import uses_prng_key
+    return any(n.op_set == "tflite" and n.op_name in _STATEFUL for n in model.iter_nodes()) or uses_prng_key(model)
 
 
 def _names(program) -> list:
@@ -74,6 +76,10 @@ def initial_state(program, params) -> dict:
 
             from .random import KEY, first_seed
             program._state[KEY] = jax.random.PRNGKey(first_seed(program.model))
+        else:  # ONNX random ops share the key (issue 5)
+            from ..onnx import random as onnx_random
+            if onnx_random.uses_prng_key(program.model):
+                program._state[onnx_random.KEY] = onnx_random.initial_key(program.model)
         return dict(program._state)
     finally:
         program._state, program._state_ready = prev

@@ -45,16 +45,27 @@ def Identity(ctx, input):
 
 @register(OP_SET, "Dropout")
 def Dropout(ctx, data, ratio=None, training_mode=None, *, seed=None):
-    """numpy ONNX ``Dropout`` in inference mode (or ratio 0): identity, mask of ones.
-
-    Training mode with a nonzero ratio is random; the reference refuses it.
+    """numpy ONNX ``Dropout``: identity with a mask of ones unless ``training_mode``
+    is true and ``ratio`` (default 0.5) not 0; then elements are kept with
+    probability ``1 - ratio`` and scaled by ``1 / (1 - ratio)``, the mask drawn
+    with ``numpy.random.default_rng(seed)`` (a distribution twin of the JAX
+    lowering, not a bit twin). The mask is int32 (RTen has no bool).
     """
+    x = np.asarray(data)
     train = training_mode is not None and bool(np.asarray(training_mode).reshape(-1)[0])
-    if train and ratio is not None and float(np.asarray(ratio).reshape(())) != 0.0:
-        raise ctx.error("the numpy reference does not draw training-mode Dropout masks")
-    if len(ctx.outputs) > 1 and ctx.outputs[1] is not None:
-        return [data, out(ctx, np.ones(np.shape(data)), 1)]
-    return [data] + [None] * (len(ctx.outputs) - 1)
+    r = 0.5 if ratio is None else float(np.asarray(ratio).reshape(-1)[0])
+    want_mask = len(ctx.outputs) > 1 and ctx.outputs[1] is not None
+    if not train or r == 0.0:
+        mask = np.ones(x.shape, np.int32)
+        y = x
+    else:
+        if not 0.0 <= r < 1.0:
+            raise ctx.error(f"Dropout ratio {r} is outside [0, 1)")
+        mask = (np.random.default_rng(None if seed is None else int(seed)).random(x.shape) >= r).astype(np.int32)
+        y = np.where(mask == 1, x / np.asarray(1.0 - r, x.dtype), np.zeros((), x.dtype)).astype(x.dtype)
+    if want_mask:
+        return [y, out(ctx, mask, 1)]
+    return [y] + [None] * (len(ctx.outputs) - 1)
 
 
 def _trunc_div(a, b):

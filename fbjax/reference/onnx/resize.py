@@ -46,7 +46,7 @@ def Resize(ctx, X, roi=None, scales=None, sizes=None, *, mode="Nearest", coord_m
             continue
         cols = []
         for o in range(n_out):
-            c = _src(coord_mode, o, n_in, n_out, np.float32(sc[a]))
+            c = _src(coord_mode, o, n_in, n_out, float(sc[a]))  # float64 coordinates, as the ONNX reference
             if mode == "Nearest":
                 i = int(np.clip(_near(nearest_mode, c), 0, n_in - 1))
                 cols.append(np.take(x, i, axis=a))
