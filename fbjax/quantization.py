@@ -20,16 +20,30 @@ for one of two modes:
     quantization grid with a straight-through gradient. QUANTIZE becomes
     FAKE_QUANT, DEQUANTIZE of quantized data becomes IDENTITY. Graph inputs
     and outputs that were quantized become float32 real values
-    (``(q - zero_point) * scale``). Results match the integer model only
-    approximately (float accumulation instead of integer rescaling, float
-    activation functions instead of lookup tables).
+    (``(q - zero_point) * scale``). Each FAKE_QUANT rounds the way the
+    integer kernel of its producer does (:func:`_fq_rounding`): ties
+    half-even for float->int QUANTIZE, up for the gemm output stage of 8-bit
+    CONV_2D / DEPTHWISE_CONV_2D / FULLY_CONNECTED and 8-bit requantizing
+    QUANTIZE, away from zero elsewhere; the SRDHM pre-rounding before a right
+    shift (``pre_shift``, per channel), the optimized MEAN's separately
+    rounded zero-point term (``offset``) and the 16x8 kernels' 15-bit
+    multiplier (``gain``) are reproduced, since each moves whole steps on a
+    large share of elements. Results still match the integer model only
+    approximately (float accumulation, float activation functions instead of
+    lookup tables, HARD_SWISH's fixed-point "relu-ish" factor).
 
-Hybrid (dynamic-range) models, in both modes: int8 weight constants that feed
-float computations (FULLY_CONNECTED, CONV_2D, ... with float activations) are
-dequantized at load time and the op runs in float. This is *not* TFLite's
-hybrid kernel, which quantizes the float input on the fly (per-row,
-symmetric or with ``asymmetric_quantize_inputs``) and accumulates in
-integers; results therefore agree with LiteRT only to float tolerance.
+Hybrid (dynamic-range) models: int8 weight constants that feed float
+computations. In ``"exact"`` mode, FULLY_CONNECTED, CONV_2D,
+DEPTHWISE_CONV_2D, TRANSPOSE_CONV and BATCH_MATMUL nodes reading such weights
+move to the op set ``"tflite.hybrid"`` (:mod:`fbjax.lower.tflite_int.hybrid`),
+which reproduces TFLite's hybrid kernels bit for bit: the float input is quantized
+on the fly (per row or per image, symmetric or asymmetric as TFLite
+chooses), products are summed in int32 and scaled back to float32 with
+TFLite's rounding order. Other consumers of int8 weights (hybrid LSTM, RNN,
+SVDF, EMBEDDING_LOOKUP, GATHER, ...) get the weights dequantized at load time
+and run in float, which agrees with LiteRT only to float tolerance. In
+``"float"`` mode all weights are dequantized (trainable params) and every
+hybrid op runs in float.
 float16 weight models (DEQUANTIZE of float16 constants) are untouched.
 
 What "exact" reproduces: the oracle is LiteRT's builtin kernels without
@@ -38,14 +52,22 @@ differ from TFLite's reference kernels (``BUILTIN_REF``) in a few places,
 each verified against LiteRT and followed here:
 
 * float -> int QUANTIZE multiplies by the float32 reciprocal of the scale and
-  rounds half to even (reference: ``round_half_away(x / scale)``);
+  rounds half to even (reference: ``round_half_away(x / scale)``, which the
+  builtin kernel keeps for per-channel output scales);
 * 8-bit DEQUANTIZE computes ``q*s - zp*s`` (two roundings), except for the
   last ``size % 8`` elements, which get ``(q - zp) * s``;
 * 8-bit CONV_2D and FULLY_CONNECTED rescale through the gemm output stage,
   whose final right shift rounds ties toward +inf (reference: away from
   zero); BATCH_MATMUL and DEPTHWISE_CONV_2D use ``RoundingDivideByPOT``;
 * int8 SOFTMAX uses a float exp table (reference: gemmlowp fixed point);
-* int16 FULLY_CONNECTED/CONV_2D without an int64 bias rescale in 32 bits.
+* 8-bit DEPTHWISE_CONV_2D rounds the final shift's ties up in its 8-channel
+  vector body and away from zero in the scalar tail (last ``C % 8``
+  channels);
+* 8-bit -> 8-bit QUANTIZE (requantization) rounds ties up in its 16-element
+  vector body, away from zero in the tail (last ``size % 16``);
+* int16 FULLY_CONNECTED/CONV_2D without an int64 bias rescale in 32 bits;
+  int16 FULLY_CONNECTED with ``quantized_bias_type`` INT64 (what the converter
+  writes) requantizes in double: ``round(acc * s_in * s_w / s_out)``.
 
 16x8 kernels accumulate in int64 like TFLite: for int16 models the pass sets
 ``model.metadata["needs_x64"]`` so that :class:`fbjax.Model` traces them
@@ -126,26 +148,59 @@ def _consumers(graph: Graph) -> dict:
     return uses
 
 
-def _dequantize_hybrid_weights(graph: Graph) -> int:
-    """Dequantize quantized constants all of whose consumers compute in float
-    (hybrid / dynamic-range ops and DEQUANTIZE-free weight reads)."""
+def _dequantize_hybrid_weights(graph: Graph, hybrid_ops=None) -> int:
+    """Hybrid (dynamic-range) ops: quantized constants all of whose consumers
+    compute in float.
+
+    When every consumer is an op in ``hybrid_ops`` (the ``"tflite.hybrid"``
+    lowerings) reading the constant as its int8 weights (input 1, zero point
+    0) with a float32 activation input (input 0; TRANSPOSE_CONV: input 2)
+    and float32 outputs, the consumers
+    move to ``"tflite.hybrid"`` and the weights stay int8 (TFLite's hybrid
+    kernels). Otherwise the constant is dequantized to float32 and the
+    consumers run in float. ``hybrid_ops`` defaults to the registered
+    ``"tflite.hybrid"`` lowerings. Returns the number of constants handled.
+    """
+    if hybrid_ops is None:
+        from .lower.registry import LOWERINGS
+
+        hybrid_ops = frozenset(LOWERINGS.ops("tflite.hybrid").get("tflite.hybrid", []))
     uses = _consumers(graph)
     count = 0
+    f32 = np.dtype(np.float32)
+
+    def hybrid_kernel(n, v):
+        ins = list(n.inputs)
+        act = 2 if n.op_name == "TRANSPOSE_CONV" else 0  # (output_shape, weights, input, bias)
+        rest = ins[3:] if act == 2 else ins[2:]
+        return (n.op_name in hybrid_ops and len(ins) > max(act, 1) and ins[1] is v and np.dtype(v.dtype) == np.int8
+                and not np.any(np.asarray(v.quant.zero_point)) and ins[act] is not None and ins[act].data is None
+                and np.dtype(ins[act].dtype) == f32 and all(o is None or np.dtype(o.dtype) == f32 for o in n.outputs)
+                and all(x is None or np.dtype(x.dtype) == f32 for x in rest)
+                and n.attrs.get("fused_activation_function", "NONE") in ("NONE", "RELU", "RELU6", "RELU_N1_TO_1")
+                and n.attrs.get("weights_format", "DEFAULT") == "DEFAULT"
+                and (n.op_name != "BATCH_MATMUL" or np.asarray(v.quant.scale).size == 1))
+
     for v in graph.values:
         if not _is_quantized_const(v):
             continue
         users = uses.get(id(v), [])
         if not users:
             continue
-        hybrid = all(
+        float_users = all(
             n.op_set == "tflite" and n.op_name != "DEQUANTIZE"
             and not any(is_quantized(x) for x in list(n.inputs) + list(n.outputs) if x is not None and x.data is None)
             and any(x is not None and x.data is None and np.dtype(x.dtype).kind == "f" for x in n.inputs)
             for n in users
         )
-        if hybrid:
+        if not float_users:
+            continue
+        if all(hybrid_kernel(n, v) for n in users):
+            for n in users:
+                n.op_set = "tflite.hybrid"
+        else:
             _dequantize_const_in_place(v)
-            count += 1
+        count += 1
     return count
 
 
@@ -165,24 +220,241 @@ def _prepare_exact(model: ModelIR, int_ops: set) -> None:
             n.op_set = "tflite.int"
 
 
-def _fq_node(src: Value, q: QuantParams, dtype: np.dtype, where: str) -> tuple[Node, Value]:
+def _fq_node(src: Value, q: QuantParams, dtype: np.dtype, where: str, extra: Optional[dict] = None
+             ) -> tuple[Node, Value]:
     lo, hi = np.iinfo(dtype).min, np.iinfo(dtype).max
     out = Value(name=(src.name or "t") + "/fake_quant", dtype=np.dtype(np.float32), shape=src.shape,
                 index=src.index)
     attrs = dict(scale=float(np.asarray(q.scale, np.float32).reshape(-1)[0]),
                  zero_point=int(np.asarray(q.zero_point).reshape(-1)[0]) if np.asarray(q.zero_point).size else 0,
                  qmin=int(lo), qmax=int(hi))
+    attrs.update(extra or {})
     return Node("fbjax", "FAKE_QUANT", [src], [out], attrs, location=f"{where} (fake quantization)"), out
 
 
+def _scale_zp(q: QuantParams) -> tuple[np.float32, int]:
+    zp = np.asarray(q.zero_point).reshape(-1)
+    return np.float32(np.asarray(q.scale, np.float32).reshape(-1)[0]), int(zp[0]) if zp.size else 0
+
+
+def _mean_axes(n: Node, x: Value) -> Optional[tuple]:
+    ax = n.inputs[1] if len(n.inputs) > 1 else None
+    if ax is None or ax.data is None or x.shape is None:
+        return None
+    nd = len(x.shape)
+    return tuple(sorted({int(a) % nd for a in np.asarray(ax.data).reshape(-1)}))
+
+
+def _conv_pre_shift(n: Node, qi: QuantParams, qo: QuantParams, orig: dict):
+    """Right shifts of ``QuantizeMultiplier(s_in * s_w[c] / s_out)`` per
+    output channel (0 where the multiplier shifts left): an int, or a tuple
+    along the last axis for per-channel weights."""
+    from .lower.tflite_int import fixedpoint as fp
+
+    w = n.inputs[1] if len(n.inputs) > 1 else None
+    qw = orig[id(w)][0] if w is not None and id(w) in orig else None
+    if qw is None or np.asarray(qw.scale).size == 0:
+        return 0
+    si, so = _scale_zp(qi)[0], _scale_zp(qo)[0]
+    sw = np.asarray(qw.scale, np.float32).reshape(-1)
+    if n.op_name == "FULLY_CONNECTED" and sw.size == 1:
+        reals = [float(np.float32(si) * sw[0]) / float(so)]  # float32 product (per-tensor FC)
+    else:
+        reals = [float(si) * float(c) / float(so) for c in sw]
+    shifts = tuple(max(-int(e), 0) for e in fp.quantize_multipliers(reals)[1])
+    return shifts[0] if len(shifts) == 1 or len(set(shifts)) == 1 else shifts
+
+
+def _conv16_rounding(n: Node, qi: QuantParams, qo: QuantParams, orig: dict) -> dict:
+    """16x8 CONV_2D / DEPTHWISE_CONV_2D / FULLY_CONNECTED, as the exact
+    lowerings (:mod:`fbjax.lower.tflite_int.conv`). FULLY_CONNECTED through
+    the reference kernel (int64 bias, zero points): one rounding in double,
+    half away. CONV_2D / DEPTHWISE_CONV_2D with an int64 bias: the int64
+    ``MultiplyByQuantizedMultiplier``, whose multiplier is cut to 15 bits
+    (relative error up to 2^-16, i.e. up to half a step on 16-bit outputs):
+    ``gain`` = effective / exact multiplier per channel, one rounding, ties
+    up. Otherwise the 32-bit rescale (two roundings, as 8-bit)."""
+    w = n.inputs[1] if len(n.inputs) > 1 else None
+    b = n.inputs[2] if len(n.inputs) > 2 else None
+    qw = orig[id(w)][0] if w is not None and id(w) in orig else None
+    if qw is None or np.asarray(qw.scale).size == 0:
+        return {"rounding": "half_away"}
+    int64_bias = b is not None and id(b) in orig and orig[id(b)][1] == np.int64
+    if n.op_name == "FULLY_CONNECTED":
+        qbt = n.attrs.get("quantized_bias_type")
+        zps = [np.asarray(q.zero_point) for q in (qi, qw, qo)]
+        qbt64 = qbt is not None and str(getattr(qbt, "name", qbt)).lower() == "int64"
+        if int64_bias or any(np.any(z) for z in zps) or qbt64:
+            # reference FullyConnected(PerChannel)Int16: round(acc * s_in*s_w/s_out) in double
+            return {"rounding": "half_away"}
+    if not int64_bias:
+        return {"rounding": "half_away", "pre_shift": _conv_pre_shift(n, qi, qo, orig)}
+    return {"rounding": "half_up", "gain": _gain15(n, qi, qo, orig)}
+
+
+def _gain15(n: Node, qi: QuantParams, qo: QuantParams, orig: dict):
+    """Per output channel, the int64 ``MultiplyByQuantizedMultiplier``'s
+    effective multiplier (cut to 15 bits) over ``s_in * s_w[c] / s_out``: a
+    float, a tuple along the last axis, or None without weight scales."""
+    from .lower.tflite_int import fixedpoint as fp
+
+    w = n.inputs[1] if len(n.inputs) > 1 else None
+    qw = orig[id(w)][0] if w is not None and id(w) in orig else None
+    if qw is None or np.asarray(qw.scale).size == 0:
+        return None
+    si, so = _scale_zp(qi)[0], _scale_zp(qo)[0]
+    reals = [float(si) * float(c) / float(so) for c in np.asarray(qw.scale, np.float32).reshape(-1)]
+    ms, es = fp.quantize_multipliers(reals)
+    gains = []
+    for r, m, e in zip(reals, ms.tolist(), es.tolist()):
+        reduced = (m + (1 << 15)) >> 16 if m < 0x7FFF0000 else 0x7FFF
+        gains.append(float(reduced * 2.0 ** (e - 15) / r) if r else 1.0)
+    return gains[0] if len(set(gains)) == 1 else tuple(gains)
+
+
+def _fq_rounding(n: Node, orig: dict) -> dict:
+    """FAKE_QUANT attributes (``rounding``, ``offset``, ``pre_shift``,
+    ``gain``, ``tail_away``; see :mod:`fbjax.lower.tflite_int.fake_quant`)
+    that make the rounding of the
+    float model's output of ``n`` follow TFLite's integer kernel for ``n``
+    (the exact mode's ``"tflite.int"`` lowering). ``orig``: id(value) ->
+    (QuantParams, integer dtype) of the activations and quantized constants
+    before the rewrite."""
+    op = n.op_name
+    x = n.inputs[0] if n.inputs else None
+    if op == "TRANSPOSE_CONV":  # inputs: output_shape, weights, x, bias
+        x = n.inputs[2] if len(n.inputs) > 2 else None
+    y = n.outputs[0] if n.outputs else None
+    if op == "QUANTIZE" and (x is None or id(x) not in orig):
+        return {}  # float -> int: builtin AffineQuantize rounds half to even (the default)
+    if x is None or y is None or id(x) not in orig or id(y) not in orig:
+        return {"rounding": "half_away"}
+    (qi, dti), (qo, dto) = orig[id(x)], orig[id(y)]
+    eight_bit = dti.itemsize == 1 and dto.itemsize == 1
+    if op in ("CONV_2D", "FULLY_CONNECTED", "DEPTHWISE_CONV_2D") and eight_bit:
+        # builtin kernels: SRDHM (rounds to 2^shift of a step), then the
+        # output stage's right shift with ties toward +inf (fixedpoint.mbqm_gemm)
+        out = {"rounding": "half_up", "pre_shift": _conv_pre_shift(n, qi, qo, orig)}
+        c = y.shape[-1] if y.shape else None
+        if op == "DEPTHWISE_CONV_2D" and c and c % 8:
+            out["tail_away"] = int(c % 8)  # scalar tail after the 8-channel body (tflite_int.conv)
+        return out
+    if op in ("CONV_2D", "FULLY_CONNECTED", "DEPTHWISE_CONV_2D") and dti.itemsize == 2 and dto.itemsize == 2:
+        return _conv16_rounding(n, qi, qo, orig)
+    if op == "TRANSPOSE_CONV":
+        # tflite_int.conv.TRANSPOSE_CONV: 16-bit -> int64 rescale (15-bit
+        # multiplier, ties up), 8-bit -> MultiplyByQuantizedMultiplier
+        if not eight_bit:
+            g = _gain15(n, qi, qo, orig)
+            return {"rounding": "half_up", "gain": g} if g is not None else {"rounding": "half_away"}
+        return {"rounding": "half_away", "pre_shift": _conv_pre_shift(n, qi, qo, orig)}
+    if op in ("MUL", "BATCH_MATMUL") and len(n.inputs) > 1 and n.inputs[1] is not None:
+        # MultiplyByQuantizedMultiplier(acc, s_a*s_b/s_out): SRDHM rounds to
+        # 2^shift of a step, then RoundingDivideByPOT to the step
+        w = n.inputs[1]
+        qw = orig[id(w)][0] if id(w) in orig else None
+        if qw is None or np.asarray(qw.scale).size != 1:
+            return {"rounding": "half_away"}
+        from .lower.tflite_int import fixedpoint as fp
+
+        sa, sb, so = _scale_zp(qi)[0], _scale_zp(qw)[0], _scale_zp(qo)[0]
+        real = float(np.float32(np.float32(sa * sb) / so))
+        m, e = fp.quantize_multiplier(real)
+        if op == "BATCH_MATMUL" and not eight_bit:
+            # 16x8: int64 accumulator, int64 MultiplyByQuantizedMultiplier (15-bit multiplier)
+            reduced = (m + (1 << 15)) >> 16 if m < 0x7FFF0000 else 0x7FFF
+            return {"rounding": "half_up", "gain": float(reduced * 2.0 ** (e - 15) / real) if real else 1.0}
+        return {"rounding": "half_away", "pre_shift": int(-e) if e < 0 else 0}
+    if op == "QUANTIZE":
+        # int -> int requantization: MBQM(q - zp_in, s_in/s_out) + zp_out
+        from .lower.tflite_int import fixedpoint as fp
+
+        _, e = fp.quantize_multiplier(float(_scale_zp(qi)[0]) / float(_scale_zp(qo)[0]))
+        # (8-bit: the optimized Requantize's vector body shifts half up)
+        return {"rounding": "half_up" if eight_bit else "half_away", "pre_shift": int(-e) if e < 0 else 0}
+    if op == "MEAN":
+        axes = _mean_axes(n, x)
+        keep = bool(n.attrs.get("keep_dims", False))
+        if axes is None:
+            return {"rounding": "half_away"}
+        si, zi = _scale_zp(qi)
+        so, _ = _scale_zp(qo)
+        if len(x.shape) == 4 and axes == (1, 2) and keep and eight_bit:
+            # optimized_integer_ops::Mean: raw code sum, bias from a
+            # separately rounded zero-point term (tflite_int.pool._mean_or_sum)
+            f32 = np.float32
+            c = float(f32(f32(f32(zi) * si) / so))
+            return {"rounding": "half_up", "offset": c}
+        from .lower.tflite_int import fixedpoint as fp
+
+        dims = [x.shape[a] for a in axes]
+        if any(d is None for d in dims):
+            return {"rounding": "half_away"}
+        cnt = int(np.prod(dims)) if dims else 1
+        _, s = fp.quantize_multiplier(float(si) / float(so))
+        shift = min(cnt.bit_length() - 1, 32, 31 + s)
+        s = s - shift
+        return {"rounding": "half_away", "pre_shift": int(-s) if s < 0 else 0}
+    return {"rounding": "half_away"}
+
+
+#: Quantized kernels that are not "compute, then rescale once" (lookup tables,
+#: 16-bit table interpolation, fixed-point polynomials): in float mode their
+#: forward value comes from the integer kernel itself (QUANTIZE of the on-grid
+#: float input, the ``"tflite.int"`` op, DEQUANTIZE), and
+#: ``fbjax:STRAIGHT_THROUGH`` sends the gradient through the float op.
+INT_FORWARD = frozenset({"LOGISTIC", "TANH", "SOFTMAX", "LOG_SOFTMAX", "GELU", "RSQRT", "HARD_SWISH", "ELU",
+                         "EXP", "LOG", "SQRT", "LEAKY_RELU", "AVERAGE_POOL_2D", "RESIZE_BILINEAR"})
+
+
+def _int_forward_nodes(n: Node, orig: dict, orig_inputs: list, int_ops: set) -> Optional[tuple]:
+    """``(nodes, new values)`` computing ``n`` (one quantized activation input,
+    first; the others integer constants such as RESIZE_BILINEAR's size; one
+    quantized output) with its integer kernel, the float op only for the
+    gradient; None when ``n`` does not qualify. ``orig_inputs``: ``n``'s
+    inputs before the rewrite (``n.inputs`` already holds the fake-quantized
+    float ones)."""
+    if n.op_set != "tflite" or n.op_name not in INT_FORWARD or n.op_name not in int_ops:
+        return None
+    ins = [v for v in orig_inputs if v is not None]
+    outs = [v for v in n.outputs if v is not None]
+    if not ins or len(outs) != 1 or id(ins[0]) not in orig or id(outs[0]) not in orig or ins[0].data is not None:
+        return None
+    if any(v.data is None or np.dtype(v.dtype).kind not in "iu" or id(v) in orig for v in ins[1:]):
+        return None
+    (qx, dtx), (qy, dty) = orig[id(ins[0])], orig[id(outs[0])]
+    if np.asarray(qx.scale).size != 1 or np.asarray(qy.scale).size != 1:
+        return None
+    y, xf = outs[0], n.inputs[0]
+    f32 = np.dtype(np.float32)
+    xi = Value(name=f"{xf.name}/int", dtype=dtx, shape=xf.shape, quant=qx)
+    yi = Value(name=f"{y.name}/int", dtype=dty, shape=y.shape, quant=qy)
+    yd = Value(name=f"{y.name}/int_dequantized", dtype=f32, shape=y.shape)
+    yf = Value(name=f"{y.name}/float", dtype=f32, shape=y.shape)
+    where = f"{n.location} (float mode: integer kernel forward)"
+    rest = list(n.inputs[1:])
+    fl = Node(n.op_set, n.op_name, [xf] + rest, [yf], dict(n.attrs), location=n.location)
+    return [
+        Node("tflite.int", "QUANTIZE", [xf], [xi], {}, location=where),
+        Node("tflite.int", n.op_name, [xi] + rest, [yi], dict(n.attrs), location=where),
+        Node("tflite.int", "DEQUANTIZE", [yi], [yd], {}, location=where),
+        fl,
+        Node("fbjax", "STRAIGHT_THROUGH", [yf, yd], [y], {}, location=where),
+    ], [xi, yi, yd, yf]
+
+
 def _prepare_float(model: ModelIR) -> None:
+    from .lower.registry import LOWERINGS
+
+    int_ops = set(LOWERINGS.ops("tflite.int").get("tflite.int", []))
     for g in model.graphs:
         # 1. constants: dequantize (weights become float params).
+        orig = {}  # id(value) -> (QuantParams, integer dtype) before the rewrite
         for v in g.values:
             if _is_quantized_const(v):
+                orig[id(v)] = (v.quant, np.dtype(v.dtype))
                 _dequantize_const_in_place(v)
         # 2. activations: float32 + FAKE_QUANT after each producer.
-        orig = {}  # id(value) -> (QuantParams, integer dtype)
         for v in g.values:
             if is_quantized(v) and v.data is None:
                 orig[id(v)] = (v.quant, np.dtype(v.dtype))
@@ -191,9 +463,9 @@ def _prepare_float(model: ModelIR) -> None:
         replace: dict = {}  # id(old value) -> fake-quantized value
         new_nodes: list = []
 
-        def add_fq(v: Value, where: str):
+        def add_fq(v: Value, where: str, extra: Optional[dict] = None):
             q, dt = orig[id(v)]
-            node, out = _fq_node(v, q, dt, where)
+            node, out = _fq_node(v, q, dt, where, extra)
             new_nodes.append(node)
             g.values.append(out)
             replace[id(v)] = out
@@ -202,20 +474,30 @@ def _prepare_float(model: ModelIR) -> None:
             if v is not None and id(v) in orig:
                 add_fq(v, f"graph {g.name!r} input {v.name!r}")
         for n in g.nodes:
+            extra = _fq_rounding(n, orig)  # before the inputs are replaced
+            orig_inputs = list(n.inputs)
             n.inputs = [replace.get(id(v), v) if v is not None else None for v in n.inputs]
             if n.op_set == "tflite" and n.op_name == "QUANTIZE" and n.outputs and id(n.outputs[0]) in orig:
                 q, dt = orig[id(n.outputs[0])]
-                fq, _ = _fq_node(n.inputs[0], q, dt, n.location)
+                fq, _ = _fq_node(n.inputs[0], q, dt, n.location, extra)
                 n.op_set, n.op_name, n.attrs = "fbjax", "FAKE_QUANT", fq.attrs
                 new_nodes.append(n)
                 continue
             if n.op_set == "tflite" and n.op_name == "DEQUANTIZE" and n.inputs and n.inputs[0] is not None \
                     and np.dtype(n.inputs[0].dtype) == np.float32:
                 n.op_set, n.op_name, n.attrs = "fbjax", "IDENTITY", {}
-            new_nodes.append(n)
+            emu = _int_forward_nodes(n, orig, orig_inputs, int_ops)
+            if emu is not None:
+                nodes, vals = emu
+                new_nodes.extend(nodes)
+                g.values.extend(vals)
+                if any(np.dtype(v.dtype) == np.int16 for v in vals):
+                    model.metadata["needs_x64"] = True
+            else:
+                new_nodes.append(n)
             for o in n.outputs:
                 if o is not None and id(o) in orig:
-                    add_fq(o, n.location)
+                    add_fq(o, n.location, extra)
         g.nodes = new_nodes
         g.outputs = [replace.get(id(v), v) if v is not None else None for v in g.outputs]
         for sig in model.signatures.values():

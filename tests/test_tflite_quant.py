@@ -15,6 +15,11 @@ Targets (issue 4):
 
 The numpy reference (:mod:`fbjax.reference.tflite_int`) is checked against
 the same oracle, and the fixed-point primitives against int64 formulas.
+
+ai-edge-quantizer models (``tests/data/quant_aeq``, produced from
+``shared/models/tflite`` by its generate.py with ai-edge-quantizer 0.10.0)
+get the same exact and float checks, plus the dynamic-range and weight-only
+recipes.
 """
 
 from __future__ import annotations
@@ -47,10 +52,6 @@ SEEDS = (0, 1, 2)
 #: per-op fixtures fbjax does not reproduce yet, with the reason; the test
 #: checks that loading/calling fails with a clear fbjax error instead.
 OP_UNSUPPORTED = {
-    "logistic_int16x8": "int16 LOGISTIC (TFLite's 16-bit table interpolation) is not implemented",
-    "tanh_int16x8": "int16 TANH (TFLite's 16-bit table interpolation) is not implemented",
-    "softmax_int16x8": "int16 SOFTMAX (exp and 1/(1+x) 16-bit tables) is not implemented",
-    "softmax_tiny_scale_int16x8": "int16 SOFTMAX (exp and 1/(1+x) 16-bit tables) is not implemented",
 }
 #: fixtures LiteRT itself cannot run (no oracle).
 ORACLE_FAILS = {
@@ -62,23 +63,30 @@ ORACLE_FAILS = {
 
 
 #: whole models whose float (fake-quantized) mode misses the 99%-within-one-
-#: step target, with the measured cause. The float model rounds each op's
-#: result once from an exact float value, while TFLite's integer kernels
-#: round through fixed-point approximations (HARD_SWISH's deliberate
-#: non-rounding multiply, MEAN's float-derived bias, the layer norm's 7-bit
-#: SQUARED_DIFFERENCE and fixed-point RSQRT); the resulting 1-step
-#: differences compound through deep graphs. 16x8 steps are 1/65536 of the
-#: range, far below float32 accumulation differences.
+#: step target, with the measured cause. Float mode places its roundings where
+#: the integer kernels round (fbjax.quantization._fq_rounding: SRDHM's
+#: pre-rounding before a right shift, gemm ties up, MEAN's separately rounded
+#: zero-point term, the 16x8 kernels' 15-bit multiplier); with that every
+#: committed 8-bit model and ssd_head_int16x8 meet the target. The models left
+#: are chaotic at the LSB level: LiteRT's own outputs move by more than one
+#: step on many elements when a single input element moves by one step
+#: (test_float_below_target_models_are_lsb_chaotic checks this), so no
+#: computation that is not bit-exact can stay within one step.
 FLOAT_BELOW_TARGET = {
-    "mobilenet_v3_small_int8": "HARD_SWISH/MEAN rounding differences compound (measured 95.8%)",
-    "mobilenet_v3_small_uint8": "HARD_SWISH/MEAN rounding differences compound (measured 95.8%)",
-    "efficientnet_b0_int8": "LOGISTIC/MUL/MEAN squeeze-excite rounding compounds over 150 ops (measured 58%)",
-    "efficientnet_b0_uint8": "as efficientnet_b0_int8",
-    "transformer_block_int8": "int8 layer norm (SQUARED_DIFFERENCE, RSQRT, MEAN) rounding (measured 98%)",
-    "transformer_block_uint8": "as transformer_block_int8",
-    "ssd_head_int16x8": "16-bit steps are below float32 accumulation noise (measured 92.4%)",
-    "efficientnet_b0_int16x8": "16-bit steps are below float32 accumulation noise",
-    "mobilenet_v2_int16x8": "16-bit steps are below float32 accumulation noise",
+    "efficientnet_b0_int16x8": "LSB-chaotic: random-weight classifier whose last feature map and outputs "
+                               "have steps ~1e-11; moving one input element by one step moves 71% of "
+                               "LiteRT's outputs by more than one step (float mode: 25%)",
+    "mobilenet_v3_small_int16x8": "LSB-chaotic as efficientnet_b0_int16x8 (one input step moves 21% of "
+                                  "LiteRT's outputs by more than a step; float mode: 25%)",
+    "mediapipe_face_detection_short_range_a8w8": "LSB-chaotic: moving one input element by one step moves "
+                                                 "4.2% of LiteRT's outputs by more than a step (float mode: 95.9%)",
+    "mediapipe_iris_landmark_a8w8": "LSB-chaotic: moving one input element by one step moves 14.8% of "
+                                    "LiteRT's outputs by more than a step; teacher-forced per-op differences "
+                                    "are 0 (float mode: 98.5%)",
+    "transformer_mulnorm_int16x8": "LSB-chaotic: a 1-step change of a token's variance MEAN changes its "
+                                   "RSQRT, which the final MUL scales by |x|, moving the whole row by 2 steps; "
+                                   "one input step moves 8% of LiteRT's outputs by more than a step "
+                                   "(float mode: 98.1%)",
 }
 
 
@@ -438,6 +446,11 @@ def builtin_ref_vs_builtin(path, seed=0):
 REF_DIFFERS = {
     "sum_fint8": "reference SUM rescales in integer arithmetic, the builtin kernel in float (89% equal)",
     "sum_int16x8": "reference SUM rescales in integer arithmetic, the builtin kernel in float (89% equal)",
+    "mean_hw_wide_fint8": "the builtin int8 4-D spatial MEAN uses a float-derived multiplier and bias, "
+                          "the reference kernel QuantizedMeanOrSum (MEAN 81% equal)",
+    "add_pot_int16x8": "power-of-two input scale: float->int16 QUANTIZE hits exact .5 ties, rounded half "
+                       "away by the reference kernel and half to even by the builtin one (99.5% equal)",
+    "sub_pot_int16x8": "as add_pot_int16x8",
 }
 
 
@@ -477,7 +490,8 @@ def test_builtin_ref_softmax_abort_is_narrowed():
     assert small < 2.0**-26
 
 
-@pytest.mark.parametrize("name", ["ssd_head_int8", "transformer_block_uint8"])
+@pytest.mark.parametrize("name", ["ssd_head_int8", "transformer_block_uint8", "ssd_head_int16x8",
+                                  "transformer_mulnorm_int16x8"])
 def test_model_reference_twin(name):
     """The numpy reference runs the rewritten integer graph of whole models
     and matches LiteRT on every output element."""
@@ -491,3 +505,253 @@ def test_model_reference_twin(name):
         pytest.skip(f"the numpy reference lacks an op: {str(e).splitlines()[0]}")
     for e, g in zip(exp, got):
         assert np.array_equal(e, g)
+
+
+# --- float mode: LSB chaos evidence for the models below target -------------------
+
+def _output_steps(m):
+    """Quantization step of each graph output (float outputs: the step of the
+    tensor their DEQUANTIZE reads)."""
+    g = m.ir.main_graph
+    steps = []
+    for v in g.outputs:
+        q = v.quant
+        if q is None or np.asarray(q.scale).size == 0:
+            q = [n for n in g.nodes if v in n.outputs][0].inputs[0].quant
+        steps.append(float(np.asarray(q.scale).reshape(-1)[0]))
+    return steps
+
+
+def lsb_sensitivity(path, seeds=SEEDS):
+    """Fraction of LiteRT's output elements that stay within one step when a
+    single (random) input element moves by one input quantization step (float
+    inputs: the step of the QUANTIZE that reads them)."""
+    m = fbjax.load(path)
+    g = m.ir.main_graph
+    in_steps = []
+    for v in g.inputs:
+        if np.dtype(v.dtype).kind == "f":
+            q = [n for n in g.nodes if v in n.inputs and n.op_name == "QUANTIZE"][0].outputs[0].quant
+            in_steps.append(np.float32(np.asarray(q.scale).reshape(-1)[0]))
+        else:
+            in_steps.append(None)
+    steps = _output_steps(m)
+    ok = tot = 0
+    for seed in seeds:
+        xs = random_inputs(m.inputs, seed)
+        base, _ = oracle(path, xs)
+        rng = np.random.default_rng(100 + seed)
+        moved = []
+        for x, st in zip(xs, in_steps):
+            x = x.copy()
+            flat = x.reshape(-1)
+            k = int(rng.integers(flat.size))
+            if st is not None:
+                flat[k] += st
+            else:
+                flat[k] = flat[k] + 1 if flat[k] < np.iinfo(x.dtype).max else flat[k] - 1
+            moved.append(x)
+        out, _ = oracle(path, moved)
+        for a, b, st in zip(base, out, steps):
+            if a.dtype.kind == "f":
+                ok += int((np.abs(a - b) <= st * (1 + 1e-5)).sum())
+            else:
+                ok += int((np.abs(a.astype(np.int64) - b.astype(np.int64)) <= 1).sum())
+            tot += a.size
+    return ok / tot
+
+
+def _below_target_paths():
+    out = []
+    for p in MODELS + EXTRA + AEQ + AEQ_EXTRA:
+        if _stem(p) in FLOAT_BELOW_TARGET and _stem(p) not in ORACLE_FAILS:
+            out.append(pytest.param(p, id=_stem(p), marks=[pytest.mark.slow] if p in EXTRA + AEQ_EXTRA else []))
+    return out
+
+
+# --- ai-edge-quantizer models (tests/data/quant_aeq/generate.py) ---------------------
+
+AEQ_DIR = Path(__file__).parent / "data" / "quant_aeq"
+AEQ = sorted(AEQ_DIR.glob("*.tflite"))
+AEQ_EXTRA = sorted((AEQ_DIR / "extra").glob("*.tflite"))  # not committed (size); see generate.py
+
+#: ai-edge-quantizer models whose exact mode is not bit-exact yet, with the
+#: measured cause (fraction of output elements equal to LiteRT, seeds 0-2).
+AEQ_EXACT_KNOWN = {
+    "mediapipe_face_detection_short_range_a16w8": "int16 ADD differs by 1 LSB (both signs) on a few "
+                                                  "elements (teacher-forced with LiteRT's intermediates, "
+                                                  "the only op that differs), then spreads",
+    "mediapipe_iris_landmark_a16w8": "as mediapipe_face_detection_short_range_a16w8 (int16 ADD)",
+}
+#: float mode below the 99%-within-one-step target (besides FLOAT_BELOW_TARGET).
+AEQ_FLOAT_KNOWN = {
+    "mediapipe_hand_recrop_a16w8": "16-bit steps: per-op differences (teacher-forced with LiteRT's "
+                                   "intermediates) are <= 1 step on < 0.05% of elements, but sub-step float "
+                                   "differences compound over 40 layers to several steps before the last "
+                                   "convolution (measured 91.7% = 11 of 12 outputs)",
+    "mediapipe_face_detection_short_range_a16w8": "16-bit steps compound as mediapipe_hand_recrop_a16w8, "
+                                                  "and the exact mode is not bit-exact yet (measured 66.2%)",
+    "mediapipe_iris_landmark_a16w8": "as mediapipe_face_detection_short_range_a16w8 (measured 73.0%)",
+}
+#: > 20 s per test on the 2-core CI machine (none of the committed ones: 1-10 s).
+AEQ_SLOW: set = set()
+
+
+def _aeq_params(recipes):
+    out = []
+    for p in AEQ + AEQ_EXTRA:
+        if _setting(_stem(p)) in recipes:
+            slow = _stem(p) in AEQ_SLOW or p in AEQ_EXTRA
+            out.append(pytest.param(p, id=_stem(p), marks=[pytest.mark.slow] if slow else []))
+    return out
+
+
+@pytest.mark.parametrize("path", _aeq_params(("a8w8", "a16w8")))
+def test_aeq_exact(path):
+    """Static int8 / int16 activations (per-channel int8 weights): every
+    output element equal to LiteRT's."""
+    stem = _stem(path)
+    frac = exact_fraction(path)
+    if frac < 1.0 and stem in AEQ_EXACT_KNOWN:
+        pytest.xfail(f"{stem}: {frac * 100:.3f}% equal: {AEQ_EXACT_KNOWN[stem]}")
+    assert frac == 1.0, f"{stem}: {frac * 100:.4f}% of output elements equal to LiteRT"
+
+
+@pytest.mark.parametrize("path", _aeq_params(("a8w8", "a16w8")))
+def test_aeq_float_mode(path):
+    stem = _stem(path)
+    frac = float_within_one_step(path)
+    why = FLOAT_BELOW_TARGET.get(stem) or AEQ_FLOAT_KNOWN.get(stem)
+    if frac < 0.99 and why:
+        pytest.xfail(f"{stem}: {frac * 100:.2f}% within one step (target 99%): {why}")
+    assert frac >= 0.99, f"{stem}: only {frac * 100:.2f}% within one step"
+
+
+@pytest.mark.parametrize("path", _aeq_params(("dyn", "wo")))
+def test_aeq_dynamic_and_weight_only(path):
+    """``dyn`` (dynamic_wi8_afp32: hybrid kernels) and ``wo``
+    (weight_only_wi8_afp32: int8 weights DEQUANTIZEd at run time, float ops).
+
+    exact mode: ``dyn`` bit-exact (fbjax reproduces the hybrid kernels), ``wo``
+    to 1e-5 of the output range (float convolutions: XLA and LiteRT sum in
+    different orders). float mode: weights dequantized, float compute; ``wo``
+    as exact, ``dyn`` to 5% of the range (LiteRT quantizes the activations
+    to int8 on the fly, float mode does not)."""
+    stem = _stem(path)
+    recipe = _setting(stem)
+    for mode in ("exact", "float"):
+        m = fbjax.load(path, quantized=mode)
+        for seed in SEEDS[:2]:
+            xs = random_inputs(m.inputs, seed)
+            exp, _ = oracle(path, xs)
+            got = as_tuple(m(*xs))
+            for e, g in zip(exp, got):
+                assert e.shape == g.shape and g.dtype == e.dtype
+                if mode == "exact" and recipe == "dyn":
+                    assert np.array_equal(e, g), f"{stem} exact: {(e == g).mean() * 100:.2f}% equal"
+                    continue
+                tol = (0.05 if recipe == "dyn" else 1e-5) * max(float(np.ptp(e)), 1.0)
+                err = float(np.max(np.abs(e - g)))
+                assert err <= tol, f"{stem} {mode}: max |diff| {err:.3g} > {tol:.3g}"
+
+
+def test_aeq_fixtures_are_quantized_as_named():
+    """The generator's recipes did what their names say (guards against
+    ai-edge-quantizer silently skipping ops, as it did before the
+    builtin_code normalization in generate.py)."""
+    from fbjax.formats import read_model
+
+    for p in AEQ:
+        g = read_model(p).main_graph
+        recipe = _setting(_stem(p))
+        convs = [n for n in g.nodes if n.op_name in ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED")]
+        assert convs, p
+        for n in convs:
+            w = n.inputs[1]
+            assert w.data is not None or recipe == "wo", (p, n.location)
+            if recipe in ("a8w8", "a16w8"):
+                assert np.dtype(w.dtype) == np.int8 and not np.any(np.asarray(w.quant.zero_point)), (p, n.location)
+                act = np.int8 if recipe == "a8w8" else np.int16
+                assert np.dtype(n.inputs[0].dtype) == act, (p, n.location)
+
+
+@pytest.mark.parametrize("path", _below_target_paths())
+def test_float_below_target_models_are_lsb_chaotic(path):
+    """The evidence behind FLOAT_BELOW_TARGET: LiteRT itself moves more than 1%
+    of the outputs by more than one step when one input element moves by one
+    step, so a float computation cannot reach 99% within one step."""
+    frac = lsb_sensitivity(path)
+    assert frac < 0.99, f"{_stem(path)}: {frac * 100:.2f}% stay within one step; the xfail is not justified"
+
+
+@pytest.mark.parametrize("attrs", [
+    {}, {"rounding": "half_away"}, {"rounding": "half_up"},
+    {"rounding": "half_away", "pre_shift": 2}, {"rounding": "half_up", "pre_shift": (0, 1, 3)},
+    {"rounding": "half_up", "offset": 2.5}, {"rounding": "half_up", "gain": (0.99997, 1.0, 1.00002)},
+    {"rounding": "half_up", "pre_shift": 1, "tail_away": 1},
+], ids=str)
+def test_fake_quant_matches_reference_twin(attrs):
+    """fbjax:FAKE_QUANT (jax) equals its numpy twin on values that include
+    exact ties at every rounding level."""
+    from fbjax.lower.tflite_int.fake_quant import FAKE_QUANT as jax_fq
+    from fbjax.reference.tflite_int.fake_quant import FAKE_QUANT as np_fq
+
+    scale = np.float32(0.125)
+    rng = np.random.default_rng(0)
+    codes = np.concatenate([np.arange(-200, 200) / 8.0, rng.uniform(-150, 150, 600)]).astype(np.float32)
+    x = (codes[:999] * scale).astype(np.float32).reshape(-1, 3)
+    kw = dict(scale=float(scale), zero_point=3, qmin=-128, qmax=127, **attrs)
+    got = np.asarray(jax.jit(lambda v: jax_fq(None, v, **kw))(x))
+    want = np_fq(None, x, **kw)
+    assert np.array_equal(got, want)
+    grid = got / scale
+    assert np.array_equal(grid, np.round(grid))
+
+
+@pytest.mark.parametrize("path", _aeq_params(("a8w8",)))
+def test_aeq_reference_twin(path):
+    """The numpy reference (independent twins, including the depthwise
+    tail rounding and the 8-bit requantizing QUANTIZE) matches LiteRT on
+    every output element of the ai-edge-quantizer int8 models."""
+    m = fbjax.load(path)
+    xs = random_inputs(m.inputs, 5)
+    exp, _ = oracle(path, xs)
+    for e, g in zip(exp, reference_run(m, *xs)):
+        assert np.array_equal(e, g)
+
+
+@pytest.mark.parametrize("path", OPS, ids=_stem)
+def test_op_float_mode(path):
+    """Per-op models in float mode: within one step of LiteRT on >= 99% of the
+    output elements (measured: 74 of 80 at 100%, the lowest 99.83%:
+    relu/relu6/rsqrt int16x8)."""
+    stem = _stem(path)
+    _skip_if_no_oracle(stem)
+    g = fbjax.load(path).ir.main_graph
+    for v in g.outputs:
+        src = v if v.quant is not None else [n for n in g.nodes if v in n.outputs][0].inputs[0]
+        if src.quant is None or np.asarray(src.quant.scale).size == 0:
+            pytest.skip("the op runs in float in the file (converter fallback): no output grid to compare on")
+    frac = float_within_one_step(path)
+    assert frac >= 0.99, f"{stem}: only {frac * 100:.2f}% within one step"
+
+
+@pytest.mark.parametrize("name", ["hard_swish_fint8", "logistic_int16x8", "softmax_fint8"])
+def test_float_mode_table_ops_use_integer_forward(name):
+    """Float mode computes lookup-table / fixed-point nonlinearities with the
+    integer kernel (forward equal to LiteRT's dequantized output) and the
+    float op's gradient (straight-through): d/dx of a weighted sum of y is
+    finite and non-zero (the integer path alone has no gradient)."""
+    path = DATA / "ops" / f"{name}.tflite"
+    m = fbjax.load(path, quantized="float")
+    keys = [n.key for n in m.ir.main_graph.nodes]
+    assert ("fbjax", "STRAIGHT_THROUGH") in keys
+    op = [k[1] for k in keys if k[0] == "tflite.int" and k[1] not in ("QUANTIZE", "DEQUANTIZE")][0]
+    x = random_inputs(m.inputs, 0)[0]
+    exp, it = oracle(path, [x])
+    got = np.asarray(as_tuple(m(x))[0])
+    assert np.max(np.abs(got - exp[0])) <= 1e-6 * max(1.0, float(np.max(np.abs(exp[0])))), op
+    with jax.enable_x64(m._x64):
+        wts = jnp.linspace(-1.0, 2.0, int(np.prod(exp[0].shape)), dtype=jnp.float32).reshape(exp[0].shape)
+        g = np.asarray(jax.grad(lambda v: jnp.sum(m.apply(m.params, v)[0] * wts))(jnp.asarray(x)))
+    assert np.all(np.isfinite(g)) and np.mean(g != 0) > 0.5, op

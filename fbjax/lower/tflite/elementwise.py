@@ -135,12 +135,21 @@ def LOGISTIC(ctx, x):
 
 @register("tflite", "HARD_SWISH")
 def HARD_SWISH(ctx, x):
-    """TFLite HARD_SWISH (``reference_ops::HardSwish``), float:
-    ``x * min(6, max(0, x + 3)) / 6``."""
+    """TFLite HARD_SWISH, float, in the builtin kernel's rounding order
+    (``optimized_ops::HardSwish``, vectorized on x86 through NEON_2_SSE):
+    ``(x * (1/6)) * min(6, max(0, x + 3))``, except the last ``size % 4``
+    elements (scalar loop): ``(x * relu6(x + 3)) * (1/6)``. (``reference_ops``
+    divides by 6; each order differs from the others by 1 ulp.)"""
     require_unquantized(ctx, "HARD_SWISH")
     x = jnp.asarray(x)
     r6 = jnp.clip(x + jnp.array(3, x.dtype), jnp.array(0, x.dtype), jnp.array(6, x.dtype))
-    return x * r6 / jnp.array(6, x.dtype)
+    sixth = jnp.array(np.float32(1.0) / np.float32(6.0), x.dtype)
+    y = (x * sixth) * r6
+    n = int(np.prod(x.shape))
+    if n % 4:
+        tail = (np.arange(n) >= n - n % 4).reshape(x.shape)
+        y = jnp.where(tail, (x * r6) * sixth, y)
+    return y
 
 
 @register("tflite", "PRELU")

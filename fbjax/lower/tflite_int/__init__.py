@@ -13,12 +13,21 @@ depthwise output stages, MEAN, SOFTMAX); :mod:`fbjax.quantization` lists
 them. :data:`.conv.GEMM_ROUNDING` switches CONV_2D/DEPTHWISE_CONV_2D/
 FULLY_CONNECTED to the reference kernels' rounding.
 
+16x8 (int16 activation) kernels: LOGISTIC/TANH interpolate TFLite's
+256-entry sigmoid table; SOFTMAX, GELU and RSQRT use 513-entry int16 tables
+(``LUTPopulate<int16_t>``) read with 7-bit interpolation; ADD/SUB take the
+power-of-two path when ``pot_scale_int16`` is set and all scales are powers
+of two.
+
 Not implemented (fbjax.load reports them as unsupported or the call raises
-ModelFormatError): int16 LOGISTIC, TANH, SOFTMAX, GELU, RSQRT and
-SQUARED_DIFFERENCE; int16 ADD/SUB with power-of-two scales; TFLite's hybrid
-kernels (hybrid models run in float with dequantized weights).
+ModelFormatError): int16 SQUARED_DIFFERENCE and HARD_SWISH (LiteRT 2.3.0 has
+no such kernels); int16 LOGISTIC/TANH with a power-of-two input scale (TFLite
+then runs a gemmlowp fixed-point kernel, not the table). TFLite's hybrid
+kernels (float activations, int8 weights) are the op set ``"tflite.hybrid"``
+in :mod:`.hybrid`.
 """
 
-from . import activations, conv, elementwise, fake_quant, fixedpoint, float_fallback, pool, shape  # noqa: F401
+from . import activations, conv, elementwise, fake_quant, fixedpoint, float_fallback, hybrid, pool, shape  # noqa: F401
 
-__all__ = ["activations", "conv", "elementwise", "fake_quant", "fixedpoint", "float_fallback", "pool", "shape"]
+__all__ = ["activations", "conv", "elementwise", "fake_quant", "fixedpoint", "float_fallback", "hybrid", "pool",
+           "shape"]

@@ -6,6 +6,11 @@ uses the optimized kernel's float exp table (``PopulateSoftmaxLookupTable``)
 with a sequential float32 sum, as the builtin (non-XNNPACK) x86 kernel does;
 HARD_SWISH is the int16 fixed-point ``reference_ops::HardSwish`` including
 its deliberately non-rounding final doubling multiply.
+
+int16 (16x8) kernels, bit-exact against LiteRT's builtin kernels: LOGISTIC and
+TANH interpolate TFLite's 256-entry ``sigmoid_table_uint16``; SOFTMAX is
+``SoftmaxInt16`` (exp and 1/(1+x) tables); GELU and RSQRT read 513-entry
+``LUTPopulate<int16_t>`` tables with 7-bit interpolation (``LUTLookup``).
 """
 
 from __future__ import annotations
@@ -68,18 +73,23 @@ def _tanh(v):
 
 @register(OP_SET, "LOGISTIC", differentiable=False)
 def LOGISTIC(ctx, x):
-    """Quantized LOGISTIC (8-bit): table of ``1 / (1 + exp(-x))``."""
-    if np.dtype(ctx.inputs[0].dtype).itemsize != 1:
-        raise ctx.error("int16 LOGISTIC is not supported yet")
+    """Quantized LOGISTIC. 8-bit: table of ``1 / (1 + exp(-x))``. int16
+    (``reference_integer_ops::Logistic``): input rescaled to 1/(3*4096)
+    units, interpolated in TFLite's 256-entry sigmoid table (0.16 fixed
+    point), output scale 2^-15."""
+    if _is16(ctx):
+        return _sigmoid16_common(ctx, x, tanh=False)
     table, lo = _lut(ctx, _sigmoid)
     return _apply_lut(ctx, x, table, lo)
 
 
 @register(OP_SET, "TANH", differentiable=False)
 def TANH(ctx, x):
-    """Quantized TANH (8-bit): table of ``tanh(x)``."""
-    if np.dtype(ctx.inputs[0].dtype).itemsize != 1:
-        raise ctx.error("int16 TANH is not supported yet")
+    """Quantized TANH. 8-bit: table of ``tanh(x)``. int16
+    (``reference_integer_ops::Tanh``): ``tanh(x) = 2 sigmoid(2x) - 1`` read
+    from the sigmoid table with 8 fractional index bits."""
+    if _is16(ctx):
+        return _sigmoid16_common(ctx, x, tanh=True)
     table, lo = _lut(ctx, _tanh)
     return _apply_lut(ctx, x, table, lo)
 
@@ -101,6 +111,8 @@ def SOFTMAX(ctx, x, *, beta=1.0):
     the float table ``exp(-s_in * beta * d)`` for ``d = max - q``):
     ``q_out = round(table[d] / (sum * s_out)) + zp_out``, clamped."""
     vi, vo = ctx.inputs[0], ctx.outputs[0]
+    if np.dtype(vi.dtype) == np.int16 and np.dtype(vo.dtype) == np.int16:
+        return _softmax16(ctx, x, beta)
     if np.dtype(vi.dtype).itemsize != 1 or np.dtype(vo.dtype).itemsize != 1:
         raise ctx.error(f"SOFTMAX {np.dtype(vi.dtype).name} -> {np.dtype(vo.dtype).name} is not supported yet "
                         "(only 8-bit)")
@@ -210,9 +222,10 @@ def _gelu_tanh(v):
 
 @register(OP_SET, "GELU", differentiable=False)
 def GELU(ctx, x, *, approximate=False):
-    """Quantized GELU (8-bit): table of the float GELU (erf, or tanh form)."""
-    if np.dtype(ctx.inputs[0].dtype).itemsize != 1:
-        raise ctx.error("int16 GELU is not supported yet")
+    """Quantized GELU: table of the float GELU (erf, or tanh form); int16:
+    the 513-entry interpolated table of ``LUTPopulate<int16_t>`` (float)."""
+    if _is16(ctx):
+        return _lut16_op(ctx, x, gelu_tanh_f32 if approximate else gelu_f32)
     table, lo = _lut(ctx, _gelu_tanh if approximate else _gelu)
     return _apply_lut(ctx, x, table, lo)
 
@@ -284,8 +297,8 @@ def RSQRT(ctx, x):
     """Quantized RSQRT (8-bit, ``elementwise.cc`` RsqrtEvalQuantized): per
     input code, TFLite's fixed-point inverse square root, tabulated at load."""
     vi, vo = ctx.inputs[0], ctx.outputs[0]
-    if np.dtype(vi.dtype).itemsize != 1:
-        raise ctx.error("int16 RSQRT is not supported yet")
+    if _is16(ctx):
+        return _lut16_op(ctx, x, _rsqrt16_transform(ctx))
     si, zi = scale_zp(ctx, vi, "input")
     so, zo = scale_zp(ctx, vo, "output")
     m, s = fp.quantize_multiplier(1.0 / math.sqrt(float(si)) / float(so))
@@ -306,3 +319,228 @@ def RSQRT(ctx, x):
         out = _mbqm_py(data, m, s - k_shift) + zo
         table[code - lo] = min(max(out, olo), ohi)
     return _apply_lut(ctx, x, table, lo)
+
+
+# --- 16-bit (16x8) kernels -----------------------------------------------------------
+#
+# int16 LOGISTIC/TANH: reference_integer_ops::Logistic/Tanh, interpolating a
+# 256-entry table of sigmoid(i/24) in 0.16 fixed point after rescaling the
+# input to 1/(3*4096) units (multiplier and shift from SigmoidPrepare /
+# TanhPrepare). int16 SOFTMAX, GELU and RSQRT: 513-entry int16 tables
+# (``LUTPopulate<int16_t>``) read with 7-bit linear interpolation
+# (``LUTLookup``).
+
+#: entries of TFLite's ``sigmoid_table_uint16`` one above
+#: ``round(65536 * sigmoid(i / 24))`` (the table is not that formula exactly;
+#: every other entry is).
+_SIGMOID_TABLE_BUMPS = (4, 8, 12, 14, 15, 16, 17, 19, 20, 21, 22, 25, 27, 28, 29, 30, 31, 33, 34, 35, 37,
+                        39, 40, 41, 43, 44, 45, 46, 49, 50, 54, 62, 63, 64, 66, 82, 86, 93, 100, 103,
+                        112, 116, 135, 255)
+
+
+def sigmoid_table_uint16() -> np.ndarray:
+    """TFLite's ``sigmoid_table_uint16`` (``kernels/internal/common.h``):
+    256 values of ``sigmoid(i / 24)`` in 0.16 fixed point, int32."""
+    t = [min(65535, math.floor(65536.0 / (1.0 + math.exp(-i / 24.0)) + 0.5)) for i in range(256)]
+    for i in _SIGMOID_TABLE_BUMPS:
+        t[i] += 1
+    return np.asarray(t, np.int32)
+
+
+def _checked_log2(x) -> tuple[int, bool]:
+    """``CheckedLog2`` (float32): ``(round(log2 x), |frac| < 1e-3)``."""
+    l2 = np.float32(np.float32(np.log(np.float32(x))) * np.float32(np.float32(1.0) / np.log(np.float32(2.0))))
+    r = np.float32(fp.round_half_away(float(l2)))
+    return int(r), bool(abs(float(np.float32(l2 - r))) < 1e-3)
+
+
+def sigmoid16_params(scale, zp_in, zp_out, out_scale, tanh):
+    """``SigmoidPrepare``/``TanhPrepare`` for int16: ``(input_multiplier,
+    input_left_shift)`` or a string saying why the model is not supported.
+    ``input_multiplier == 0`` (power-of-two input scale) selects TFLite's
+    gemmlowp fixed-point kernel, which is not implemented."""
+    if zp_in != 0 or zp_out != 0:
+        return "int16 zero points must be 0"
+    l2, pot = _checked_log2(scale)
+    left = 12 + l2
+    if pot and (left == 0 or (tanh and left == 1)):
+        return "a power-of-two input scale selects the gemmlowp fixed-point kernel (not implemented)"
+    ol2, opot = _checked_log2(out_scale)
+    if not opot or ol2 != -15:
+        return "the output scale must be 2^-15 (TFLite rejects the model)"
+    mult = float(np.float32(scale)) * 4096.0 * 3.0
+    left = 0
+    while mult <= 32767.0 / 2.0 and left <= 30:
+        left += 1
+        mult *= 2.0
+    m = int(mult)
+    if m >= 1 << 15:
+        return f"input scale {float(scale)} too large (multiplier {m} overflows the int32 kernel)"
+    return m, left
+
+
+def _sigmoid16_common(ctx, x, tanh):
+    vi, vo = ctx.inputs[0], ctx.outputs[0]
+    si, zi = scale_zp(ctx, vi, "input")
+    so, zo = scale_zp(ctx, vo, "output")
+    p = sigmoid16_params(si, zi, zo, so, tanh)
+    if isinstance(p, str):
+        raise ctx.error(f"int16 {ctx.node.op_name}: {p}")
+    m, left = p
+    rnd = (1 << (left - 1)) if left > 0 else 0
+    v = (as_i32(x) * m + rnd) >> left
+    a = jnp.abs(v)
+    bits = 8 if tanh else 9
+    uh = a >> bits
+    idx = jnp.minimum(uh, 254)
+    table = jnp.asarray(sigmoid_table_uint16())
+    ua, ub = jnp.take(table, idx), jnp.take(table, idx + 1)
+    ut = a & ((1 << bits) - 1)
+    if tanh:
+        r = jnp.where(uh >= 255, 0xFFFF << 8, (ua << 8) + ut * (ub - ua))
+        r = jnp.where(v >= 0, r - (1 << 23) + (1 << 7), -r + (1 << 23) + (1 << 7) - 1)
+        r = r >> 8
+    else:
+        r = jnp.where(uh >= 255, 0x7FFF << 10, (ua << 9) + ut * (ub - ua))
+        r = jnp.where(v >= 0, r + (1 << 9), (1 << 25) - r + (1 << 9) - 1)
+        r = r >> 10
+    return r.astype(jnp.int16)
+
+
+def _round_away(x: float) -> float:
+    return fp.round_half_away(x)
+
+
+def lut16_populate(transform, input_scale, input_zp, output_scale, output_zp, double=True):
+    """``LUTPopulate<int16_t>`` (``common.h`` ``LUTPopulateInt16``): 513
+    int16 samples of ``transform`` over the input range with a midpoint
+    error correction. ``double``: the FloatT=double overload (SOFTMAX's exp
+    and 1/(1+x) tables); else every operation in float32 (GELU, RSQRT)."""
+    ff = float if double else np.float32
+
+    def rnd(v):
+        return ff(_round_away(float(v)))
+
+    isc, osc = ff(input_scale), ff(output_scale)
+    in_min = ff(isc * ff(-32768 - input_zp))
+    in_max = ff(isc * ff(32767 - input_zp))
+    out_min = ff(osc * ff(-32768 - output_zp))
+    out_max = ff(osc * ff(32767 - output_zp))
+    step = ff(ff(in_max - in_min) / ff(512))
+    half = ff(step / ff(2))
+    inv = ff(ff(65536) / ff(out_max - out_min))
+    lut = np.empty(513, np.int32)
+    for i in range(512):
+        base = ff(in_min + ff(ff(i) * step))
+        val = ff(transform(base))
+        mid = ff(transform(ff(base + half)))
+        nxt = ff(transform(ff(in_min + ff(ff(i + 1) * step))))
+        sample = rnd(ff(val * inv))
+        interp = rnd(ff(ff(ff(nxt * inv) + rnd(ff(val * inv))) / ff(2)))
+        midv = rnd(ff(mid * inv))
+        bias = rnd(ff(ff(interp - midv) / ff(2)))
+        lut[i] = int(min(max(float(ff(sample - bias)), -32768.0), 32767.0))
+    lut[512] = int(min(max(float(rnd(ff(ff(transform(in_max)) * inv))), -32768.0), 32767.0))
+    return lut
+
+
+def _wrap16_arr(x):
+    return ((x + 32768) & 0xFFFF) - 32768
+
+
+def lut16_lookup(x, lut):
+    """``LUTLookup(int16_t, lut)``: base ``lut[256 + (x >> 7)]`` plus the
+    slope to the next entry times the low 7 bits, ``(s*o + 64) >> 7``."""
+    x = as_i32(x)
+    idx = 256 + (x >> 7)
+    off = x & 0x7F
+    t = jnp.asarray(lut, jnp.int32)
+    base = jnp.take(t, idx)
+    slope = _wrap16_arr(jnp.take(t, idx + 1) - base)
+    return _wrap16_arr(base + ((slope * off + 64) >> 7))
+
+
+def _lut16_op(ctx, x, transform):
+    vi, vo = ctx.inputs[0], ctx.outputs[0]
+    si, zi = scale_zp(ctx, vi, "input")
+    so, zo = scale_zp(ctx, vo, "output")
+    lut = lut16_populate(transform, si, zi, so, zo, double=False)
+    return lut16_lookup(x, lut).astype(jnp.int16)
+
+
+def _is16(ctx):
+    return np.dtype(ctx.inputs[0].dtype) == np.int16
+
+
+def gelu_f32(v):
+    """``GeluTransform`` (float): ``0.5f * x * erfcf(x * -sqrt(1/2))``."""
+    v = np.float32(v)
+    t = np.float32(v * np.float32(-math.sqrt(0.5)))
+    return np.float32(np.float32(np.float32(0.5) * v) * np.float32(math.erfc(float(t))))
+
+
+def gelu_tanh_f32(v):
+    """``GeluTransformApproximate`` (float)."""
+    v = np.float32(v)
+    k = np.float32(1.12837916709551257390 * 0.70710678118654752440)  # M_2_SQRTPI * M_SQRT1_2
+    cube = np.float32(np.float32(np.float32(np.float32(0.044715) * v) * v) * v)
+    inner = np.float32(k * np.float32(v + cube))
+    one_plus = np.float32(np.float32(1.0) + np.float32(math.tanh(float(inner))))
+    return np.float32(np.float32(np.float32(0.5) * v) * one_plus)
+
+
+def _rsqrt16_transform(ctx):
+    """RSQRT's int16 table function (``elementwise.cc``): ``1 / sqrtf(v)``,
+    and ``32767 * s_out`` for ``v <= 0`` (negative inputs are rejected by
+    TFLite at run time; fbjax maps them through the table like 0)."""
+    so, _ = scale_zp(ctx, ctx.outputs[0], "output")
+    top = np.float32(np.float32(32767) * so)
+
+    def f(v):
+        v = np.float32(v)
+        if v <= 0:
+            return top
+        return np.float32(np.float32(1.0) / np.sqrt(v))
+    return f
+
+
+def _softmax16(ctx, x, beta):
+    """``reference_ops::SoftmaxInt16``: ``exp`` of the rescaled difference to
+    the row maximum from a 513-entry table over [-10, 0], the int32 sum
+    normalized by its leading zeros, its reciprocal from a ``1/(1+x)`` table,
+    and a rounding right shift of the product."""
+    vi, vo = ctx.inputs[0], ctx.outputs[0]
+    si, zi = scale_zp(ctx, vi, "input")
+    so, zo = scale_zp(ctx, vo, "output")
+    if zi != 0 or zo != 0:
+        raise ctx.error("int16 SOFTMAX needs zero points 0")
+    exp_lut, rec_lut = softmax16_tables()
+    real = float(np.float32(np.float32(si) * np.float32(beta))) / (10.0 / 65535.0)
+    m, s = fp.quantize_multiplier(real)
+    q = as_i32(x)
+    d = q - jnp.max(q, axis=-1, keepdims=True)
+    sd = jnp.clip(fp.mbqm(d, m, s) + 32767, -32768, 32767)
+    e = lut16_lookup(sd, exp_lut)
+    total = jnp.sum(e, axis=-1, keepdims=True, dtype=jnp.int32)
+    h = lax.clz(total)  # headroom_plus_one (total > 0)
+    ut = lax.bitcast_convert_type(total, jnp.uint32)
+    shifted = ((ut << (h - 1).astype(jnp.uint32)) + jnp.uint32(1 << 13)) >> jnp.uint32(14)
+    sym = jnp.clip(shifted.astype(jnp.int32) - ((1 << 15) + (1 << 16)), -32768, 32767)
+    recip = lut16_lookup(sym, rec_lut)
+    rs = 31 - h
+    r = lax.shift_right_arithmetic(e * recip + (jnp.int32(1) << (rs - 1)), jnp.broadcast_to(rs, e.shape))
+    return jnp.clip(r, 0, 32767).astype(jnp.int16)
+
+
+_SOFTMAX16_TABLES = []
+
+
+def softmax16_tables():
+    """SOFTMAX's int16 tables (``SoftmaxPrepare``, double precision):
+    ``exp`` over [-10, 0] and ``1/(1+x)`` over [0, 1], both to [-1, 1]."""
+    if not _SOFTMAX16_TABLES:
+        rng = 65535
+        exp_lut = lut16_populate(math.exp, 10.0 / rng, 32767, 2.0 / rng, 0, double=True)
+        rec_lut = lut16_populate(lambda v: 1.0 / (1.0 + v), 1.0 / rng, -32768, 2.0 / rng, 0, double=True)
+        _SOFTMAX16_TABLES.extend([exp_lut, rec_lut])
+    return _SOFTMAX16_TABLES[0], _SOFTMAX16_TABLES[1]

@@ -150,18 +150,29 @@ def DEPTHWISE_CONV_2D(ctx, x, w, b=None, *, padding="SAME", stride_w=1, stride_h
     bb = _bias(ctx, b, acc_t)
     if bb is not None:
         acc = acc + bb
-    return _requantize(ctx, acc, oc, fused_activation_function, int64_rescale=_int64_bias(ctx, 2),
-                       gemm_rounding=GEMM_ROUNDING)
+    y = _requantize(ctx, acc, oc, fused_activation_function, int64_rescale=_int64_bias(ctx, 2),
+                    gemm_rounding=GEMM_ROUNDING)
+    tail = oc % 8
+    if GEMM_ROUNDING and tail and acc.dtype == jnp.int32:
+        # the 8-channel vector body rounds the final shift's ties up, the
+        # scalar tail (last C % 8 channels) away from zero (verified with
+        # LiteRT's intermediates on 28- and 36-channel layers)
+        y_tail = _requantize(ctx, acc, oc, fused_activation_function, gemm_rounding=False)
+        y = jnp.where(np.arange(oc) >= oc - tail, y_tail, y)
+    return y
 
 
 @register(OP_SET, "FULLY_CONNECTED", differentiable=False)
 def FULLY_CONNECTED(ctx, x, w, b=None, *, fused_activation_function="NONE", weights_format="DEFAULT",
-                    keep_num_dims=False, asymmetric_quantize_inputs=False):
+                    keep_num_dims=False, asymmetric_quantize_inputs=False, quantized_bias_type=None):
     """Quantized TFLite FULLY_CONNECTED (``reference_integer_ops::FullyConnected``).
 
     ``w`` ``[O, I]`` int8; per-tensor multiplier from the float32 product
     ``s_in * s_w`` (``GetQuantizedConvolutionMultipler``), per-channel ones
-    in double.
+    in double. int16 inputs with ``quantized_bias_type`` int64 (or an int64
+    bias): the reference kernel's requantization in double,
+    ``round(acc * s_in * s_w[c] / s_out)`` (``fully_connected.cc``
+    ``FullyConnectedInt16``/``FullyConnectedPerChannelInt16``).
     """
     acc_t = _wide(ctx, "FULLY_CONNECTED")
     if weights_format != "DEFAULT":
@@ -179,11 +190,40 @@ def FULLY_CONNECTED(ctx, x, w, b=None, *, fused_activation_function="NONE", weig
     bb = _bias(ctx, b, acc_t)
     if bb is not None:
         acc = acc + bb
+    if acc_t == jnp.int64 and _fc16_float_requant(ctx, quantized_bias_type):
+        return _fc16_requant_float(ctx, acc, o, fused_activation_function).reshape(lead + (o,))
     per_tensor = (ctx.inputs[1].quant is not None and not ctx.inputs[1].quant.per_channel
                   and acc_t == jnp.int32)
     y = _requantize(ctx, acc, o, fused_activation_function, float_product=per_tensor,
                     int64_rescale=_int64_bias(ctx, 2), gemm_rounding=GEMM_ROUNDING)
     return y.reshape(lead + (o,))
+
+
+def _fc16_float_requant(ctx, quantized_bias_type) -> bool:
+    """Whether LiteRT runs an int16 x int8 FULLY_CONNECTED through the
+    reference kernel (float requantization) instead of the optimized int32
+    one: non-zero zero points, an int64 bias, or the ``quantized_bias_type``
+    option INT64."""
+    zps = [qparams(ctx, v, what)[1] for v, what in ((ctx.inputs[0], "input"), (ctx.inputs[1], "weights"),
+                                                      (ctx.outputs[0], "output"))]
+    qbt = None if quantized_bias_type is None else np.dtype(quantized_bias_type)
+    return any(np.any(z) for z in zps) or _int64_bias(ctx, 2) or qbt == np.dtype(np.int64)
+
+
+def _fc16_requant_float(ctx, acc, channels, fused):
+    """``round(double(acc) * (double(s_in) * double(s_w[c]) / double(s_out)))``
+    (round half away from zero), plus the output zero point, clamped."""
+    s_in, _ = scale_zp(ctx, ctx.inputs[0], "input")
+    s_out, z_out = scale_zp(ctx, ctx.outputs[0], "output")
+    s_w, _ = qparams(ctx, ctx.inputs[1], "weights")
+    eff = np.array([float(s_in) * float(w) / float(s_out)
+                    for w in np.broadcast_to(s_w, (channels,))], np.float64)
+    v = acc.astype(jnp.float64) * jnp.asarray(eff)
+    t = jnp.trunc(v)
+    r = t + jnp.where(jnp.abs(v - t) >= 0.5, jnp.sign(v), 0.0)
+    y = jnp.clip(r, -(2.0 ** 31), 2.0 ** 31 - 1).astype(jnp.int32)
+    lo, hi = activation_range(ctx, fused, ctx.outputs[0])
+    return clamp_cast(y + jnp.int32(z_out), lo, hi, out_dtype(ctx))
 
 
 @register(OP_SET, "TRANSPOSE_CONV", differentiable=False, static_inputs=(0,))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 from ..registry import register
 from . import fixedpoint as fp
@@ -22,9 +23,54 @@ from ._common import (activation_range, as_i32, clamp_cast, out_dtype, qparams, 
 OP_SET = "tflite.int"
 
 
-def _is_pot(s):
-    m, e = np.frexp(np.float64(s))
-    return m == 0.5
+def _checked_log2(x) -> tuple[int, bool]:
+    """``CheckedLog2`` (float32): ``(round(log2 x), |frac| < 1e-3)``."""
+    l2 = np.float32(np.float32(np.log(np.float32(x))) * np.float32(np.float32(1.0) / np.log(np.float32(2.0))))
+    r = np.float32(fp.round_half_away(float(l2)))
+    return int(r), bool(abs(float(np.float32(l2 - r))) < 1e-3)
+
+
+def _pot_shifts(ctx, sa, za, sb, zb, so, zo):
+    """``add.cc``/``sub.cc`` Prepare with ``pot_scale_int16``: when all three
+    scales are powers of two (``CheckedLog2``), the input shifts
+    ``log2 s_i - log2 s_out`` (both <= 0, one of them 0); else ``None``
+    (general path)."""
+    (la, pa), (lb, pb), (lo_, po) = _checked_log2(sa), _checked_log2(sb), _checked_log2(so)
+    if not (pa and pb and po):
+        return None
+    if za or zb or zo:
+        raise ctx.error("int16 ADD/SUB needs zero points 0")
+    s1, s2 = la - lo_, lb - lo_
+    if not (s1 == 0 or s2 == 0) or s1 > 0 or s2 > 0:
+        raise ctx.error(f"int16 power-of-two ADD/SUB input shifts {s1}, {s2}: TFLite requires both <= 0 "
+                        "and one of them 0")
+    return s1, s2
+
+
+def _rdbpot16(x, e):
+    """gemmlowp ``RoundingDivideByPOT`` on int16 values (the mask is an
+    int16, truncated for ``e > 15``)."""
+    if e == 0:
+        return x
+    mask = ((((1 << e) - 1) + 32768) & 0xFFFF) - 32768
+    th = (((mask >> 1) + (x < 0).astype(jnp.int32)) + 32768 & 0xFFFF) - 32768
+    return (x >> e) + ((x & mask) > th).astype(jnp.int32)
+
+
+def _add_sub_pot16(ctx, a, b, fused, sign, s1, s2):
+    """The int16 power-of-two kernels (``optimized_ops::Add`` int16,
+    ``Sub16``/``BroadcastSub16POTSlow``): the input with the smaller scale
+    is divided by ``2^-shift`` (rounding half away from zero), the two are
+    added or subtracted with int16 saturation, then clamped to the fused
+    activation range. ADD's kernel does not broadcast."""
+    if sign > 0 and tuple(np.shape(a)) != tuple(np.shape(b)):
+        raise ctx.error("int16 ADD with power-of-two scales does not broadcast in TFLite "
+                        f"(shapes {tuple(np.shape(a))} and {tuple(np.shape(b))})")
+    ya = _rdbpot16(as_i32(a), -s1)
+    yb = _rdbpot16(as_i32(b), -s2)
+    y = ya + yb if sign > 0 else ya - yb
+    lo, hi = activation_range(ctx, fused, ctx.outputs[0])
+    return clamp_cast(y, lo, hi, out_dtype(ctx))
 
 
 def _add_sub(ctx, a, b, fused, sign, pot_scale_int16):
@@ -33,8 +79,10 @@ def _add_sub(ctx, a, b, fused, sign, pot_scale_int16):
     sb, zb = scale_zp(ctx, vb, "input 2")
     so, zo = scale_zp(ctx, vo, "output")
     int16 = np.dtype(vo.dtype) == np.int16
-    if int16 and pot_scale_int16 and _is_pot(sa) and _is_pot(sb) and _is_pot(so):
-        raise ctx.error("int16 ADD/SUB with power-of-two scales (pot_scale_int16) is not supported")
+    if int16 and pot_scale_int16:
+        pot = _pot_shifts(ctx, sa, za, sb, zb, so, zo)
+        if pot is not None:
+            return _add_sub_pot16(ctx, a, b, fused, sign, *pot)
     left_shift = 15 if int16 else 20
     twice_max = 2.0 * float(max(sa, sb))
     m1, s1 = fp.quantize_multiplier(float(sa) / twice_max)
@@ -52,7 +100,8 @@ def _add_sub(ctx, a, b, fused, sign, pot_scale_int16):
 
 @register(OP_SET, "ADD", differentiable=False)
 def ADD(ctx, a, b, *, fused_activation_function="NONE", pot_scale_int16=True):
-    """Quantized TFLite ADD (int8/uint8, int16 with general scales), broadcasting."""
+    """Quantized TFLite ADD (int8/uint8, int16 with general scales; int16
+    with power-of-two scales when ``pot_scale_int16``), broadcasting."""
     return _add_sub(ctx, a, b, fused_activation_function, +1, pot_scale_int16)
 
 
@@ -81,6 +130,10 @@ def QUANTIZE(ctx, x):
     as the builtin x86 kernel), or integer requantization
     ``MBQM(q - zp_in, s_in/s_out) + zp_out``."""
     vo = ctx.outputs[0]
+    if vo.quant is not None and np.asarray(vo.quant.scale).size > 1 and jnp.issubdtype(jnp.asarray(x).dtype,
+                                                                                       jnp.floating):
+        from .hybrid import per_channel_quantize  # per-channel output scales (issue 4)
+        return per_channel_quantize(ctx, x)
     so, zo = scale_zp(ctx, vo, "output")
     lo, hi = qrange(vo.dtype)
     x = jnp.asarray(x)
@@ -94,6 +147,15 @@ def QUANTIZE(ctx, x):
     si, zi = scale_zp(ctx, ctx.inputs[0], "input")
     m, s = fp.quantize_multiplier(float(si) / float(so))
     y = fp.mbqm(as_i32(x) - zi, m, s) + zo
+    if np.dtype(ctx.inputs[0].dtype).itemsize == 1 and np.dtype(vo.dtype).itemsize == 1 and x.size >= 16:
+        # optimized 8-bit Requantize: its 16-lane vector body (NEON via
+        # NEON_2_SSE on x86) rounds the final shift half up; the scalar tail
+        # (last size % 16 elements) uses MultiplyByQuantizedMultiplier as
+        # above (verified on ai-edge-quantizer's int8 -> int8 QUANTIZE, sizes
+        # multiple of 16; the tail split follows the kernel's loop structure).
+        yg = fp.mbqm_gemm(as_i32(x) - zi, m, s) + zo
+        body = x.size - x.size % 16
+        y = jnp.where((np.arange(x.size) < body).reshape(x.shape), yg, y)
     return clamp_cast(y, lo, hi, vo.dtype)
 
 
@@ -129,7 +191,11 @@ def DEQUANTIZE(ctx, x):
             in_tail = (np.arange(n) >= n - n % 8).reshape(x.shape)
             y = jnp.where(in_tail, jnp.take(jnp.asarray(tail), idx), y)
         return y.astype(out_dtype(ctx))
-    return ((as_i32(x) - jnp.asarray(z)).astype(jnp.float32) * jnp.asarray(s)).astype(out_dtype(ctx))
+    y = ((as_i32(x) - jnp.asarray(z)).astype(jnp.float32) * jnp.asarray(s)).astype(out_dtype(ctx))
+    # The product is rounded to float32 before any consumer sees it; without
+    # the barrier XLA:CPU fuses it into a following add as one FMA (float
+    # islands of 16x8 models: DEQUANTIZE -> HARD_SWISH -> QUANTIZE).
+    return lax.optimization_barrier(y)
 
 
 def _relu_x(ctx, x, act_min, act_max):
@@ -242,7 +308,8 @@ def SQUARED_DIFFERENCE(ctx, a, b):
     sb, zb = scale_zp(ctx, ctx.inputs[1], "input 2")
     so, zo = scale_zp(ctx, ctx.outputs[0], "output")
     if np.dtype(ctx.outputs[0].dtype).itemsize != 1:
-        raise ctx.error("int16 SQUARED_DIFFERENCE is not supported yet")
+        raise ctx.error("int16 SQUARED_DIFFERENCE is not supported: LiteRT 2.3.0 has no int16 kernel "
+                        "(squared_difference.cc: float32, int32, int8), so there is nothing to reproduce")
     ls = 7
     tm = 2.0 * float(max(sa, sb))
     m1, s1 = fp.quantize_multiplier(float(sa) / tm)

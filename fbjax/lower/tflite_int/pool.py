@@ -96,7 +96,7 @@ def _mean_or_sum(ctx, x, axis, keep_dims, compute_sum):
     n = int(np.prod([x.shape[a] for a in axes])) if axes else 1
     m, s = fp.quantize_multiplier(float(si) / float(so))
     xi = as_i32(x)
-    if not compute_sum and x.ndim == 4 and axes == (1, 2) and keep_dims:
+    if not compute_sum and x.ndim == 4 and axes == (1, 2) and keep_dims and np.dtype(vi.dtype).itemsize == 1:
         # optimized_integer_ops::Mean: raw sum, one float32-derived multiplier
         # s_in / (n * s_out), float32-rounded bias for the zero points. Its
         # 16-channel vector body rounds the final shift half up, the scalar

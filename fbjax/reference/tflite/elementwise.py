@@ -115,8 +115,19 @@ def LOGISTIC(ctx, x):
 
 @register("tflite", "HARD_SWISH")
 def HARD_SWISH(ctx, x):
-    """``x * relu6(x + 3) / 6`` (kernels/activations.cc HardSwishEval)."""
-    return _unary(ctx, x, lambda v: v * np.clip(v + 3.0, 0.0, 6.0) / 6.0)
+    """``x * relu6(x + 3) / 6`` (kernels/activations.cc HardSwishEval), in
+    float32 in the builtin x86 kernel's order: ``(x * (1/6)) * relu6(x + 3)``,
+    the last ``size % 4`` elements ``(x * relu6(x + 3)) * (1/6)``."""
+    if np.asarray(x).dtype != np.float32:
+        return _unary(ctx, x, lambda v: v * np.clip(v + 3.0, 0.0, 6.0) / 6.0)
+    x = np.asarray(x)
+    sixth = np.float32(1.0) / np.float32(6.0)
+    r6 = np.clip(x + np.float32(3.0), np.float32(0.0), np.float32(6.0))
+    y = (x * sixth) * r6
+    flat, tail = y.reshape(-1), x.size % 4
+    if tail:
+        flat[x.size - tail:] = ((x * r6) * sixth).reshape(-1)[x.size - tail:]
+    return to_out(ctx, flat.reshape(x.shape))
 
 
 @register("tflite", "PRELU")

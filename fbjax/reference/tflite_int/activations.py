@@ -1,4 +1,5 @@
-"""numpy twins of the integer-exact TFLite activations (8-bit)."""
+"""numpy twins of the integer-exact TFLite activations (8-bit, and the int16
+LOGISTIC/TANH/SOFTMAX/GELU/RSQRT kernels of 16x8 models)."""
 
 from __future__ import annotations
 
@@ -29,20 +30,28 @@ def _lut_apply(ctx, x, fn):
 
 @register(OP_SET, "LOGISTIC")
 def LOGISTIC(ctx, x):
-    """Reference quantized LOGISTIC (float32 sigmoid of each dequantized code)."""
+    """Reference quantized LOGISTIC (float32 sigmoid of each dequantized code;
+    int16: interpolated sigmoid table, scalar loop)."""
+    if np.dtype(ctx.inputs[0].dtype) == np.int16:
+        return _sigmoid16(ctx, x, False)
     return _lut_apply(ctx, x, lambda v: F(F(1.0) / F(F(1.0) + F(math.exp(-float(v))))))
 
 
 @register(OP_SET, "TANH")
 def TANH(ctx, x):
-    """Reference quantized TANH."""
+    """Reference quantized TANH (int16: the sigmoid table read for tanh)."""
+    if np.dtype(ctx.inputs[0].dtype) == np.int16:
+        return _sigmoid16(ctx, x, True)
     return _lut_apply(ctx, x, lambda v: F(math.tanh(float(v))))
 
 
 @register(OP_SET, "SOFTMAX")
 def SOFTMAX(ctx, x, *, beta=1.0):
-    """Reference quantized SOFTMAX (float exp table, sequential float32 sum)."""
+    """Reference quantized SOFTMAX (float exp table, sequential float32 sum;
+    int16 in and out: ``SoftmaxInt16`` with its two 513-entry tables)."""
     vi, vo = ctx.inputs[0], ctx.outputs[0]
+    if np.dtype(vi.dtype) == np.int16 and np.dtype(vo.dtype) == np.int16:
+        return _softmax16(ctx, x, beta)
     si, _ = sz(ctx, vi)
     so, zo = sz(ctx, vo)
     lo, hi = qrange(vo.dtype)
@@ -130,7 +139,10 @@ def HARD_SWISH(ctx, x):
 
 @register(OP_SET, "GELU")
 def GELU(ctx, x, *, approximate=False):
-    """Reference quantized GELU (float GELU of each dequantized code, in double)."""
+    """Reference quantized GELU (float GELU of each dequantized code, in double;
+    int16: float32 ``erfc``/``tanh`` form sampled into a 513-entry table)."""
+    if np.dtype(ctx.inputs[0].dtype) == np.int16:
+        return _table16_apply(ctx, x, _gelu16_tanh if approximate else _gelu16)
     def erf_form(v):
         return F(float(F(0.5) * F(v)) * (1.0 + math.erf(float(v) / math.sqrt(2.0))))
 
@@ -191,7 +203,11 @@ def _mbqm32(x, m, s):
 
 @register(OP_SET, "RSQRT")
 def RSQRT(ctx, x):
-    """Reference quantized RSQRT (8-bit, TFLite's fixed-point inverse sqrt)."""
+    """Reference quantized RSQRT (8-bit, TFLite's fixed-point inverse sqrt;
+    int16: ``1/sqrtf`` sampled into a 513-entry table)."""
+    if np.dtype(ctx.inputs[0].dtype) == np.int16:
+        so = sz(ctx, ctx.outputs[0])[0]
+        return _table16_apply(ctx, x, lambda v: F(F(32767) * so) if v <= 0 else F(F(1.0) / np.sqrt(F(v))))
     si, zi = sz(ctx, ctx.inputs[0])
     so, zo = sz(ctx, ctx.outputs[0])
     lo, hi = qrange(ctx.outputs[0].dtype)
@@ -205,3 +221,127 @@ def RSQRT(ctx, x):
         im, ish = _inv_sqrt(v)
         out[idx] = min(max(_mbqm32(_mbqm32(1, im, ish + 20), int(m), int(s) - 20) + zo, lo), hi)
     return out.astype(ctx.outputs[0].dtype)
+
+
+# --- int16 (16x8) kernels ---------------------------------------------------------------
+
+def _sigmoid_q16_table():
+    """``sigmoid_table_uint16``: round(65536 sigmoid(i/24)), clamped to
+    65535, plus one at the 44 entries where TFLite's table is one above."""
+    bumped = {4, 8, 12, 14, 15, 16, 17, 19, 20, 21, 22, 25, 27, 28, 29, 30, 31, 33, 34, 35, 37, 39, 40,
+              41, 43, 44, 45, 46, 49, 50, 54, 62, 63, 64, 66, 82, 86, 93, 100, 103, 112, 116, 135, 255}
+    out = []
+    for i in range(256):
+        v = int(math.floor(65536.0 * (1.0 / (1.0 + math.exp(-i / 24.0))) + 0.5))
+        out.append(min(v, 65535) + (1 if i in bumped else 0))
+    return out
+
+
+def _log2_checked(x):
+    lg = F(F(np.log(F(x))) * F(F(1.0) / np.log(F(2.0))))
+    r = F(round_half_away(lg))
+    return int(r), abs(float(F(lg - r))) < 1e-3
+
+
+def _sigmoid16(ctx, x, tanh):
+    si, zi = sz(ctx, ctx.inputs[0])
+    so, zo = sz(ctx, ctx.outputs[0])
+    l2, pot = _log2_checked(si)
+    ol2, opot = _log2_checked(so)
+    if zi or zo or (pot and (12 + l2 == 0 or (tanh and 12 + l2 == 1))) or not opot or ol2 != -15:
+        raise ctx.error("int16 LOGISTIC/TANH: only the non-power-of-two input scale kernel is implemented")
+    mult, shift = float(si) * 12288.0, 0
+    while mult <= 16383.5 and shift <= 30:
+        mult, shift = mult * 2.0, shift + 1
+    mult = int(mult)
+    table = _sigmoid_q16_table()
+    half = (1 << (shift - 1)) if shift else 0
+    out = np.empty(np.shape(x), np.int64)
+    for idx, q in np.ndenumerate(np.asarray(x, np.int64)):
+        v = (int(q) * mult + half) >> shift
+        a = abs(v)
+        if tanh:
+            hi_, lo_ = a >> 8, a & 255
+            r = (0xFFFF << 8) if hi_ >= 255 else (table[hi_] << 8) + lo_ * (table[hi_ + 1] - table[hi_])
+            r = r - (1 << 23) + 128 if v >= 0 else (1 << 23) - r + 127
+            out[idx] = r >> 8
+        else:
+            hi_, lo_ = a >> 9, a & 511
+            r = (0x7FFF << 10) if hi_ >= 255 else (table[hi_] << 9) + lo_ * (table[hi_ + 1] - table[hi_])
+            r = r + 512 if v >= 0 else (1 << 25) - r + 511
+            out[idx] = r >> 10
+    return out.astype(np.int16)
+
+
+def _rnd(v):
+    return math.copysign(math.floor(abs(float(v)) + 0.5), float(v))
+
+
+def _table16(fn, in_scale, in_zp, out_scale, out_zp, T):
+    """``LUTPopulateInt16<T>`` with T = float (np.float32) or double (float)."""
+    in_lo = T(T(in_scale) * T(-32768 - in_zp))
+    in_hi = T(T(in_scale) * T(32767 - in_zp))
+    out_lo = T(T(out_scale) * T(-32768 - out_zp))
+    out_hi = T(T(out_scale) * T(32767 - out_zp))
+    step = T(T(in_hi - in_lo) / T(512))
+    inv = T(T(65536) / T(out_hi - out_lo))
+    table = []
+    for i in range(512):
+        x0 = T(in_lo + T(T(i) * step))
+        y0, ym, y1 = T(fn(x0)), T(fn(T(x0 + T(step / T(2))))), T(fn(T(in_lo + T(T(i + 1) * step))))
+        s0 = T(_rnd(T(y0 * inv)))
+        interp = T(_rnd(T(T(T(y1 * inv) + s0) / T(2))))
+        bias = T(_rnd(T(T(interp - T(_rnd(T(ym * inv)))) / T(2))))
+        table.append(int(min(max(float(T(s0 - bias)), -32768.0), 32767.0)))
+    table.append(int(min(max(_rnd(T(T(fn(in_hi)) * inv)), -32768.0), 32767.0)))
+    return table
+
+
+def _lookup16(v, table):
+    i = 256 + (v >> 7)
+    slope = ((table[i + 1] - table[i] + 32768) & 0xFFFF) - 32768
+    return ((table[i] + ((slope * (v & 127) + 64) >> 7) + 32768) & 0xFFFF) - 32768
+
+
+def _table16_apply(ctx, x, fn):
+    si, zi = sz(ctx, ctx.inputs[0])
+    so, zo = sz(ctx, ctx.outputs[0])
+    table = _table16(fn, si, zi, so, zo, F)
+    out = np.empty(np.shape(x), np.int64)
+    for idx, q in np.ndenumerate(np.asarray(x, np.int64)):
+        out[idx] = _lookup16(int(q), table)
+    return out.astype(np.int16)
+
+
+def _gelu16(v):
+    v = F(v)
+    return F(F(F(0.5) * v) * F(math.erfc(float(F(v * F(-0.7071067811865476))))))
+
+
+def _gelu16_tanh(v):
+    v = F(v)
+    c = F(1.1283791670955126 * 0.7071067811865476)
+    t = F(c * F(v + F(F(F(F(0.044715) * v) * v) * v)))
+    return F(F(F(0.5) * v) * F(F(1.0) + F(math.tanh(float(t)))))
+
+
+def _softmax16(ctx, x, beta):
+    si, zi = sz(ctx, ctx.inputs[0])
+    exp_t = _table16(math.exp, 10.0 / 65535, 32767, 2.0 / 65535, 0, float)
+    rec_t = _table16(lambda v: 1.0 / (1.0 + v), 1.0 / 65535, -32768, 2.0 / 65535, 0, float)
+    (m,), (sh,) = multipliers([float(F(si * F(beta))) / (10.0 / 65535.0)])
+    m, sh = int(m), int(sh)
+    xs = np.asarray(x, np.int64)
+    flat = xs.reshape(-1, xs.shape[-1])
+    out = np.empty(flat.shape, np.int64)
+    for r, row in enumerate(flat):
+        top = int(row.max())
+        exps = [_lookup16(min(max(_mbqm32(int(v) - top, m, sh) + 32767, -32768), 32767), exp_t) for v in row]
+        total = sum(exps)
+        lz = 32 - total.bit_length()
+        shifted = ((total << (lz - 1)) + (1 << 13)) >> 14
+        rec = _lookup16(min(max(shifted - 98304, -32768), 32767), rec_t)
+        rs = 31 - lz
+        for j, e in enumerate(exps):
+            out[r, j] = min(max((e * rec + (1 << (rs - 1))) >> rs, 0), 32767)
+    return out.reshape(xs.shape).astype(np.int16)

@@ -5,6 +5,8 @@ Direct int64 loops over kernel taps; padding from the TF ``SAME`` rule.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..registry import register
@@ -126,21 +128,43 @@ def DEPTHWISE_CONV_2D(ctx, x, w, b=None, *, padding="SAME", stride_w=1, stride_h
                       kx * dl[1]: kx * dl[1] + (ow - 1) * st[1] + 1: st[1], :] * wc[ky, kx]
     if b is not None:
         acc += np.asarray(b, np.int64)
-    return _finish(ctx, acc, oc, fused_activation_function, 2)
+    # 8-bit: the builtin kernel's 8-channel vector body rounds the final
+    # shift's ties up (gemm-like), its scalar tail (last oc % 8) away from zero
+    y = _finish(ctx, acc, oc, fused_activation_function, 2, gemm=True)
+    tail = oc % 8
+    if tail:
+        y[..., oc - tail:] = _finish(ctx, acc, oc, fused_activation_function, 2)[..., oc - tail:]
+    return y
 
 
 
 
 @register(OP_SET, "FULLY_CONNECTED")
 def FULLY_CONNECTED(ctx, x, w, b=None, *, fused_activation_function="NONE", weights_format="DEFAULT",
-                    keep_num_dims=False, asymmetric_quantize_inputs=False):
-    """Reference quantized FULLY_CONNECTED."""
+                    keep_num_dims=False, asymmetric_quantize_inputs=False, quantized_bias_type=None):
+    """Reference quantized FULLY_CONNECTED (int16 with an int64 bias type:
+    requantized in double, ``round(acc * s_in * s_w / s_out)``)."""
     o, i = np.shape(w)
     x = np.asarray(x)
     lead = x.shape[:-1] if keep_num_dims else (x.size // i,)
     acc = _centered(ctx, x.reshape(-1, i), ctx.inputs[0]) @ _wcentered(ctx, w, ctx.inputs[1]).T
     if b is not None:
         acc = acc + np.asarray(b, np.int64)
+    if np.dtype(ctx.inputs[0].dtype) == np.int16:
+        (si,), zi = qp(ctx, ctx.inputs[0])
+        (so,), zo = qp(ctx, ctx.outputs[0])
+        sw, zw = qp(ctx, ctx.inputs[1])
+        wide_bias = b is not None and np.asarray(b).dtype == np.int64
+        if zi.any() or zo.any() or zw.any() or wide_bias or (
+                quantized_bias_type is not None and np.dtype(quantized_bias_type) == np.int64):
+            out = np.empty(acc.shape, np.int64)
+            sw = np.broadcast_to(sw, (o,))
+            for (r, c), a in np.ndenumerate(acc):
+                v = float(a) * (float(si) * float(sw[c]) / float(so))
+                t = math.trunc(v)  # std::round: half away from zero
+                out[r, c] = t + (int(math.copysign(1, v)) if abs(v - t) >= 0.5 else 0) + int(zo[0])
+            lo, hi = act_range(ctx, fused_activation_function, ctx.outputs[0])
+            return np.clip(out, lo, hi).astype(np.int16).reshape(tuple(lead) + (o,))
     wq = ctx.inputs[1].quant
     fprod = wq is not None and np.asarray(wq.scale).size == 1 and np.dtype(ctx.inputs[0].dtype) != np.int16
     return _finish(ctx, acc, o, fused_activation_function, 2, float_product=fprod, gemm=True).reshape(tuple(lead) + (o,))

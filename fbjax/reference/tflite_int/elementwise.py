@@ -17,10 +17,39 @@ def _m(real):
     return m[0], s[0]
 
 
-def _addsub(ctx, a, b, fused, sign):
+def _pow2_exponent(x):
+    """``CheckedLog2``: the rounded float32 log2 and whether it is exact to 1e-3."""
+    lg = np.float32(np.float32(np.log(np.float32(x))) * np.float32(np.float32(1.0) / np.log(np.float32(2.0))))
+    r = np.float32(round_half_away(lg))
+    return int(r), abs(float(np.float32(lg - r))) < 1e-3
+
+
+def _rdbpot_i16(v, e):
+    mask = (((1 << e) - 1 + 32768) & 0xFFFF) - 32768
+    th = ((mask >> 1) + (1 if v < 0 else 0) + 32768 & 0xFFFF) - 32768
+    return (v >> e) + (1 if (v & mask) > th else 0)
+
+
+def _addsub_pot16(ctx, a, b, fused, sign, ea, eb):
+    if sign > 0 and np.shape(a) != np.shape(b):
+        raise ctx.error("int16 power-of-two ADD does not broadcast")
+    a, b = np.broadcast_arrays(np.asarray(a, np.int64), np.asarray(b, np.int64))
+    lo, hi = act_range(ctx, fused, ctx.outputs[0])
+    out = np.empty(a.shape, np.int64)
+    for idx in np.ndindex(a.shape):
+        v = _rdbpot_i16(int(a[idx]), -ea) + sign * _rdbpot_i16(int(b[idx]), -eb)
+        out[idx] = min(max(v, lo), hi)
+    return out.astype(np.int16)
+
+
+def _addsub(ctx, a, b, fused, sign, pot_scale_int16=False):
     sa, za = sz(ctx, ctx.inputs[0])
     sb, zb = sz(ctx, ctx.inputs[1])
     so, zo = sz(ctx, ctx.outputs[0])
+    if pot_scale_int16 and np.dtype(ctx.outputs[0].dtype) == np.int16:
+        (la, pa), (lb, pb), (lo_, po) = _pow2_exponent(sa), _pow2_exponent(sb), _pow2_exponent(so)
+        if pa and pb and po:
+            return _addsub_pot16(ctx, a, b, fused, sign, la - lo_, lb - lo_)
     ls = 15 if np.dtype(ctx.outputs[0].dtype) == np.int16 else 20
     tm = 2.0 * float(max(sa, sb))
     m1, s1 = _m(float(sa) / tm)
@@ -34,15 +63,15 @@ def _addsub(ctx, a, b, fused, sign):
 
 
 @register(OP_SET, "ADD")
-def ADD(ctx, a, b, *, fused_activation_function="NONE"):
-    """Reference quantized ADD."""
-    return _addsub(ctx, a, b, fused_activation_function, 1)
+def ADD(ctx, a, b, *, fused_activation_function="NONE", pot_scale_int16=True):
+    """Reference quantized ADD (int16 with power-of-two scales: shift and add)."""
+    return _addsub(ctx, a, b, fused_activation_function, 1, pot_scale_int16)
 
 
 @register(OP_SET, "SUB")
-def SUB(ctx, a, b, *, fused_activation_function="NONE"):
-    """Reference quantized SUB."""
-    return _addsub(ctx, a, b, fused_activation_function, -1)
+def SUB(ctx, a, b, *, fused_activation_function="NONE", pot_scale_int16=True):
+    """Reference quantized SUB (int16 with power-of-two scales: shift and subtract)."""
+    return _addsub(ctx, a, b, fused_activation_function, -1, pot_scale_int16)
 
 
 @register(OP_SET, "MUL")
@@ -61,6 +90,9 @@ def MUL(ctx, a, b, *, fused_activation_function="NONE"):
 def QUANTIZE(ctx, x):
     """Reference QUANTIZE (float or integer input)."""
     vo = ctx.outputs[0]
+    if vo.quant is not None and np.asarray(vo.quant.scale).size > 1 and np.asarray(x).dtype.kind == "f":
+        from .hybrid import per_channel_quantize  # per-channel output scales (issue 4)
+        return per_channel_quantize(ctx, x)
     so, zo = sz(ctx, vo)
     lo, hi = qrange(vo.dtype)
     x = np.asarray(x)
@@ -70,6 +102,14 @@ def QUANTIZE(ctx, x):
         si, zi = sz(ctx, ctx.inputs[0])
         m, s = _m(float(si) / float(so))
         q = mbqm(x.astype(np.int64) - zi, m, s) + zo
+        if np.dtype(x.dtype).itemsize == 1 and np.dtype(vo.dtype).itemsize == 1:
+            # optimized 8-bit Requantize: 16-element vector body shifts ties up
+            from .conv import gemm_rescale
+
+            body = x.size - x.size % 16
+            flat = q.reshape(-1)
+            flat[:body] = (gemm_rescale(x.astype(np.int64) - zi, m, s) + zo).reshape(-1)[:body]
+            q = flat.reshape(q.shape)
     return np.clip(q, lo, hi).astype(vo.dtype)
 
 
@@ -183,18 +223,7 @@ def MAXIMUM(ctx, a, b):
     return f(np.asarray(a), np.asarray(b)).astype(ctx.outputs[0].dtype)
 
 
-@register("fbjax", "FAKE_QUANT")
-def FAKE_QUANT(ctx, x, *, scale=1.0, zero_point=0, qmin=-128, qmax=127):
-    """Reference fake quantization (forward only)."""
-    x = np.asarray(x, F)
-    q = np.clip(np.rint((x * F(F(1.0) / F(scale))).astype(F)) + zero_point, qmin, qmax)
-    return ((q - zero_point).astype(F) * F(scale)).astype(F)
-
-
-@register("fbjax", "IDENTITY")
-def IDENTITY(ctx, x):
-    """Reference identity."""
-    return np.asarray(x)
+# fbjax:FAKE_QUANT / fbjax:IDENTITY twins: fake_quant.py
 
 
 

@@ -82,7 +82,7 @@ def _reduce(ctx, x, axis, keep_dims, compute_sum):
         bias = np.float32(np.float32(np.float32(-zi) * scale) * np.float32(n))
         f = (S.astype(np.float32) * scale).astype(np.float32) + bias
         y = round_half_away(f) + zo
-    elif x.ndim == 4 and axes == (1, 2) and keep_dims:
+    elif x.ndim == 4 and axes == (1, 2) and keep_dims and np.dtype(vi.dtype).itemsize == 1:  # int8/uint8 only
         f32 = np.float32
         t = f32(f32(f32(zi) * si) / so)
         t = f32(t + f32(0.5)) if t > 0 else f32(t - f32(0.5))

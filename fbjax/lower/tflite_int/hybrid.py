@@ -1,0 +1,380 @@
+"""TFLite's hybrid (dynamic-range) kernels, bit for bit: op set ``"tflite.hybrid"``.
+
+A hybrid op has float32 activations and int8 constant weights (symmetric,
+per-tensor or per-channel scales). :func:`fbjax.quantization.prepare`
+(``quantized="exact"``) moves FULLY_CONNECTED, CONV_2D, DEPTHWISE_CONV_2D,
+BATCH_MATMUL and TRANSPOSE_CONV nodes whose weights are such constants into
+this op set.
+Each lowering reproduces LiteRT's builtin x86 kernel (without XNNPACK):
+
+1. the float input is quantized on the fly to int8, one scale (and zero
+   point) per block: per row of the flattened input for FULLY_CONNECTED and
+   BATCH_MATMUL (the lhs), per image (``H*W*C`` values) for the convolutions;
+
+   * symmetric (``tensor_utils::SymmetricQuantizeFloats``): ``range =
+     max|x|``, ``s = range / 127``, ``q = round_half_away(x * (127 /
+     range))`` clamped to [-127, 127], in float32 (an all-zero block gives
+     ``s = 1``, ``q = 0``);
+   * asymmetric (``AsymmetricQuantizeFloats``; FULLY_CONNECTED and
+     BATCH_MATMUL with ``asymmetric_quantize_inputs``, CONV_2D with
+     per-channel weights of distinct scales, DEPTHWISE_CONV_2D and
+     TRANSPOSE_CONV always):
+     ``rmin = min(0, min x)``, ``rmax = max(0, max x)``, scale ``(rmax -
+     rmin) / 255`` in double from the float32 difference, zero point chosen
+     in double (the end with the smaller error, ``round_half_away``, clamped
+     to [-128, 127]), ``s = float32(scale)``, ``q = zp +
+     round_half_away(x * float32(1 / s))`` (float32 product), clamped to
+     [-128, 127];
+
+2. ``acc = sum(q * w) - zp * sum(w)`` exactly in int32 (padded convolution
+   taps read the zero point, i.e. real 0);
+3. ``y = float32(acc) * float32(s * s_w) + bias`` with two float32 roundings
+   (``s_w`` per output channel; DEPTHWISE_CONV_2D: ``(float32(acc) * s_w) *
+   s + bias``), then the fused activation in float. TRANSPOSE_CONV instead
+   scales and adds every single product in float (see its docstring).
+
+The per-block zero-point choice runs in float64 under a scoped
+``jax.enable_x64`` (TFLite computes it in double; float32 could differ near
+ties of the zero point). XLA rewrites division by a constant into a
+multiplication by its reciprocal; :func:`_div` keeps a true division.
+XLA:CPU contracts a multiply feeding an add into one FMA and reassociates
+products with constants; :func:`_rounded` keeps TFLite's roundings and
+product order. The numpy twins are in
+:mod:`fbjax.reference.tflite_int.hybrid`.
+
+Not implemented (those nodes keep running in float with dequantized
+weights): UNIDIRECTIONAL_SEQUENCE_LSTM, SVDF, RNN (not attempted: their
+float gate activations would also have to match LiteRT's exp/tanh bit for
+bit); fused TANH / SIGN_BIT activations.
+
+Also here: :func:`per_channel_quantize`, float -> int QUANTIZE with
+per-channel output scales (called by the ``"tflite.int"`` QUANTIZE).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from .. import kernels
+from ..registry import register
+
+OP_SET = "tflite.hybrid"
+_NHWC_OHWI = ("NHWC", "OHWI", "NHWC")
+_F32 = np.float32
+
+
+def _rounded(p):
+    """``p`` unchanged, but opaque to the compiler, so that the float32
+    rounding of the product that made it is kept: XLA:CPU/LLVM would
+    otherwise contract it with a following add into one FMA, and XLA's
+    algebraic simplifier reassociates products with constants
+    (``(p * c) * s`` into ``p * (c * s)``, seen with a splat ``c``)."""
+    return jnp.where(p != p, jnp.float32(np.nan), p)
+
+
+def _div(num, const):
+    """``num / const`` as a true division: XLA rewrites division by a
+    constant into multiplication by its reciprocal, which is not correctly
+    rounded. (``num - num`` is 0 for finite ``num``; XLA cannot fold it.)"""
+    return num / (const + (num - num))
+
+
+def symmetric_quantize(x2d):
+    """``SymmetricQuantizeFloats`` of each row of float32 ``x2d`` [R, N]:
+    ``(q int32 [R, N], scale float32 [R])``."""
+    x2d = jnp.asarray(x2d, jnp.float32)
+    rng = jnp.max(jnp.abs(x2d), axis=1)
+    zero = rng == 0
+    safe = jnp.where(zero, jnp.float32(1), rng)
+    scale = jnp.where(zero, jnp.float32(1), _div(safe, jnp.float32(127)))
+    inv = jnp.float32(127) / safe
+    q = lax.round(x2d * inv[:, None], lax.RoundingMethod.AWAY_FROM_ZERO)
+    q = jnp.where(zero[:, None], jnp.float32(0), jnp.clip(q, -127, 127))
+    return q.astype(jnp.int32), scale
+
+
+def asymmetric_quantize(x2d):
+    """``AsymmetricQuantizeFloats`` of each row of float32 ``x2d`` [R, N]:
+    ``(q int32 [R, N], scale float32 [R], zero_point int32 [R])``."""
+    x2d = jnp.asarray(x2d, jnp.float32)
+    rmin = jnp.minimum(jnp.float32(0), jnp.min(x2d, axis=1))
+    rmax = jnp.maximum(jnp.float32(0), jnp.max(x2d, axis=1))
+    zero = rmin == rmax
+    diff = jnp.where(zero, jnp.float32(1), rmax - rmin)  # float32 subtraction, as TFLite
+    with jax.enable_x64(True):
+        scale = _div(diff.astype(jnp.float64), 255.0)
+        a = rmin.astype(jnp.float64) / scale
+        b = rmax.astype(jnp.float64) / scale
+        zp_d = jnp.where(128.0 + jnp.abs(a) < 127.0 + jnp.abs(b), -128.0 - a, 127.0 - b)
+        zp_r = lax.round(zp_d, lax.RoundingMethod.AWAY_FROM_ZERO)
+        zp = jnp.where(zp_d <= -128.0, -128.0, jnp.where(zp_d >= 127.0, 127.0, zp_r))
+        zp = jnp.where(zero, 0.0, zp).astype(jnp.int32)
+        s = jnp.where(zero, 1.0, scale).astype(jnp.float32)
+        inv = (1.0 / s.astype(jnp.float64)).astype(jnp.float32)
+    # The product is rounded to an integer first, then the zero point added
+    # (verified on ties of zp + x * inv, where rounding the float sum differs).
+    q = lax.round(x2d * inv[:, None], lax.RoundingMethod.AWAY_FROM_ZERO)
+    q = jnp.clip(q, -256.0, 256.0).astype(jnp.int32) + zp[:, None]
+    q = jnp.where(zero[:, None], 0, jnp.clip(q, -128, 127))
+    return q.astype(jnp.int32), s, zp
+
+
+def _quantize(x2d, asymmetric):
+    if asymmetric:
+        return asymmetric_quantize(x2d)
+    q, s = symmetric_quantize(x2d)
+    return q, s, None
+
+
+def _activation(ctx, y, fused):
+    if fused in (None, "NONE"):
+        return y
+    if fused == "RELU":
+        return jnp.maximum(y, jnp.float32(0))
+    if fused == "RELU6":
+        return jnp.clip(y, jnp.float32(0), jnp.float32(6))
+    if fused == "RELU_N1_TO_1":
+        return jnp.clip(y, jnp.float32(-1), jnp.float32(1))
+    raise ctx.error(f"fused activation {fused} is not supported by the hybrid kernels")
+
+
+def _weight_scales(ctx, n):
+    """The weights' scales broadcast to ``n`` output channels (numpy float32)."""
+    v = ctx.inputs[1]
+    if v.quant is None or np.asarray(v.quant.scale).size == 0:
+        raise ctx.error(f"weights {v.name!r} have no quantization parameters")
+    s = np.asarray(v.quant.scale, _F32).reshape(-1)
+    if s.size not in (1, n):
+        raise ctx.error(f"{s.size} weight scales for {n} output channels")
+    if np.any(np.asarray(v.quant.zero_point).reshape(-1) != 0):
+        raise ctx.error(f"weights {v.name!r} have nonzero zero points; hybrid kernels need symmetric weights")
+    return np.broadcast_to(s, (n,)).astype(_F32)
+
+
+def _per_channel(ctx):
+    """TFLite's CONV_2D test for the per-channel hybrid path: more than one
+    weight scale, not all equal."""
+    s = np.asarray(ctx.inputs[1].quant.scale, _F32).reshape(-1)
+    return s.size > 1 and bool(np.any(s != s[0]))
+
+
+def _scale_out(acc, scale, bias):
+    """``float32(acc) * scale (+ bias)`` with two float32 roundings."""
+    y = acc.astype(jnp.float32) * scale
+    if bias is not None:
+        y = _rounded(y) + jnp.asarray(bias, jnp.float32)
+    return y
+
+
+def _padding(ctx, padding, in_hw, k_hw, strides, dil):
+    try:
+        return kernels.explicit_padding(padding, in_hw, k_hw, strides, dil)
+    except ValueError as e:
+        raise ctx.error(str(e)) from None
+
+
+@register(OP_SET, "FULLY_CONNECTED", differentiable=False)
+def FULLY_CONNECTED(ctx, x, w, b=None, *, fused_activation_function="NONE", weights_format="DEFAULT",
+                    keep_num_dims=False, asymmetric_quantize_inputs=False):
+    """Hybrid TFLite FULLY_CONNECTED (``fully_connected.cc`` ``EvalHybrid``).
+
+    ``x`` float32 ``[..., I]`` (flattened to rows of ``I``), ``w`` int8
+    ``[O, I]`` (scales per tensor or per ``O``), ``b`` float32 ``[O]``.
+    Each row is quantized (asymmetrically with ``asymmetric_quantize_inputs``),
+    ``y = f32(acc) * f32(s_row * s_w[o]) + b[o]``, fused activation.
+    """
+    if weights_format != "DEFAULT":
+        raise ctx.error(f"weights_format {weights_format} is not supported")
+    if np.ndim(w) != 2:
+        raise ctx.error(f"weights must be [O, I], got {tuple(np.shape(w))}")
+    o, i = np.shape(w)
+    x = jnp.asarray(x, jnp.float32)
+    if x.ndim == 0 or i == 0 or x.size % i:
+        raise ctx.error(f"input of shape {tuple(x.shape)} does not flatten to rows of {i}")
+    lead = tuple(x.shape[:-1]) if keep_num_dims else (x.size // i,)
+    q, s, z = _quantize(x.reshape(-1, i), asymmetric_quantize_inputs)
+    wi = np.asarray(w).astype(np.int32)
+    acc = lax.dot_general(q, jnp.asarray(wi), (((1,), (1,)), ((), ())), preferred_element_type=jnp.int32)
+    if z is not None:
+        acc = acc - z[:, None] * jnp.asarray(wi.sum(axis=1, dtype=np.int64).astype(np.int32))[None, :]
+    scale = _rounded(s[:, None] * jnp.asarray(_weight_scales(ctx, o))[None, :])
+    y = _activation(ctx, _scale_out(acc, scale, b), fused_activation_function)
+    return y.reshape(lead + (o,))
+
+
+def _conv_input(ctx, x, asymmetric):
+    """Quantize each image; return ``q - zp`` (int32 NHWC) and the scales."""
+    x = jnp.asarray(x, jnp.float32)
+    if x.ndim != 4:
+        raise ctx.error(f"expected a 4-D NHWC input, got {tuple(x.shape)}")
+    q, s, z = _quantize(x.reshape(x.shape[0], -1), asymmetric)
+    q = q.reshape(x.shape)
+    if z is not None:
+        q = q - z[:, None, None, None]
+    return q, s
+
+
+@register(OP_SET, "CONV_2D", differentiable=False)
+def CONV_2D(ctx, x, w, b=None, *, padding="SAME", stride_w=1, stride_h=1,
+            dilation_w_factor=1, dilation_h_factor=1, fused_activation_function="NONE"):
+    """Hybrid TFLite CONV_2D (``conv.cc`` ``EvalHybrid`` / ``EvalHybridPerChannel``).
+
+    ``x`` float32 NHWC, ``w`` int8 OHWI, ``b`` float32 ``[O]``. Each image is
+    quantized: asymmetrically when the weights have per-channel scales that
+    are not all equal (TFLite's per-channel path), else symmetrically;
+    integer convolution (grouped when ``C_in`` is a multiple of ``I``),
+    ``y = f32(acc) * f32(s_img * s_w[o]) + b[o]``, fused activation.
+    """
+    if np.ndim(w) != 4:
+        raise ctx.error(f"expected OHWI weights, got {tuple(np.shape(w))}")
+    q, s = _conv_input(ctx, x, _per_channel(ctx))
+    c_in, o, i = q.shape[3], np.shape(w)[0], np.shape(w)[3]
+    if i == 0 or c_in % i:
+        raise ctx.error(f"input has {c_in} channels, not a multiple of the weights' {i}")
+    strides = (int(stride_h), int(stride_w))
+    dil = (int(dilation_h_factor), int(dilation_w_factor))
+    pads = _padding(ctx, padding, q.shape[1:3], np.shape(w)[1:3], strides, dil)
+    acc = lax.conv_general_dilated(q, jnp.asarray(np.asarray(w).astype(np.int32)), strides, pads,
+                                   rhs_dilation=dil, dimension_numbers=_NHWC_OHWI,
+                                   feature_group_count=c_in // i, preferred_element_type=jnp.int32)
+    scale = _rounded(s[:, None, None, None] * jnp.asarray(_weight_scales(ctx, o)))
+    return _activation(ctx, _scale_out(acc, scale, b), fused_activation_function)
+
+
+@register(OP_SET, "DEPTHWISE_CONV_2D", differentiable=False)
+def DEPTHWISE_CONV_2D(ctx, x, w, b=None, *, padding="SAME", stride_w=1, stride_h=1, depth_multiplier=0,
+                      dilation_w_factor=1, dilation_h_factor=1, fused_activation_function="NONE"):
+    """Hybrid TFLite DEPTHWISE_CONV_2D (``depthwise_conv.cc``
+    ``EvalHybridPerChannel``): each image quantized asymmetrically, weights
+    ``[1, KH, KW, C*M]`` with scales along dimension 3, ``y = (f32(acc) *
+    s_w[c]) * s_img + b[c]`` (three float32 roundings), fused activation.
+
+    LiteRT 2.3.0 reads one scale per output channel even when the weights
+    are per-tensor (out of bounds); here a single scale is broadcast.
+    """
+    if np.ndim(w) != 4 or np.shape(w)[0] != 1:
+        raise ctx.error(f"expected [1, H, W, C*M] weights, got {tuple(np.shape(w))}")
+    q, s = _conv_input(ctx, x, True)
+    c, oc = q.shape[3], np.shape(w)[3]
+    if c == 0 or oc % c:
+        raise ctx.error(f"{oc} output channels are not a multiple of {c} input channels")
+    strides = (int(stride_h), int(stride_w))
+    dil = (int(dilation_h_factor), int(dilation_w_factor))
+    pads = _padding(ctx, padding, q.shape[1:3], np.shape(w)[1:3], strides, dil)
+    acc = kernels.depthwise_conv(q, jnp.asarray(np.asarray(w)[0].astype(np.int32)), window_strides=strides,
+                                 padding=pads, rhs_dilation=dil, lhs_spec="NHWC",
+                                 backend=getattr(ctx, "backend", None)).astype(jnp.int32)
+    y = _rounded(acc.astype(jnp.float32) * jnp.asarray(_weight_scales(ctx, oc))) * s[:, None, None, None]
+    if b is not None:
+        y = _rounded(y) + jnp.asarray(b, jnp.float32)
+    return _activation(ctx, y, fused_activation_function)
+
+
+@register(OP_SET, "BATCH_MATMUL", differentiable=False)
+def BATCH_MATMUL(ctx, a, b, *, adj_x=False, adj_y=False, asymmetric_quantize_inputs=False):
+    """Hybrid TFLite BATCH_MATMUL (``batch_matmul.cc`` ``EvalHybrid``): float32
+    lhs ``a`` ``[..., M, K]``, int8 constant rhs ``b`` ``[..., K, N]``
+    (per-tensor scale), batch dims broadcast. Each lhs row is quantized,
+    ``y = f32(acc) * f32(s_row * s_b)``.
+    """
+    a = jnp.asarray(a, jnp.float32)
+    if adj_x:
+        a = jnp.swapaxes(a, -1, -2)
+    bi = np.asarray(b).astype(np.int32)
+    if adj_y:
+        bi = np.swapaxes(bi, -1, -2)
+    if a.ndim < 2 or bi.ndim < 2 or a.shape[-1] != bi.shape[-2]:
+        raise ctx.error(f"shapes {tuple(a.shape)} and {tuple(bi.shape)} do not contract")
+    k = a.shape[-1]
+    q, s, z = _quantize(a.reshape(-1, k), asymmetric_quantize_inputs)
+    q = q.reshape(a.shape)
+    acc = jnp.matmul(q, jnp.asarray(bi), preferred_element_type=jnp.int32)
+    if z is not None:
+        col_sums = jnp.asarray(bi.sum(axis=-2, dtype=np.int64).astype(np.int32))
+        acc = acc - z.reshape(a.shape[:-1])[..., None] * col_sums[..., None, :]
+    ws = _weight_scales(ctx, 1)[0]
+    scale = _rounded(s * jnp.float32(ws)).reshape(a.shape[:-1])[..., None]
+    return _scale_out(acc, scale, None)
+
+
+@register(OP_SET, "TRANSPOSE_CONV", differentiable=False, static_inputs=(0,))
+def TRANSPOSE_CONV(ctx, output_shape, w, x, b=None, *, padding="SAME", stride_w=1, stride_h=1,
+                   fused_activation_function="NONE"):
+    """Hybrid TFLite TRANSPOSE_CONV (``transpose_conv.cc`` ``EvalHybrid``).
+
+    ``output_shape`` int32 [4] (static), ``w`` int8 ``[O, KH, KW, C]``,
+    ``x`` float32 NHWC, ``b`` float32 ``[O]``. Each image is quantized
+    asymmetrically (per-tensor weights too). TFLite then scatters in float:
+    for each input pixel in
+    raster order, each input channel and each tap, ``out[oy, ox, o] +=
+    f32(f32(f32((q - zp) * w) * s_w[o]) * s_img)``; bias and fused activation
+    follow. For one output element the additions come from input pixels in
+    raster order, i.e. from taps in descending ``(ky, kx)`` order, channel by
+    channel: that is the order of the loop here (taps unrolled, channels in a
+    ``fori_loop``; a tap that misses the element adds 0.0, which is exact).
+    Cost: ``KH * KW * C`` full-output additions.
+    """
+    oshape = [int(d) for d in np.asarray(output_shape).reshape(-1)]
+    if len(oshape) != 4 or np.ndim(w) != 4 or jnp.ndim(x) != 4:
+        raise ctx.error(f"expected 4-D output_shape, input and OHWI weights, got {oshape}, "
+                        f"{tuple(jnp.shape(x))}, {tuple(np.shape(w))}")
+    o, kh, kw, c_w = np.shape(w)
+    q, s = _conv_input(ctx, x, True)
+    n, h, wd, c = q.shape
+    if c != c_w or oshape[0] != n or oshape[3] != o:
+        raise ctx.error(f"input {tuple(q.shape)}, weights {tuple(np.shape(w))} and output_shape {oshape} disagree")
+    oh, ow = oshape[1], oshape[2]
+    sh, sw = int(stride_h), int(stride_w)
+    ph = _padding(ctx, padding, [oh], [kh], [sh], [1])[0][0]
+    pw = _padding(ctx, padding, [ow], [kw], [sw], [1])[0][0]
+    ws = jnp.asarray(_weight_scales(ctx, o))
+    s_img = s[:, None, None, None]
+    wi = np.asarray(w).astype(np.int32)
+    out = jnp.zeros((n, oh, ow, o), jnp.float32)
+    for ky in reversed(range(kh)):
+        for kx in reversed(range(kw)):
+            lo_y, lo_x = ky - ph, kx - pw
+            cfg = [(0, 0, 0), (lo_y, oh - (h - 1) * sh - 1 - lo_y, sh - 1),
+                   (lo_x, ow - (wd - 1) * sw - 1 - lo_x, sw - 1), (0, 0, 0)]
+            w_tap = jnp.asarray(wi[:, ky, kx, :].T)  # [C, O]
+
+            def body(ci, acc, w_tap=w_tap, cfg=cfg):
+                qc = lax.dynamic_index_in_dim(q, ci, axis=3, keepdims=True)  # [N, H, W, 1]
+                wc = lax.dynamic_index_in_dim(w_tap, ci, axis=0, keepdims=True)  # [1, O]
+                t = _rounded((qc * wc).astype(jnp.float32) * ws) * s_img
+                return acc + lax.pad(_rounded(t), jnp.float32(0), cfg)
+
+            out = lax.fori_loop(0, c, body, out)
+    if b is not None:
+        out = out + jnp.asarray(b, jnp.float32)
+    return _activation(ctx, out, fused_activation_function)
+
+
+def per_channel_quantize(ctx, x):
+    """float -> integer QUANTIZE whose output has per-channel scales
+    (``reference_ops::PerChannelQuantize``, which the builtin kernel uses):
+    ``q = round_half_away(float32(x / s[c])) + zp[c]`` clamped to the output
+    type, ``c`` the index along ``quantized_dimension``. (Per-tensor QUANTIZE
+    instead multiplies by the reciprocal and rounds half to even.) Called by
+    the ``"tflite.int"`` QUANTIZE lowering. Non-finite inputs are not
+    reproduced (TFLite's float -> int32 cast of them is undefined)."""
+    vo = ctx.outputs[0]
+    x = jnp.asarray(x, jnp.float32)
+    s = np.asarray(vo.quant.scale, _F32).reshape(-1)
+    z = np.asarray(vo.quant.zero_point).astype(np.int64).reshape(-1)
+    axis = int(vo.quant.quantized_dimension)
+    if not 0 <= axis < x.ndim or x.shape[axis] != s.size:
+        raise ctx.error(f"{s.size} output scales along dimension {axis} of a {tuple(x.shape)} tensor")
+    if z.size not in (1, s.size):
+        raise ctx.error(f"{z.size} zero points for {s.size} scales")
+    shape = [1] * x.ndim
+    shape[axis] = s.size
+    zb = np.broadcast_to(z, s.shape).reshape(shape).astype(np.int32)
+    info = np.iinfo(np.dtype(vo.dtype))
+    q = lax.round(_div(x, jnp.asarray(s.reshape(shape))), lax.RoundingMethod.AWAY_FROM_ZERO)
+    # Clamp in float before the int32 conversion (huge values and inf), then add zp and clamp again.
+    q = jnp.clip(q, -2.0 ** 31, 2.0 ** 31 - 256).astype(jnp.int32) + jnp.asarray(zb)
+    return jnp.clip(q, int(info.min), int(info.max)).astype(np.dtype(vo.dtype))
