@@ -15,7 +15,9 @@ Figures per model:
   (lower is better).
 * ``batch`` throughput (default 32): fbjax on the model loaded with
   ``fbjax.load(path, batch_size=N)`` (else ``jax.vmap`` of ``Model.apply``
-  when the graph cannot be re-batched), vs the faster of LiteRT with the
+  when the graph cannot be re-batched; on CPU the Model runs a large batch
+  as calls of cache-sized chunks, :class:`fbjax.lower.inference.ChunkedCall`),
+  vs the faster of LiteRT with the
   input resized to the batch (``resize_tensor_input``) and ``N`` repeated
   batch-1 invokes (taken as ``N`` x the batch-1 median); ratio fbjax
   images/s / LiteRT images/s (higher is better).

@@ -117,6 +117,8 @@ class Model:
         with jax.enable_x64(self._x64):
             self.state = _st.initial_state(program, self.params) if self._stateful else None
         self._jitted = jax.jit(self.apply, compiler_options=compiler_options(program.backend))  # fbjax/cache.py
+        from .lower.inference import inference_apply  # __call__ on CPU: prepared once (fbjax/lower/inference.py)
+        self._fast = inference_apply(program, compiler_options(program.backend), stateful=self._stateful)
 
     # -- pure function ---------------------------------------------------
     def apply(self, params: dict, *inputs, state: Optional[dict] = None):
@@ -144,6 +146,17 @@ class Model:
 
     # -- convenience -----------------------------------------------------
     def _check_inputs(self, inputs: Sequence) -> list:
+        exact = getattr(self, "_exact_specs", None)
+        if exact is None:  # (shape, dtype) per input when the spec has no dynamic dims
+            exact = self._exact_specs = [
+                (tuple(s.shape), s.dtype) if s.shape is not None and None not in s.shape else None
+                for s in self.inputs
+            ]
+        if len(inputs) == len(exact) and all(  # fast path: arrays of exactly the expected shape and dtype
+            e is not None and getattr(x, "shape", None) == e[0] and getattr(x, "dtype", None) == e[1]
+            for x, e in zip(inputs, exact)
+        ):
+            return list(inputs)
         if len(inputs) != len(self.inputs):
             raise InputError(
                 f"the model takes {len(self.inputs)} input(s) {self.inputs}, got {len(inputs)}"
@@ -177,11 +190,13 @@ class Model:
             InputError: wrong number, shape or dtype of inputs.
         """
         xs = self._check_inputs(inputs)
+        if not self._stateful and bool(jax.config.jax_enable_x64) == self._x64:
+            return (self._fast or self._jitted)(self.params, *xs)  # no config context: ~4 us less per call
         with jax.enable_x64(self._x64):
             if self._stateful:  # keep the variables between calls, as LiteRT does
                 out, self.state = self._jitted(self.params, *xs, state=self.state)
                 return out
-            return self._jitted(self.params, *xs)
+            return (self._fast or self._jitted)(self.params, *xs)
 
     # -- write-back --------------------------------------------------------
     def save(self, path=None, params: Optional[Mapping] = None, *, requantize: str = "file") -> bytes:
@@ -333,4 +348,10 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
 
         check_batch_size(ir, program, batch_size)
     path = None if isinstance(source, (bytes, bytearray, memoryview)) else os.fspath(source)
-    return Model(ir, program, path)
+    model = Model(ir, program, path)
+    if batch_size != _FILE and batch_size is not None:  # CPU: a large batch runs in cache-sized chunks
+        from .lower.inference import attach_chunks
+
+        attach_chunks(model, lambda k: load(source, format=format, batch_size=k, quantized=quantized,
+                                             while_max_iterations=while_max_iterations), batch_size)
+    return model

@@ -50,18 +50,21 @@ def _conv(ctx, X, W, *, auto_pad, pads, groups, strides, dilations, preferred=No
     strides = _per_dim(ctx, "strides", strides, n)
     dilations = _per_dim(ctx, "dilations", dilations, n)
     groups = int(groups) or 1  # schema default 0 means "not set"
-    ksz = [int(d) for d in W.shape[2:]]
+    rhs = "OI" + sp
+    if preferred is None and n == 2:
+        rhs = kernels.weight_layout(ctx, 1, rhs)  # HWIO when relaid for XLA:CPU (fbjax.lower.inference)
+    ksz = [int(W.shape[rhs.index(c)]) for c in sp]
     pad = conv_padding(ctx, auto_pad, pads, X.shape[2:], ksz, strides, dilations)
-    C = X.shape[1]
-    if C != W.shape[1] * groups:
+    C, w_in = X.shape[1], W.shape[rhs.index("I")]
+    if C != w_in * groups:
         raise ctx.error(f"input has {C} channels but weights {tuple(W.shape)} with {groups} group(s) expect "
-                        f"{W.shape[1] * groups}")
-    if groups > 1 and groups == C and W.shape[1] == 1 and preferred is None and n == 2:
+                        f"{w_in * groups}")
+    if groups > 1 and groups == C and w_in == 1 and preferred is None and n == 2 and rhs[:2] == "OI":
         # Depthwise: the shared kernel picks the fast strategy per backend.
         w = jnp.transpose(jnp.asarray(W)[:, 0], (1, 2, 0))  # [kh, kw, C*M]
         return kernels.depthwise_conv(X, w, window_strides=strides, padding=pad, rhs_dilation=dilations,
                                       lhs_spec="NC" + sp, backend=getattr(ctx, "backend", None))
-    dn = ("NC" + sp, "OI" + sp, "NC" + sp)
+    dn = ("NC" + sp, rhs, "NC" + sp)
     if preferred is not None:
         return lax.conv_general_dilated(X, W, strides, pad, rhs_dilation=dilations, dimension_numbers=dn,
                                         feature_group_count=groups, preferred_element_type=preferred)
@@ -184,11 +187,14 @@ def Gemm(ctx, A, B, C=None, *, alpha=0.0, beta=0.0, transpose_a=False, transpose
     rten-convert writes ONNX's 1.0)."""
     A = jnp.asarray(A)
     B = jnp.asarray(B)
-    if transpose_a:
-        A = A.T
-    if transpose_b:
-        B = B.T
-    y = jnp.matmul(A, B, precision=kernels.PRECISION)
+    if A.ndim != 2 or B.ndim != 2:
+        raise ctx.error(f"Gemm takes 2-D A and B, got shapes {tuple(A.shape)} and {tuple(B.shape)}")
+    ka, kb = (0 if transpose_a else 1), (1 if transpose_b else 0)
+    if A.shape[ka] != B.shape[kb]:
+        raise ctx.error(f"A{'^T' if transpose_a else ''} {tuple(A.shape)} and B{'^T' if transpose_b else ''} "
+                        f"{tuple(B.shape)} do not multiply")
+    # contraction dims named, not transposes: XLA:CPU copies a transposed operand per call
+    y = lax.dot_general(A, B, (((ka,), (kb,)), ((), ())), precision=kernels.PRECISION)
     y = y * jnp.asarray(alpha, y.dtype)
     if C is not None:
         y = y + jnp.asarray(beta, y.dtype) * jnp.asarray(C, y.dtype)

@@ -16,7 +16,6 @@ from .. import kernels
 from ..registry import register
 from .elementwise import apply_fused, require_unquantized
 
-_NHWC_OHWI = ("NHWC", "OHWI", "NHWC")
 # fully_connected.cc refuses TANH and SIGN_BIT.
 _FC_ACTIVATIONS = ("NONE", "RELU", "RELU_N1_TO_1", "RELU6")
 
@@ -46,14 +45,18 @@ def CONV_2D(ctx, x, w, b=None, *, padding="SAME", stride_w=1, stride_h=1,
     ``x`` NHWC ``[N, H, W, C_in]``, ``w`` OHWI ``[O, KH, KW, I]``, optional
     bias ``[O]``; when ``C_in = groups * I`` with ``groups > 1`` it is a
     grouped convolution. TF ``SAME``/``VALID`` padding. Returns
-    ``[N, OH, OW, O]``.
+    ``[N, OH, OW, O]``. ``Model.__call__`` on CPU may pass ``w`` relaid to
+    ``HWIO`` (:mod:`fbjax.lower.inference`); the layout is then read from
+    :func:`fbjax.lower.kernels.weight_layout` and stated in the
+    ``dimension_numbers``.
     """
     require_unquantized(ctx, "CONV_2D")
     _check_positive(ctx, stride_w=stride_w, stride_h=stride_h,
                     dilation_w_factor=dilation_w_factor, dilation_h_factor=dilation_h_factor)
     if x.ndim != 4 or w.ndim != 4:
         raise ctx.error(f"expected a 4-D input and 4-D OHWI weights, got shapes {x.shape} and {w.shape}")
-    c_in, o, i = x.shape[3], w.shape[0], w.shape[3]
+    rhs = kernels.weight_layout(ctx, 1, "OHWI")  # HWIO when relaid for XLA:CPU (fbjax.lower.inference)
+    c_in, o, i = x.shape[3], w.shape[rhs.index("O")], w.shape[rhs.index("I")]
     if i == 0 or c_in % i:
         raise ctx.error(f"input has {c_in} channels, not a multiple of the weights' {i} input channels")
     groups = c_in // i
@@ -63,9 +66,10 @@ def CONV_2D(ctx, x, w, b=None, *, padding="SAME", stride_w=1, stride_h=1,
         raise ctx.error(f"bias shape {tuple(b.shape)} does not match {o} output channels")
     strides = (int(stride_h), int(stride_w))
     dil = (int(dilation_h_factor), int(dilation_w_factor))
-    pads = _padding(ctx, padding, x.shape[1:3], w.shape[1:3], strides, dil)
+    k_hw = (w.shape[rhs.index("H")], w.shape[rhs.index("W")])
+    pads = _padding(ctx, padding, x.shape[1:3], k_hw, strides, dil)
     y = kernels.conv(x, w, window_strides=strides, padding=pads, rhs_dilation=dil,
-                     dimension_numbers=_NHWC_OHWI, feature_group_count=groups)
+                     dimension_numbers=("NHWC", rhs, "NHWC"), feature_group_count=groups)
     return apply_fused(ctx, _add_bias(y, b), fused_activation_function)
 
 

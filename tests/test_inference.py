@@ -1,0 +1,225 @@
+"""The program ``Model.__call__`` runs on CPU (:mod:`fbjax.lower.inference`).
+
+On CPU, ``Model.__call__`` runs a program whose ungrouped CONV_2D weights are
+passed in ``HWIO`` (made once from ``Model.params``), while ``Model.apply``
+and ``Model.params`` keep the file's ``OHWI``. Both paths are compared here
+on the same inputs: they compute the same products in the same order up to
+XLA's tiling, so the tolerance is a few float32 ulps of the output scale
+(``1e-6`` relative). LiteRT checks the relaid path itself in
+``test_tflite_ops.py`` / ``test_tflite_models.py`` (they call the Model).
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+
+import fbjax
+from fbjax.lower.inference import plan
+from fbjax.testing import TFLiteBuilder, single_op_model
+
+F32 = np.float32
+RTOL = 1e-6
+
+cpu_only = pytest.mark.skipif(jax.default_backend() != "cpu", reason="weights are relaid on the CPU backend only")
+
+
+def _conv_model(rng, x_shape, o, kh, kw, groups=1, stride=1, dil=1, padding="SAME"):
+    cin = x_shape[3]
+    w = rng.standard_normal((o, kh, kw, cin // groups)).astype(F32)
+    b = rng.standard_normal(o).astype(F32)
+    eff_h, eff_w = (kh - 1) * dil + 1, (kw - 1) * dil + 1
+    if padding == "SAME":
+        oh, ow = -(-x_shape[1] // stride), -(-x_shape[2] // stride)
+    else:
+        oh, ow = (x_shape[1] - eff_h) // stride + 1, (x_shape[2] - eff_w) // stride + 1
+    return single_op_model(
+        "CONV_2D", [x_shape, w, b],
+        options=dict(padding=padding, stride_h=stride, stride_w=stride, dilation_h_factor=dil,
+                     dilation_w_factor=dil, fused_activation_function="RELU6"),
+        output_shapes=[(x_shape[0], oh, ow, o)])
+
+
+def _close(a, b):
+    a, b = np.asarray(a), np.asarray(b)
+    assert a.shape == b.shape
+    np.testing.assert_allclose(a, b, rtol=RTOL, atol=RTOL * max(1.0, float(np.abs(b).max())))
+
+
+CASES = {
+    "3x3-same-stride2": dict(x_shape=(2, 9, 8, 5), o=7, kh=3, kw=3, stride=2),
+    "1x1": dict(x_shape=(1, 6, 6, 16), o=8, kh=1, kw=1),
+    "5x3-valid-dilated": dict(x_shape=(1, 12, 11, 3), o=4, kh=5, kw=3, dil=2, padding="VALID"),
+    "3x3-valid-to-1x1-wide": dict(x_shape=(1, 3, 3, 32), o=300, kh=3, kw=3, padding="VALID"),
+}
+
+
+@cpu_only
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_relaid_call_equals_native_apply(name):
+    rng = np.random.default_rng(sorted(CASES).index(name))
+    m = fbjax.load(_conv_model(rng, **CASES[name]))
+    assert m._fast is not None and list(m._fast.layouts) == ["const1"]
+    assert m.params["const1"].shape[0] == CASES[name]["o"]  # still OHWI
+    x = rng.standard_normal(m.inputs[0].shape).astype(F32)
+    _close(m(x), jax.jit(m.apply)(m.params, x))
+
+
+@cpu_only
+def test_relaid_copy_follows_params():
+    rng = np.random.default_rng(7)
+    m = fbjax.load(_conv_model(rng, (1, 6, 5, 3), 4, 3, 3))
+    x = rng.standard_normal((1, 6, 5, 3)).astype(F32)
+    ref = jax.jit(m.apply)
+    y0 = np.asarray(m(x))
+    m.params = {k: v * 2 for k, v in m.params.items()}  # a new dict
+    y1 = np.asarray(m(x))
+    _close(y1, ref(m.params, x))
+    assert not np.allclose(y0, y1)
+    m.params["const1"] = -m.params["const1"]  # one entry replaced in place
+    y2 = np.asarray(m(x))
+    _close(y2, ref(m.params, x))
+    assert not np.allclose(y1, y2)
+    m.params["const2"] = m.params["const2"] + 1  # a bias (not relaid) replaced in place
+    _close(m(x), ref(m.params, x))
+
+
+@cpu_only
+def test_grouped_conv_is_not_relaid():
+    rng = np.random.default_rng(3)
+    m = fbjax.load(_conv_model(rng, (1, 6, 6, 8), 4, 3, 3, groups=2))
+    assert m._fast is None  # nothing to relay, no value read twice
+    x = rng.standard_normal((1, 6, 6, 8)).astype(F32)
+    _close(m(x), jax.jit(m.apply)(m.params, x))
+
+
+@cpu_only
+def test_float16_weights_through_dequantize_are_relaid():
+    rng = np.random.default_rng(5)
+    b = TFLiteBuilder()
+    xi = b.add_input((1, 6, 7, 3), name="x")
+    w16 = b.add_tensor(data=rng.standard_normal((4, 3, 3, 3)).astype(np.float16), name="w_fp16")
+    w32 = b.add_tensor((4, 3, 3, 3), name="w")
+    y = b.add_tensor((1, 6, 7, 4), name="y")
+    b.add_op("DEQUANTIZE", [w16], [w32])
+    b.add_op("CONV_2D", [xi, w32, -1], [y], options=dict(padding="SAME", stride_h=1, stride_w=1))
+    b.add_output(y)
+    m = fbjax.load(b.build())
+    assert m._fast is not None and list(m._fast.layouts) == ["w_fp16"]
+    x = rng.standard_normal((1, 6, 7, 3)).astype(F32)
+    _close(m(x), jax.jit(m.apply)(m.params, x))
+    # the same weight also read by another node (here a graph output): kept native
+    b2 = TFLiteBuilder()
+    xi = b2.add_input((1, 6, 7, 3), name="x")
+    w16 = b2.add_tensor(data=rng.standard_normal((4, 3, 3, 3)).astype(np.float16), name="w_fp16")
+    w32 = b2.add_tensor((4, 3, 3, 3), name="w")
+    y = b2.add_tensor((1, 6, 7, 4), name="y")
+    b2.add_op("DEQUANTIZE", [w16], [w32])
+    b2.add_op("CONV_2D", [xi, w32, -1], [y], options=dict(padding="SAME", stride_h=1, stride_w=1))
+    b2.add_output(y)
+    b2.add_output(w32)
+    m2 = fbjax.load(b2.build())
+    assert m2._fast is None or not m2._fast.layouts
+    y2, w2 = m2(x)
+    r2, rw2 = jax.jit(m2.apply)(m2.params, x)
+    _close(y2, r2)
+    assert w2.shape == (4, 3, 3, 3)  # the DEQUANTIZE output keeps the file's layout
+    _close(w2, rw2)
+
+
+def test_plan_is_empty_off_cpu():
+    m = fbjax.load(_conv_model(np.random.default_rng(1), (1, 5, 5, 2), 3, 3, 3))
+    assert plan(m._program, backend="gpu") == ({}, {})
+    assert plan(m._program, backend="tpu") == ({}, {})
+
+
+def _residual_chain_model(rng, shape=(2, 5, 6, 4), blocks=3):
+    """x -> [a = ADD(x, c_k) (fused RELU); y = MUL(a, d_k); x = ADD(a, y)] * blocks:
+    every ``a`` is read twice, the pattern of MobileNet/BlazeFace residuals."""
+    b = TFLiteBuilder()
+    x = b.add_input(shape, name="x")
+    for k in range(blocks):
+        c = b.add_tensor(data=rng.standard_normal(shape[-1]).astype(F32), name=f"c{k}")
+        d = b.add_tensor(data=rng.standard_normal(shape[-1]).astype(F32), name=f"d{k}")
+        a = b.add_tensor(shape, name=f"a{k}")
+        y = b.add_tensor(shape, name=f"y{k}")
+        z = b.add_tensor(shape, name=f"z{k}")
+        b.add_op("ADD", [x, c], [a], options=dict(fused_activation_function="RELU"))
+        b.add_op("MUL", [a, d], [y])
+        b.add_op("ADD", [a, y], [z])
+        x = z
+    b.add_output(x)
+    return b.build()
+
+
+@cpu_only
+def test_values_read_twice_are_materialized_with_equal_results():
+    rng = np.random.default_rng(11)
+    shape = (2, 32, 32, 8)  # 64 KiB activations: smaller ones are left to XLA (SMALL_ACTIVATION_BYTES)
+    m = fbjax.load(_residual_chain_model(rng, shape=shape))
+    assert m._fast is not None and not m._fast.layouts
+    x = rng.standard_normal(shape).astype(F32)
+    text = m._fast.lower(m.params, x).as_text()
+    assert text.count("divide") >= 3  # one x / 1.0 per block's `a`
+    # x / 1.0 is x exactly: bit-equal to the plain apply
+    np.testing.assert_array_equal(np.asarray(m(x)), np.asarray(jax.jit(m.apply)(m.params, x)))
+    xs = np.array([np.nan, np.inf, -np.inf, -0.0, 1e-40, -3.5], F32)
+    xs = np.resize(xs, x.size).reshape(x.shape)
+    np.testing.assert_array_equal(np.asarray(m(xs)), np.asarray(jax.jit(m.apply)(m.params, xs)))
+
+
+def test_nothing_is_prepared_off_cpu():
+    from fbjax.lower.inference import inference_apply
+
+    m = fbjax.load(_residual_chain_model(np.random.default_rng(2), shape=(2, 32, 32, 8)))
+    assert inference_apply(m._program, backend="cpu") is not None
+    assert inference_apply(m._program, backend="gpu") is None
+    small = fbjax.load(_residual_chain_model(np.random.default_rng(2)))
+    assert small._fast is None  # tiny activations: nothing gained, call overhead saved
+
+
+@cpu_only
+def test_large_batch_runs_in_chunks_with_equal_results():
+    from fbjax.lower.inference import ChunkedCall, attach_chunks
+
+    rng = np.random.default_rng(13)
+    data = _residual_chain_model(rng, shape=(1, 5, 6, 4))
+    m = fbjax.load(data, batch_size=8)
+    assert not isinstance(m._fast, ChunkedCall)  # 8 tiny images fit in the budget
+    loads = []
+
+    def make(k):
+        loads.append(k)
+        return fbjax.load(data, batch_size=k)
+
+    attach_chunks(m, make, 8, budget=2 * 5 * 6 * 4 * 4 * 3)  # ~2 images per chunk
+    assert isinstance(m._fast, ChunkedCall) and m._fast.k == 2
+    x = rng.standard_normal((8, 5, 6, 4)).astype(F32)
+    y = m(x)
+    assert loads == [2] and y.shape == (8, 5, 6, 4)
+    np.testing.assert_array_equal(np.asarray(y), np.asarray(jax.jit(m.apply)(m.params, x)))
+    m.params = {k: v * 0.5 for k, v in m.params.items()}  # the batch-8 model's params are used
+    np.testing.assert_array_equal(np.asarray(m(x)), np.asarray(jax.jit(m.apply)(m.params, x)))
+
+
+@cpu_only
+def test_constant_weights_computed_ahead_and_relaid_equal_apply():
+    """ONNX light squeezenet: every weight is a ConstantOfShape fill feeding a
+    Conv; they are computed once (jit arguments), relaid to HWIO for the
+    ungrouped convolutions, and the result equals ``Model.apply``'s."""
+    pytest.importorskip("onnx")
+    pytest.importorskip("rten_convert")
+    import onnx
+
+    from fbjax import bench
+
+    path = bench.light_onnx_path("squeezenet")
+    if not __import__("os").path.exists(path):
+        pytest.skip(f"{path} is not installed with the onnx wheel")
+    m = fbjax.load(bench._onnx_to_rten(onnx.load(path)))
+    assert m._fast is not None and m._fast.registry.constant and m._fast._ahead_layouts
+    x = np.random.default_rng(0).random(m.inputs[0].shape, dtype=np.float32)
+    y, r = m(x), jax.jit(m.apply)(m.params, x)
+    for a, b in zip(y if isinstance(y, tuple) else (y,), r if isinstance(r, tuple) else (r,)):
+        _close(a, b)
