@@ -343,12 +343,22 @@ def depthwise_conv(
     out_shape = list(x.shape)
     for ax, o in zip(sp_axes, out_sz):
         out_shape[ax] = o
-    wshape = [1] * x.ndim
-    wshape[c_axis] = out_ch
-    acc = None
+    dtype = jnp.result_type(x, w)
     if 0 in out_sz:
-        return jnp.zeros(out_shape, jnp.result_type(x, w))
-    for tap in np.ndindex(*ksz):
+        return jnp.zeros(out_shape, dtype)
+    # lax calls only (no jnp indexing or operators): a 3x3 depthwise conv is
+    # 9 taps x (2 slices, broadcast, mul, add); numpy-style w[tap] traced
+    # through jnp's indexing machinery took ~20 ms per node.
+    xp = xp.astype(dtype)
+    wk = jnp.asarray(w).astype(dtype)
+    # broadcast a tap's [1, .., 1, C*M] slice straight into the output when the
+    # kernel's axes are in output order (NHWC); else through [taps, C*M]
+    bdims = tuple(sp_axes) + (c_axis,)
+    direct = list(bdims) == sorted(bdims)
+    if not direct:
+        wk = wk.reshape((-1, out_ch))
+    acc = None
+    for i, tap in enumerate(np.ndindex(*ksz)):
         start = [0] * x.ndim
         limit = list(xp.shape)
         strides = [1] * x.ndim
@@ -356,8 +366,14 @@ def depthwise_conv(
             start[ax] = t * d
             limit[ax] = t * d + (o - 1) * s + 1
             strides[ax] = s
-        term = lax.slice(xp, start, limit, strides) * w[tap].reshape(wshape)
-        acc = term if acc is None else acc + term
+        if direct:
+            w_tap = lax.broadcast_in_dim(lax.slice(wk, tuple(tap) + (0,), tuple(t + 1 for t in tap) + (out_ch,)),
+                                         out_shape, bdims)
+        else:
+            w_tap = lax.broadcast_in_dim(lax.reshape(lax.slice(wk, (i, 0), (i + 1, out_ch)), (out_ch,)),
+                                         out_shape, (c_axis,))
+        term = lax.mul(lax.slice(xp, start, limit, strides), w_tap)
+        acc = term if acc is None else lax.add(acc, term)
     return acc
 
 
