@@ -3,7 +3,9 @@
 ADD/SUB (``reference_integer_ops::Add``, ``sub.cc``): both inputs are shifted
 left by ``left_shift`` (20 for 8-bit, 15 for int16 with general scales),
 rescaled by ``s_i / (2 max(s_1, s_2))``, summed (or subtracted) and rescaled
-by ``2 max(s_1, s_2) / (2^left_shift s_out)``. MUL: ``(a - zp_a)(b - zp_b)``
+by ``2 max(s_1, s_2) / (2^left_shift s_out)``. LiteRT 2.3.0's int16 ADD
+without broadcasting rounds the input rescale once (half up) instead of
+twice in its 16-lane vector body; see :func:`_rescale_once`. MUL: ``(a - zp_a)(b - zp_b)``
 rescaled by ``s_a s_b / s_out`` (float32 arithmetic). QUANTIZE / DEQUANTIZE /
 requantization, RELU family, LEAKY_RELU, PRELU and CONCATENATION follow
 ``quantize.cc``, ``dequantize.cc``, ``activations.cc`` and ``concatenation.cc``.
@@ -73,6 +75,48 @@ def _add_sub_pot16(ctx, a, b, fused, sign, s1, s2):
     return clamp_cast(y, lo, hi, out_dtype(ctx))
 
 
+def _rescale_once(v, m, e):
+    """The input rescale of the 16-lane vector body of LiteRT 2.3.0's
+    int16 ADD on equal shapes (measured against LiteRT with single-ADD
+    models): the left shift 15 and the multiplier's exponent ``e`` (<= 0)
+    are folded into one shift of the input, ``x = v << (15 + e)`` or, for
+    ``e < -15``, ``x = v >> -(15 + e)`` (floor), then
+    ``(x * m + 2^30) >> 31``: one rounding of the 64-bit product, ties
+    toward +infinity. The scalar tail (the last ``size % 16`` elements),
+    SUB and the broadcasting ADD round twice instead (``SRDHM`` then
+    ``RoundingDivideByPOT``), as the 8-bit kernels do.
+
+    Measured facts: with ``s_1 / (2 max s) = 1.5 * 2^-16`` the input ``-2``
+    gives ``-1`` in the first ``16 floor(size / 16)`` elements and ``-2``
+    (the double rounding) in the rest; with ``e = -17`` the inputs ``4..7``
+    all give ``round(1 * m / 2^31)``.
+
+    ``v`` int32 with ``|v| <= 2^15`` (LiteRT requires int16 zero points 0),
+    ``m`` in ``[2^30, 2^31)`` or 0. With ``t = 16 - e <= 31`` and
+    ``m = mh 2^16 + ml``: ``v mh`` (< 2^30) and ``v ml`` (< 2^31) fit in
+    int32, and ``floor((v mh 2^16 + v ml + 2^(t-1)) / 2^t) =
+    (v mh + (v ml >> 16) + 2^(t-17)) >> (t - 16)`` for ``t >= 17`` (the sum
+    stays below 2^31)."""
+    t = 16 - int(e)
+    if t > 31:
+        v = lax.shift_right_arithmetic(v, np.int32(t - 31))
+        t = 31
+    mh, ml = np.int32(int(m) >> 16), np.int32(int(m) & 0xFFFF)
+    hi = v * mh
+    if t == 16:
+        return hi + lax.shift_right_arithmetic(v * ml + np.int32(1 << 15), np.int32(16))
+    k = t - 16
+    lo = lax.shift_right_arithmetic(v * ml, np.int32(16))
+    return lax.shift_right_arithmetic(hi + lo + np.int32(1 << (k - 1)), np.int32(k))
+
+
+def _broadcasts(a, b) -> bool:
+    """``ProcessBroadcastShapes``: the shapes differ once left-padded with 1s."""
+    sa, sb = tuple(np.shape(a)), tuple(np.shape(b))
+    n = max(len(sa), len(sb))
+    return (1,) * (n - len(sa)) + sa != (1,) * (n - len(sb)) + sb
+
+
 def _add_sub(ctx, a, b, fused, sign, pot_scale_int16):
     va, vb, vo = ctx.inputs[0], ctx.inputs[1], ctx.outputs[0]
     sa, za = scale_zp(ctx, va, "input 1")
@@ -88,10 +132,25 @@ def _add_sub(ctx, a, b, fused, sign, pot_scale_int16):
     m1, s1 = fp.quantize_multiplier(float(sa) / twice_max)
     m2, s2 = fp.quantize_multiplier(float(sb) / twice_max)
     mo, so_ = fp.quantize_multiplier(twice_max / ((1 << left_shift) * float(so)))
-    xa = fp.shift_left(as_i32(a) - za, left_shift)
-    xb = fp.shift_left(as_i32(b) - zb, left_shift)
-    ya = fp.mbqm(xa, m1, s1)
-    yb = fp.mbqm(xb, m2, s2)
+    if int16 and sign > 0 and (za or zb or zo):
+        raise ctx.error(f"int16 ADD needs zero points 0 (LiteRT's add.cc rejects {za}, {zb}, {zo} in Prepare)")
+    if int16 and sign > 0 and not _broadcasts(a, b):
+        # 16-lane vector body: one rounding; scalar tail (the last size % 16
+        # elements, flat order): the double rounding below.
+        shape = np.broadcast_shapes(tuple(np.shape(a)), tuple(np.shape(b)))
+        fa, fb = as_i32(a).reshape(-1), as_i32(b).reshape(-1)
+        body = fa.size - fa.size % 16
+
+        def rescale(v, m, e):
+            tail = fp.mbqm(fp.shift_left(v[body:], left_shift), m, e)
+            return jnp.concatenate([_rescale_once(v[:body], m, e), tail]).reshape(shape)
+
+        ya, yb = rescale(fa, m1, s1), rescale(fb, m2, s2)
+    else:
+        xa = fp.shift_left(as_i32(a) - za, left_shift)
+        xb = fp.shift_left(as_i32(b) - zb, left_shift)
+        ya = fp.mbqm(xa, m1, s1)
+        yb = fp.mbqm(xb, m2, s2)
     raw = ya + yb if sign > 0 else ya - yb
     y = fp.mbqm(raw, mo, so_) + zo
     lo, hi = activation_range(ctx, fused, vo)
@@ -101,7 +160,10 @@ def _add_sub(ctx, a, b, fused, sign, pot_scale_int16):
 @register(OP_SET, "ADD", differentiable=False)
 def ADD(ctx, a, b, *, fused_activation_function="NONE", pot_scale_int16=True):
     """Quantized TFLite ADD (int8/uint8, int16 with general scales; int16
-    with power-of-two scales when ``pot_scale_int16``), broadcasting."""
+    with power-of-two scales when ``pot_scale_int16``), broadcasting. int16
+    with general scales on equal shapes rounds the input rescale once in
+    the first ``16 floor(size / 16)`` elements (:func:`_rescale_once`);
+    zero points must then be 0."""
     return _add_sub(ctx, a, b, fused_activation_function, +1, pot_scale_int16)
 
 

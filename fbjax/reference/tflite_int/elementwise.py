@@ -55,8 +55,32 @@ def _addsub(ctx, a, b, fused, sign, pot_scale_int16=False):
     m1, s1 = _m(float(sa) / tm)
     m2, s2 = _m(float(sb) / tm)
     mo, so_ = _m(tm / ((1 << ls) * float(so)))
-    ya = mbqm((np.asarray(a, np.int64) - za) * (1 << ls), m1, s1)
-    yb = mbqm((np.asarray(b, np.int64) - zb) * (1 << ls), m2, s2)
+    sha, shb = np.shape(a), np.shape(b)
+    nd = max(len(sha), len(shb))
+    same = (1,) * (nd - len(sha)) + sha == (1,) * (nd - len(shb)) + shb  # no broadcast in LiteRT's sense
+    if ls == 15 and sign > 0 and (za or zb or zo):
+        raise ctx.error("int16 ADD needs zero points 0 (LiteRT's add.cc rejects others)")
+    if ls == 15 and sign > 0 and same:
+        # LiteRT 2.3.0's int16 ADD on equal shapes, 16-lane vector body: the
+        # input shifted by 15 + e (left, or right with floor when negative),
+        # then (x * m + 2^30) >> 31 in 64 bits: one rounding, ties toward
+        # +infinity. The scalar tail (last size % 16 elements in flat
+        # order), SUB and the broadcasting ADD round twice, as below.
+        shape = np.broadcast_shapes(sha, shb)
+        in_body = np.arange(int(np.prod(shape))) < int(np.prod(shape)) // 16 * 16
+
+        def rescale(v, m, e):
+            v = np.asarray(v, np.int64).reshape(-1)
+            n = ls + int(e)
+            x = v << n if n >= 0 else v >> -n
+            once = (x * int(m) + (1 << 30)) >> 31
+            return np.where(in_body, once, mbqm(v * (1 << ls), m, e)).reshape(shape)
+
+        ya = rescale(a, m1, s1)
+        yb = rescale(b, m2, s2)
+    else:
+        ya = mbqm((np.asarray(a, np.int64) - za) * (1 << ls), m1, s1)
+        yb = mbqm((np.asarray(b, np.int64) - zb) * (1 << ls), m2, s2)
     y = mbqm(ya + sign * yb, mo, so_) + zo
     lo, hi = act_range(ctx, fused, ctx.outputs[0])
     return np.clip(y, lo, hi).astype(ctx.outputs[0].dtype)
@@ -64,7 +88,8 @@ def _addsub(ctx, a, b, fused, sign, pot_scale_int16=False):
 
 @register(OP_SET, "ADD")
 def ADD(ctx, a, b, *, fused_activation_function="NONE", pot_scale_int16=True):
-    """Reference quantized ADD (int16 with power-of-two scales: shift and add)."""
+    """Reference quantized ADD (int16 with power-of-two scales: shift and add;
+    int16 with general scales on equal shapes: input rescale rounded once)."""
     return _addsub(ctx, a, b, fused_activation_function, 1, pot_scale_int16)
 
 
