@@ -570,3 +570,45 @@ def quantized_inputs(ctx, positions: Optional[Sequence[int]] = None) -> list[int
         if v.quant is not None and np.dtype(v.dtype).kind in "iu":
             out.append(i)
     return out
+
+
+# --- pools as shifted strided slices (no reduce_window) -------------------------
+
+#: Largest window (taps) :func:`shifted_window_reduce` unrolls; larger windows
+#: keep ``lax.reduce_window``.
+SHIFTED_MAX_TAPS = 16
+
+
+def shifted_window_reduce(x, init, op, *, window: Sequence[int], strides: Sequence[int], padding,
+                          spatial_axes: Sequence[int]):
+    """``reduce_window(x, init, op, ...)`` (dilation 1) as ``op`` over the
+    window's taps, each a strided ``lax.slice`` of ``x`` padded with ``init``.
+
+    Same result as the reduce_window for max/min (exact); for sums the
+    additions run in tap order (row-major over the window), so float results
+    may differ from reduce_window's in the last bits.
+
+    Why (XLA:CPU, jaxlib 0.10.2): ``reduce-window`` gets the default row-major
+    layout of its logical (NCHW) shape, so between convolutions, which XLA:CPU
+    runs channels-last, every NCHW pool costs two layout copies of its input
+    and output; pads, slices and elementwise ops take whatever layout their
+    producer has, and the pool fuses into the producing elementwise fusion.
+    ``padding`` is ``(lo, hi)`` per spatial axis; ``init`` a scalar of
+    ``x``'s dtype (the identity of ``op``).
+    """
+    import itertools
+
+    spatial_axes = [int(a) for a in spatial_axes]
+    cfg = [(0, 0, 0)] * x.ndim
+    for ax, (lo, hi) in zip(spatial_axes, padding):
+        cfg[ax] = (int(lo), int(hi), 0)
+    xp = lax.pad(x, np.asarray(init, x.dtype), cfg)
+    out = [(xp.shape[ax] - int(k)) // int(s) + 1 for ax, k, s in zip(spatial_axes, window, strides)]
+    acc = None
+    for taps in itertools.product(*[range(int(k)) for k in window]):
+        start, limit, step = [0] * x.ndim, list(xp.shape), [1] * x.ndim
+        for ax, t, n, s in zip(spatial_axes, taps, out, strides):
+            start[ax], limit[ax], step[ax] = t, t + (n - 1) * int(s) + 1, int(s)
+        tap = lax.slice(xp, start, limit, step)
+        acc = tap if acc is None else op(acc, tap)
+    return acc

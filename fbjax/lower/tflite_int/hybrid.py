@@ -60,6 +60,7 @@ from jax import lax
 
 from .. import kernels
 from ..registry import register
+from .conv import _padding  # TF SAME/VALID -> explicit pads, errors naming the node
 
 OP_SET = "tflite.hybrid"
 _NHWC_OHWI = ("NHWC", "OHWI", "NHWC")
@@ -167,13 +168,6 @@ def _scale_out(acc, scale, bias):
     if bias is not None:
         y = _rounded(y) + jnp.asarray(bias, jnp.float32)
     return y
-
-
-def _padding(ctx, padding, in_hw, k_hw, strides, dil):
-    try:
-        return kernels.explicit_padding(padding, in_hw, k_hw, strides, dil)
-    except ValueError as e:
-        raise ctx.error(str(e)) from None
 
 
 @register(OP_SET, "FULLY_CONNECTED", differentiable=False)
