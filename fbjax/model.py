@@ -349,9 +349,33 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
         check_batch_size(ir, program, batch_size)
     path = None if isinstance(source, (bytes, bytearray, memoryview)) else os.fspath(source)
     model = Model(ir, program, path)
+    _enable_trace_cache(model, source, (format, batch_size, quantized, while_max_iterations))
     if batch_size != _FILE and batch_size is not None:  # CPU: a large batch runs in cache-sized chunks
         from .lower.inference import attach_chunks
 
         attach_chunks(model, lambda k: load(source, format=format, batch_size=k, quantized=quantized,
                                              while_max_iterations=while_max_iterations), batch_size)
     return model
+
+
+def _enable_trace_cache(model: "Model", source, load_options: tuple) -> None:
+    """Let the CPU inference path keep its traced program in fbjax's cache
+    (:func:`fbjax.cache.trace_cache_dir`) when the model's input shapes are
+    static and every lowering it uses is fbjax's own (a user's custom op
+    could change without fbjax's code changing)."""
+    from . import cache
+    from .lower.inference import InferenceApply
+
+    fast = getattr(model, "_fast", None)
+    if not isinstance(fast, InferenceApply) or cache.trace_cache_dir() is None:
+        return
+    if any(s.shape is None or None in s.shape for s in model.inputs):
+        return
+    program = model._program
+    for node in program.model.iter_nodes():
+        od = program.registry.get(node.op_set, node.op_name)
+        if od is None or not getattr(od.fn, "__module__", "").startswith("fbjax."):
+            return
+    digest = cache.source_digest(source)
+    if digest is not None:
+        fast.trace_base = (digest, tuple(map(repr, load_options)))

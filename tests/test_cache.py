@@ -97,3 +97,81 @@ def test_compiler_options_accepted_by_xla():
     f = jax.jit(lambda x: x @ x, compiler_options=opts)
     x = np.arange(16, dtype=np.float32).reshape(4, 4)
     np.testing.assert_allclose(np.asarray(f(jnp.asarray(x))), x @ x, rtol=1e-6)
+
+
+# --- traced programs (fbjax.cache.trace_cache_dir) -------------------------------
+
+_TRACE_CHILD = """
+import sys, json, numpy as np, fbjax, fbjax.cache
+from fbjax.bench import _inputs
+m = fbjax.load(sys.argv[1])
+xs = _inputs(m.inputs)
+y = m(*xs)
+ref = m._jitted(m.params, *xs)  # the plain jit of Model.apply
+ys, rs = (y, ref) if isinstance(y, tuple) else ((y,), (ref,))
+fast = m._fast
+print(json.dumps({"diff": max(float(np.max(np.abs(np.asarray(a) - np.asarray(b)))) for a, b in zip(ys, rs)),
+                  "cached": fast is not None and fast._call is not fast.jitted,
+                  "traces": fbjax.cache.trace_cache_dir()}))
+"""
+
+
+def _trace_child(model, **env):
+    import json
+
+    e = {k: v for k, v in os.environ.items()
+         if k not in ("FBJAX_NO_CACHE", "FBJAX_CACHE_DIR", "JAX_COMPILATION_CACHE_DIR")}
+    e.update(env, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    p = subprocess.run([sys.executable, "-c", _TRACE_CHILD, model], env=e, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def test_trace_cache_reused_across_processes(shared_models_dir, tmp_path):
+    """The second process runs the stored Exported program; results equal the plain jit exactly."""
+    if jax.default_backend() != "cpu":
+        pytest.skip("the inference path (and its trace cache) is CPU-only")
+    model = str(shared_models_dir / "mediapipe_face_detection_short_range.tflite")
+    d = tmp_path / "c" / "jax"
+    first = _trace_child(model, FBJAX_CACHE_DIR=str(d))
+    traces = Path(first["traces"])
+    entries = list(traces.glob("*.exported"))
+    assert len(entries) == 1, "the first process should store its traced program"
+    stamp = entries[0].stat().st_mtime_ns
+    second = _trace_child(model, FBJAX_CACHE_DIR=str(d))
+    assert first["cached"] and second["cached"]
+    assert first["diff"] == 0.0 and second["diff"] == 0.0
+    assert entries[0].stat().st_mtime_ns == stamp, "a hit must not rewrite the entry"
+    assert len(list(traces.glob("*.exported"))) == 1
+
+
+def test_trace_cache_damaged_entry_is_a_miss(shared_models_dir, tmp_path):
+    if jax.default_backend() != "cpu":
+        pytest.skip("the inference path (and its trace cache) is CPU-only")
+    model = str(shared_models_dir / "mediapipe_face_detection_short_range.tflite")
+    d = tmp_path / "c" / "jax"
+    first = _trace_child(model, FBJAX_CACHE_DIR=str(d))
+    (entry,) = Path(first["traces"]).glob("*.exported")
+    entry.write_bytes(b"not an exported program")
+    again = _trace_child(model, FBJAX_CACHE_DIR=str(d))
+    assert again["diff"] == 0.0 and again["cached"]
+    assert entry.read_bytes() != b"not an exported program", "the damaged entry is replaced"
+
+
+def test_trace_key_depends_on_model_options_and_shapes():
+    import numpy as np
+
+    args = ({"w": np.zeros((3, 3), np.float32)}, np.zeros((1, 4), np.float32))
+    k = cache.trace_key("m", ("tflite", 1), args)
+    assert k == cache.trace_key("m", ("tflite", 1), args)
+    assert k != cache.trace_key("other model", ("tflite", 1), args)
+    assert k != cache.trace_key("m", ("tflite", 2), args)
+    assert k != cache.trace_key("m", ("tflite", 1), ({"w": np.zeros((3, 4), np.float32)}, args[1]))
+    assert k != cache.trace_key("m", ("tflite", 1), (args[0], np.zeros((1, 4), np.float16)))
+
+
+def test_no_trace_cache_without_fbjax_cache_dir(shared_models_dir, tmp_path):
+    model = str(shared_models_dir / "mediapipe_face_detection_short_range.tflite")
+    out = _trace_child(model, FBJAX_CACHE_DIR=str(tmp_path / "c"), FBJAX_NO_CACHE="1")
+    assert out["traces"] is None and not out["cached"] and out["diff"] == 0.0

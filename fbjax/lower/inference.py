@@ -286,6 +286,11 @@ class InferenceApply:
             return outs[0] if len(outs) == 1 else outs
 
         self.jitted = jax.jit(run, compiler_options=compiler_options)
+        self._compiler_options = compiler_options
+        #: set by :func:`fbjax.load`: ``(model digest, load options)`` when the
+        #: trace cache (:func:`fbjax.cache.trace_cache_dir`) may be used
+        self.trace_base = None
+        self._call = None  # what __call__ runs: self.jitted, or a jit of a cached Exported
         self._one = jax.device_put(np.float32(1))
         self._ahead = None  # {key: jax array} once computed
         self._static_ahead: dict = {}  # {key: numpy} (non-float results)
@@ -377,8 +382,38 @@ class InferenceApply:
         """``jax.jit(...).lower`` of the prepared program (for inspection)."""
         return self.jitted.lower(*self.args(params), *inputs)
 
+    def _first_call(self, args: tuple, inputs: tuple):
+        """The function calls run: with a trace-cache key, a jit of the
+        ``Exported`` program read from the cache, or exported now and stored
+        (one trace + lowering either way); else :attr:`jitted`."""
+        if self.trace_base is None:
+            return self.jitted
+        from .. import cache
+
+        from jax import export
+
+        try:
+            digest, options = self.trace_base
+            key = cache.trace_key(digest, options, tuple(args) + tuple(inputs),
+                                  extra=f"{self.base.backend} {sorted((self._compiler_options or {}).items())}")
+            exported = cache.load_exported(key)
+            if exported is None:
+                exported = export.export(self.jitted, platforms=(self.base.backend,))(*args, *inputs)
+                cache.save_exported(key, exported)
+            return jax.jit(exported.call, compiler_options=self._compiler_options)
+        except Exception:  # noqa: BLE001 - anything export cannot take: the plain jit
+            return self.jitted
+
     def __call__(self, params: dict, *inputs):
-        return self.jitted(*self.args(params), *inputs)
+        args = self.args(params)
+        if self._call is None:
+            self._call = self._first_call(args, inputs)
+        if self._call is not self.jitted:
+            try:
+                return self._call(*args, *inputs)
+            except (TypeError, ValueError):  # other shapes/dtypes than the cached program's: trace them
+                self._call = self.jitted
+        return self.jitted(*args, *inputs)
 
 
 def inference_apply(program, compiler_options=None, *, stateful: bool = False,
