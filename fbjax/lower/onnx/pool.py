@@ -4,6 +4,14 @@
 window that would start in the end padding (ONNX rule). AveragePool divides
 by the in-bounds tap count, or with ``count_include_pad`` by the taps inside
 the explicitly padded extent (ceil-mode extra padding is never counted).
+
+Windows of up to :data:`fbjax.lower.kernels.SHIFTED_MAX_TAPS` taps are
+computed as max/sum over strided slices of the padded input
+(:func:`fbjax.lower.kernels.shifted_window_reduce`), not ``reduce_window``:
+XLA:CPU gives a reduce-window the row-major layout of its NCHW shape, so
+between its channels-last convolutions each pool copied its input and output
+to and from NCHW; slices take the layout of their producer and fuse into it
+(light squeezenet, min of 100 interleaved runs: 9.3 -> 7.1 ms).
 """
 
 from __future__ import annotations
@@ -50,6 +58,11 @@ def MaxPool(ctx, X, *, kernel_size=(), auto_pad="Same", pads=None, strides=None,
     k, s, pad, extra = pool_geometry(ctx, X.shape, kernel_size, auto_pad, pads, strides, ceil_mode)
     full = [(a, b + e) for (a, b), e in zip(pad, extra)]
     if not (len(ctx.outputs) > 1 and ctx.outputs[1] is not None):
+        if int(np.prod(k)) <= kernels.SHIFTED_MAX_TAPS:
+            dt = np.dtype(X.dtype)
+            lowest = np.array(-np.inf if dt.kind == "f" else np.iinfo(dt).min, dt)
+            return kernels.shifted_window_reduce(X, lowest, jnp.maximum, window=k, strides=s, padding=full,
+                                                 spatial_axes=range(2, X.ndim))
         return kernels.max_pool(X, window=k, strides=s, padding=full, spatial_axes=range(2, X.ndim))
     idx = jnp.arange(X.size, dtype=jnp.int32).reshape(X.shape)
     dt = np.dtype(X.dtype)
@@ -73,8 +86,12 @@ def AveragePool(ctx, X, *, kernel_size=(), auto_pad="Same", pads=None, strides=N
     k, s, pad, extra = pool_geometry(ctx, X.shape, kernel_size, auto_pad, pads, strides, ceil_mode)
     full = [(a, b + e) for (a, b), e in zip(pad, extra)]
     dt = X.dtype
-    total = lax.reduce_window(X, np.array(0, dt), lax.add, (1, 1) + tuple(k), (1, 1) + tuple(s),
-                              ((0, 0), (0, 0)) + tuple(full))
+    if int(np.prod(k)) <= kernels.SHIFTED_MAX_TAPS:
+        total = kernels.shifted_window_reduce(X, np.array(0, dt), jnp.add, window=k, strides=s, padding=full,
+                                              spatial_axes=range(2, X.ndim))
+    else:
+        total = lax.reduce_window(X, np.array(0, dt), lax.add, (1, 1) + tuple(k), (1, 1) + tuple(s),
+                                  ((0, 0), (0, 0)) + tuple(full))
     count = np.ones((), np.float64)
     for ax, (i, kk, ss, (a, b), e) in enumerate(zip(X.shape[2:], k, s, pad, extra)):
         n_out = total.shape[2 + ax]
