@@ -27,7 +27,8 @@ CPU inference path (:class:`fbjax.lower.inference.InferenceApply`), so a
 second process skips tracing and lowering the graph too (about 0.6 s of a
 0.9 s warm first call on the shared MediaPipe models). Its key
 (:func:`trace_key`) covers the model file's bytes, the ``fbjax.load``
-options, fbjax's own source code, the jax/jaxlib versions, the backend and
+options, fbjax's own source code and module-level settings (such as
+``fbjax.lower.kernels.DEPTHWISE_STRATEGY``), the jax/jaxlib versions, the backend and
 the argument shapes and dtypes; models with user-registered (custom)
 lowerings are never cached this way. Only used when fbjax chose the cache
 directory (not under ``FBJAX_NO_CACHE`` or a user's own JAX cache setting).
@@ -181,15 +182,34 @@ def source_digest(source) -> Optional[str]:
     return h.hexdigest()
 
 
+def _knobs() -> str:
+    """The module-level settings of the loaded fbjax modules (UPPER_CASE
+    names holding str/int/float/bool/None or tuples of them, e.g.
+    ``fbjax.lower.kernels.DEPTHWISE_STRATEGY``): a program traced under one
+    setting must not be reused under another."""
+    import sys
+
+    simple = (str, int, float, bool, type(None))
+    out = []
+    for name in sorted(n for n in sys.modules if n == "fbjax" or n.startswith("fbjax.")):
+        mod = sys.modules[name]
+        for attr, val in sorted(getattr(mod, "__dict__", {}).items()):
+            if attr.isupper() and (isinstance(val, simple) or (isinstance(val, tuple)
+                                                               and all(isinstance(v, simple) for v in val))):
+                out.append(f"{name}.{attr}={val!r}")
+    return "\n".join(out)
+
+
 def trace_key(model_digest: str, load_options: tuple, args: tuple, extra: str = "") -> str:
     """The trace-cache key of a model's inference program: ``model_digest``
     (:func:`source_digest`), the ``fbjax.load`` options, the shapes, dtypes and
     tree structure of the jit arguments ``args``, ``extra`` (backend, compile
-    options), fbjax's code and the jax versions."""
+    options), fbjax's code, its module-level settings (:func:`_knobs`) and the
+    jax versions."""
     leaves, tree = jax.tree_util.tree_flatten(args)
     avals = ";".join(f"{tuple(getattr(x, 'shape', ()))}:{getattr(x, 'dtype', type(x).__name__)}" for x in leaves)
     h = hashlib.blake2b(digest_size=20)
-    for part in (model_digest, repr(load_options), str(tree), avals, extra, _code_fingerprint(),
+    for part in (model_digest, repr(load_options), str(tree), avals, extra, _code_fingerprint(), _knobs(),
                  str(bool(jax.config.jax_enable_x64))):
         h.update(part.encode())
         h.update(b"\0")

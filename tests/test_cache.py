@@ -175,3 +175,16 @@ def test_no_trace_cache_without_fbjax_cache_dir(shared_models_dir, tmp_path):
     model = str(shared_models_dir / "mediapipe_face_detection_short_range.tflite")
     out = _trace_child(model, FBJAX_CACHE_DIR=str(tmp_path / "c"), FBJAX_NO_CACHE="1")
     assert out["traces"] is None and not out["cached"] and out["diff"] == 0.0
+
+
+def test_trace_key_follows_module_settings(monkeypatch):
+    """A program traced under one fbjax setting is not reused under another."""
+    import numpy as np
+
+    from fbjax.lower import kernels
+
+    args = (np.zeros((1, 4), np.float32),)
+    monkeypatch.setattr(kernels, "DEPTHWISE_STRATEGY", "shifted")
+    k1 = cache.trace_key("m", (), args)
+    monkeypatch.setattr(kernels, "DEPTHWISE_STRATEGY", "conv")
+    assert cache.trace_key("m", (), args) != k1

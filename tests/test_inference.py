@@ -12,6 +12,7 @@ XLA's tiling, so the tolerance is a few float32 ulps of the output scale
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -223,3 +224,29 @@ def test_constant_weights_computed_ahead_and_relaid_equal_apply():
     y, r = m(x), jax.jit(m.apply)(m.params, x)
     for a, b in zip(y if isinstance(y, tuple) else (y,), r if isinstance(r, tuple) else (r,)):
         _close(a, b)
+
+
+@pytest.mark.parametrize("window,strides,padding", [((3, 3), (2, 2), ((1, 1), (1, 1))),
+                                                   ((2, 2), (2, 2), ((0, 0), (0, 0))),
+                                                   ((3, 1), (1, 1), ((0, 2), (1, 0))),
+                                                   ((4, 4), (3, 2), ((1, 2), (0, 3)))])
+def test_shifted_window_reduce_equals_reduce_window(window, strides, padding):
+    """The CPU pool path (strided slices) and lax.reduce_window (other
+    backends) agree: max exactly; sums to float32 rounding (tap order differs:
+    rtol 1e-6 for at most 16 terms of magnitude <= 1)."""
+    from jax import lax
+
+    from fbjax.lower import kernels
+
+    x = np.random.default_rng(0).uniform(-1, 1, (2, 3, 9, 8)).astype(np.float32)
+    full_w, full_s = (1, 1) + window, (1, 1) + strides
+    full_p = ((0, 0), (0, 0)) + padding
+    ref_max = lax.reduce_window(x, -np.inf, lax.max, full_w, full_s, full_p)
+    got_max = kernels.shifted_window_reduce(x, np.float32(-np.inf), jnp.maximum, window=window, strides=strides,
+                                            padding=padding, spatial_axes=(2, 3))
+    np.testing.assert_array_equal(np.asarray(got_max), np.asarray(ref_max))
+    ref_sum = lax.reduce_window(x, np.float32(0), lax.add, full_w, full_s, full_p)
+    got_sum = kernels.shifted_window_reduce(x, np.float32(0), jnp.add, window=window, strides=strides,
+                                            padding=padding, spatial_axes=(2, 3))
+    np.testing.assert_allclose(np.asarray(got_sum), np.asarray(ref_sum), rtol=1e-6, atol=1e-6)
+    assert kernels.use_shifted_window("cpu", window) and not kernels.use_shifted_window("gpu", window)

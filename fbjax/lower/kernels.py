@@ -579,6 +579,14 @@ def quantized_inputs(ctx, positions: Optional[Sequence[int]] = None) -> list[int
 SHIFTED_MAX_TAPS = 16
 
 
+def use_shifted_window(backend: Optional[str], window: Sequence[int]) -> bool:
+    """Whether a pool of ``window`` runs as :func:`shifted_window_reduce`
+    (CPU, at most :data:`SHIFTED_MAX_TAPS` taps) rather than
+    ``lax.reduce_window`` (other backends pick their own layouts)."""
+    backend = backend or jax.default_backend()
+    return backend == "cpu" and int(np.prod([int(w) for w in window])) <= SHIFTED_MAX_TAPS
+
+
 def shifted_window_reduce(x, init, op, *, window: Sequence[int], strides: Sequence[int], padding,
                           spatial_axes: Sequence[int]):
     """``reduce_window(x, init, op, ...)`` (dilation 1) as ``op`` over the
