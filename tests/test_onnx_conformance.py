@@ -78,7 +78,8 @@ import fbjax.lower.onnx  # noqa: E402,F401  (registers the "onnx" op set)
 from onnx_excludes import AS_CONVERTED, EXCLUDES, EXPLICIT, MODES, excluded, modes  # noqa: E402
 
 TARGET_PASS_RATE = 0.95  # with explicit ONNX defaults, over all converted cases
-AS_CONVERTED_MIN_RATE = 0.90  # as converted (the Softmax-axis cases fail by the file's meaning)
+AS_CONVERTED_MIN_RATE = 0.90  # as converted: a regression floor, not the issue's target (the Softmax-axis
+#                              cases fail by the file's meaning)
 LIGHT_RTOL = 1e-3
 
 #: A bounded default-run subset: one or two cases per op family.
@@ -371,8 +372,10 @@ def summarize(names=None, verbose: bool = True) -> dict:
         for mode, label in ((AS_CONVERTED, "as converted"), (EXPLICIT, "with explicit ONNX defaults")):
             r = res[mode]
             reasons = Counter(EXCLUDES[n].split(":")[0].split("] ")[-1] for n, _ in r["excluded"])
-            print(f"  {label}: passed {r['passed']}/{len(converted)} = {100 * r['rate']:.1f}% "
-                  f"(target {100 * (TARGET_PASS_RATE if mode == EXPLICIT else AS_CONVERTED_MIN_RATE):.0f}%); "
+            goal = (f"issue target {100 * TARGET_PASS_RATE:.0f}%" if mode == EXPLICIT else
+                    f"regression floor {100 * AS_CONVERTED_MIN_RATE:.0f}%; the issue's target is counted "
+                    "with explicit defaults")
+            print(f"  {label}: passed {r['passed']}/{len(converted)} = {100 * r['rate']:.1f}% ({goal}); "
                   f"excluded and failing {len(r['excluded'])} {dict(reasons)}; excluded yet passing "
                   f"{len(r['excluded_passing'])} {r['excluded_passing']}")
             for name, msg in r["failures"]:
