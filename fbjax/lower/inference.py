@@ -98,9 +98,10 @@ def constant_nodes(program) -> list:
 
 def _passes_layout(node) -> bool:
     """Nodes between a param and a convolution that keep any layout: TFLite
-    DEQUANTIZE of a float (float16) weight is an elementwise cast."""
-    return (node.op_set, node.op_name) == ("tflite", "DEQUANTIZE") and len(node.inputs) == 1 \
-        and node.inputs[0] is not None and np.dtype(node.inputs[0].dtype).kind == "f"
+    DEQUANTIZE of a float (float16) weight is an elementwise cast, and
+    DENSIFY is the identity (sparse constants are densified when read)."""
+    return (node.op_set == "tflite" and node.op_name in ("DEQUANTIZE", "DENSIFY") and len(node.inputs) == 1
+            and node.inputs[0] is not None and np.dtype(node.inputs[0].dtype).kind == "f")
 
 
 def _groups(node, native: str, w) -> Optional[int]:
