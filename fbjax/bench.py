@@ -157,7 +157,11 @@ def _activation_bytes(model) -> int:
 
 class _LiteRT:
     def __init__(self, path: str, threads: int, batch: Optional[int] = None):
-        from ai_edge_litert.interpreter import Interpreter
+        try:
+            from ai_edge_litert.interpreter import Interpreter
+        except ImportError as e:
+            raise ImportError("fbjax bench compares with LiteRT: pip install ai-edge-litert "
+                              "(or fbjax's '.[test]' extra, which also brings onnxruntime)") from e
 
         self.it = Interpreter(model_path=path, num_threads=threads)
         ins = self.it.get_input_details()
@@ -187,7 +191,11 @@ class _ORT:
     two is the ratio's reference."""
 
     def __init__(self, onnx_path: str, threads: int, input_names: Sequence[str], spinning: bool = False):
-        import onnxruntime as ort
+        try:
+            import onnxruntime as ort
+        except ImportError as e:
+            raise ImportError("fbjax bench compares .rten models with onnxruntime: pip install onnxruntime "
+                              "(or fbjax's '.[test]' extra)") from e
 
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = threads
@@ -512,8 +520,9 @@ def _f(x, fmt="{:.2f}"):
 
 def markdown_table(records: Sequence[dict], summ: Optional[dict] = None) -> str:
     """The records as a markdown table plus the geometric means."""
-    head = ("| model | vs | b1 fbjax ms | b1 other ms | **b1 ratio** | b32 fbjax ms | b32 other ms "
-            "| **b32 thr. ratio** | first call s | warm cache s | RSS MiB cold / warm / warm above floor (budget) | max rel err |")
+    nb = next((r["batch"] for r in records if r.get("batch")), DEFAULT_BATCH)
+    head = (f"| model | vs | b1 fbjax ms | b1 other ms | **b1 ratio** | b{nb} fbjax ms | b{nb} other ms "
+            f"| **b{nb} thr. ratio** | first call s | warm cache s | RSS MiB cold / warm / warm above floor (budget) | max rel err |")
     lines = [head, "|" + "|".join(["---"] * 12) + "|"]
     for r in records:
         if "error" in r:

@@ -167,7 +167,7 @@ def cmd_infer(args) -> int:
     n = len([f for f in os.listdir(args.inputs) if f.endswith((".npy", ".npz"))]) if os.path.isdir(args.inputs) else 0
     print(f"model {os.path.basename(args.model)}: inputs {model.inputs}")
     print(f"{n} examples in {args.inputs}; {len(jax.devices())} device(s) ({jax.default_backend()}); "
-          f"batch size {args.batch_size}")
+          f"batch size {args.batch_size if args.batch_size else f'{8 * jax.local_device_count()} (8 per device)'}")
     t0 = time.perf_counter()
     out = infer(model, args.inputs, batch_size=args.batch_size, out=args.out, progress=not args.no_progress)
     dt = time.perf_counter() - t0
@@ -234,7 +234,7 @@ def cmd_export(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="fbjax",
-        description="Run flatbuffer ML models (.tflite) as jitted JAX functions.",
+        description="Run flatbuffer ML models (.tflite, .rten, stablehlo.flatbuf) as jitted JAX functions.",
         epilog="Examples:\n  fbjax run                      # bundled selfie-segmentation model\n"
         "  fbjax inspect model.tflite\n  fbjax run model.tflite --input input_1=x.npy --output out.npz",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -244,7 +244,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"fbjax {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     pi = sub.add_parser("inspect", help="show format, inputs/outputs, op histogram, params, unsupported ops")
-    pi.add_argument("model", help="path to a model file (.tflite)")
+    pi.add_argument("model", help="path to a model file (.tflite, .rten or stablehlo.flatbuf)")
     pi.set_defaults(func=cmd_inspect)
     pr = sub.add_parser(
         "run",
@@ -278,7 +278,7 @@ def build_parser() -> argparse.ArgumentParser:
         "export",
         help="write a jax.export artifact (StableHLO, differentiable) or the StableHLO text",
         description="--to stablehlo: a serialized jax.export artifact of apply(params, *inputs) "
-        "including its VJP (stays differentiable after jax.export.deserialize), plus OUT.params.npz; "
+        "including its VJP (stays differentiable after jax.export.deserialize), plus the weights next to it (OUT with its extension replaced by .params.npz); "
         "--to mlir: the StableHLO module as MLIR text.",
     )
     pe.add_argument("model", help="model file")

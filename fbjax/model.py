@@ -134,7 +134,12 @@ class Model:
             models with resource variables, ``(outputs, new_state)``, where
             ``state`` (default :attr:`state`) is the ``{name: array}`` dict of
             variable values before the call.
+
+        Raises:
+            InputError: wrong number of inputs, or a shape that does not match
+                :attr:`inputs` (checked at trace time under ``jit``/``grad``).
         """
+        self._check_apply_shapes(inputs)
         if self._stateful:  # models with resource variables: (outputs, new_state)
             from .lower.tflite.state import apply_with_state
             outs, new_state = apply_with_state(self._program, params, self.state if state is None else state, *inputs)
@@ -145,6 +150,21 @@ class Model:
         return outs[0] if len(outs) == 1 else outs
 
     # -- convenience -----------------------------------------------------
+    def _check_apply_shapes(self, inputs: Sequence) -> None:
+        """Input count and shapes for :meth:`apply` (also under ``jit``/``grad``:
+        tracer shapes are static). A batch-1 graph fed a batch of 2 would
+        otherwise fold the batch into another axis without an error."""
+        if len(inputs) != len(self.inputs):
+            raise InputError(f"the model takes {len(self.inputs)} input(s) {self.inputs}, got {len(inputs)}")
+        for i, (x, spec) in enumerate(zip(inputs, self.inputs)):
+            shape = getattr(x, "shape", None)
+            if shape is None or spec.shape is None:
+                continue
+            if len(shape) != len(spec.shape) or any(d is not None and d != s for d, s in zip(spec.shape, shape)):
+                hint = (" (load the model with fbjax.load(path, batch_size=None) for other batch sizes)"
+                        if len(shape) == len(spec.shape) and spec.shape and shape[0] != spec.shape[0] else "")
+                raise InputError(f"input {i} ({spec.name!r}) has shape {tuple(shape)}, expected {spec}{hint}")
+
     def _check_inputs(self, inputs: Sequence) -> list:
         exact = getattr(self, "_exact_specs", None)
         if exact is None:  # (shape, dtype) per input when the spec has no dynamic dims
@@ -291,9 +311,10 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
     """Load a model file as a :class:`Model`.
 
     Args:
-        source: path to a ``.tflite`` file, or its bytes.
-        format: force the format (``"tflite"``); detected from the bytes when
-            omitted.
+        source: path to a model file (``.tflite``, ``.rten`` or
+            ``stablehlo.flatbuf``), or its bytes.
+        format: force the format (``"tflite"``, ``"rten"`` or
+            ``"stablehlo"``); detected from the bytes when omitted.
         batch_size: ``"file"`` (default): the shapes stored in the file.
             ``None``: make a model stored with batch 1 batch-polymorphic (the
             inputs' leading dimension becomes ``None`` and ``jit`` retraces

@@ -202,3 +202,27 @@ def test_wrong_input_dtype(two_input_model):
     a = np.zeros((2, 3), np.float32)
     with pytest.raises(fbjax.InputError):
         two_input_model(a, np.array([["a", "b", "c"], ["d", "e", "f"]]))
+
+
+def test_apply_checks_input_shapes(shared_models_dir):
+    """Model.apply refuses shapes the graph was not built for (a batch of 2
+    through a batch-1 graph would otherwise be folded into another axis),
+    eagerly and under jit."""
+    import jax
+
+    import fbjax
+    from fbjax import InputError
+
+    m = fbjax.load(shared_models_dir / "mediapipe_face_detection_short_range.tflite")
+    good = np.zeros((1, 128, 128, 3), np.float32)
+    m.apply(m.params, good)
+    for bad in (np.zeros((2, 128, 128, 3), np.float32), np.zeros((1, 64, 64, 3), np.float32),
+                np.zeros((128, 128, 3), np.float32)):
+        with pytest.raises(InputError, match="expected"):
+            m.apply(m.params, bad)
+        with pytest.raises(InputError, match="expected"):
+            jax.jit(m.apply)(m.params, bad)
+    with pytest.raises(InputError, match="batch_size=None"):
+        m.apply(m.params, np.zeros((2, 128, 128, 3), np.float32))
+    with pytest.raises(InputError, match="input"):
+        m.apply(m.params, good, good)
