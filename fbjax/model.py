@@ -160,7 +160,8 @@ class Model:
             shape = getattr(x, "shape", None)
             if shape is None or spec.shape is None:
                 continue
-            if len(shape) != len(spec.shape) or any(d is not None and d != s for d, s in zip(spec.shape, shape)):
+            if len(shape) != len(spec.shape) or any(  # symbolic dims (jax.export shape polymorphism) pass
+                    d is not None and isinstance(s, (int, np.integer)) and d != s for d, s in zip(spec.shape, shape)):
                 hint = (" (load the model with fbjax.load(path, batch_size=None) for other batch sizes)"
                         if len(shape) == len(spec.shape) and spec.shape and shape[0] != spec.shape[0] else "")
                 raise InputError(f"input {i} ({spec.name!r}) has shape {tuple(shape)}, expected {spec}{hint}")
