@@ -71,9 +71,7 @@ each verified against LiteRT and followed here:
 
 16x8 kernels accumulate in int64 like TFLite: for int16 models the pass sets
 ``model.metadata["needs_x64"]`` so that :class:`fbjax.Model` traces them
-under a scoped ``jax.enable_x64``. Float nodes of quantized models whose
-``"tflite"`` lowering is missing are routed to ``"tflite.qfloat"``
-(:mod:`fbjax.lower.tflite_int.float_fallback`), if it has the op.
+under a scoped ``jax.enable_x64``.
 """
 
 from __future__ import annotations
@@ -506,18 +504,6 @@ def _prepare_float(model: ModelIR) -> None:
                 sig.outputs = {k: replace.get(id(v), v) for k, v in sig.outputs.items()}
 
 
-def _route_float_fallbacks(model: ModelIR) -> None:
-    """Float ``"tflite"`` nodes without a lowering go to ``"tflite.qfloat"``
-    (:mod:`fbjax.lower.tflite_int.float_fallback`) when it has the op."""
-    from .lower.registry import LOWERINGS
-
-    for g in model.graphs:
-        for n in g.nodes:
-            if n.op_set == "tflite" and LOWERINGS.get("tflite", n.op_name) is None \
-                    and LOWERINGS.get("tflite.qfloat", n.op_name) is not None:
-                n.op_set = "tflite.qfloat"
-
-
 def prepare(model: ModelIR, quantized: str = "exact") -> ModelIR:
     """Rewrite ``model`` in place for ``quantized`` = ``"exact"`` or ``"float"``.
 
@@ -540,5 +526,4 @@ def prepare(model: ModelIR, quantized: str = "exact") -> ModelIR:
             model.metadata["needs_x64"] = True
     else:
         _prepare_float(model)
-    _route_float_fallbacks(model)
     return model

@@ -27,7 +27,6 @@ kernels (float activations, int8 weights) are the op set ``"tflite.hybrid"``
 in :mod:`.hybrid`.
 """
 
-from . import activations, conv, elementwise, fake_quant, fixedpoint, float_fallback, hybrid, pool, shape  # noqa: F401
+from . import activations, conv, elementwise, fake_quant, fixedpoint, hybrid, pool, shape  # noqa: F401
 
-__all__ = ["activations", "conv", "elementwise", "fake_quant", "fixedpoint", "float_fallback", "hybrid", "pool",
-           "shape"]
+__all__ = ["activations", "conv", "elementwise", "fake_quant", "fixedpoint", "hybrid", "pool", "shape"]
