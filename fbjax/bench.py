@@ -598,6 +598,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def add_arguments(p) -> None:
+    """Add ``fbjax bench``'s arguments to the argparse parser ``p``."""
     p.add_argument("models", nargs="+", metavar="MODEL",
                    help=".tflite / .rten files, or light:NAME for the onnx wheel's light_NAME.onnx")
     p.add_argument("--runs", type=int, default=DEFAULT_RUNS, help=f"timed runs per figure (default {DEFAULT_RUNS})")
@@ -609,6 +610,8 @@ def add_arguments(p) -> None:
 
 
 def run_cli(args) -> int:
+    """Run ``fbjax bench`` with parsed ``args``: benchmark, print the markdown
+    table, write ``--json`` / ``--md`` when given; returns the exit status."""
     recs = bench_models(args.models, runs=args.runs, batch=args.batch, threads=args.threads,
                         first=not args.no_first_call)
     summ = summary(recs)

@@ -33,6 +33,7 @@ def _spec_str(name: str, shape, dtype) -> str:
 
 
 def cmd_inspect(args) -> int:
+    """``fbjax inspect MODEL``: format, inputs/outputs, op histogram, params, unsupported ops."""
     from .formats import read_model
     from .lower import LOWERINGS
     from .lower.build import is_param
@@ -114,6 +115,7 @@ def _parse_inputs(pairs: Sequence[str], model) -> list:
 
 
 def cmd_run(args) -> int:
+    """``fbjax run [MODEL]``: run on given or seeded random inputs; prints outputs and timings."""
     import jax
 
     from . import load
@@ -159,6 +161,7 @@ def cmd_run(args) -> int:
 
 
 def cmd_infer(args) -> int:
+    """``fbjax infer MODEL --inputs DIR --out FILE``: :func:`fbjax.infer` over every device."""
     import jax
 
     from . import infer, load
@@ -212,6 +215,7 @@ def export_model(model, to: str, *, batch_size="file"):
 
 
 def cmd_export(args) -> int:
+    """``fbjax export MODEL --to stablehlo|mlir OUT``: see :func:`export_model`."""
     from . import load
 
     model = load(args.model, batch_size=args.batch_size)
@@ -232,6 +236,7 @@ def cmd_export(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``fbjax`` command-line parser (subcommands inspect, run, infer, export, bench)."""
     p = argparse.ArgumentParser(
         prog="fbjax",
         description="Run flatbuffer ML models (.tflite, .rten, stablehlo.flatbuf) as jitted JAX functions.",
@@ -289,13 +294,18 @@ def build_parser() -> argparse.ArgumentParser:
     pe.set_defaults(func=cmd_export)
     from .bench import add_arguments as _bench_args, run_cli as _bench_run  # `fbjax bench` (fbjax/bench.py)
 
-    pb = sub.add_parser("bench", help="benchmark against LiteRT / onnxruntime: latency, throughput, first call, RSS")
+    pb = sub.add_parser(
+        "bench", help="benchmark against LiteRT / onnxruntime: latency, throughput, first call, RSS",
+        description="fbjax vs LiteRT (.tflite) or onnxruntime (light:NAME, .rten from the onnx wheel's light "
+        "models), interleaved in one process: batch-1 latency, batch-N throughput, first call cold and warm, "
+        "peak RSS. Needs ai-edge-litert / onnxruntime (pip install '.[test]').")
     _bench_args(pb)
     pb.set_defaults(func=_bench_run)
     return p
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    """``fbjax`` entry point: fbjax's own errors print one line and return 1."""
     from .errors import FbjaxError
 
     parser = build_parser()

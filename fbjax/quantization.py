@@ -110,6 +110,7 @@ def _is_quantized_const(v: Optional[Value]) -> bool:
 
 
 def has_quantized_tensors(model: ModelIR) -> bool:
+    """True when any activation or constant of ``model`` carries TFLite quantization parameters."""
     return any(is_quantized(v) or _is_quantized_const(v) for g in model.graphs for v in g.values)
 
 
