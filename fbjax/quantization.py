@@ -13,24 +13,32 @@ for one of two modes:
     integer-exact lowering are reported by ``fbjax.load`` as unsupported
     (``tflite.int:OP``) rather than silently computed in float.
 
-``"float"`` (approximate, differentiable)
+``"float"`` (differentiable; forward equal to the integer model)
     Every quantized constant is dequantized to float32 (so weights become
-    trainable params); every quantized activation tensor becomes float32 and
-    is followed by a ``fbjax:FAKE_QUANT`` node that rounds it to its
-    quantization grid with a straight-through gradient. QUANTIZE becomes
-    FAKE_QUANT, DEQUANTIZE of quantized data becomes IDENTITY. Graph inputs
-    and outputs that were quantized become float32 real values
-    (``(q - zero_point) * scale``). Each FAKE_QUANT rounds the way the
-    integer kernel of its producer does (:func:`_fq_rounding`): ties
-    half-even for float->int QUANTIZE, up for the gemm output stage of 8-bit
-    CONV_2D / DEPTHWISE_CONV_2D / FULLY_CONNECTED and 8-bit requantizing
-    QUANTIZE, away from zero elsewhere; the SRDHM pre-rounding before a right
-    shift (``pre_shift``, per channel), the optimized MEAN's separately
-    rounded zero-point term (``offset``) and the 16x8 kernels' 15-bit
-    multiplier (``gain``) are reproduced, since each moves whole steps on a
-    large share of elements. Results still match the integer model only
-    approximately (float accumulation, float activation functions instead of
-    lookup tables, HARD_SWISH's fixed-point "relu-ish" factor).
+    trainable params); every quantized activation tensor becomes float32
+    holding its real value ``(q - zero_point) * scale``. Each node with an
+    integer lowering computes its forward value with that integer kernel
+    (:func:`_int_forward_nodes`: on-grid float inputs quantized back, weights
+    re-quantized from the float params with the file's scales by
+    ``fbjax:QUANTIZE_WEIGHTS``, the ``"tflite.int"`` op, DEQUANTIZE) and its
+    gradient with the float op (``fbjax:STRAIGHT_THROUGH``); each quantized
+    activation is then a ``fbjax:FAKE_QUANT`` node (identity on these
+    on-grid values, straight-through gradient). So with the file's weights
+    the forward equals ``"exact"`` mode dequantized -- bit for bit, because
+    no float computation stays within one step of the integer kernels on
+    LSB-sensitive models (one input step moves 4-71% of LiteRT's own outputs
+    by more than a step on several test models) -- and after fine-tuning it
+    is what the re-quantized model will compute. What is approximate is the
+    gradient: the float op's at the on-grid inputs, straight through the
+    roundings. Nodes without an integer lowering (and hybrid ops) run in
+    float, their quantized outputs fake-quantized with the rounding of the
+    integer kernel they stand for (:func:`_fq_rounding`: ties half-even for
+    float->int QUANTIZE, up for the gemm output stage of 8-bit CONV_2D /
+    DEPTHWISE_CONV_2D / FULLY_CONNECTED, away from zero elsewhere; the
+    SRDHM pre-rounding before a right shift, the optimized MEAN's
+    zero-point term, the 16x8 kernels' 15-bit multiplier). QUANTIZE of a
+    float tensor becomes FAKE_QUANT; graph inputs and outputs that were
+    quantized become float32 real values.
 
 Hybrid (dynamic-range) models: int8 weight constants that feed float
 computations. In ``"exact"`` mode, FULLY_CONNECTED, CONV_2D,
@@ -397,49 +405,117 @@ def _fq_rounding(n: Node, orig: dict) -> dict:
     return {"rounding": "half_away"}
 
 
-#: Quantized kernels that are not "compute, then rescale once" (lookup tables,
-#: 16-bit table interpolation, fixed-point polynomials): in float mode their
-#: forward value comes from the integer kernel itself (QUANTIZE of the on-grid
-#: float input, the ``"tflite.int"`` op, DEQUANTIZE), and
-#: ``fbjax:STRAIGHT_THROUGH`` sends the gradient through the float op.
-INT_FORWARD = frozenset({"LOGISTIC", "TANH", "SOFTMAX", "LOG_SOFTMAX", "GELU", "RSQRT", "HARD_SWISH", "ELU",
-                         "EXP", "LOG", "SQRT", "LEAKY_RELU", "AVERAGE_POOL_2D", "RESIZE_BILINEAR"})
+def _roundtrips(data: np.ndarray, q: QuantParams) -> bool:
+    """Whether ``fbjax:QUANTIZE_WEIGHTS`` (``rint(f32(w / scale)) + zp``)
+    gives back the integer constant ``data`` from its float32 dequantization
+    (false for int32/int64 biases beyond ~2^21 steps, where float32 cannot
+    hold the value or the division's rounding moves it)."""
+    deq = dequantize_array(data, q)
+    s = np.asarray(q.scale, np.float32).reshape(-1)
+    z = np.asarray(q.zero_point).astype(np.int64).reshape(-1)
+    z = z if z.size else np.zeros(1, np.int64)
+    shape = [1] * deq.ndim
+    if s.size > 1:
+        shape[q.quantized_dimension] = s.size
+    s = s.reshape(shape if s.size > 1 else ())
+    z = z.reshape(shape if z.size > 1 else ())
+    want = np.asarray(data).astype(np.int64)
+    with np.errstate(all="ignore"):
+        # both w / s and w * (1/s): XLA may rewrite a division by a constant
+        for v in ((deq / s).astype(np.float32), (deq * (np.float32(1) / s).astype(np.float32)).astype(np.float32)):
+            if not np.array_equal(np.rint(v).astype(np.int64) + z, want):
+                return False
+    return True
 
 
-def _int_forward_nodes(n: Node, orig: dict, orig_inputs: list, int_ops: set) -> Optional[tuple]:
-    """``(nodes, new values)`` computing ``n`` (one quantized activation input,
-    first; the others integer constants such as RESIZE_BILINEAR's size; one
-    quantized output) with its integer kernel, the float op only for the
-    gradient; None when ``n`` does not qualify. ``orig_inputs``: ``n``'s
-    inputs before the rewrite (``n.inputs`` already holds the fake-quantized
-    float ones)."""
-    if n.op_set != "tflite" or n.op_name not in INT_FORWARD or n.op_name not in int_ops:
+def _int_forward_nodes(n: Node, orig: dict, orig_inputs: list, int_ops: set, orig_data: dict,
+                       registry) -> Optional[tuple]:
+    """``(nodes, new values)`` computing ``n`` in float mode with its integer
+    kernel (the exact mode's ``"tflite.int"`` lowering) and the float op only
+    for the gradient, or None when ``n`` does not qualify.
+
+    ``n`` qualifies when it has a ``"tflite.int"`` lowering, reads at least one
+    quantized activation, every output is quantized, and every other input is
+    a quantized constant, a non-float tensor or omitted; or when it is a
+    DEQUANTIZE of a quantized activation or constant (LiteRT's float32
+    rounding of it, identity gradient). The nodes built:
+    each fake-quantized (on-grid) float activation is quantized back
+    (``tflite.int:QUANTIZE``, exact for on-grid values); each quantized
+    constant -- a float param in this mode -- goes through
+    ``fbjax:QUANTIZE_WEIGHTS`` with the file's scales (so fine-tuned weights
+    are rounded to the grid the deployed model will use), except at the
+    lowering's static input positions (pad values, sizes), which keep the
+    file's integers; then the integer op, ``tflite.int:DEQUANTIZE`` of each
+    output, the float op on the float inputs, and ``fbjax:STRAIGHT_THROUGH``
+    (value of the integer result, gradient of the float op). A constant that
+    would not come back unchanged through float32 (:func:`_roundtrips`:
+    large int32/int64 biases) is anchored to the file's integers
+    (``QUANTIZE_WEIGHTS``' ``file_values``). ``orig_inputs``: ``n``'s inputs before the
+    rewrite (``n.inputs`` already holds the fake-quantized float ones);
+    ``orig_data``: id(constant) -> its integer data from the file."""
+    if n.op_set != "tflite" or n.op_name not in int_ops:
         return None
-    ins = [v for v in orig_inputs if v is not None]
-    outs = [v for v in n.outputs if v is not None]
-    if not ins or len(outs) != 1 or id(ins[0]) not in orig or id(outs[0]) not in orig or ins[0].data is not None:
-        return None
-    if any(v.data is None or np.dtype(v.dtype).kind not in "iu" or id(v) in orig for v in ins[1:]):
-        return None
-    (qx, dtx), (qy, dty) = orig[id(ins[0])], orig[id(outs[0])]
-    if np.asarray(qx.scale).size != 1 or np.asarray(qy.scale).size != 1:
-        return None
-    y, xf = outs[0], n.inputs[0]
-    f32 = np.dtype(np.float32)
-    xi = Value(name=f"{xf.name}/int", dtype=dtx, shape=xf.shape, quant=qx)
-    yi = Value(name=f"{y.name}/int", dtype=dty, shape=y.shape, quant=qy)
-    yd = Value(name=f"{y.name}/int_dequantized", dtype=f32, shape=y.shape)
-    yf = Value(name=f"{y.name}/float", dtype=f32, shape=y.shape)
+    outs = list(n.outputs)
+    dequantize = n.op_name == "DEQUANTIZE"
+    if dequantize:  # of a quantized activation or constant: float output
+        if not orig_inputs or orig_inputs[0] is None or id(orig_inputs[0]) not in orig or len(outs) != 1:
+            return None
+    else:
+        if not outs or any(o is None or id(o) not in orig for o in outs):
+            return None
+        if not any(v is not None and v.data is None and id(v) in orig for v in orig_inputs):
+            return None
+    static = registry.get("tflite.int", n.op_name).static_inputs
     where = f"{n.location} (float mode: integer kernel forward)"
-    rest = list(n.inputs[1:])
-    fl = Node(n.op_set, n.op_name, [xf] + rest, [yf], dict(n.attrs), location=n.location)
-    return [
-        Node("tflite.int", "QUANTIZE", [xf], [xi], {}, location=where),
-        Node("tflite.int", n.op_name, [xi] + rest, [yi], dict(n.attrs), location=where),
-        Node("tflite.int", "DEQUANTIZE", [yi], [yd], {}, location=where),
-        fl,
-        Node("fbjax", "STRAIGHT_THROUGH", [yf, yd], [y], {}, location=where),
-    ], [xi, yi, yd, yf]
+    f32 = np.dtype(np.float32)
+    nodes, vals, int_ins = [], [], []
+    for i, (v, vf) in enumerate(zip(orig_inputs, n.inputs)):
+        if v is None:
+            int_ins.append(None)
+        elif id(v) in orig and v.data is None:  # quantized activation (now fake-quantized float)
+            q, dt = orig[id(v)]
+            xi = Value(name=f"{vf.name}/int", dtype=dt, shape=vf.shape, quant=q)
+            nodes.append(Node("tflite.int", "QUANTIZE", [vf], [xi], {}, location=where))
+            vals.append(xi)
+            int_ins.append(xi)
+        elif id(v) in orig:  # quantized constant (now a float param)
+            q, dt = orig[id(v)]
+            data = orig_data[id(v)]
+            wi = Value(name=f"{v.name}/int", dtype=dt, shape=v.shape, quant=q,
+                       data=data if i in static else None)
+            if i not in static:
+                ins = [v]
+                if not _roundtrips(data, q):  # large biases: anchored to the file's integers
+                    fv = Value(name=f"{v.name}/file_values", dtype=dt, shape=v.shape, data=data)
+                    ins.append(fv)
+                    vals.append(fv)
+                nodes.append(Node("fbjax", "QUANTIZE_WEIGHTS", ins, [wi], {}, location=where))
+            vals.append(wi)
+            int_ins.append(wi)
+        elif np.dtype(v.dtype).kind == "f":
+            return None  # a float operand: not an integer kernel
+        else:
+            int_ins.append(v)
+    if dequantize:  # LiteRT's DEQUANTIZE rounding (8-bit: two roundings), identity gradient
+        yd = Value(name=f"{outs[0].name}/int_dequantized", dtype=f32, shape=outs[0].shape)
+        nodes.append(Node("tflite.int", "DEQUANTIZE", int_ins[:1], [yd], {}, location=where))
+        nodes.append(Node("fbjax", "STRAIGHT_THROUGH", [n.inputs[0], yd], outs, {}, location=where))
+        return nodes, vals + [yd]
+    ints, deqs, floats = [], [], []
+    for o in outs:
+        q, dt = orig[id(o)]
+        ints.append(Value(name=f"{o.name}/int", dtype=dt, shape=o.shape, quant=q))
+        deqs.append(Value(name=f"{o.name}/int_dequantized", dtype=f32, shape=o.shape))
+        floats.append(Value(name=f"{o.name}/float", dtype=f32, shape=o.shape))
+    nodes.append(Node("tflite.int", n.op_name, int_ins, ints, dict(n.attrs), location=where))
+    nodes += [Node("tflite.int", "DEQUANTIZE", [a], [b], {}, location=where) for a, b in zip(ints, deqs)]
+    if n.op_name == "QUANTIZE":  # requantization: the float op is the identity (then fake quantization)
+        nodes.append(Node("fbjax", "IDENTITY", list(n.inputs[:1]), floats, {}, location=n.location))
+    else:
+        nodes.append(Node(n.op_set, n.op_name, list(n.inputs), floats, dict(n.attrs), location=n.location))
+    nodes += [Node("fbjax", "STRAIGHT_THROUGH", [a, b], [o], {}, location=where)
+              for a, b, o in zip(floats, deqs, outs)]
+    return nodes, vals + ints + deqs + floats
 
 
 def _prepare_float(model: ModelIR) -> None:
@@ -449,9 +525,11 @@ def _prepare_float(model: ModelIR) -> None:
     for g in model.graphs:
         # 1. constants: dequantize (weights become float params).
         orig = {}  # id(value) -> (QuantParams, integer dtype) before the rewrite
+        orig_data = {}  # id(constant) -> integer data from the file
         for v in g.values:
             if _is_quantized_const(v):
                 orig[id(v)] = (v.quant, np.dtype(v.dtype))
+                orig_data[id(v)] = v.data
                 _dequantize_const_in_place(v)
         # 2. activations: float32 + FAKE_QUANT after each producer.
         for v in g.values:
@@ -476,6 +554,17 @@ def _prepare_float(model: ModelIR) -> None:
             extra = _fq_rounding(n, orig)  # before the inputs are replaced
             orig_inputs = list(n.inputs)
             n.inputs = [replace.get(id(v), v) if v is not None else None for v in n.inputs]
+            emu = _int_forward_nodes(n, orig, orig_inputs, int_ops, orig_data, LOWERINGS)
+            if emu is not None:
+                nodes, vals = emu
+                new_nodes.extend(nodes)
+                g.values.extend(vals)
+                if any(np.dtype(v.dtype) in (np.dtype(np.int16), np.dtype(np.int64)) for v in vals):
+                    model.metadata["needs_x64"] = True
+                for o in n.outputs:
+                    if id(o) in orig:
+                        add_fq(o, n.location)  # already on the grid: keeps the value, names the tensor
+                continue
             if n.op_set == "tflite" and n.op_name == "QUANTIZE" and n.outputs and id(n.outputs[0]) in orig:
                 q, dt = orig[id(n.outputs[0])]
                 fq, _ = _fq_node(n.inputs[0], q, dt, n.location, extra)
@@ -484,16 +573,10 @@ def _prepare_float(model: ModelIR) -> None:
                 continue
             if n.op_set == "tflite" and n.op_name == "DEQUANTIZE" and n.inputs and n.inputs[0] is not None \
                     and np.dtype(n.inputs[0].dtype) == np.float32:
-                n.op_set, n.op_name, n.attrs = "fbjax", "IDENTITY", {}
-            emu = _int_forward_nodes(n, orig, orig_inputs, int_ops)
-            if emu is not None:
-                nodes, vals = emu
-                new_nodes.extend(nodes)
-                g.values.extend(vals)
-                if any(np.dtype(v.dtype) == np.int16 for v in vals):
-                    model.metadata["needs_x64"] = True
-            else:
-                new_nodes.append(n)
+                # the dequantized value rounded to float32 before any consumer
+                # (as tflite.int:DEQUANTIZE: no FMA contraction into a float op)
+                n.op_set, n.op_name, n.attrs = "fbjax", "IDENTITY", {"materialize": True}
+            new_nodes.append(n)
             for o in n.outputs:
                 if o is not None and id(o) in orig:
                     add_fq(o, n.location, extra)

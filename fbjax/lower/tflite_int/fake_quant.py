@@ -150,7 +150,70 @@ def STRAIGHT_THROUGH(ctx, a, b):
     return straight_through(jnp.asarray(a, jnp.float32), jnp.asarray(b, jnp.float32))
 
 
+def _broadcast_qparams(v, ndim):
+    """Scale (float32) and zero point (int64) of constant ``v``, shaped to
+    broadcast along its ``quantized_dimension`` (rank ``ndim``)."""
+    s = np.asarray(v.quant.scale, np.float32).reshape(-1)
+    z = np.asarray(v.quant.zero_point).astype(np.int64).reshape(-1)
+    if z.size == 0:
+        z = np.zeros(1, np.int64)
+    if s.size > 1:
+        shape = [1] * ndim
+        shape[v.quant.quantized_dimension] = s.size
+        s = s.reshape(shape)
+        z = z.reshape(shape) if z.size == s.size else z.reshape(())
+    else:
+        s, z = s.reshape(()), z.reshape(())
+    return s, z
+
+
+@register("fbjax", "QUANTIZE_WEIGHTS", differentiable=False, static_inputs=(1,))
+def QUANTIZE_WEIGHTS(ctx, w, file_values=None):
+    """Quantize float weights ``w`` (a float mode param: the file's integer
+    weights dequantized, possibly fine-tuned since) back onto the integer grid
+    of the file: ``clip(round_half_even(w / scale) + zero_point)`` to the
+    output's dtype (int8/uint8/int16 weights, int32/int64 biases), per channel
+    along ``quantized_dimension``. Float mode feeds the result to the integer
+    kernels (:func:`fbjax.quantization.prepare`).
+
+    ``file_values`` (optional, static): the file's integer values, for
+    constants whose float32 dequantization does not give them back (int32 or
+    int64 biases beyond ~2^22 steps); then the result is ``file_values +
+    round_half_even((w - dequantize(file_values)) / scale)``: exactly the
+    file's values for unchanged weights, moved by whole steps otherwise.
+
+    Raises:
+        ModelFormatError: the output has no quantization parameters.
+    """
+    vo = ctx.outputs[0]
+    if vo.quant is None or np.asarray(vo.quant.scale).size == 0:
+        raise ctx.error(f"output {vo.name!r} has no quantization parameters")
+    w = jnp.asarray(w, jnp.float32)
+    s, z = _broadcast_qparams(vo, w.ndim)
+    info = np.iinfo(np.dtype(vo.dtype))
+    dt = np.dtype(vo.dtype)
+    if file_values is not None:
+        q0 = np.asarray(file_values).astype(np.int64)
+        w0 = ((q0 - z).astype(np.float32) * s).astype(np.float32)
+        step = jnp.round((w - jnp.asarray(w0)) / jnp.asarray(s))
+        if dt.itemsize < 8:
+            step = jnp.clip(step, -2.0 ** 31, 2.0 ** 31 - 128).astype(jnp.int32)
+            q = jnp.clip(jnp.asarray(q0.astype(np.int32)) + step, info.min, info.max)
+        else:
+            q = jnp.asarray(q0) + step.astype(dt)
+        return q.astype(dt)
+    q = jnp.round(w / jnp.asarray(s))
+    if dt.itemsize <= 4:  # (int32 biases have zero point 0 in TFLite)
+        qi = jnp.clip(q, -2.0 ** 31, 2.0 ** 31 - 128).astype(jnp.int32) + jnp.asarray(z.astype(np.int32))
+        return (jnp.clip(qi, info.min, info.max) if dt.itemsize < 4 else qi).astype(dt)
+    return jnp.clip(q.astype(dt) + jnp.asarray(z), info.min, info.max).astype(dt)
+
+
 @register("fbjax", "IDENTITY")
-def IDENTITY(ctx, x):
-    """Pass ``x`` through (QUANTIZE/DEQUANTIZE of already dequantized tensors)."""
-    return x
+def IDENTITY(ctx, x, *, materialize=False):
+    """Pass ``x`` through (QUANTIZE/DEQUANTIZE of already dequantized tensors).
+    ``materialize``: behind ``lax.optimization_barrier``, so that XLA:CPU
+    does not contract the producer's multiply into a consumer's add (one FMA
+    rounding instead of two, as float mode's DEQUANTIZE of an int16 tensor
+    feeding a float HARD_SWISH would otherwise get)."""
+    return jax.lax.optimization_barrier(x) if materialize else x

@@ -54,7 +54,33 @@ def STRAIGHT_THROUGH(ctx, a, b):
     return np.asarray(b, F)
 
 
+@register("fbjax", "QUANTIZE_WEIGHTS")
+def QUANTIZE_WEIGHTS(ctx, w, file_values=None):
+    """Reference: ``clip(rint(f32(w / scale)) + zero_point)`` into the output
+    value's integer dtype, scales broadcast along ``quantized_dimension``;
+    with ``file_values``: ``file_values + rint(f32(w - dequantized file
+    values) / scale)``."""
+    vo = ctx.outputs[0]
+    w = np.asarray(w, F)
+    s = np.asarray(vo.quant.scale, F).reshape(-1)
+    z = np.asarray(vo.quant.zero_point).astype(np.int64).reshape(-1)
+    z = z if z.size else np.zeros(1, np.int64)
+    shape = [1] * w.ndim
+    if s.size > 1:
+        shape[vo.quant.quantized_dimension] = s.size
+    s = s.reshape(shape if s.size > 1 else ())
+    z = z.reshape(shape if z.size > 1 else ())
+    info = np.iinfo(np.dtype(vo.dtype))
+    if file_values is not None:
+        q0 = np.asarray(file_values).astype(np.int64)
+        w0 = ((q0 - z).astype(F) * s).astype(F)
+        q = q0 + np.rint(((w - w0).astype(F) / s).astype(F)).astype(np.int64)
+    else:
+        q = np.rint((w / s).astype(F)).astype(np.int64) + z
+    return np.clip(q, info.min, info.max).astype(vo.dtype)
+
+
 @register("fbjax", "IDENTITY")
-def IDENTITY(ctx, x):
+def IDENTITY(ctx, x, *, materialize=False):
     """Reference identity."""
     return np.asarray(x)
