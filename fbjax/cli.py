@@ -27,9 +27,17 @@ def _fmt_bytes(n: int) -> str:
     return f"{n} B"
 
 
-def _spec_str(name: str, shape, dtype) -> str:
+def _spec_str(name: str, shape, dtype, quant=None) -> str:
     dims = "?" if shape is None else "x".join("?" if d is None else str(d) for d in shape)
-    return f"{name}: {np.dtype(dtype).name}[{dims}]"
+    out = f"{name}: {np.dtype(dtype).name}[{dims}]"
+    if quant is not None and np.asarray(quant.scale).size:
+        s = np.asarray(quant.scale).reshape(-1)
+        z = np.asarray(quant.zero_point).reshape(-1)
+        if s.size == 1:
+            out += f"  (scale {float(s[0]):.6g}, zero point {int(z[0]) if z.size else 0})"
+        else:
+            out += f"  ({s.size} per-channel scales along axis {quant.quantized_dimension})"
+    return out
 
 
 def cmd_inspect(args) -> int:
@@ -45,10 +53,10 @@ def cmd_inspect(args) -> int:
     print(f"graphs:   {len(ir.graphs)}")
     print("inputs:")
     for v in g.inputs:
-        print("  " + _spec_str(v.name, v.shape, v.dtype))
+        print("  " + _spec_str(v.name, v.shape, v.dtype, v.quant))
     print("outputs:")
     for v in g.outputs:
-        print("  " + _spec_str(v.name, v.shape, v.dtype))
+        print("  " + _spec_str(v.name, v.shape, v.dtype, v.quant))
     if ir.signatures:
         print("signatures: " + ", ".join(ir.signatures))
     hist = Counter(n.key for n in ir.iter_nodes())
@@ -62,12 +70,30 @@ def cmd_inspect(args) -> int:
             n_params += int(v.data.size)
             n_bytes += int(v.data.nbytes)
     print(f"params:   {n_params:,} values, {_fmt_bytes(n_bytes)}")
+    q_vals = q_bytes = 0
+    for gr in ir.graphs:
+        for v in gr.values:
+            if id(v) in seen or v.data is None or v.quant is None or np.asarray(v.quant.scale).size == 0 \
+                    or np.dtype(v.dtype).kind not in "iu":
+                continue
+            seen.add(id(v))
+            q_vals += int(np.asarray(v.data).size)
+            q_bytes += int(np.asarray(v.data).nbytes)
+    if q_vals:
+        print(f"quantized weights: {q_vals:,} values, {_fmt_bytes(q_bytes)} (integer constants in the default "
+              "quantized=\"exact\" mode; fbjax.load(path, quantized=\"float\") makes them float params)")
     print(f"operators ({sum(hist.values())}):")
+    # quantized models: support is decided after fbjax.load's default
+    # quantized="exact" rewrite (integer kernels live in op set tflite.int)
+    from .quantization import has_quantized_tensors, prepare
+
+    ir2 = prepare(read_model(args.model), "exact") if has_quantized_tensors(ir) else ir
+    missing = {(n.op_set, n.op_name) for n in ir2.iter_nodes() if LOWERINGS.get(n.op_set, n.op_name) is None}
     unsupported = []
     for (s, n), c in sorted(hist.items(), key=lambda kv: (-kv[1], kv[0])):
-        ok = LOWERINGS.get(s, n) is not None
-        if not ok:
-            unsupported.append(f"{s}:{n}")
+        gone = sorted(f"{a}:{b}" for a, b in missing if b == n)
+        ok = not gone
+        unsupported.extend(k for k in gone if k not in unsupported)
         label = n if s in ("tflite",) else f"{s}:{n}"
         print(f"  {c:5d}  {label}" + ("" if ok else "   <- unsupported"))
     if unsupported:
