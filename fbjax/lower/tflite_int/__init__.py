@@ -14,15 +14,15 @@ them. :data:`.conv.GEMM_ROUNDING` switches CONV_2D/DEPTHWISE_CONV_2D/
 FULLY_CONNECTED to the reference kernels' rounding.
 
 16x8 (int16 activation) kernels: LOGISTIC/TANH interpolate TFLite's
-256-entry sigmoid table; SOFTMAX, GELU and RSQRT use 513-entry int16 tables
-(``LUTPopulate<int16_t>``) read with 7-bit interpolation; ADD/SUB take the
+256-entry sigmoid table, or with a power-of-two input scale (2^-12; TANH also
+2^-11) run gemmlowp's int16 fixed-point logistic/tanh; SOFTMAX, GELU and
+RSQRT use 513-entry int16 tables (``LUTPopulate<int16_t>``) read with 7-bit interpolation; ADD/SUB take the
 power-of-two path when ``pot_scale_int16`` is set and all scales are powers
 of two.
 
 Not implemented (fbjax.load reports them as unsupported or the call raises
 ModelFormatError): int16 SQUARED_DIFFERENCE and HARD_SWISH (LiteRT 2.3.0 has
-no such kernels); int16 LOGISTIC/TANH with a power-of-two input scale (TFLite
-then runs a gemmlowp fixed-point kernel, not the table). TFLite's hybrid
+no such kernels). TFLite's hybrid
 kernels (float activations, int8 weights) are the op set ``"tflite.hybrid"``
 in :mod:`.hybrid`.
 """

@@ -8,7 +8,9 @@ HARD_SWISH is the int16 fixed-point ``reference_ops::HardSwish`` including
 its deliberately non-rounding final doubling multiply.
 
 int16 (16x8) kernels, bit-exact against LiteRT's builtin kernels: LOGISTIC and
-TANH interpolate TFLite's 256-entry ``sigmoid_table_uint16``; SOFTMAX is
+TANH interpolate TFLite's 256-entry ``sigmoid_table_uint16``, except with a
+power-of-two input scale (2^-12, or 2^-11 for TANH), where TFLite runs
+gemmlowp's fixed-point ``logistic``/``tanh`` (Q3.12 in, Q0.15 out); SOFTMAX is
 ``SoftmaxInt16`` (exp and 1/(1+x) tables); GELU and RSQRT read 513-entry
 ``LUTPopulate<int16_t>`` tables with 7-bit interpolation (``LUTLookup``).
 """
@@ -76,7 +78,8 @@ def LOGISTIC(ctx, x):
     """Quantized LOGISTIC. 8-bit: table of ``1 / (1 + exp(-x))``. int16
     (``reference_integer_ops::Logistic``): input rescaled to 1/(3*4096)
     units, interpolated in TFLite's 256-entry sigmoid table (0.16 fixed
-    point), output scale 2^-15."""
+    point), output scale 2^-15; input scale 2^-12: gemmlowp's fixed-point
+    ``logistic`` (``optimized_ops::Logistic``), Q3.12 in, Q0.15 out."""
     if _is16(ctx):
         return _sigmoid16_common(ctx, x, tanh=False)
     table, lo = _lut(ctx, _sigmoid)
@@ -87,7 +90,9 @@ def LOGISTIC(ctx, x):
 def TANH(ctx, x):
     """Quantized TANH. 8-bit: table of ``tanh(x)``. int16
     (``reference_integer_ops::Tanh``): ``tanh(x) = 2 sigmoid(2x) - 1`` read
-    from the sigmoid table with 8 fractional index bits."""
+    from the sigmoid table with 8 fractional index bits; input scale 2^-12
+    or 2^-11: gemmlowp's fixed-point ``tanh`` (``optimized_ops::Tanh``) on
+    Q3.12, the 2^-11 codes first doubled with saturation."""
     if _is16(ctx):
         return _sigmoid16_common(ctx, x, tanh=True)
     table, lo = _lut(ctx, _tanh)
@@ -357,17 +362,22 @@ def _checked_log2(x) -> tuple[int, bool]:
 def sigmoid16_params(scale, zp_in, zp_out, out_scale, tanh):
     """``SigmoidPrepare``/``TanhPrepare`` for int16: ``(input_multiplier,
     input_left_shift)`` or a string saying why the model is not supported.
-    ``input_multiplier == 0`` (power-of-two input scale) selects TFLite's
-    gemmlowp fixed-point kernel, which is not implemented."""
+
+    ``input_multiplier == 0`` means TFLite's gemmlowp fixed-point kernel
+    (``optimized_ops::Logistic``/``Tanh`` on int16): ``CheckedLog2`` finds
+    the input scale a power of two (within 1e-3 in log2) and
+    ``left = 12 + log2(scale)`` is 0 (LOGISTIC), or 0 or 1 (TANH); ``left``
+    is then the input's saturating left shift (TANH only). Any other scale
+    gets a multiplier to 1/(3*4096) units and the table kernel."""
     if zp_in != 0 or zp_out != 0:
         return "int16 zero points must be 0"
     l2, pot = _checked_log2(scale)
     left = 12 + l2
-    if pot and (left == 0 or (tanh and left == 1)):
-        return "a power-of-two input scale selects the gemmlowp fixed-point kernel (not implemented)"
     ol2, opot = _checked_log2(out_scale)
     if not opot or ol2 != -15:
         return "the output scale must be 2^-15 (TFLite rejects the model)"
+    if pot and (left == 0 or (tanh and left == 1)):
+        return 0, left
     mult = float(np.float32(scale)) * 4096.0 * 3.0
     left = 0
     while mult <= 32767.0 / 2.0 and left <= 30:
@@ -387,6 +397,8 @@ def _sigmoid16_common(ctx, x, tanh):
     if isinstance(p, str):
         raise ctx.error(f"int16 {ctx.node.op_name}: {p}")
     m, left = p
+    if m == 0:
+        return _gemmlowp_tanh16(as_i32(x), left) if tanh else _gemmlowp_logistic16(as_i32(x))
     rnd = (1 << (left - 1)) if left > 0 else 0
     v = (as_i32(x) * m + rnd) >> left
     a = jnp.abs(v)
@@ -405,6 +417,101 @@ def _sigmoid16_common(ctx, x, tanh):
         r = jnp.where(v >= 0, r + (1 << 9), (1 << 25) - r + (1 << 9) - 1)
         r = r >> 10
     return r.astype(jnp.int16)
+
+
+# int16 LOGISTIC/TANH with a power-of-two input scale: gemmlowp's fixed-point
+# ``logistic``/``tanh`` on ``FixedPoint<int16_t, 3>`` inputs (Q3.12) with
+# ``FixedPoint<int16_t, 0>`` (Q0.15) results. Values are int16 held in int32;
+# gemmlowp's int16 Add/Sub/Neg wrap, ``SaturatingAdd`` and positive
+# ``SaturatingRoundingMultiplyByPOT`` saturate, products are ``SRDHM``.
+# Built with SSE4.1 (``GEMMLOWP_SSE4``), LiteRT runs 8-lane bodies
+# (``_mm_mulhrs_epi16``, ``_mm_avg_epu16``) and a scalar tail;
+# ``_mm_mulhrs_epi16`` rounds half up exactly like the scalar SRDHM (nudge
+# ``1 - 2^14`` then truncation), and the rounding half sums here never see a
+# negative sum (where ``_mm_avg_epu16`` would differ), so one formula serves
+# every element.
+
+def _c16(raw32: int) -> int:
+    """``RescaleConstantInitializer`` for int16: the Q0.31-style int32
+    constant rounding-divided by 2^16."""
+    return _rdbpot_py(raw32, 16)
+
+
+#: ``exp(-1/8)``, ``1/3``, ``48/17`` (Q2.13), ``-32/17`` (Q2.13).
+_GL_EXP_M1_8, _GL_ONE_THIRD = _c16(1895147668), _c16(715827883)
+_GL_48_17, _GL_M32_17 = _c16(1515870810), _c16(-1010580540)
+#: ``exp_on_negative_values`` barrel shifter: (power of two, Q0.15 ``exp(-2^p)``).
+_GL_BARREL = tuple((p, _c16(v)) for p, v in ((-2, 1672461947), (-1, 1302514674), (0, 790015084),
+                                               (1, 290630308), (2, 39332535), (3, 720401), (4, 242)))
+
+
+def _sat_pot16(x, e):
+    """``SaturatingRoundingMultiplyByPOT<e>`` on int16, ``e > 0``."""
+    th = (1 << (15 - e)) - 1
+    return jnp.where(x > th, 32767, jnp.where(x < -th, -32768, x * (1 << e)))
+
+
+def _rounding_half_sum16(a, b):
+    """gemmlowp int16 ``RoundingHalfSum``: ``(a + b + sign) / 2`` truncated."""
+    s = a + b
+    return jnp.where(s >= 0, (s + 1) >> 1, -((1 - s) >> 1))
+
+
+def _gl_exp_quarter(a):
+    """``exp_on_interval_between_negative_one_quarter_and_0_excl`` (Q0.15)."""
+    x = _wrap16(a + (1 << 12))
+    x2 = _srdhm16(x, x)
+    x3 = _srdhm16(x2, x)
+    x4 = _srdhm16(x2, x2)
+    t = _srdhm16(_wrap16(_rdbpot16(x4, 2) + x3), _GL_ONE_THIRD)
+    t = _rdbpot16(_wrap16(t + x2), 1)
+    return jnp.clip(_GL_EXP_M1_8 + _srdhm16(_GL_EXP_M1_8, _wrap16(x + t)), -32768, 32767)
+
+
+def _gl_exp_neg(a, int_bits):
+    """``exp_on_negative_values`` of a Q(int_bits).(15-int_bits) input <= 0."""
+    frac = 15 - int_bits
+    quarter = 1 << (frac - 2)
+    a_mod = _wrap16((a & (quarter - 1)) - quarter)
+    r = _gl_exp_quarter(_sat_pot16(a_mod, int_bits))
+    rem = _wrap16(a_mod - a)
+    for p, mult in _GL_BARREL:
+        if int_bits > p:
+            r = jnp.where((rem & (1 << (frac + p))) != 0, _srdhm16(r, mult), r)
+    return jnp.where(a == 0, 32767, r)
+
+
+def _gl_reciprocal(a):
+    """The Newton-Raphson step shared by ``one_over_one_plus_x_for_x_in_0_1``
+    and ``one_minus_x_over_one_plus_x_for_x_in_0_1``: about ``1 / (1 + a)``
+    in Q2.13 for ``a`` in Q0.15."""
+    half_den = _rounding_half_sum16(a, 32767)
+    x = _wrap16(_GL_48_17 + _srdhm16(half_den, _GL_M32_17))
+    for _ in range(3):
+        one_minus = _wrap16((1 << 13) - _srdhm16(half_den, x))
+        x = _wrap16(x + _sat_pot16(_srdhm16(x, one_minus), 2))
+    return x
+
+
+def _gemmlowp_logistic16(q):
+    """gemmlowp ``logistic`` on Q3.12 int16 codes -> Q0.15 int16."""
+    pos = q > 0
+    mag = jnp.where(pos, q, _wrap16(-q))
+    r = _sat_pot16(_gl_reciprocal(_gl_exp_neg(_wrap16(-mag), 3)), 1)
+    out = jnp.where(q == 0, 1 << 14, jnp.where(pos, r, _wrap16(32767 - r)))
+    return out.astype(jnp.int16)
+
+
+def _gemmlowp_tanh16(q, left):
+    """gemmlowp ``tanh`` on Q3.12 int16 codes (first doubled, saturating,
+    when ``left == 1``: input scale 2^-11) -> Q0.15 int16."""
+    if left:
+        q = _sat_pot16(q, left)
+    neg = q < 0
+    n = jnp.where(neg, q, _wrap16(-q))
+    t = _sat_pot16(_wrap16(_gl_reciprocal(_gl_exp_neg(n, 4)) - (1 << 13)), 2)
+    out = jnp.where(q == 0, 0, jnp.where(neg, _wrap16(-t), t))
+    return out.astype(jnp.int16)
 
 
 def _round_away(x: float) -> float:

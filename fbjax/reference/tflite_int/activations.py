@@ -31,7 +31,8 @@ def _lut_apply(ctx, x, fn):
 @register(OP_SET, "LOGISTIC")
 def LOGISTIC(ctx, x):
     """Reference quantized LOGISTIC (float32 sigmoid of each dequantized code;
-    int16: interpolated sigmoid table, scalar loop)."""
+    int16: interpolated sigmoid table, scalar loop; input scale 2^-12:
+    gemmlowp's int16 fixed-point logistic)."""
     if np.dtype(ctx.inputs[0].dtype) == np.int16:
         return _sigmoid16(ctx, x, False)
     return _lut_apply(ctx, x, lambda v: F(F(1.0) / F(F(1.0) + F(math.exp(-float(v))))))
@@ -39,7 +40,8 @@ def LOGISTIC(ctx, x):
 
 @register(OP_SET, "TANH")
 def TANH(ctx, x):
-    """Reference quantized TANH (int16: the sigmoid table read for tanh)."""
+    """Reference quantized TANH (int16: the sigmoid table read for tanh;
+    input scale 2^-12 or 2^-11: gemmlowp's int16 fixed-point tanh)."""
     if np.dtype(ctx.inputs[0].dtype) == np.int16:
         return _sigmoid16(ctx, x, True)
     return _lut_apply(ctx, x, lambda v: F(math.tanh(float(v))))
@@ -248,8 +250,11 @@ def _sigmoid16(ctx, x, tanh):
     so, zo = sz(ctx, ctx.outputs[0])
     l2, pot = _log2_checked(si)
     ol2, opot = _log2_checked(so)
-    if zi or zo or (pot and (12 + l2 == 0 or (tanh and 12 + l2 == 1))) or not opot or ol2 != -15:
-        raise ctx.error("int16 LOGISTIC/TANH: only the non-power-of-two input scale kernel is implemented")
+    if zi or zo or not opot or ol2 != -15:
+        raise ctx.error("int16 LOGISTIC/TANH: zero points must be 0 and the output scale 2^-15")
+    if pot and (12 + l2 == 0 or (tanh and 12 + l2 == 1)):
+        q = np.asarray(x).astype(np.int16)
+        return _gl_tanh(q, 12 + l2) if tanh else _gl_logistic(q)
     mult, shift = float(si) * 12288.0, 0
     while mult <= 16383.5 and shift <= 30:
         mult, shift = mult * 2.0, shift + 1
@@ -271,6 +276,87 @@ def _sigmoid16(ctx, x, tanh):
             r = r + 512 if v >= 0 else (1 << 25) - r + 511
             out[idx] = r >> 10
     return out.astype(np.int16)
+
+
+# gemmlowp fixed point on int16 (power-of-two input scale): numpy int16 arrays,
+# whose + - and unary minus wrap like gemmlowp's int16 Add/Sub/Neg; products
+# and sums that gemmlowp widens are done in int32.
+
+def _gl16(v):
+    return np.asarray(v).astype(np.int16)
+
+
+def _gl_const(raw32):
+    # RescaleConstantInitializer<int16>: round-to-nearest (ties away) of raw32 / 2^16
+    q, r = divmod(raw32, 1 << 16)
+    return q + (1 if r > (1 << 15) or (r == (1 << 15) and raw32 >= 0) else 0)
+
+
+def _gl_mul(a, b):
+    # SaturatingRoundingDoublingHighMul<int16_t>
+    p = a.astype(np.int32) * np.int32(b) if np.isscalar(b) else a.astype(np.int32) * b.astype(np.int32)
+    p = p + np.where(p >= 0, np.int32(1 << 14), np.int32(1 - (1 << 14)))
+    t = np.where(p >= 0, p // 32768, -((-p) // 32768))
+    sat = (a == -32768) & (np.asarray(b) == -32768)
+    return np.where(sat, 32767, t).astype(np.int16)
+
+
+def _gl_rdiv(x, e):
+    # RoundingDivideByPOT<int16_t>
+    mask = np.int16((1 << e) - 1)
+    th = (mask >> 1) + (x < 0).astype(np.int16)
+    return ((x >> e) + ((x & mask) > th)).astype(np.int16)
+
+
+def _gl_mulpot(x, e):
+    # SaturatingRoundingMultiplyByPOT<e>, e > 0
+    lim = (1 << (15 - e)) - 1
+    wide = x.astype(np.int32) << e
+    return np.where(x > lim, 32767, np.where(x < -lim, -32768, wide)).astype(np.int16)
+
+
+def _gl_exp(a, ib):
+    # exp_on_negative_values for FixedPoint<int16_t, ib>
+    fb = 15 - ib
+    quarter = np.int16(1 << (fb - 2))
+    amq = (a & (quarter - 1)) - quarter
+    x = _gl_mulpot(amq, ib) + np.int16(1 << 12)
+    c, third = _gl_const(1895147668), _gl_const(715827883)
+    x2 = _gl_mul(x, x)
+    x3 = _gl_mul(x2, x)
+    x4 = _gl_mul(x2, x2)
+    poly = _gl_rdiv(_gl_mul(_gl_rdiv(x4, 2) + x3, third) + x2, 1)
+    res = _gl16(np.clip(np.int32(c) + _gl_mul(np.full_like(x, c), x + poly).astype(np.int32), -32768, 32767))
+    rem = amq - a
+    for k, m in enumerate((1672461947, 1302514674, 790015084, 290630308, 39332535, 720401, 242)):
+        if ib > k - 2:
+            res = np.where(rem & np.int16(1 << (fb + k - 2)), _gl_mul(res, _gl_const(m)), res)
+    return np.where(a == 0, np.int16(32767), res).astype(np.int16)
+
+
+def _gl_newton(a):
+    # Newton-Raphson 1 / (1 + a) of one_over_one_plus_x / one_minus_x_over_one_plus_x (Q2.13)
+    s = a.astype(np.int32) + 32767
+    half = _gl16(np.where(s >= 0, (s + 1) // 2, -((1 - s) // 2)))
+    x = np.int16(_gl_const(1515870810)) + _gl_mul(half, _gl_const(-1010580540))
+    for _ in range(3):
+        x = x + _gl_mulpot(_gl_mul(x, np.int16(1 << 13) - _gl_mul(half, x)), 2)
+    return x
+
+
+def _gl_logistic(q):
+    pos = q > 0
+    mag = np.where(pos, q, -q)
+    r = _gl_mulpot(_gl_newton(_gl_exp(-mag, 3)), 1)
+    return np.where(q == 0, np.int16(_gl_const(1 << 30)), np.where(pos, r, np.int16(32767) - r)).astype(np.int16)
+
+
+def _gl_tanh(q, left):
+    if left:
+        q = _gl_mulpot(q, left)
+    neg = q < 0
+    t = _gl_mulpot(_gl_newton(_gl_exp(np.where(neg, q, -q), 4)) - np.int16(1 << 13), 2)
+    return np.where(q == 0, np.int16(0), np.where(neg, -t, t)).astype(np.int16)
 
 
 def _rnd(v):
