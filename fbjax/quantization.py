@@ -140,6 +140,55 @@ def dequantize_array(data: np.ndarray, q: QuantParams) -> np.ndarray:
     return ((data.astype(np.int64) - zp).astype(np.float32) * scale).astype(np.float32)
 
 
+def _bcast_qparams(q: QuantParams, ndim: int) -> tuple[np.ndarray, np.ndarray]:
+    s = np.asarray(q.scale, np.float32).reshape(-1)
+    z = np.asarray(q.zero_point).astype(np.int64).reshape(-1)
+    z = z if z.size else np.zeros(1, np.int64)
+    shape = [1] * ndim
+    if s.size > 1:
+        shape[q.quantized_dimension] = s.size
+    return s.reshape(shape if s.size > 1 else ()), z.reshape(shape if z.size > 1 else ())
+
+
+def requantize_weights(w: np.ndarray, q: QuantParams, dtype, file_values: Optional[np.ndarray] = None
+                       ) -> np.ndarray:
+    """Float mode's weight quantization (the numpy definition that
+    ``fbjax:QUANTIZE_WEIGHTS`` computes in the forward pass, and that
+    :meth:`fbjax.Model.save` uses to write float weights back with the file's
+    scales, so that LiteRT runs the saved file exactly as float mode ran it).
+
+    ``q = clip(rint(f32(w) * f32(1 / scale)) + zero_point)`` in ``dtype``,
+    ties to even, per channel along ``quantized_dimension`` (the reciprocal
+    multiply of TFLite's builtin QUANTIZE; XLA turns a division by a constant
+    into this multiply anyway). ``file_values``: the file's integers, for
+    constants whose float32 dequantization does not give them back
+    (:func:`weights_roundtrip` false: int32/int64 biases beyond ~2^21 steps);
+    then ``q = file_values + rint(f32(w - dequantize(file_values)) * f32(1 / scale))``,
+    the file's values for unchanged weights.
+    """
+    w = np.asarray(w, np.float32)
+    s, z = _bcast_qparams(q, w.ndim)
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        r = (np.float32(1) / s).astype(np.float32)
+        if file_values is not None:
+            q0 = np.asarray(file_values).astype(np.int64)
+            w0 = ((q0 - z).astype(np.float32) * s).astype(np.float32)
+            out = q0 + np.rint(((w - w0).astype(np.float32) * r).astype(np.float32)).astype(np.int64)
+        else:
+            out = np.rint((w * r).astype(np.float32)).astype(np.int64) + z
+    info = np.iinfo(np.dtype(dtype))
+    return np.clip(out, info.min, info.max).astype(dtype)
+
+
+def weights_roundtrip(data: np.ndarray, q: QuantParams) -> bool:
+    """Whether :func:`requantize_weights` gives back the integer constant
+    ``data`` from its float32 dequantization (:func:`dequantize_array`);
+    false for int32/int64 biases beyond ~2^21 steps, where float32 cannot
+    hold the value or the reciprocal multiply moves it."""
+    data = np.asarray(data)
+    return bool(np.array_equal(requantize_weights(dequantize_array(data, q), q, data.dtype), data))
+
+
 def _dequantize_const_in_place(v: Value) -> None:
     v.data = dequantize_array(v.data, v.quant)
     v.dtype = np.dtype(np.float32)
@@ -405,29 +454,6 @@ def _fq_rounding(n: Node, orig: dict) -> dict:
     return {"rounding": "half_away"}
 
 
-def _roundtrips(data: np.ndarray, q: QuantParams) -> bool:
-    """Whether ``fbjax:QUANTIZE_WEIGHTS`` (``rint(f32(w / scale)) + zp``)
-    gives back the integer constant ``data`` from its float32 dequantization
-    (false for int32/int64 biases beyond ~2^21 steps, where float32 cannot
-    hold the value or the division's rounding moves it)."""
-    deq = dequantize_array(data, q)
-    s = np.asarray(q.scale, np.float32).reshape(-1)
-    z = np.asarray(q.zero_point).astype(np.int64).reshape(-1)
-    z = z if z.size else np.zeros(1, np.int64)
-    shape = [1] * deq.ndim
-    if s.size > 1:
-        shape[q.quantized_dimension] = s.size
-    s = s.reshape(shape if s.size > 1 else ())
-    z = z.reshape(shape if z.size > 1 else ())
-    want = np.asarray(data).astype(np.int64)
-    with np.errstate(all="ignore"):
-        # both w / s and w * (1/s): XLA may rewrite a division by a constant
-        for v in ((deq / s).astype(np.float32), (deq * (np.float32(1) / s).astype(np.float32)).astype(np.float32)):
-            if not np.array_equal(np.rint(v).astype(np.int64) + z, want):
-                return False
-    return True
-
-
 def _int_forward_nodes(n: Node, orig: dict, orig_inputs: list, int_ops: set, orig_data: dict,
                        registry) -> Optional[tuple]:
     """``(nodes, new values)`` computing ``n`` in float mode with its integer
@@ -446,9 +472,11 @@ def _int_forward_nodes(n: Node, orig: dict, orig_inputs: list, int_ops: set, ori
     are rounded to the grid the deployed model will use), except at the
     lowering's static input positions (pad values, sizes), which keep the
     file's integers; then the integer op, ``tflite.int:DEQUANTIZE`` of each
-    output, the float op on the float inputs, and ``fbjax:STRAIGHT_THROUGH``
+    output, the float op on the float inputs (8/16-bit weights through
+    ``fbjax:CLIP_WEIGHTS``: clipped to their integer range, no gradient
+    beyond it), and ``fbjax:STRAIGHT_THROUGH``
     (value of the integer result, gradient of the float op). A constant that
-    would not come back unchanged through float32 (:func:`_roundtrips`:
+    would not come back unchanged through float32 (:func:`weights_roundtrip`:
     large int32/int64 biases) is anchored to the file's integers
     (``QUANTIZE_WEIGHTS``' ``file_values``). ``orig_inputs``: ``n``'s inputs before the
     rewrite (``n.inputs`` already holds the fake-quantized float ones);
@@ -485,7 +513,7 @@ def _int_forward_nodes(n: Node, orig: dict, orig_inputs: list, int_ops: set, ori
                        data=data if i in static else None)
             if i not in static:
                 ins = [v]
-                if not _roundtrips(data, q):  # large biases: anchored to the file's integers
+                if not weights_roundtrip(data, q):  # large biases: anchored to the file's integers
                     fv = Value(name=f"{v.name}/file_values", dtype=dt, shape=v.shape, data=data)
                     ins.append(fv)
                     vals.append(fv)
@@ -512,7 +540,23 @@ def _int_forward_nodes(n: Node, orig: dict, orig_inputs: list, int_ops: set, ori
     if n.op_name == "QUANTIZE":  # requantization: the float op is the identity (then fake quantization)
         nodes.append(Node("fbjax", "IDENTITY", list(n.inputs[:1]), floats, {}, location=n.location))
     else:
-        nodes.append(Node(n.op_set, n.op_name, list(n.inputs), floats, dict(n.attrs), location=n.location))
+        float_ins = list(n.inputs)
+        for i, v in enumerate(orig_inputs):
+            # 8/16-bit weights: the float op sees them clipped to their integer
+            # range, zero gradient beyond it (clipped straight-through)
+            if v is not None and v.data is not None and id(v) in orig and i not in static \
+                    and orig[id(v)][1].itemsize <= 2:
+                q, dt = orig[id(v)]
+                zp = np.asarray(q.zero_point).reshape(-1)
+                cv = Value(name=f"{v.name}/clipped", dtype=f32, shape=v.shape)
+                nodes.append(Node("fbjax", "CLIP_WEIGHTS", [v], [cv], dict(
+                    scale=tuple(float(x) for x in np.asarray(q.scale, np.float32).reshape(-1)),
+                    zero_point=tuple(int(x) for x in zp) if zp.size else (0,),
+                    axis=int(q.quantized_dimension), qmin=int(np.iinfo(dt).min), qmax=int(np.iinfo(dt).max)),
+                    location=where))
+                vals.append(cv)
+                float_ins[i] = cv
+        nodes.append(Node(n.op_set, n.op_name, float_ins, floats, dict(n.attrs), location=n.location))
     nodes += [Node("fbjax", "STRAIGHT_THROUGH", [a, b], [o], {}, location=where)
               for a, b, o in zip(floats, deqs, outs)]
     return nodes, vals + ints + deqs + floats
@@ -581,7 +625,11 @@ def _prepare_float(model: ModelIR) -> None:
                 if o is not None and id(o) in orig:
                     add_fq(o, n.location, extra)
         g.nodes = new_nodes
+        before = list(g.outputs)
         g.outputs = [replace.get(id(v), v) if v is not None else None for v in g.outputs]
+        for old, new in zip(before, g.outputs):
+            if new is not None and new is not old:  # the model's outputs keep the file's names
+                new.name, old.name = old.name, f"{old.name}/before_fake_quant"
         for sig in model.signatures.values():
             if model.graphs[sig.graph_index] is g:
                 sig.inputs = {k: v for k, v in sig.inputs.items()}

@@ -722,7 +722,7 @@ def test_quantize_weights_matches_twin_and_inverts_dequantize(case):
     (``file_values``)."""
     from fbjax.ir import QuantParams
     from fbjax.lower.tflite_int.fake_quant import QUANTIZE_WEIGHTS as jax_qw
-    from fbjax.quantization import _roundtrips, dequantize_array
+    from fbjax.quantization import dequantize_array, requantize_weights, weights_roundtrip
     from fbjax.reference.tflite_int.fake_quant import QUANTIZE_WEIGHTS as np_qw
 
     rng = np.random.default_rng(3)
@@ -743,7 +743,7 @@ def test_quantize_weights_matches_twin_and_inverts_dequantize(case):
                      quantized_dimension=0)
     w = dequantize_array(q, qp)
     anchor = case == "int64_anchor"
-    assert _roundtrips(q, qp) != anchor
+    assert weights_roundtrip(q, qp) != anchor
     ctx = _qw_ctx(dt, scale, zp)
     args = (w, q) if anchor else (w,)
     # a weight moved by k steps (per its channel) comes back k steps away;
@@ -762,14 +762,28 @@ def test_quantize_weights_matches_twin_and_inverts_dequantize(case):
     expect = np.minimum(q.astype(np.int64) + k, np.iinfo(dt).max)
     tol = np.max(np.spacing(np.abs(w)) / s) if anchor else 0
     assert np.max(np.abs(moved.astype(np.int64) - expect)) <= tol
+    # off-grid weights, many within 1e-6 of a tie: jitted (XLA may rewrite a
+    # division), eager, the numpy twin and the definition Model.save uses
+    # (fbjax.quantization.requantize_weights) agree on every element
+    frac = np.where(rng.random(w.shape) < 0.5, 0.5 + rng.uniform(-1e-6, 1e-6, w.shape), rng.random(w.shape))
+    w3 = ((np.floor(w2 / s) + frac) * s).astype(np.float32)
+    args3 = (w3,) + args[1:]
+    with jax.enable_x64(dt == np.int64):
+        jitted = np.asarray(jax.jit(lambda v: jax_qw(ctx, v, *args[1:]))(w3))
+        eager = np.asarray(jax_qw(ctx, *args3))
+    want = requantize_weights(w3, qp, dt, q if anchor else None)
+    assert np.array_equal(jitted, want) and np.array_equal(eager, want)
+    assert np.array_equal(np_qw(ctx, *args3), want)
 
 
-def test_float_mode_forward_follows_fine_tuned_weights():
+@pytest.mark.parametrize("exact_step", [True, False], ids=["one_step", "off_grid"])
+def test_float_mode_forward_follows_fine_tuned_weights(exact_step):
     """Float mode re-quantizes the weight params on every call (it does not
     keep the file's integers): moving one output channel's weights by one
-    step changes exactly the outputs LiteRT gives for the file with that
-    change written in (fbjax.Model.save re-quantizes with the file's
-    scales)."""
+    step (``off_grid``: and every param by random off-grid amounts) changes
+    the outputs to exactly what LiteRT gives for the file with those weights
+    written in by ``Model.save`` (which re-quantizes with the file's scales
+    and float mode's rounding)."""
     path = DATA / "ops" / "conv_2d_fint8.tflite"
     if not path.exists():
         pytest.skip(f"{path} missing")
@@ -782,7 +796,13 @@ def test_float_mode_forward_follows_fine_tuned_weights():
     step = np.zeros(np.shape(m.params[name]), np.float32)
     step[0] = s[0]  # output channel 0 (OHWI; per-channel or per-tensor scale)
     new[name] = np.asarray(m.params[name]) + step
-    data = m.save(None, params={name: new[name]})
+    if not exact_step:
+        # every param moved off the grid by up to +-2 of its own scale steps
+        rng = np.random.default_rng(1)
+        for k, v in new.items():
+            v = np.asarray(v)
+            new[k] = (v + rng.uniform(-2, 2, v.shape) * np.max(np.abs(v)) / 64).astype(np.float32)
+    data = m.save(None, params=new)
     import tempfile
 
     with tempfile.TemporaryDirectory() as d:

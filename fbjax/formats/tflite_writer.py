@@ -224,7 +224,17 @@ class _Writer:
                         f"tensor {name!r} holds unquantized {stored} values; float values cannot be written to it"
                     )
                 lo, hi = _qrange(stored, type_name)
-                q = quantize(new, qp.scale, qp.zero_point, qp.quantized_dimension, stored, qmin=lo, qmax=hi)
+                if quant is None:
+                    # the file's own scales: float mode's definition
+                    # (fbjax:QUANTIZE_WEIGHTS), so LiteRT runs the saved file as
+                    # fbjax.load(..., quantized="float") ran these weights
+                    from ..quantization import requantize_weights, weights_roundtrip
+
+                    orig = self._file_ints(t, stored, shape)
+                    anchor = orig if orig is not None and not weights_roundtrip(orig, qp) else None
+                    q = np.clip(requantize_weights(new, qp, stored, anchor), lo, hi).astype(stored)
+                else:
+                    q = quantize(new, qp.scale, qp.zero_point, qp.quantized_dimension, stored, qmin=lo, qmax=hi)
             elif new.dtype == stored:
                 q = new
             else:
@@ -236,6 +246,17 @@ class _Writer:
         if type_name == "INT4":
             return _pack_int4(q)
         return _le_bytes(q)
+
+    def _file_ints(self, t, stored: np.dtype, shape: tuple) -> Optional[np.ndarray]:
+        """The integers the file stores for dense tensor ``t``, or None
+        (sparse, packed int4, or no data)."""
+        if t.sparsity is not None or TENSOR_TYPE_NAMES.get(t.type) == "INT4":
+            return None
+        raw = self.payloads[t.buffer] if t.buffer is not None and t.buffer < len(self.payloads) else None
+        n = int(np.prod(shape)) if shape else 1
+        if not raw or len(raw) != n * stored.itemsize:
+            return None
+        return np.frombuffer(raw, stored.newbyteorder("<")).astype(stored).reshape(shape)
 
     def _sparse_values(self, t, dense: np.ndarray) -> bytes:
         n_stored = len(self.payloads[t.buffer] or b"") // dense.dtype.itemsize

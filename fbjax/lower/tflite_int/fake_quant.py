@@ -171,15 +171,18 @@ def _broadcast_qparams(v, ndim):
 def QUANTIZE_WEIGHTS(ctx, w, file_values=None):
     """Quantize float weights ``w`` (a float mode param: the file's integer
     weights dequantized, possibly fine-tuned since) back onto the integer grid
-    of the file: ``clip(round_half_even(w / scale) + zero_point)`` to the
-    output's dtype (int8/uint8/int16 weights, int32/int64 biases), per channel
-    along ``quantized_dimension``. Float mode feeds the result to the integer
-    kernels (:func:`fbjax.quantization.prepare`).
+    of the file: ``clip(rint(w * f32(1 / scale)) + zero_point)`` (ties to
+    even) to the output's dtype (int8/uint8/int16 weights, int32/int64
+    biases), per channel along ``quantized_dimension``. Float mode feeds the
+    result to the integer kernels (:func:`fbjax.quantization.prepare`);
+    :func:`fbjax.quantization.requantize_weights` is the same definition in
+    numpy, which :meth:`fbjax.Model.save` uses, so a saved file runs in
+    LiteRT exactly as float mode ran it.
 
     ``file_values`` (optional, static): the file's integer values, for
     constants whose float32 dequantization does not give them back (int32 or
-    int64 biases beyond ~2^22 steps); then the result is ``file_values +
-    round_half_even((w - dequantize(file_values)) / scale)``: exactly the
+    int64 biases beyond ~2^21 steps); then the result is ``file_values +
+    rint((w - dequantize(file_values)) * f32(1 / scale))``: exactly the
     file's values for unchanged weights, moved by whole steps otherwise.
 
     Raises:
@@ -190,23 +193,46 @@ def QUANTIZE_WEIGHTS(ctx, w, file_values=None):
         raise ctx.error(f"output {vo.name!r} has no quantization parameters")
     w = jnp.asarray(w, jnp.float32)
     s, z = _broadcast_qparams(vo, w.ndim)
+    with np.errstate(divide="ignore", over="ignore"):
+        r = jnp.asarray((np.float32(1) / s).astype(np.float32))
     info = np.iinfo(np.dtype(vo.dtype))
     dt = np.dtype(vo.dtype)
     if file_values is not None:
         q0 = np.asarray(file_values).astype(np.int64)
         w0 = ((q0 - z).astype(np.float32) * s).astype(np.float32)
-        step = jnp.round((w - jnp.asarray(w0)) / jnp.asarray(s))
+        step = jnp.round((w - jnp.asarray(w0)) * r)
         if dt.itemsize < 8:
             step = jnp.clip(step, -2.0 ** 31, 2.0 ** 31 - 128).astype(jnp.int32)
             q = jnp.clip(jnp.asarray(q0.astype(np.int32)) + step, info.min, info.max)
         else:
             q = jnp.asarray(q0) + step.astype(dt)
         return q.astype(dt)
-    q = jnp.round(w / jnp.asarray(s))
+    q = jnp.round(w * r)
     if dt.itemsize <= 4:  # (int32 biases have zero point 0 in TFLite)
         qi = jnp.clip(q, -2.0 ** 31, 2.0 ** 31 - 128).astype(jnp.int32) + jnp.asarray(z.astype(np.int32))
         return (jnp.clip(qi, info.min, info.max) if dt.itemsize < 4 else qi).astype(dt)
     return jnp.clip(q.astype(dt) + jnp.asarray(z), info.min, info.max).astype(dt)
+
+
+@register("fbjax", "CLIP_WEIGHTS")
+def CLIP_WEIGHTS(ctx, w, *, scale=(1.0,), zero_point=(0,), axis=0, qmin=-128, qmax=127):
+    """Float mode's weights as the float ops see them: ``w`` (float32)
+    clipped to the range its integer type can hold, ``[(qmin - zp) * scale,
+    (qmax - zp) * scale]`` per channel along ``axis``, with gradient 1 inside
+    the range (bounds included) and 0 outside -- the clipped straight-through
+    estimator of quantization-aware training: the integer forward clips such
+    weights, so moving them further changes nothing.
+    """
+    w = jnp.asarray(w, jnp.float32)
+    s = np.asarray(scale, np.float32).reshape(-1)
+    z = np.asarray(zero_point, np.float32).reshape(-1)
+    shape = [1] * w.ndim
+    if s.size > 1 and w.ndim:
+        shape[axis] = s.size
+    lo = ((np.float32(qmin) - z) * s).astype(np.float32).reshape(shape if s.size > 1 else ())
+    hi = ((np.float32(qmax) - z) * s).astype(np.float32).reshape(shape if s.size > 1 else ())
+    inside = (w >= lo) & (w <= hi)
+    return jnp.where(inside, w, jax.lax.stop_gradient(jnp.clip(w, lo, hi)))
 
 
 @register("fbjax", "IDENTITY")

@@ -56,10 +56,10 @@ def STRAIGHT_THROUGH(ctx, a, b):
 
 @register("fbjax", "QUANTIZE_WEIGHTS")
 def QUANTIZE_WEIGHTS(ctx, w, file_values=None):
-    """Reference: ``clip(rint(f32(w / scale)) + zero_point)`` into the output
-    value's integer dtype, scales broadcast along ``quantized_dimension``;
-    with ``file_values``: ``file_values + rint(f32(w - dequantized file
-    values) / scale)``."""
+    """Reference: ``clip(rint(f32(w * f32(1/scale))) + zero_point)`` into the
+    output value's integer dtype, scales broadcast along
+    ``quantized_dimension``; with ``file_values``: ``file_values +
+    rint(f32(f32(w - dequantized file values) * f32(1/scale)))``."""
     vo = ctx.outputs[0]
     w = np.asarray(w, F)
     s = np.asarray(vo.quant.scale, F).reshape(-1)
@@ -71,13 +71,29 @@ def QUANTIZE_WEIGHTS(ctx, w, file_values=None):
     s = s.reshape(shape if s.size > 1 else ())
     z = z.reshape(shape if z.size > 1 else ())
     info = np.iinfo(np.dtype(vo.dtype))
+    r = (F(1) / s).astype(F)
     if file_values is not None:
         q0 = np.asarray(file_values).astype(np.int64)
         w0 = ((q0 - z).astype(F) * s).astype(F)
-        q = q0 + np.rint(((w - w0).astype(F) / s).astype(F)).astype(np.int64)
+        q = q0 + np.rint(((w - w0).astype(F) * r).astype(F)).astype(np.int64)
     else:
-        q = np.rint((w / s).astype(F)).astype(np.int64) + z
+        q = np.rint((w * r).astype(F)).astype(np.int64) + z
     return np.clip(q, info.min, info.max).astype(vo.dtype)
+
+
+@register("fbjax", "CLIP_WEIGHTS")
+def CLIP_WEIGHTS(ctx, w, *, scale=(1.0,), zero_point=(0,), axis=0, qmin=-128, qmax=127):
+    """Reference: ``w`` clipped to ``[(qmin - zp) * scale, (qmax - zp) * scale]``
+    per channel along ``axis`` (forward only)."""
+    w = np.asarray(w, F)
+    s = np.asarray(scale, F).reshape(-1)
+    z = np.asarray(zero_point, F).reshape(-1)
+    shape = [1] * w.ndim
+    if s.size > 1:
+        shape[axis] = s.size
+    lo = ((F(qmin) - z) * s).astype(F).reshape(shape if s.size > 1 else ())
+    hi = ((F(qmax) - z) * s).astype(F).reshape(shape if s.size > 1 else ())
+    return np.minimum(np.maximum(w, lo), hi).astype(F)
 
 
 @register("fbjax", "IDENTITY")
