@@ -776,6 +776,26 @@ def test_quantize_weights_matches_twin_and_inverts_dequantize(case):
     assert np.array_equal(np_qw(ctx, *args3), want)
 
 
+def test_clip_weights_is_a_clipped_straight_through():
+    """fbjax:CLIP_WEIGHTS (float mode's weights as the float ops see them):
+    the value clipped to the integer range per channel (equal to the numpy
+    twin), gradient 1 inside the range including its bounds, 0 outside
+    (the integer forward clips those weights, so moving them changes
+    nothing)."""
+    from fbjax.lower.tflite_int.fake_quant import CLIP_WEIGHTS as jax_cw
+    from fbjax.reference.tflite_int.fake_quant import CLIP_WEIGHTS as np_cw
+
+    kw = dict(scale=(0.5, 0.25), zero_point=(0, 0), axis=0, qmin=-128, qmax=127)
+    lo, hi = np.array([-64.0, -32.0]), np.array([63.5, 31.75])
+    w = np.array([[-70.0, -64.0, 0.3, 63.5, 80.0], [-40.0, -32.0, 1.0, 31.75, 31.8]], np.float32)
+    got = np.asarray(jax_cw(None, w, **kw))
+    assert np.array_equal(got, np_cw(None, w, **kw))
+    assert np.array_equal(got, np.clip(w, lo[:, None], hi[:, None]).astype(np.float32))
+    g = np.asarray(jax.grad(lambda v: jnp.sum(jax_cw(None, v, **kw) * 3.0))(jnp.asarray(w)))
+    inside = (w >= lo[:, None]) & (w <= hi[:, None])
+    assert np.array_equal(g, np.where(inside, 3.0, 0.0).astype(np.float32))
+
+
 @pytest.mark.parametrize("exact_step", [True, False], ids=["one_step", "off_grid"])
 def test_float_mode_forward_follows_fine_tuned_weights(exact_step):
     """Float mode re-quantizes the weight params on every call (it does not
