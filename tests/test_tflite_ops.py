@@ -545,6 +545,35 @@ def test_depthwise_strategies_agree(case, monkeypatch):
                  f"{case.id}: strategy conv vs shifted")
 
 
+SMALL_CONV_CASES = [c for c in CONV_CASES if "grouped" not in c.id and "k1" not in c.id]
+
+
+@pytest.mark.parametrize("case", SMALL_CONV_CASES, ids=lambda c: c.id)
+def test_small_conv_strategies_agree(case, monkeypatch):
+    """CONV_2D with few input channels: XLA's convolution
+    (``kernels.SMALL_CONV_TAPS = 0``, every backend but CPU) and the CPU
+    sum over kernel taps (:func:`fbjax.lower.kernels._taps_conv`, the CPU
+    default for these 3-channel cases, 5x5 included at a raised limit) both
+    match LiteRT and each other."""
+    from fbjax.lower import kernels
+
+    import jax
+
+    model, inputs, expected = _oracle(case)
+    results = {}
+    monkeypatch.setattr(kernels, "SMALL_CONV_MAX_OUT", 16)
+    for taps in (0, 75):
+        monkeypatch.setattr(kernels, "SMALL_CONV_TAPS", taps)
+        m = fbjax.load(model)  # fresh load: traced under this setting
+        jaxpr = str(jax.make_jaxpr(m.apply)(m.params, *inputs))
+        convs = "conv_general_dilated" in jaxpr
+        # the setting really switched (on CPU): only taps=0 emits a convolution
+        assert convs == (taps == 0 or jax.default_backend() != "cpu"), f"{case.id}: taps={taps} not applied"
+        results[taps] = _as_list(m(*inputs))
+        assert_close(results[taps][0], expected[0], case.rtol, f"{case.id}: taps={taps} vs LiteRT")
+    assert_close(results[0][0], results[75][0], case.rtol, f"{case.id}: convolution vs taps")
+
+
 def test_writer_models_round_trip_through_frontend():
     """What fbjax.testing writes is what fbjax's frontend reads back."""
     from fbjax.formats.tflite import read
