@@ -111,7 +111,15 @@ def _parse_inputs(pairs: Sequence[str], model) -> list:
             name, path = p.split("=", 1)
         else:
             name, path = None, p
-        given[name] = np.load(path)
+        loaded = np.load(path)
+        if isinstance(loaded, np.lib.npyio.NpzFile):  # an .npz: its arrays by input name
+            with loaded:
+                if name is not None:
+                    raise SystemExit(f"fbjax run: --input {p}: give an .npz without NAME= (its arrays are "
+                                     "named by input), or NAME=FILE.npy")
+                given.update({k: loaded[k] for k in loaded.files})
+            continue
+        given[name] = loaded
     rng = np.random.default_rng(0)
     xs = []
     for i, spec in enumerate(model.inputs):
@@ -281,12 +289,14 @@ def build_parser() -> argparse.ArgumentParser:
         "run",
         help="run a model on given or random inputs and print outputs and timings",
         description="Run a model jitted. Inputs not given are seeded random arrays of the right "
-        "shape and dtype (floats in [0, 1)). Prints output summaries, time to first result and "
+        "shape and dtype (floats in [0, 1), integers in [-128, 127]). Prints output summaries, time to first "
+        "result and "
         "steady-state latency.",
     )
     pr.add_argument("model", nargs="?", help="model file; omitted: the bundled default model")
     pr.add_argument("--input", "-i", action="append", metavar="NAME=FILE.npy",
-                    help="an input from a .npy file (repeatable; NAME may be omitted for one-input models)")
+                    help="an input from a .npy file (repeatable; NAME may be omitted for one-input models), "
+                    "or an .npz holding inputs by name")
     pr.add_argument("--output", "-o", metavar="OUT.npz", help="save the outputs to an .npz file")
     pr.add_argument("--repeat", type=int, default=20, metavar="N",
                     help="timed runs after the first (default 20; 0 to skip)")

@@ -91,6 +91,12 @@ class Model:
         inputs: list of :class:`TensorSpec`.
         outputs: list of :class:`TensorSpec`.
         signatures: dict of :class:`SignatureSpec` (empty if the file has none).
+        input_quantization, output_quantization: per input / output, the
+            file's :class:`~fbjax.ir.QuantParams` (``scale`` float32,
+            ``zero_point`` int, ``quantized_dimension``) of a quantized
+            tensor, else ``None``; also for ``quantized="float"`` models,
+            whose inputs and outputs are float32 real values
+            ``(q - zero_point) * scale`` instead of the file's integers.
         format: ``"tflite"``.
         ir: the parsed :class:`~fbjax.ir.ModelIR`.
     """
@@ -103,6 +109,8 @@ class Model:
         g = ir.main_graph
         self.inputs = [TensorSpec.of(v) for v in g.inputs]
         self.outputs = [TensorSpec.of(v) for v in g.outputs]
+        self.input_quantization = [_file_quant(v) for v in g.inputs]
+        self.output_quantization = [_file_quant(v) for v in g.outputs]
         self.signatures = {
             k: SignatureSpec(
                 k,
@@ -217,14 +225,28 @@ class Model:
                     d is None or d == s for d, s in zip(spec.shape, shape)
                 )
                 if not ok:
+                    hint = (" (load the model with fbjax.load(path, batch_size=None) for other batch sizes)"
+                            if len(shape) == len(spec.shape) and spec.shape and shape[0] != spec.shape[0]
+                            else "")
                     raise InputError(
-                        f"input {i} ({spec.name!r}) has shape {shape}, expected {spec}"
+                        f"input {i} ({spec.name!r}) has shape {shape}, expected {spec}{hint}"
                     )
             if np.dtype(x.dtype) != spec.dtype:
                 if not np.can_cast(np.dtype(x.dtype), spec.dtype, "same_kind"):
                     raise InputError(
                         f"input {i} ({spec.name!r}) has dtype {np.dtype(x.dtype).name}, expected {spec}"
+                        + self._quant_hint(i)
                     )
+                if spec.dtype.kind in "iu" and np.dtype(x.dtype).kind in "iu" and x.size \
+                        and not np.can_cast(np.dtype(x.dtype), spec.dtype, "safe"):
+                    info = np.iinfo(spec.dtype)
+                    lo, hi = int(np.min(x)), int(np.max(x))
+                    if lo < info.min or hi > info.max:  # a cast would wrap around
+                        raise InputError(
+                            f"input {i} ({spec.name!r}) has {np.dtype(x.dtype).name} values in [{lo}, {hi}], "
+                            f"outside the {spec.dtype.name} range [{info.min}, {info.max}] the model takes"
+                            + self._quant_hint(i)
+                        )
                 x = x.astype(spec.dtype)
             out.append(x)
         if all(map(operator.is_, out, inputs)):  # the outcome depends on the shapes and dtypes only
@@ -237,6 +259,18 @@ class Model:
                 pass
             return inputs
         return out
+
+    def _quant_hint(self, i: int) -> str:
+        """What to do with a real-valued or out-of-range input ``i`` of a
+        quantized input (an error message tail; empty otherwise)."""
+        q = self.input_quantization[i] if i < len(self.input_quantization) else None
+        if q is None or self.inputs[i].dtype.kind not in "iu":
+            return ""
+        s = float(np.asarray(q.scale).reshape(-1)[0])
+        z = int(np.asarray(q.zero_point).reshape(-1)[0]) if np.asarray(q.zero_point).size else 0
+        return (f"; it is quantized (scale {s:.6g}, zero point {z}): pass clip(round(x / scale) + zero_point) "
+                f"as {self.inputs[i].dtype.name}, or load the model with quantized=\"float\" to pass real "
+                "values")
 
     def __call__(self, *inputs):
         """Run the model jitted on ``inputs`` (see class docstring).
@@ -310,8 +344,12 @@ class Model:
             the new file's bytes.
 
         Raises:
-            InputError: an unknown name, a wrong shape, a value the tensor's
-                type cannot hold; or no writer for the format yet.
+            InputError: an unknown name, a wrong shape, NaN or infinite
+                values, a value the tensor's type cannot hold (float values
+                for a quantized tensor are rounded and clipped to its integer
+                range, as ``quantized="float"`` mode's forward pass clips
+                them), a missing output folder; or no writer for the format
+                yet.
         """
         params = self.params if params is None else params
         values = {id(v): v for g in self.ir.graphs for v in g.values}
@@ -333,10 +371,16 @@ class Model:
             x = np.asarray(x)
             if x.dtype == v.data.dtype and x.shape == v.data.shape and np.array_equal(x, v.data):
                 continue  # unchanged: keep the file's bytes
+            if x.dtype.kind == "f" and not np.all(np.isfinite(x)):
+                raise InputError(f"save: params key {name!r} holds {int(np.sum(~np.isfinite(x)))} NaN or "
+                                 "infinite value(s); the file would carry them (check the training step)")
             updates[v] = x
         data = _writer(self.format)(self.ir, updates, requantize=requantize)
         if path is not None:
             path = os.fspath(path)
+            folder = os.path.dirname(os.path.abspath(path))
+            if not os.path.isdir(folder):
+                raise InputError(f"save: folder {folder!r} does not exist (create it first)")
             tmp = f"{path}.tmp{os.getpid()}"
             with open(tmp, "wb") as f:
                 f.write(data)
@@ -346,6 +390,13 @@ class Model:
     def __repr__(self) -> str:
         name = os.path.basename(self.path) if self.path else "<bytes>"
         return f"<fbjax.Model {name} ({self.format}): inputs={self.inputs} outputs={self.outputs}>"
+
+
+def _file_quant(v: Value):
+    """``v``'s QuantParams when it is a quantized 8/16-bit tensor, else None."""
+    from .quantization import is_quantized
+
+    return v.quant if is_quantized(v) else None
 
 
 class _Unchecked(Exception):
@@ -445,6 +496,8 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
     ir = read_model(source, format)
     from .quantization import prepare as _prepare_quantized
 
+    g = ir.main_graph
+    file_quant = ([_file_quant(v) for v in g.inputs], [_file_quant(v) for v in g.outputs])
     _prepare_quantized(ir, quantized)
     if batch_size != _FILE:
         from .passes import set_batch_size
@@ -457,6 +510,7 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
         check_batch_size(ir, program, batch_size)
     path = None if isinstance(source, (bytes, bytearray, memoryview)) else os.fspath(source)
     model = Model(ir, program, path)
+    model.input_quantization, model.output_quantization = file_quant
     _enable_trace_cache(model, source, (format, batch_size, quantized, while_max_iterations))
     if batch_size != _FILE and batch_size is not None:  # CPU: a large batch runs in cache-sized chunks
         from .lower.inference import attach_chunks

@@ -226,3 +226,64 @@ def test_apply_checks_input_shapes(shared_models_dir):
         m.apply(m.params, np.zeros((2, 128, 128, 3), np.float32))
     with pytest.raises(InputError, match="input"):
         m.apply(m.params, good, good)
+
+
+# --- quantized inputs, directories, save -----------------------------------------
+
+_QUANT = __import__("pathlib").Path(__file__).parent / "data" / "quant" / "models" / "ssd_head_int8.tflite"
+
+
+def test_quantized_inputs_range_checked_with_a_hint():
+    """Integer inputs that would wrap around in the cast to int8 are refused
+    (a uint8 image of 200s is not silently -56); the message gives the
+    input's scale and zero point (as LiteRT reports them) and the float-mode
+    alternative. In-range integers of another type are cast, with the same
+    result as int8."""
+    litert = pytest.importorskip("ai_edge_litert.interpreter", reason="ai-edge-litert (the oracle) is absent")
+    m = fbjax.load(_QUANT)
+    s, z = litert.Interpreter(model_path=str(_QUANT)).get_input_details()[0]["quantization"]
+    q = m.input_quantization[0]
+    assert np.isclose(float(q.scale[0]), s) and int(q.zero_point[0]) == z
+    for bad in (np.full((1, 32, 32, 3), 200, np.uint8), np.full((1, 32, 32, 3), -1000, np.int32),
+                np.zeros((1, 32, 32, 3), np.float32)):
+        with pytest.raises(fbjax.InputError) as e:
+            m(bad)
+        assert f"zero point {z}" in str(e.value) and 'quantized="float"' in str(e.value)
+    x8 = np.random.default_rng(0).integers(-128, 128, (1, 32, 32, 3)).astype(np.int8)
+    for a, b in zip(m(x8.astype(np.int32)), m(x8)):
+        assert np.array_equal(np.asarray(a), np.asarray(b))
+    f = fbjax.load(_QUANT, quantized="float")  # float mode keeps the file's quantization on record
+    assert f.inputs[0].dtype == np.float32 and np.array_equal(f.input_quantization[0].scale, q.scale)
+    assert [o is None for o in f.output_quantization] == [o is None for o in m.output_quantization]
+
+
+def test_directory_is_a_model_format_error(tmp_path):
+    with pytest.raises(fbjax.ModelFormatError, match="is a directory"):
+        fbjax.load(tmp_path)
+
+
+def test_save_refuses_nan_and_missing_folder(tmp_path):
+    m = fbjax.load(_small_model())
+    name = next(iter(m.params))
+    bad = np.array(m.params[name])
+    bad.flat[0] = np.nan
+    with pytest.raises(fbjax.InputError, match="NaN"):
+        m.save(None, params={name: bad})
+    with pytest.raises(fbjax.InputError, match="does not exist"):
+        m.save(tmp_path / "nope" / "m.tflite")
+    m.save(tmp_path / "m.tflite")
+    assert fbjax.load(tmp_path / "m.tflite").inputs == m.inputs
+
+
+def test_cli_run_takes_an_npz_of_named_inputs(tmp_path, capsys):
+    from fbjax.cli import main
+
+    m = fbjax.load(_small_model())
+    x = np.random.default_rng(1).random((1, 5, 5, 3), dtype=np.float32)
+    np.savez(tmp_path / "x.npz", **{m.inputs[0].name: x})
+    (tmp_path / "m.tflite").write_bytes(_small_model())
+    assert main(["run", str(tmp_path / "m.tflite"), "-i", str(tmp_path / "x.npz"), "--repeat", "0",
+                 "-o", str(tmp_path / "o.npz")]) == 0
+    assert "(file)" in capsys.readouterr().out
+    with np.load(tmp_path / "o.npz") as o:
+        np.testing.assert_array_equal(o[o.files[0]], np.asarray(m(x)))

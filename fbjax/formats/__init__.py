@@ -26,7 +26,7 @@ def detect_format(source) -> str:
     TFLite files carry ``TFL3`` at bytes 4-7.
 
     Raises:
-        ModelFormatError: no known format matches.
+        ModelFormatError: no known format matches, or the path is a directory.
         FileNotFoundError: the path does not exist.
     """
     if isinstance(source, (bytes, bytearray, memoryview)):
@@ -34,6 +34,12 @@ def detect_format(source) -> str:
         label = "<bytes>"
     else:
         label = os.fspath(source)
+        if os.path.isdir(label):
+            raise ModelFormatError(
+                f"{label}: is a directory, not a model file; fbjax reads single .tflite, .rten and "
+                "StableHLO flatbuffer files (a TensorFlow SavedModel directory must be converted to "
+                ".tflite first, e.g. with tf.lite.TFLiteConverter.from_saved_model)"
+            )
         with open(label, "rb") as f:
             head = f.read(8)
     if tflite.is_tflite(head):
