@@ -159,7 +159,7 @@ def cmd_run(args) -> int:
     if args.model is None:
         print(f"no model given: running the bundled default {os.path.basename(path)} (see fbjax/data/NOTICE)")
     t0 = time.perf_counter()
-    model = load(path)
+    model = load(path, quantized=args.quantized)
     t_load = time.perf_counter() - t0
     xs = _parse_inputs(args.input, model)
     t1 = time.perf_counter()
@@ -200,7 +200,7 @@ def cmd_infer(args) -> int:
 
     from . import infer, load
 
-    model = load(args.model, batch_size=None)
+    model = load(args.model, batch_size=None, quantized=args.quantized)
     n = len([f for f in os.listdir(args.inputs) if f.endswith((".npy", ".npz"))]) if os.path.isdir(args.inputs) else 0
     print(f"model {os.path.basename(args.model)}: inputs {model.inputs}")
     print(f"{n} examples in {args.inputs}; {len(jax.devices())} device(s) ({jax.default_backend()}); "
@@ -252,7 +252,7 @@ def cmd_export(args) -> int:
     """``fbjax export MODEL --to stablehlo|mlir OUT``: see :func:`export_model`."""
     from . import load
 
-    model = load(args.model, batch_size=args.batch_size)
+    model = load(args.model, batch_size=args.batch_size, quantized=args.quantized)
     exported, data = export_model(model, args.to, batch_size=args.batch_size)
     mode = "w" if isinstance(data, str) else "wb"
     with open(args.out, mode) as f:
@@ -300,6 +300,9 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--output", "-o", metavar="OUT.npz", help="save the outputs to an .npz file")
     pr.add_argument("--repeat", type=int, default=20, metavar="N",
                     help="timed runs after the first (default 20; 0 to skip)")
+    pr.add_argument("--quantized", choices=["exact", "float"], default="exact",
+                    help="quantized TFLite models: 'exact' (default; integer in/out, LiteRT's kernels bit for bit) or "
+                    "'float' (float32 real values in/out, weights as float params)")
     pr.set_defaults(func=cmd_run)
     pf = sub.add_parser(
         "infer",
@@ -314,6 +317,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="examples per step (default 8 per device)")
     pf.add_argument("--out", required=True, metavar="FILE", help="output .npz (or .npy for one output)")
     pf.add_argument("--no-progress", action="store_true", help="no progress bar")
+    pf.add_argument("--quantized", choices=["exact", "float"], default="exact",
+                    help="quantized TFLite models: 'exact' (default; integer in/out, LiteRT's kernels bit for bit) or "
+                    "'float' (float32 real values in/out, weights as float params)")
     pf.set_defaults(func=cmd_infer)
     pe = sub.add_parser(
         "export",
@@ -327,6 +333,10 @@ def build_parser() -> argparse.ArgumentParser:
     pe.add_argument("out", help="output file")
     pe.add_argument("--batch-size", type=_parse_batch, default="file", metavar="N|dynamic|file",
                     help="batch of the exported function: the file's (default), an int, or 'dynamic' (symbolic)")
+    pe.add_argument("--quantized", choices=["exact", "float"], default="exact",
+                    help="quantized TFLite models: 'exact' (default; integer in/out, LiteRT's kernels bit for bit) or "
+                    "'float' (float32 real values in/out, weights as float params)" + " (exact: the integer weights are constants in the artifact, the .params.npz is "
+                    "empty)")
     pe.set_defaults(func=cmd_export)
     from .bench import add_arguments as _bench_args, run_cli as _bench_run  # `fbjax bench` (fbjax/bench.py)
 

@@ -457,7 +457,8 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
             per batch size); an int: fix the batch to that size. The graph is
             rewritten by :func:`fbjax.passes.set_batch_size`, which raises
             :class:`InputError` saying why when the batch-1 shapes cannot be
-            proven to be the batch.
+            proven to be the batch. ``"dynamic"`` is the same as ``None``
+            (the spelling of ``fbjax export --batch-size``).
         quantized: for quantized TFLite models: ``"exact"`` (default) runs
             TFLite's integer kernels bit for bit; ``"float"`` dequantizes
             weights to float params (activations: float32 real values) for
@@ -493,6 +494,8 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
                                              or not isinstance(while_max_iterations, (int, np.integer))
                                              or while_max_iterations < 0):
         raise InputError(f"while_max_iterations must be None or an int >= 0, got {while_max_iterations!r}")
+    if isinstance(batch_size, str) and batch_size == "dynamic":
+        batch_size = None
     ir = read_model(source, format)
     from .quantization import prepare as _prepare_quantized
 
