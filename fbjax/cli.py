@@ -252,6 +252,9 @@ def cmd_export(args) -> int:
     """``fbjax export MODEL --to stablehlo|mlir OUT``: see :func:`export_model`."""
     from . import load
 
+    folder = os.path.dirname(os.path.abspath(args.out))
+    if not os.path.isdir(folder):
+        raise SystemExit(f"fbjax export: output folder {folder} does not exist (create it first)")
     model = load(args.model, batch_size=args.batch_size, quantized=args.quantized)
     exported, data = export_model(model, args.to, batch_size=args.batch_size)
     mode = "w" if isinstance(data, str) else "wb"

@@ -158,10 +158,17 @@ class Model:
             variable values before the call.
 
         Raises:
-            InputError: wrong number of inputs, or a shape that does not match
-                :attr:`inputs` (checked at trace time under ``jit``/``grad``).
+            InputError: wrong number of inputs, a shape that does not match
+                :attr:`inputs` (checked at trace time under ``jit``/``grad``),
+                or ``params`` missing some of the model's weights.
         """
         self._check_apply_shapes(inputs)
+        if not isinstance(params, Mapping) or any(k not in params for k in self._param_names):
+            have = params.keys() if isinstance(params, Mapping) else ()
+            missing = [k for k in self._param_names if k not in have]
+            raise InputError(f"params lacks {len(missing)} of the model's {len(self._param_names)} weights "
+                             f"(e.g. {missing[:3]}); pass a dict with every key of model.params (merge a "
+                             "trained subset back: {**model.params, **trained})")
         if self._stateful:  # models with resource variables: (outputs, new_state)
             from .lower.tflite.state import apply_with_state
             outs, new_state = apply_with_state(self._program, params, self.state if state is None else state, *inputs)

@@ -132,7 +132,7 @@ def test_params_replaced_or_updated_in_place_take_effect(fc_bytes):
     m.params = {k: v for k, v in m.params.items() if k != "extra"}
     missing = {k: v for i, (k, v) in enumerate(m.params.items()) if i}
     m.params = missing
-    with pytest.raises(KeyError):
+    with pytest.raises(fbjax.InputError, match="params lacks 1"):
         m(x)
 
 
