@@ -65,6 +65,35 @@ def declared_output_shapes(model) -> list[tuple]:
             for i in range(sg.OutputsLength())]
 
 
+def litert_builtin(path, inputs: Sequence[np.ndarray], *, resolver: str = "BUILTIN_WITHOUT_DEFAULT_DELEGATES",
+                   preserve: bool = False):
+    """Run a ``.tflite`` file with LiteRT's builtin kernels (no XNNPACK): the
+    oracle of the quantized tests, whose integer kernels round like TFLite's
+    own (XNNPACK rounds differently).
+
+    Args:
+        path: the model file.
+        inputs: one array per model input, in ``get_input_details`` order.
+        resolver: an ``OpResolverType`` name (``"BUILTIN_REF"``: the
+            reference kernels).
+        preserve: keep every intermediate tensor readable
+            (``experimental_preserve_all_tensors``).
+
+    Returns:
+        ``(outputs, interpreter)``: the outputs in ``get_output_details``
+        order and the interpreter (for tensor details and intermediates).
+    """
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    it = Interpreter(model_path=os.fspath(path), experimental_preserve_all_tensors=preserve,
+                     experimental_op_resolver_type=getattr(OpResolverType, resolver))
+    it.allocate_tensors()
+    for d, x in zip(it.get_input_details(), inputs):
+        it.set_tensor(d["index"], x)
+    it.invoke()
+    return [it.get_tensor(d["index"]) for d in it.get_output_details()], it
+
+
 def litert_run(model, inputs: Sequence[np.ndarray], *, num_threads: int = 2) -> list[np.ndarray]:
     """Run a TFLite model with LiteRT (default op resolver, XNNPACK applied).
 

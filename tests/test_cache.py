@@ -129,13 +129,19 @@ def _trace_child(model, **env):
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
-def test_trace_cache_reused_across_processes(shared_models_dir, tmp_path):
-    """The second process runs the stored Exported program; results equal the plain jit exactly."""
+def _first_trace(shared_models_dir, tmp_path):
+    """(model path, cache dir, record) of a first process that traced
+    mediapipe_face_detection_short_range into an empty cache (CPU only)."""
     if jax.default_backend() != "cpu":
         pytest.skip("the inference path (and its trace cache) is CPU-only")
     model = str(shared_models_dir / "mediapipe_face_detection_short_range.tflite")
     d = tmp_path / "c" / "jax"
-    first = _trace_child(model, FBJAX_CACHE_DIR=str(d))
+    return model, d, _trace_child(model, FBJAX_CACHE_DIR=str(d))
+
+
+def test_trace_cache_reused_across_processes(shared_models_dir, tmp_path):
+    """The second process runs the stored Exported program; results equal the plain jit exactly."""
+    model, d, first = _first_trace(shared_models_dir, tmp_path)
     traces = Path(first["traces"])
     entries = list(traces.glob("*.exported"))
     assert len(entries) == 1, "the first process should store its traced program"
@@ -176,11 +182,7 @@ def test_linalg_setup_skipped_only_when_unused():
 
 
 def test_trace_cache_damaged_entry_is_a_miss(shared_models_dir, tmp_path):
-    if jax.default_backend() != "cpu":
-        pytest.skip("the inference path (and its trace cache) is CPU-only")
-    model = str(shared_models_dir / "mediapipe_face_detection_short_range.tflite")
-    d = tmp_path / "c" / "jax"
-    first = _trace_child(model, FBJAX_CACHE_DIR=str(d))
+    model, d, first = _first_trace(shared_models_dir, tmp_path)
     (entry,) = Path(first["traces"]).glob("*.exported")
     entry.write_bytes(b"not an exported program")
     again = _trace_child(model, FBJAX_CACHE_DIR=str(d))

@@ -98,29 +98,26 @@ def test_grouped_conv_is_not_relaid():
 @cpu_only
 def test_float16_weights_through_dequantize_are_relaid():
     rng = np.random.default_rng(5)
-    b = TFLiteBuilder()
-    xi = b.add_input((1, 6, 7, 3), name="x")
-    w16 = b.add_tensor(data=rng.standard_normal((4, 3, 3, 3)).astype(np.float16), name="w_fp16")
-    w32 = b.add_tensor((4, 3, 3, 3), name="w")
-    y = b.add_tensor((1, 6, 7, 4), name="y")
-    b.add_op("DEQUANTIZE", [w16], [w32])
-    b.add_op("CONV_2D", [xi, w32, -1], [y], options=dict(padding="SAME", stride_h=1, stride_w=1))
-    b.add_output(y)
-    m = fbjax.load(b.build())
+
+    def fp16_conv(weight_is_output: bool) -> bytes:
+        b = TFLiteBuilder()
+        xi = b.add_input((1, 6, 7, 3), name="x")
+        w16 = b.add_tensor(data=rng.standard_normal((4, 3, 3, 3)).astype(np.float16), name="w_fp16")
+        w32 = b.add_tensor((4, 3, 3, 3), name="w")
+        y = b.add_tensor((1, 6, 7, 4), name="y")
+        b.add_op("DEQUANTIZE", [w16], [w32])
+        b.add_op("CONV_2D", [xi, w32, -1], [y], options=dict(padding="SAME", stride_h=1, stride_w=1))
+        b.add_output(y)
+        if weight_is_output:
+            b.add_output(w32)
+        return b.build()
+
+    m = fbjax.load(fp16_conv(False))
     assert m._fast is not None and list(m._fast.layouts) == ["w_fp16"]
     x = rng.standard_normal((1, 6, 7, 3)).astype(F32)
     _close(m(x), jax.jit(m.apply)(m.params, x))
     # the same weight also read by another node (here a graph output): kept native
-    b2 = TFLiteBuilder()
-    xi = b2.add_input((1, 6, 7, 3), name="x")
-    w16 = b2.add_tensor(data=rng.standard_normal((4, 3, 3, 3)).astype(np.float16), name="w_fp16")
-    w32 = b2.add_tensor((4, 3, 3, 3), name="w")
-    y = b2.add_tensor((1, 6, 7, 4), name="y")
-    b2.add_op("DEQUANTIZE", [w16], [w32])
-    b2.add_op("CONV_2D", [xi, w32, -1], [y], options=dict(padding="SAME", stride_h=1, stride_w=1))
-    b2.add_output(y)
-    b2.add_output(w32)
-    m2 = fbjax.load(b2.build())
+    m2 = fbjax.load(fp16_conv(True))
     assert m2._fast is None or not m2._fast.layouts
     y2, w2 = m2(x)
     r2, rw2 = jax.jit(m2.apply)(m2.params, x)

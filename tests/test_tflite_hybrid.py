@@ -34,6 +34,8 @@ from fbjax.lower.tflite_int import hybrid as H
 from fbjax.reference import run as reference_run
 from fbjax.reference.tflite_int import hybrid as R
 
+from conftest import litert_builtin
+
 litert = pytest.importorskip("ai_edge_litert.interpreter")
 
 DATA = Path(__file__).parent / "data" / "hybrid"
@@ -45,13 +47,7 @@ F = np.float32
 
 
 def oracle(path, xs, preserve=False):
-    it = litert.Interpreter(model_path=str(path), experimental_preserve_all_tensors=preserve,
-                            experimental_op_resolver_type=litert.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
-    it.allocate_tensors()
-    for d, x in zip(it.get_input_details(), xs):
-        it.set_tensor(d["index"], x)
-    it.invoke()
-    return [it.get_tensor(d["index"]) for d in it.get_output_details()], it
+    return litert_builtin(path, xs, preserve=preserve)
 
 
 def hybrid_inputs(specs, seed):

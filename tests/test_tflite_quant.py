@@ -38,6 +38,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 import fbjax  # noqa: E402
+from conftest import litert_builtin  # noqa: E402
 from fbjax.errors import ModelFormatError, UnsupportedOperatorError  # noqa: E402
 from fbjax.lower.tflite_int import fixedpoint as jfp  # noqa: E402
 from fbjax.reference import run as reference_run  # noqa: E402
@@ -92,13 +93,7 @@ def _stem(p):
 
 
 def oracle(path, xs, resolver="BUILTIN_WITHOUT_DEFAULT_DELEGATES"):
-    Interp, Res = litert.Interpreter, litert.OpResolverType
-    it = Interp(model_path=str(path), experimental_op_resolver_type=getattr(Res, resolver))
-    it.allocate_tensors()
-    for d, x in zip(it.get_input_details(), xs):
-        it.set_tensor(d["index"], x)
-    it.invoke()
-    return [it.get_tensor(d["index"]) for d in it.get_output_details()], it
+    return litert_builtin(path, xs, resolver=resolver)
 
 
 def random_inputs(specs, seed):
@@ -274,12 +269,7 @@ def all_tensors_exact(path, seeds=SEEDS[:2]):
     eq = tot = oeq = otot = 0
     for seed in seeds:
         xs = random_inputs(specs, seed)
-        it = litert.Interpreter(model_path=str(path), experimental_preserve_all_tensors=True,
-                                experimental_op_resolver_type=litert.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
-        it.allocate_tensors()
-        for d, x in zip(it.get_input_details(), xs):
-            it.set_tensor(d["index"], x)
-        it.invoke()
+        _, it = litert_builtin(path, xs, preserve=True)
         with jax.enable_x64(m._x64):
             res = fn(m.params, *xs)
         for o, r in zip(outs, res):
