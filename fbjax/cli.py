@@ -87,8 +87,9 @@ def cmd_inspect(args) -> int:
     # quantized="exact" rewrite (integer kernels live in op set tflite.int)
     from .quantization import has_quantized_tensors, prepare
 
-    ir2 = prepare(read_model(args.model), "exact") if has_quantized_tensors(ir) else ir
-    missing = {(n.op_set, n.op_name) for n in ir2.iter_nodes() if LOWERINGS.get(n.op_set, n.op_name) is None}
+    if has_quantized_tensors(ir):  # (everything above has been read from the file's IR)
+        prepare(ir, "exact")
+    missing = {(n.op_set, n.op_name) for n in ir.iter_nodes() if LOWERINGS.get(n.op_set, n.op_name) is None}
     unsupported = []
     for (s, n), c in sorted(hist.items(), key=lambda kv: (-kv[1], kv[0])):
         gone = sorted(f"{a}:{b}" for a, b in missing if b == n)

@@ -617,9 +617,7 @@ def _prepare_float(model: ModelIR) -> None:
                 continue
             if n.op_set == "tflite" and n.op_name == "DEQUANTIZE" and n.inputs and n.inputs[0] is not None \
                     and np.dtype(n.inputs[0].dtype) == np.float32:
-                # the dequantized value rounded to float32 before any consumer
-                # (as tflite.int:DEQUANTIZE: no FMA contraction into a float op)
-                n.op_set, n.op_name, n.attrs = "fbjax", "IDENTITY", {"materialize": True}
+                n.op_set, n.op_name, n.attrs = "fbjax", "IDENTITY", {}
             new_nodes.append(n)
             for o in n.outputs:
                 if o is not None and id(o) in orig:

@@ -236,10 +236,7 @@ def CLIP_WEIGHTS(ctx, w, *, scale=(1.0,), zero_point=(0,), axis=0, qmin=-128, qm
 
 
 @register("fbjax", "IDENTITY")
-def IDENTITY(ctx, x, *, materialize=False):
-    """Pass ``x`` through (QUANTIZE/DEQUANTIZE of already dequantized tensors).
-    ``materialize``: behind ``lax.optimization_barrier``, so that XLA:CPU
-    does not contract the producer's multiply into a consumer's add (one FMA
-    rounding instead of two, as float mode's DEQUANTIZE of an int16 tensor
-    feeding a float HARD_SWISH would otherwise get)."""
-    return jax.lax.optimization_barrier(x) if materialize else x
+def IDENTITY(ctx, x):
+    """Pass ``x`` through (float mode: the float op of a requantizing
+    QUANTIZE, DEQUANTIZE of an already float tensor)."""
+    return x

@@ -97,6 +97,6 @@ def CLIP_WEIGHTS(ctx, w, *, scale=(1.0,), zero_point=(0,), axis=0, qmin=-128, qm
 
 
 @register("fbjax", "IDENTITY")
-def IDENTITY(ctx, x, *, materialize=False):
+def IDENTITY(ctx, x):
     """Reference identity."""
     return np.asarray(x)
