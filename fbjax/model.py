@@ -59,6 +59,20 @@ def _needs_x64(model: ModelIR) -> bool:
     )
 
 
+
+#: file extensions :meth:`Model.save` knows, -> format (a model of another format refuses them)
+_SAVE_EXT = {".tflite": "tflite", ".rten": "rten"}
+
+def _batch_hint(want: tuple, got: tuple) -> str:
+    """The ``batch_size=None`` hint for a shape mismatch, only where it helps:
+    the file has a fixed batch of 1 (what :func:`fbjax.load`'s batch
+    rewrite needs) and only the leading dimension differs."""
+    if len(got) != len(want) or not want or want[0] != 1 or got[0] == 1:
+        return ""
+    if any(d is not None and isinstance(g, (int, np.integer)) and d != g for d, g in zip(want[1:], got[1:])):
+        return ""
+    return " (load the model with fbjax.load(path, batch_size=None) for other batch sizes)"
+
 class Model:
     """A model file loaded as a JAX function.
 
@@ -132,6 +146,7 @@ class Model:
         self._jitted = jax.jit(self.apply, compiler_options=compiler_options(program.backend))  # fbjax/cache.py
         # Per-call overhead of __call__ (issue 8): see _apply_leaves and __call__.
         self._param_names = tuple(self.params)
+        self._param_shapes = {k: tuple(np.shape(v)) for k, v in program.params.items()}  # for _check_params
         from .lower.inference import _leaves_getter
 
         self._param_leaves = _leaves_getter(self._param_names)
@@ -160,15 +175,12 @@ class Model:
         Raises:
             InputError: wrong number of inputs, a shape that does not match
                 :attr:`inputs` (checked at trace time under ``jit``/``grad``),
-                or ``params`` missing some of the model's weights.
+                or ``params`` missing some of the model's weights, holding
+                keys that are not weights of the model, or a weight of
+                another shape or a non-float dtype.
         """
         self._check_apply_shapes(inputs)
-        if not isinstance(params, Mapping) or any(k not in params for k in self._param_names):
-            have = params.keys() if isinstance(params, Mapping) else ()
-            missing = [k for k in self._param_names if k not in have]
-            raise InputError(f"params lacks {len(missing)} of the model's {len(self._param_names)} weights "
-                             f"(e.g. {missing[:3]}); pass a dict with every key of model.params (merge a "
-                             "trained subset back: {**model.params, **trained})")
+        self._check_params(params)
         if self._stateful:  # models with resource variables: (outputs, new_state)
             from .lower.tflite.state import apply_with_state
             outs, new_state = apply_with_state(self._program, params, self.state if state is None else state, *inputs)
@@ -179,6 +191,41 @@ class Model:
         return outs[0] if len(outs) == 1 else outs
 
     # -- convenience -----------------------------------------------------
+    def _check_params(self, params) -> None:
+        """``params`` for :meth:`apply`: every weight of the model, nothing
+        else, each of its weight's shape and a float dtype (also under
+        ``jit``/``grad``: tracer shapes and dtypes are static).
+
+        Raises:
+            InputError: naming the missing, unknown or mismatched keys.
+        """
+        want = self._param_shapes
+        if not isinstance(params, Mapping):
+            raise InputError(f"params must be a dict like model.params ({len(want)} weights keyed by tensor name), "
+                             f"got {type(params).__name__}")
+        if len(params) == len(want) and all(  # the common case, checked without building lists
+                k in params and tuple(getattr(params[k], "shape", ())) == s for k, s in want.items()) and all(
+                jnp.issubdtype(getattr(v, "dtype", np.float32), jnp.floating) for v in params.values()):
+            return
+        missing = [k for k in want if k not in params]
+        if missing:
+            raise InputError(f"params lacks {len(missing)} of the model's {len(want)} weights "
+                             f"(e.g. {missing[:3]}); pass a dict with every key of model.params (merge a "
+                             "trained subset back: {**model.params, **trained})")
+        unknown = [k for k in params if k not in want]
+        if unknown:
+            raise InputError(f"params has {len(unknown)} key(s) that are not weights of this model "
+                             f"(e.g. {unknown[:3]}); the keys are model.params' tensor names")
+        for k, s in want.items():
+            v = params[k]
+            shape = tuple(np.shape(v)) if not hasattr(v, "shape") else tuple(v.shape)
+            if shape != s:
+                raise InputError(f"params[{k!r}] has shape {shape}, expected {s} (the shape of model.params[{k!r}])")
+            dt = v.dtype if hasattr(v, "dtype") else np.asarray(v).dtype
+            if not jnp.issubdtype(dt, jnp.floating):
+                raise InputError(f"params[{k!r}] has dtype {np.dtype(dt).name}; weights are float arrays (any float dtype, "
+                                 f"e.g. {np.dtype(self._program.params[k].dtype).name} as in model.params)")
+
     def _check_apply_shapes(self, inputs: Sequence) -> None:
         """Input count and shapes for :meth:`apply` (also under ``jit``/``grad``:
         tracer shapes are static). A batch-1 graph fed a batch of 2 would
@@ -191,9 +238,8 @@ class Model:
                 continue
             if len(shape) != len(spec.shape) or any(  # symbolic dims (jax.export shape polymorphism) pass
                     d is not None and isinstance(s, (int, np.integer)) and d != s for d, s in zip(spec.shape, shape)):
-                hint = (" (load the model with fbjax.load(path, batch_size=None) for other batch sizes)"
-                        if len(shape) == len(spec.shape) and spec.shape and shape[0] != spec.shape[0] else "")
-                raise InputError(f"input {i} ({spec.name!r}) has shape {tuple(shape)}, expected {spec}{hint}")
+                raise InputError(f"input {i} ({spec.name!r}) has shape {tuple(shape)}, expected {spec}"
+                                 + _batch_hint(spec.shape, shape))
 
     def _apply_leaves(self, leaves: tuple, *inputs):
         """:meth:`apply` with the params as a tuple in ``_param_names`` order
@@ -232,11 +278,8 @@ class Model:
                     d is None or d == s for d, s in zip(spec.shape, shape)
                 )
                 if not ok:
-                    hint = (" (load the model with fbjax.load(path, batch_size=None) for other batch sizes)"
-                            if len(shape) == len(spec.shape) and spec.shape and shape[0] != spec.shape[0]
-                            else "")
                     raise InputError(
-                        f"input {i} ({spec.name!r}) has shape {shape}, expected {spec}{hint}"
+                        f"input {i} ({spec.name!r}) has shape {shape}, expected {spec}" + _batch_hint(spec.shape, shape)
                     )
             if np.dtype(x.dtype) != spec.dtype:
                 if not np.can_cast(np.dtype(x.dtype), spec.dtype, "same_kind"):
@@ -283,15 +326,18 @@ class Model:
         """Run the model jitted on ``inputs`` (see class docstring).
 
         Raises:
-            InputError: wrong number, shape or dtype of inputs.
+            InputError: wrong number, shape or dtype of inputs; :attr:`params`
+                missing weights of the model or holding other keys.
         """
         params = self.params
+        if type(params) is not dict or len(params) != len(self._param_shapes):
+            self._check_params(params)  # InputError: keys missing or not weights of the model (a typo)
         if self._unchecked and self._fast is None:
             # Fast path (tiny models: a few us of a ~20 us call): no check in Python, the jit
             # dispatch compares the inputs' shapes and dtypes with those of the traces it
             # keeps, and a new trace checks them (_apply_leaves); inputs it rejects go
             # through _check_inputs below, and so do all later calls when they passed it.
-            try:  # (other keys than the file's params would be unused by apply as well)
+            try:
                 leaves = self._param_leaves(params)
             except (KeyError, TypeError, IndexError):  # a name missing, or not a mapping: as before
                 leaves = None
@@ -355,9 +401,15 @@ class Model:
                 values, a value the tensor's type cannot hold (float values
                 for a quantized tensor are rounded and clipped to its integer
                 range, as ``quantized="float"`` mode's forward pass clips
-                them), a missing output folder; or no writer for the format
-                yet.
+                them), a missing output folder, a file name whose extension
+                is another format's (``.tflite``/``.rten``); or no writer
+                for the format yet.
         """
+        if path is not None:
+            ext = os.path.splitext(os.fspath(path))[1].lower()
+            if _SAVE_EXT.get(ext, self.format) != self.format:
+                raise InputError(f"save: {os.fspath(path)!r} names a {_SAVE_EXT[ext]} file, but Model.save writes "
+                                 f"the model's own format ({self.format}); use a {self.format} file name")
         params = self.params if params is None else params
         values = {id(v): v for g in self.ir.graphs for v in g.values}
         by_name = {name: values[vid] for vid, name in self._program.param_of.items()}
@@ -376,6 +428,8 @@ class Model:
                     raise InputError(f"save: params key {name!r} {why}")
                 v = vs[0]
             x = np.asarray(x)
+            if x.dtype.kind not in "fiub" and jnp.issubdtype(x.dtype, jnp.floating):
+                x = x.astype(np.float32)  # bfloat16/float8 (ml_dtypes): exact in float32, then cast to the file's dtype
             if x.dtype == v.data.dtype and x.shape == v.data.shape and np.array_equal(x, v.data):
                 continue  # unchanged: keep the file's bytes
             if x.dtype.kind == "f" and not np.all(np.isfinite(x)):
@@ -517,7 +571,8 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
     if batch_size != _FILE:
         from .passes import check_batch_size
 
-        check_batch_size(ir, program, batch_size)
+        with jax.enable_x64(_needs_x64(ir)):  # int16x8 kernels trace only with x64, as Model runs them
+            check_batch_size(ir, program, batch_size)
     path = None if isinstance(source, (bytes, bytearray, memoryview)) else os.fspath(source)
     model = Model(ir, program, path)
     model.input_quantization, model.output_quantization = file_quant

@@ -52,7 +52,7 @@ def trainable(
     ``include`` is None) and none of ``exclude``. Patterns are shell globs
     matched against the whole name (``"*conv2d_4*"``, ``"*/BiasAdd*"``),
     compiled regular expressions (``re.compile("dense")``, searched), or
-    predicates ``name -> bool``.
+    predicates ``name -> bool``. Matching is case-sensitive.
 
     Args:
         params: ``model.params`` (or any dict of arrays).
@@ -64,9 +64,23 @@ def trainable(
             as they are.
 
     Returns:
-        two dicts partitioning ``params``'s keys; ``merge(trainable,
-        frozen)`` is a full params dict for :meth:`fbjax.Model.apply`.
+        two dicts partitioning ``params``'s keys;
+        ``fbjax.train.merge(trainable, frozen)`` (or ``{**frozen,
+        **trainable}``) is a full params dict for :meth:`fbjax.Model.apply`.
+
+    Raises:
+        ValueError: an ``include`` pattern matches none of the names (a
+            typo would otherwise train nothing, silently); the message lists
+            a few names to pick patterns from.
     """
+    if include is not None:
+        pats = [include] if isinstance(include, (str, re.Pattern)) or callable(include) else list(include)
+        for p in pats:
+            test = _matcher(p)
+            if not any(test(name) for name in params):
+                names = list(params)
+                raise ValueError(f"include pattern {getattr(p, 'pattern', p)!r} matches none of the {len(names)} "
+                                 f"param names (case-sensitive; e.g. {names[:4]}); list(model.params) has them all")
     inc = _matcher(include)
     exc = _matcher(exclude)
     train, frozen = {}, {}

@@ -127,9 +127,11 @@ def test_params_replaced_or_updated_in_place_take_effect(fc_bytes):
     k = sorted(m.params)[0]
     m.params[k] = -m.params[k]  # in place
     np.testing.assert_array_equal(m(x), _ref(m, m.params, x))
-    m.params = dict(m.params, extra=jnp.ones(3))  # other names: the dict goes to apply as before
-    np.testing.assert_array_equal(m(x), _ref(m, m.params, x))
+    m.params = dict(m.params, extra=jnp.ones(3))  # a name that is not a weight (a typo): refused, as by apply
+    with pytest.raises(fbjax.InputError, match="not weights of this model"):
+        m(x)
     m.params = {k: v for k, v in m.params.items() if k != "extra"}
+    np.testing.assert_array_equal(m(x), _ref(m, m.params, x))
     missing = {k: v for i, (k, v) in enumerate(m.params.items()) if i}
     m.params = missing
     with pytest.raises(fbjax.InputError, match="params lacks 1"):

@@ -287,3 +287,65 @@ def test_cli_run_takes_an_npz_of_named_inputs(tmp_path, capsys):
     assert "(file)" in capsys.readouterr().out
     with np.load(tmp_path / "o.npz") as o:
         np.testing.assert_array_equal(o[o.files[0]], np.asarray(m(x)))
+
+
+# --- params given to Model.apply, save file names ----------------------------------
+
+def test_apply_checks_params_keys_shapes_and_dtypes():
+    """Wrong params are the caller's mistake (InputError naming the key), not a
+    broken file: a weight of another shape, an integer weight, a key that is
+    not a weight of the model (a typo would otherwise be ignored while the
+    file's value runs); eagerly and under jit/grad."""
+    import jax
+    import jax.numpy as jnp
+
+    m = fbjax.load(_small_model())
+    x = np.zeros((1, 5, 5, 3), np.float32)
+    w = next(k for k, v in m.params.items() if v.ndim == 4)
+    cases = [
+        ({**m.params, w: jnp.zeros((1, 3, 3, 3))}, rf"params\['{w}'\] has shape \(1, 3, 3, 3\), expected \(4, 3, 3, 3\)"),
+        ({**m.params, w: jnp.zeros((4, 3, 3, 3), jnp.int32)}, rf"params\['{w}'\] has dtype int32"),
+        ({**m.params, w + "_typo": m.params[w]}, "not weights of this model"),
+        ([m.params[k] for k in m.params], "must be a dict"),
+    ]
+    for params, msg in cases:
+        with pytest.raises(fbjax.InputError, match=msg):
+            m.apply(params, x)
+        with pytest.raises(fbjax.InputError, match=msg):
+            jax.jit(m.apply)(params, x)
+    with pytest.raises(fbjax.InputError, match="not weights"):
+        jax.grad(lambda p: jnp.sum(m.apply(p, x)))({**m.params, "extra": jnp.ones(3)})
+    # any float dtype is accepted (mixed precision): same result up to bfloat16 rounding of the weights
+    y = np.asarray(m.apply({k: v.astype(jnp.bfloat16) for k, v in m.params.items()}, x + 1), np.float32)
+    ref = np.asarray(m.apply(m.params, x + 1))
+    assert y.shape == ref.shape and np.allclose(y, ref, rtol=0.05, atol=0.05)  # bf16: 8 mantissa bits
+
+
+def test_batch_size_hint_only_where_it_helps():
+    """The ``batch_size=None`` hint appears for a batch-1 file fed another
+    batch, not for a mismatch in another dimension or a file whose batch is
+    not 1 (which the rewrite cannot change)."""
+    from fbjax.model import _batch_hint
+
+    assert "batch_size=None" in _batch_hint((1, 5, 5, 3), (2, 5, 5, 3))
+    assert _batch_hint((1, 5, 5, 3), (2, 3, 5, 5)) == ""     # NCHW into NHWC: not a batch problem
+    assert _batch_hint((1, 5, 5, 3), (1, 4, 4, 3)) == ""
+    assert _batch_hint((None, 5, 5, 3), (2, 3, 5, 5)) == ""  # already batch-polymorphic
+    assert _batch_hint((5, 4), (2, 4)) == ""                 # a file with batch 5
+    m = fbjax.load(_small_model())
+    with pytest.raises(fbjax.InputError) as e:
+        m(np.zeros((1, 3, 5, 5), np.float32))
+    assert "batch_size" not in str(e.value)
+
+
+def test_save_refuses_another_formats_extension_and_takes_bfloat16(tmp_path):
+    import jax.numpy as jnp
+
+    m = fbjax.load(_small_model())
+    with pytest.raises(fbjax.InputError, match="names a rten file"):
+        m.save(tmp_path / "tuned.rten")
+    assert not (tmp_path / "tuned.rten").exists()
+    w = next(k for k, v in m.params.items() if v.ndim == 4)
+    new = (m.params[w] * 2).astype(jnp.bfloat16)
+    m2 = fbjax.load(m.save(tmp_path / "tuned.tflite", {w: new}))
+    np.testing.assert_array_equal(np.asarray(m2.params[w]), np.asarray(new.astype(jnp.float32)))

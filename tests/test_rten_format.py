@@ -328,3 +328,32 @@ def test_gradients_flow_to_rten_weights():
     assert set(m.params) == {"w", "b"}
     g = jax.grad(lambda p: jnp.sum(m.apply(p, X) ** 2))(m.params)
     assert all(np.isfinite(np.asarray(v)).all() and np.abs(np.asarray(v)).sum() > 0 for v in g.values())
+
+
+# --- rten-convert's Softmax axis --------------------------------------------------------
+
+def test_softmax_over_a_size_one_axis_warns_and_the_prepass_fixes_it():
+    """An opset-11 classifier head ``Softmax`` without ``axis`` on ``[1, 10]``
+    logits: rten-convert 0.22 writes axis 0, so the .rten's output is all ones
+    (fbjax runs what the file says, as RTen does) and ``fbjax.load`` warns,
+    naming the node. After ``fbjax.formats.onnx_prepass.make_defaults_explicit``
+    the converted file equals onnxruntime on the original ONNX model and
+    loads without the warning."""
+    import warnings
+
+    from fbjax.formats.onnx_prepass import make_defaults_explicit
+
+    g = helper.make_graph([helper.make_node("Softmax", ["x"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 10])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])])
+    onnx_model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 11)])
+    x = np.random.default_rng(2).standard_normal((1, 10)).astype(np.float32)
+    with pytest.warns(UserWarning, match=r"Softmax over axis 0 of \(1, 10\).*make_defaults_explicit"):
+        raw = fbjax.load(convert(onnx_model))
+    np.testing.assert_array_equal(np.asarray(raw(x)), np.ones((1, 10), np.float32))  # what the file says
+    fixed, changed, left = make_defaults_explicit(onnx_model)
+    assert len(changed) == 1 and not left
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        m = fbjax.load(convert(fixed))
+    np.testing.assert_allclose(np.asarray(m(x)), _ort(onnx_model, x)[0], rtol=1e-6, atol=1e-7)  # float32 exp/sum

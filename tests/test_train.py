@@ -116,3 +116,16 @@ def test_finetune_example_short(tmp_path):
     assert np.isfinite(report["loss_before"]) and np.isfinite(report["loss_after"])
     if "litert_max_rel_err" in report:
         assert report["litert_max_rel_err"] <= 1e-4
+
+
+def test_trainable_include_matching_nothing_is_an_error():
+    """A typo'd include pattern would train nothing, silently: ValueError
+    with a few names to pick from. Patterns that match keep working, and a
+    list fails on the pattern that matches nothing."""
+    params = {"conv2d/Kernel": np.zeros(3), "conv2d/Bias": np.zeros(1), "segment/Kernel": np.zeros(2)}
+    for bad in ("*head*", "Conv2d/*", re.compile("^head"), lambda n: False, ["conv2d/*", "*typo*"]):
+        with pytest.raises(ValueError, match="matches none of the 3 param names"):
+            fbjax.trainable(params, include=bad)
+    train, frozen = fbjax.trainable(params, include=["conv2d/*"], exclude="*Bias")
+    assert set(train) == {"conv2d/Kernel"} and set(frozen) == {"conv2d/Bias", "segment/Kernel"}
+    assert fbjax.trainable(params, exclude="*nothing*")[0].keys() == params.keys()  # exclude may match nothing

@@ -46,6 +46,7 @@ import mmap
 import os
 import re
 import struct
+import warnings
 from typing import Any, Optional
 
 import numpy as np
@@ -566,7 +567,34 @@ def read(source) -> ModelIR:
             if v is not None:
                 meta[_snake(k)] = _str(v)
         desc = meta.get("description", "")
+    _warn_constant_softmax(reader.graphs, label)
     return ModelIR("rten", reader.graphs, 0, {}, desc, path, raw, meta)
+
+
+def _warn_constant_softmax(graphs: list, label: str) -> None:
+    """Warn about Softmax / LogSoftmax nodes that normalize over an axis of
+    static size 1: their output is constant (1.0 / 0.0) whatever the input.
+    That is what rten-convert 0.22 makes of an ONNX Softmax that leaves out
+    ``axis`` (it writes 0, the RTen schema default; ONNX means 1 before opset
+    13 and -1 from 13), e.g. a classifier's ``[1, 1000]`` logits. fbjax, like
+    RTen, runs what the file says; the fix is in the ``.onnx``
+    (:mod:`fbjax.formats.onnx_prepass`)."""
+    found = []
+    for g in graphs:
+        for n in g.nodes:
+            if n.op_name not in ("Softmax", "LogSoftmax") or not n.inputs or n.inputs[0] is None:
+                continue
+            shape = n.inputs[0].shape
+            axis = int(n.attrs.get("axis", 0))
+            if shape is not None and -len(shape) <= axis < len(shape) and shape[axis] == 1:
+                found.append(f"{n.location or n.outputs[0].name}: {n.op_name} over axis {axis} of {tuple(shape)}")
+    if found:
+        warnings.warn(
+            f"{label}: {len(found)} softmax node(s) normalize over an axis of size 1, so their output is "
+            f"constant (Softmax 1.0, LogSoftmax 0.0): {'; '.join(found[:3])}. rten-convert 0.22 writes axis=0 "
+            "where the ONNX node leaves the axis out (ONNX means 1 before opset 13, -1 from 13); state the axis "
+            "in the .onnx and convert again: fbjax.formats.onnx_prepass.make_defaults_explicit",
+            stacklevel=5)  # _warn <- read <- read_model <- fbjax.load <- the caller
 
 
 def probe(source, head: bytes) -> bool:
