@@ -665,3 +665,58 @@ def test_export_inlines_a_function_called_twice():
     assert text.count("call @") >= 2  # the module really calls the function twice
     model = fbjax.load(to_stablehlo_flatbuffer(fn, x, y))
     np.testing.assert_allclose(np.asarray(model(x, y)), np.asarray(fn(x, y)), rtol=1e-6)
+
+
+# --- batch rewrite (fbjax.passes.set_batch_size) on exported functions -----------
+# Oracle: JAX running the exported function at the new batch size. The CNN
+# sums 27 (conv) and 64 (dense) products of O(1) values: float32
+# rtol=atol=1e-5 as above.
+
+_BW_RNG = np.random.default_rng(11)  # not RNG: the other tests' draws stay as they were
+_BW_CONV = _BW_RNG.normal(size=(3, 3, 3, 4)).astype(np.float32) * 0.5
+_BW_DENSE = _BW_RNG.normal(size=(4 * 4 * 4, 5)).astype(np.float32) * 0.1
+
+
+def _pool_cnn(x):
+    """conv -> ReLU -> 2x2 max-pool (``reduce_window``: its max body is a
+    second graph of the file) -> flatten (``reshape``) -> dense -> + 1."""
+    h = lax.conv_general_dilated(x, jnp.asarray(_BW_CONV), (1, 1), "SAME",
+                                 dimension_numbers=("NHWC", "HWIO", "NHWC"))
+    h = jnp.maximum(h, 0.0)
+    h = lax.reduce_window(h, -jnp.inf, lax.max, (1, 2, 2, 1), (1, 2, 2, 1), "VALID")
+    return h.reshape(h.shape[0], -1) @ jnp.asarray(_BW_DENSE) + 1.0
+
+
+@pytest.mark.parametrize("batch_size", [None, 3])
+def test_batch_rewrite_accepts_region_bodies(batch_size):
+    """A max-pool's body graph is a scalar region, not control flow: the
+    batch-1 export loads with ``batch_size`` and runs batch 3 as JAX does
+    (this raised "the model has 2 subgraphs (control flow)" before)."""
+    data = to_stablehlo_flatbuffer(_pool_cnn, np.zeros((1, 8, 8, 3), np.float32))
+    model = fbjax.load(data, batch_size=batch_size)
+    assert len(model.ir.graphs) == 2 and model.inputs[0].shape == (batch_size, 8, 8, 3)
+    x = _BW_RNG.uniform(-3, 3, (3, 8, 8, 3)).astype(np.float32)
+    np.testing.assert_allclose(np.asarray(model(x)), np.asarray(_pool_cnn(x)), rtol=1e-5, atol=1e-5)
+
+
+def test_batch_rewrite_refuses_stablehlo_ops_on_the_batch():
+    """A reduction over the batch dimension is refused naming the op (its
+    batch-1 output (1, 4) would pass the leading-dimension check); a static
+    slice of the batch dimension works for a fixed batch, not for ``None``."""
+    x = np.zeros((1, 6), np.float32)
+    summed = to_stablehlo_flatbuffer(lambda a: jnp.sum(a, axis=0, keepdims=True), x)
+    with pytest.raises(fbjax.errors.InputError, match=r"stablehlo\.reduce\) works along the batch dimension"):
+        fbjax.load(summed, batch_size=None)
+    sliced = to_stablehlo_flatbuffer(lambda a: a[:, 1:4] * 2.0, x)
+    with pytest.raises(fbjax.errors.InputError, match="load with an int batch_size"):
+        fbjax.load(sliced, batch_size=None)
+    x3 = _BW_RNG.uniform(-3, 3, (3, 6)).astype(np.float32)
+    np.testing.assert_allclose(np.asarray(fbjax.load(sliced, batch_size=3)(x3)), x3[:, 1:4] * 2.0, rtol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["stablehlo_tflite/while_loop", "tflite_builtins/call"])
+def test_batch_rewrite_still_refuses_control_flow(name):
+    """``stablehlo.while`` bodies and TFLite CALL subgraphs take batched
+    values: refused, naming the op and the subgraph."""
+    with pytest.raises(fbjax.errors.InputError, match=r"has control flow: .* runs subgraph 1"):
+        fbjax.load(ROOT / "tests" / "data" / f"{name}.tflite", batch_size=None)

@@ -1,8 +1,10 @@
 """Graph -> one pure JAX function ``apply(params, *inputs)``.
 
 The whole graph is traced once: each node calls its registered lowering with
-JAX arrays. Float constants (weights) become ``params`` passed as jit
-arguments; integer constants stay numpy arrays, known at trace time, so
+JAX arrays. Float constants (weights) of rank >= 1 whose values are all
+finite become ``params`` passed as jit arguments (:func:`is_param`; float
+scalars and constants holding -inf/inf/NaN stay numpy, like integer
+constants); integer constants stay numpy arrays, known at trace time, so
 shape-like values (RESHAPE shapes, PAD amounts, slice bounds, and whatever is
 computed from them and from static shapes) are resolved while tracing.
 """
@@ -23,8 +25,22 @@ from .registry import LOWERINGS
 
 
 def is_param(v: Value) -> bool:
-    """A constant becomes a trainable ``param`` when it holds floats."""
-    return v.data is not None and np.issubdtype(np.dtype(v.dtype), np.floating)
+    """Whether constant ``v`` becomes a trainable ``param``.
+
+    It does when it holds floats, is not a scalar (rank 0) and every value
+    is finite. Rank-0 float constants are operator constants, not weights:
+    a ReLU threshold (``jnp.maximum(h, 0.)``), an epsilon, the init value of
+    a reduction (``-inf`` for a max-pool); training them changes the
+    operator, and an optimizer step on ``-inf`` gives NaN (AdamW's weight
+    decay ``p - lr * wd * p`` is ``-inf + inf``). A constant with any
+    ``-inf``/``inf``/``NaN`` value (a padding or attention mask) cannot be
+    trained either. Both stay numpy constants: literals of the traced
+    program, not ``params`` keys (so ``Model.save`` keeps the file's values).
+    """
+    if v.data is None or not np.issubdtype(np.dtype(v.dtype), np.floating):
+        return False
+    data = np.asarray(v.data)
+    return data.ndim > 0 and bool(np.all(np.isfinite(data)))
 
 
 class LowerContext(OpContext):
@@ -73,7 +89,8 @@ class Program:
 
     Attributes:
         model: the IR.
-        params: param name -> numpy array (float constants of every graph).
+        params: param name -> numpy array (the float constants of every graph
+            that :func:`is_param` accepts).
         param_of: id(Value) -> param name.
         backend: JAX backend the lowering targets.
         options: lowering options (see :func:`build`).
@@ -189,7 +206,7 @@ def check_supported(model: ModelIR, registry=LOWERINGS) -> None:
 
 
 def unique_param_names(model: ModelIR) -> dict:
-    """id(Value) -> unique param name for every float constant.
+    """id(Value) -> unique param name for every constant :func:`is_param` accepts.
 
     Names are the tensor names from the file; repeats get ``#1``, ``#2``...
     """

@@ -20,12 +20,18 @@ def pairs(padding, rank: int) -> list:
     return [(p[2 * i], p[2 * i + 1]) for i in range(len(p) // 2)]
 
 
-def out_shape(ctx, i: int = 0) -> tuple:
-    """Static shape of output ``i``; raises the node's error when unknown."""
+def out_shape(ctx, i: int = 0, batch=None) -> tuple:
+    """Static shape of output ``i``; raises the node's error when unknown.
+
+    ``batch``: the size a leading dimension left unknown by a
+    batch-polymorphic load (:func:`fbjax.passes.set_batch_size`) takes."""
     v = ctx.outputs[i]
-    if v is None or v.shape is None or any(d is None for d in v.shape):
+    shape = None if v is None else v.shape
+    if shape and shape[0] is None and batch is not None:
+        shape = (batch,) + tuple(shape[1:])
+    if shape is None or any(d is None for d in shape):
         raise ctx.error(f"output {i} needs a static shape")
-    return tuple(int(d) for d in v.shape)
+    return tuple(int(d) for d in shape)
 
 
 def declared_types(ctx, args) -> list:

@@ -15,7 +15,7 @@ OP_SET = "stablehlo"
 @register(OP_SET, "stablehlo.reshape")
 def reshape(ctx, operand):
     """``stablehlo.reshape``: row-major reshape to the output tensor's shape."""
-    shape = out_shape(ctx)
+    shape = out_shape(ctx, batch=np.shape(operand)[0] if np.ndim(operand) else None)
     if int(np.prod(shape)) != int(np.prod(np.shape(operand))):
         raise ctx.error(f"cannot reshape {tuple(np.shape(operand))} to {shape}")
     return operand.reshape(shape)
@@ -29,7 +29,8 @@ def broadcast_in_dim(ctx, operand, *, broadcast_dimensions=()):
     dims = ints(broadcast_dimensions)
     if len(dims) != np.ndim(operand):
         raise ctx.error(f"broadcast_dimensions {dims} do not match operand rank {np.ndim(operand)}")
-    return lax.broadcast_in_dim(operand, out_shape(ctx), dims)
+    batch = np.shape(operand)[dims.index(0)] if 0 in dims else None
+    return lax.broadcast_in_dim(operand, out_shape(ctx, batch=batch), dims)
 
 
 @register(OP_SET, "stablehlo.slice")
