@@ -36,6 +36,10 @@ Figures per model:
 * ``max_rel_err``: fbjax vs the other runtime at batch 1 (max abs difference
   / max abs reference, per output, the worst one), so speed flags can be
   checked for correctness on the same run.
+
+A model with no reference runtime (an ``.rten`` given as a file: onnxruntime
+needs its source ``.onnx``; a StableHLO flatbuffer) gets fbjax's own figures
+only, ``other`` ``None`` and a one-line ``no_reference`` explanation.
 """
 
 from __future__ import annotations
@@ -291,6 +295,13 @@ def first_call(path: str, cache_dir: str, timeout: float = 600) -> dict:
 
 # --- one model -----------------------------------------------------------------
 
+def _no_reference(fmt: Optional[str]) -> str:
+    if fmt == "rten":
+        return ("no reference runtime for this .rten (onnxruntime needs the source .onnx; pass light:NAME "
+                "for the onnx wheel's models)")
+    return f"no reference runtime for {fmt or 'this'} models"
+
+
 def _timed(fn, *xs, block=None):
     t = time.perf_counter()
     y = fn(*xs)
@@ -350,6 +361,8 @@ def bench_model(model: str, *, runs: int = DEFAULT_RUNS, batch: int = DEFAULT_BA
     rec["format"] = m.format
     other_name = "onnxruntime" if onnx_path else ("litert" if m.format == "tflite" else None)
     rec["other"] = other_name
+    if other_name is None:
+        rec["no_reference"] = _no_reference(m.format)
     xs = _inputs(m.inputs)
     block = jax.block_until_ready
     other = None
@@ -518,6 +531,16 @@ def _f(x, fmt="{:.2f}"):
     return "-" if x is None or (isinstance(x, float) and not math.isfinite(x)) else fmt.format(x)
 
 
+def _has(x) -> bool:
+    return x is not None and not (isinstance(x, float) and not math.isfinite(x))
+
+
+def _sentence(head: str, parts: Sequence[str]) -> Optional[str]:
+    """``head`` + the clauses whose figure exists, or None when none does."""
+    parts = [p for p in parts if p]
+    return f"{head}{', '.join(parts)}." if parts else None
+
+
 def markdown_table(records: Sequence[dict], summ: Optional[dict] = None) -> str:
     """The records as a markdown table plus the geometric means."""
     nb = next((r["batch"] for r in records if r.get("batch")), DEFAULT_BATCH)
@@ -528,7 +551,7 @@ def markdown_table(records: Sequence[dict], summ: Optional[dict] = None) -> str:
         if "error" in r:
             lines.append(f"| {r['model']} | error: {r['error'][:120]} |" + " |" * 10)
             continue
-        o = r.get("other") or "other"
+        o = r.get("other") or "none"
         lat, bm = r.get("latency_ms", {}), r.get("batch_ms", {})
         fc, rss = r.get("first_call_s", {}), r.get("peak_rss_mib", {})
         mode = "" if r.get("fbjax_batch_mode", "batch_size") == "batch_size" else " (vmap)"
@@ -541,19 +564,30 @@ def markdown_table(records: Sequence[dict], summ: Optional[dict] = None) -> str:
             f"| {_f(bm.get('fbjax'), '{:.1f}')}{mode} | {_f(bm.get(o), '{:.1f}')} | {_f(r.get('throughput_ratio'))} "
             f"| {_f(fc.get('cold'))} | {_f(fc.get('warm'))} | {rss_s} | {_f(r.get('max_rel_err'), '{:.1e}')} |"
         )
-    if summ:
+    notes = [f"{r['model']}: {r.get('no_reference') or _no_reference(r.get('format'))}; fbjax's own figures only."
+             for r in records if "error" not in r and not r.get("other")]
+    if notes or summ:
         lines.append("")
-        lines.append(f"Geometric means over {summ['tflite_models']} TFLite models (fbjax / LiteRT): "
-                     f"batch-1 latency ratio **{_f(summ['geomean_latency_ratio_vs_litert'])}** (target <= 1.5), "
-                     f"batch-{records[0].get('batch', DEFAULT_BATCH) if records else DEFAULT_BATCH} throughput ratio "
-                     f"**{_f(summ['geomean_throughput_ratio_vs_litert'])}** (target >= 1.0), first call "
-                     f"{_f(summ['geomean_first_call_cold_s'])} s cold / {_f(summ['geomean_first_call_warm_s'])} s "
-                     "warm cache.")
-        lines.append(f"Same with min / min instead of medians (less sensitive to other load): batch-1 latency ratio "
-                     f"{_f(summ['geomean_latency_ratio_min_vs_litert'])}, throughput ratio "
-                     f"{_f(summ['geomean_throughput_ratio_min_vs_litert'])}. Throughput with each runtime in its "
-                     f"faster mode (fbjax: the batch graph or repeated batch-1 calls): "
-                     f"{_f(summ['geomean_throughput_ratio_best_mode_vs_litert'])}.")
+    lines.extend(notes)
+    if summ:
+        g = lambda k: summ.get(k)  # noqa: E731
+        n_lite, n_rten = summ.get("tflite_models", 0), summ.get("rten_models", 0)
+        if n_lite:
+            cold, warm = g("geomean_first_call_cold_s"), g("geomean_first_call_warm_s")
+            lines.append(_sentence(f"Geometric means over {n_lite} TFLite models (fbjax / LiteRT): ", [
+                _has(g("geomean_latency_ratio_vs_litert"))
+                and f"batch-1 latency ratio **{_f(g('geomean_latency_ratio_vs_litert'))}** (target <= 1.5)",
+                _has(g("geomean_throughput_ratio_vs_litert"))
+                and f"batch-{nb} throughput ratio **{_f(g('geomean_throughput_ratio_vs_litert'))}** (target >= 1.0)",
+                _has(cold) and f"first call {_f(cold)} s cold / {_f(warm)} s warm cache"]))
+            lines.append(_sentence("Same with min / min instead of medians (less sensitive to other load): ", [
+                _has(g("geomean_latency_ratio_min_vs_litert"))
+                and f"batch-1 latency ratio {_f(g('geomean_latency_ratio_min_vs_litert'))}",
+                _has(g("geomean_throughput_ratio_min_vs_litert"))
+                and f"throughput ratio {_f(g('geomean_throughput_ratio_min_vs_litert'))}"]))
+            if _has(g("geomean_throughput_ratio_best_mode_vs_litert")):
+                lines.append("Throughput with each runtime in its faster mode (fbjax: the batch graph or repeated "
+                             f"batch-1 calls): {_f(g('geomean_throughput_ratio_best_mode_vs_litert'))}.")
         fl = next((r["peak_rss_mib"].get("xla_floor") for r in records if r.get("peak_rss_mib")), None)
         if fl is not None:
             within = [r for r in records if r.get("peak_rss_mib")
@@ -564,10 +598,15 @@ def markdown_table(records: Sequence[dict], summ: Optional[dict] = None) -> str:
             lines.append(f"Peak RSS above the `import jax, fbjax` baseline: {len(within)}/{n} models within budget "
                          f"(cold). XLA floor (a fresh process compiling and running one trivial jit): {fl:.0f} MiB; "
                          f"warm-cache peak RSS above baseline + floor: {len(within_fl)}/{n} models within budget.")
-        if summ["rten_models"]:
-            lines.append(f"Geometric mean over {summ['rten_models']} .rten models (fbjax / onnxruntime): "
-                         f"batch-1 latency ratio **{_f(summ['geomean_latency_ratio_vs_onnxruntime'])}** "
-                         f"(target <= 1.5); min / min {_f(summ['geomean_latency_ratio_min_vs_onnxruntime'])}.")
+        if n_rten:
+            lines.append(_sentence(f"Geometric mean over {n_rten} .rten models (fbjax / onnxruntime): ", [
+                _has(g("geomean_latency_ratio_vs_onnxruntime"))
+                and f"batch-1 latency ratio **{_f(g('geomean_latency_ratio_vs_onnxruntime'))}** (target <= 1.5)",
+                _has(g("geomean_latency_ratio_min_vs_onnxruntime"))
+                and f"min / min {_f(g('geomean_latency_ratio_min_vs_onnxruntime'))}"]))
+    lines = [ln for ln in lines if ln is not None]
+    while lines and lines[-1] == "":
+        lines.pop()
     return "\n".join(lines) + "\n"
 
 

@@ -112,6 +112,9 @@ def _parse_inputs(pairs: Sequence[str], model) -> list:
             name, path = p.split("=", 1)
         else:
             name, path = None, p
+        if os.path.isdir(path):
+            raise SystemExit(f"fbjax run: --input {p}: {path} is a directory; `fbjax run` takes one array per "
+                             "input (for a directory of samples: fbjax infer MODEL --inputs DIR --out FILE.npz)")
         loaded = np.load(path)
         if isinstance(loaded, np.lib.npyio.NpzFile):  # an .npz: its arrays by input name
             with loaded:
@@ -157,6 +160,13 @@ def cmd_run(args) -> int:
     from .data import DEFAULT_MODEL
 
     path = args.model or DEFAULT_MODEL
+    out_path = None
+    if args.output:
+        # np.savez adds .npz to a name without it: report (and check) the file actually written
+        out_path = args.output if args.output.endswith(".npz") else args.output + ".npz"
+        folder = os.path.dirname(os.path.abspath(out_path))
+        if not os.path.isdir(folder):
+            raise SystemExit(f"fbjax run: output folder {folder} does not exist (create it first)")
     if args.model is None:
         print(f"no model given: running the bundled default {os.path.basename(path)} (see fbjax/data/NOTICE)")
     t0 = time.perf_counter()
@@ -190,8 +200,8 @@ def cmd_run(args) -> int:
     if args.output:
         names = [s.name for s in model.outputs]
         keys = [n if n and names.count(n) == 1 else f"output_{i}" for i, n in enumerate(names)]
-        np.savez(args.output, **dict(zip(keys, outs_np)))
-        print(f"wrote {args.output} ({', '.join(keys)})")
+        np.savez(out_path, **dict(zip(keys, outs_np)))
+        print(f"wrote {out_path} ({', '.join(keys)})")
     return 0
 
 
@@ -200,17 +210,49 @@ def cmd_infer(args) -> int:
     import jax
 
     from . import infer, load
+    from .infer import FILE_NAMES_KEY, check_out_path, effective_batch_size, example_files
 
+    # what can be checked without the model first (infer checks again, cheaply)
+    check_out_path(args.out)
+    n = len(example_files(args.inputs))
     model = load(args.model, batch_size=None, quantized=args.quantized)
-    n = len([f for f in os.listdir(args.inputs) if f.endswith((".npy", ".npz"))]) if os.path.isdir(args.inputs) else 0
+    n_dev = jax.local_device_count()  # infer's default mesh: every device; this process's share of the batch
+    eff = effective_batch_size(args.batch_size, n_dev)
+    if args.batch_size is None:
+        how = "default: 8 per device"
+    elif eff != args.batch_size:
+        how = f"{args.batch_size} rounded up to a multiple of {n_dev} devices; {eff // n_dev} per device"
+    else:
+        how = f"{eff // n_dev} per device"
     print(f"model {os.path.basename(args.model)}: inputs {model.inputs}")
     print(f"{n} examples in {args.inputs}; {len(jax.devices())} device(s) ({jax.default_backend()}); "
-          f"batch size {args.batch_size if args.batch_size else f'{8 * jax.local_device_count()} (8 per device)'}")
+          f"batch size {eff} ({how})")
     t0 = time.perf_counter()
     out = infer(model, args.inputs, batch_size=args.batch_size, out=args.out, progress=not args.no_progress)
     dt = time.perf_counter() - t0
-    print(f"wrote {out}: {n} examples in {dt:.2f} s ({n / dt:.1f} examples/s, including compilation)")
+    order = f"sorted file-name order, names in {FILE_NAMES_KEY!r}" if out.endswith(".npz") else "sorted file-name order"
+    print(f"wrote {out}: {n} examples ({order}) in {dt:.2f} s ({n / dt:.1f} examples/s, including compilation)")
     return 0
+
+
+def _positive_int(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive int, got {value!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive int, got {value!r}")
+    return n
+
+
+def _nonnegative_int(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an int >= 0, got {value!r}") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"expected an int >= 0, got {value!r}")
+    return n
 
 
 def _parse_batch(value: str):
@@ -219,9 +261,12 @@ def _parse_batch(value: str):
     if value == "file":
         return "file"
     try:
-        return int(value)
+        n = int(value)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an int, 'dynamic' or 'file', got {value!r}") from None
+        n = None
+    if n is None or n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive int, 'dynamic' or 'file', got {value!r}")
+    return n
 
 
 def export_model(model, to: str, *, batch_size="file"):
@@ -231,19 +276,12 @@ def export_model(model, to: str, *, batch_size="file"):
     ``"stablehlo"`` (the serialized artifact, with its VJP, so
     ``jax.export.deserialize(data).call`` stays differentiable) or ``"mlir"``
     (the StableHLO text). With ``batch_size=None`` the leading input
-    dimension is the symbolic ``b``.
+    dimension is the symbolic ``b`` (:func:`fbjax.export.jax_export`; an
+    operator that cannot follow it raises ``DynamicBatchError`` naming it).
     """
-    import jax
-    from jax import export as jexport
+    from .export import jax_export
 
-    b = jexport.symbolic_shape("b")[0] if batch_size is None else None
-    params = {k: jax.ShapeDtypeStruct(np.shape(v), v.dtype) for k, v in model.params.items()}
-    ins = []
-    for s in model.inputs:
-        shape = tuple(d if d is not None else (b if i == 0 and b is not None else 1) for i, d in enumerate(s.shape))
-        ins.append(jax.ShapeDtypeStruct(shape, s.dtype))
-    with jax.enable_x64(getattr(model, "_x64", False)):
-        exported = jexport.export(jax.jit(model.apply))(params, *ins)
+    exported = jax_export(model, batch_size=batch_size)
     if to == "mlir":
         return exported, exported.mlir_module()
     return exported, bytes(exported.serialize(vjp_order=1))
@@ -298,11 +336,12 @@ def build_parser() -> argparse.ArgumentParser:
         "steady-state latency.",
     )
     pr.add_argument("model", nargs="?", help="model file; omitted: the bundled default model")
-    pr.add_argument("--input", "-i", action="append", metavar="NAME=FILE.npy",
+    pr.add_argument("--input", "--inputs", "-i", dest="input", action="append", metavar="NAME=FILE.npy",
                     help="an input from a .npy file (repeatable; NAME may be omitted for one-input models), "
                     "or an .npz holding inputs by name")
-    pr.add_argument("--output", "-o", metavar="OUT.npz", help="save the outputs to an .npz file")
-    pr.add_argument("--repeat", type=int, default=20, metavar="N",
+    pr.add_argument("--output", "-o", metavar="OUT.npz",
+                    help="save the outputs to an .npz file (.npz is appended to a name without it)")
+    pr.add_argument("--repeat", type=_nonnegative_int, default=20, metavar="N",
                     help="timed runs after the first (default 20; 0 to skip)")
     pr.add_argument("--quantized", choices=["exact", "float"], default="exact",
                     help="quantized TFLite models: 'exact' (default; integer in/out, LiteRT's kernels bit for bit) or "
@@ -313,13 +352,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="batch inference over every device on a directory of .npy/.npz samples",
         description="Run every sample in DIR (one .npy per sample of a single-input model, or one .npz "
         "per sample holding one array per input) through the model, data-parallel over all devices "
-        "(fbjax.infer), streaming the results to an .npy/.npz file.",
+        "(fbjax.infer), streaming the results to an .npy/.npz file. Results are in sorted file-name order "
+        "(row i of each output is the i-th file of DIR sorted by name); an .npz output also holds those "
+        "file names as the string array '__files__' (never an output's key).",
     )
     pf.add_argument("model", help="model file stored with batch 1 (loaded batch-polymorphic)")
     pf.add_argument("--inputs", required=True, metavar="DIR", help="directory of per-sample .npy/.npz files")
-    pf.add_argument("--batch-size", type=int, default=None, metavar="N",
-                    help="examples per step (default 8 per device)")
-    pf.add_argument("--out", required=True, metavar="FILE", help="output .npz (or .npy for one output)")
+    pf.add_argument("--batch-size", type=_positive_int, default=None, metavar="N",
+                    help="examples per step (default 8 per device; rounded up to a multiple of the device count)")
+    pf.add_argument("--out", required=True, metavar="FILE",
+                    help="output .npz (keys: output names, plus '__files__') or .npy (one-output models); "
+                    "its folder must exist")
     pf.add_argument("--no-progress", action="store_true", help="no progress bar")
     pf.add_argument("--quantized", choices=["exact", "float"], default="exact",
                     help="quantized TFLite models: 'exact' (default; integer in/out, LiteRT's kernels bit for bit) or "
@@ -351,6 +394,7 @@ def build_parser() -> argparse.ArgumentParser:
         "peak RSS. Needs ai-edge-litert / onnxruntime (pip install '.[test]').")
     _bench_args(pb)
     pb.set_defaults(func=_bench_run)
+    p.subcommand_parsers = dict(sub.choices)  # for main's errors with the subcommand's usage
     return p
 
 
@@ -359,7 +403,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from .errors import FbjaxError
 
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # reported with the subcommand's usage line, not the top-level one
+        sub = parser.subcommand_parsers.get(getattr(args, "command", None) or "", parser)
+        sub.error(f"unrecognized arguments: {' '.join(extra)}")
     if not getattr(args, "command", None):
         parser.print_help()
         return 2

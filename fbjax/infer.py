@@ -35,7 +35,63 @@ import numpy as np
 
 from .errors import InputError
 
-__all__ = ["infer", "iter_examples"]
+__all__ = ["infer", "iter_examples", "FILE_NAMES_KEY"]
+
+#: Key of the extra array in an ``.npz`` written by :func:`infer` from a
+#: directory of examples: the example file names (``str``), in the order of
+#: the results. No output is ever stored under this key (an output named so
+#: is written as ``output_<k>``).
+FILE_NAMES_KEY = "__files__"
+
+
+def example_files(d) -> list:
+    """The ``.npy``/``.npz`` file names in directory ``d``, sorted (the order
+    :func:`infer` reads them and writes their results).
+
+    Raises:
+        InputError: ``d`` is not a directory or holds no such file.
+    """
+    d = os.fspath(d)
+    if not os.path.isdir(d):
+        raise InputError(f"examples: {d!r} is not a directory of .npy/.npz files")
+    files = sorted(f for f in os.listdir(d) if f.endswith((".npy", ".npz")))
+    if not files:
+        raise InputError(f"examples: no .npy or .npz files in {d!r}")
+    return files
+
+
+def _check_batch_size(batch_size) -> None:
+    if batch_size is None:
+        return
+    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)):
+        raise InputError(f"batch_size must be a positive int or None, got {batch_size!r}")
+    if batch_size < 1:
+        raise InputError(f"batch_size must be positive, got {batch_size}")
+
+
+def effective_batch_size(batch_size: Optional[int], n_devices: int) -> int:
+    """Examples per step :func:`infer` uses on ``n_devices`` local devices:
+    ``batch_size`` rounded up to a multiple of ``n_devices`` (default: 8 per
+    device)."""
+    if batch_size is None:
+        return 8 * n_devices
+    return -(-int(batch_size) // n_devices) * n_devices
+
+
+def check_out_path(out) -> str:
+    """Validate an ``out`` path of :func:`infer` before any work is done: it
+    must end in ``.npy`` or ``.npz`` and its folder must exist.
+
+    Raises:
+        InputError: naming the suffix or the missing folder.
+    """
+    out = os.fspath(out)
+    if not out.endswith((".npy", ".npz")):
+        raise InputError(f"out must end in .npy or .npz, got {out!r}")
+    folder = os.path.dirname(os.path.abspath(out))
+    if not os.path.isdir(folder):
+        raise InputError(f"out: the folder {folder} does not exist (create it first)")
+    return out
 
 
 def iter_examples(examples, n_inputs: int = 1, names: Sequence[str] = ()) -> Iterator[tuple]:
@@ -55,19 +111,22 @@ def iter_examples(examples, n_inputs: int = 1, names: Sequence[str] = ()) -> Ite
         InputError: an example with the wrong number of arrays, an empty or
             missing directory.
     """
+    for xs, _ in _iter_sourced(examples, n_inputs, names):
+        yield xs
+
+
+def _iter_sourced(examples, n_inputs: int, names: Sequence[str], files: Optional[list] = None) -> Iterator[tuple]:
+    """:func:`iter_examples` yielding ``(arrays, file path or None)``."""
     if isinstance(examples, (str, os.PathLike)):
         d = os.fspath(examples)
-        if not os.path.isdir(d):
-            raise InputError(f"examples: {d!r} is not a directory of .npy/.npz files")
-        files = sorted(f for f in os.listdir(d) if f.endswith((".npy", ".npz")))
-        if not files:
-            raise InputError(f"examples: no .npy or .npz files in {d!r}")
+        if files is None:
+            files = example_files(d)
         for f in files:
             p = os.path.join(d, f)
             if f.endswith(".npy"):
                 if n_inputs != 1:
                     raise InputError(f"{p}: the model has {n_inputs} inputs; give one .npz per sample")
-                yield (np.load(p, mmap_mode="r"),)
+                yield (np.load(p, mmap_mode="r"),), p
             else:
                 with np.load(p) as z:
                     keys = [n for n in names if n in z.files]
@@ -77,28 +136,28 @@ def iter_examples(examples, n_inputs: int = 1, names: Sequence[str] = ()) -> Ite
                     if missing:
                         raise InputError(f"{p}: holds {z.files}, expected the input names {list(names)} "
                                          f"or arr_0..arr_{n_inputs - 1}")
-                    yield tuple(z[k] for k in keys)
+                    yield tuple(z[k] for k in keys), p
         return
     for i, ex in enumerate(examples):
         xs = tuple(ex) if isinstance(ex, (tuple, list)) else (ex,)
         if len(xs) != n_inputs:
             raise InputError(f"example {i} has {len(xs)} array(s); the model takes {n_inputs} input(s)")
-        yield xs
+        yield xs, None
 
 
 class _Sink:
     """Results of one process: in memory, or streamed to a .npy/.npz file."""
 
-    def __init__(self, out: Optional[str], names: Sequence[str]):
+    def __init__(self, out: Optional[str], names: Sequence[str], file_names: Optional[Sequence[str]] = None):
         self.out = out
         self.names = list(names)
+        self.file_names = None if file_names is None else list(file_names)
         self.chunks: list = [[] for _ in names]
         self.files: list = []
         self.meta: list = [None] * len(names)  # (dtype, per-sample shape)
         self.count = 0
         if out is not None:
-            if not out.endswith((".npy", ".npz")):
-                raise InputError(f"out must end in .npy or .npz, got {out!r}")
+            check_out_path(out)
             if out.endswith(".npy") and len(names) != 1:
                 raise InputError(f"the model has {len(names)} outputs; write them to an .npz file")
             tmpdir = os.path.dirname(os.path.abspath(out))
@@ -115,12 +174,12 @@ class _Sink:
                 self.chunks[k].append(o)
         self.count += n
 
-    def _empty(self, k, model_outputs):
-        spec = model_outputs[k]
-        return np.dtype(spec.dtype), tuple(1 if d is None else d for d in (spec.shape or ())[1:])
-
-    def finish(self, model_outputs):
-        metas = [m if m is not None else self._empty(k, model_outputs) for k, m in enumerate(self.meta)]
+    def finish(self, empty_metas):
+        """Return the results (or write the file); ``empty_metas()`` gives
+        (dtype, per-sample shape) per output when there were no examples."""
+        metas = self.meta
+        if any(m is None for m in metas):
+            metas = empty_metas()
         if not self.files:
             res = [np.concatenate(c) if c else np.zeros((0, *m[1]), m[0]) for c, m in zip(self.chunks, metas)]
             return res[0] if len(res) == 1 else res
@@ -135,6 +194,9 @@ class _Sink:
                     for k, key in enumerate(keys):
                         with zf.open(f"{key}.npy", "w", force_zip64=True) as f:
                             self._write_npy(f, k, metas[k])
+                    if self.file_names is not None:
+                        with zf.open(f"{FILE_NAMES_KEY}.npy", "w", force_zip64=True) as f:
+                            np.lib.format.write_array(f, np.asarray(self.file_names, dtype=str).reshape(-1))
             os.replace(tmp, self.out)
         finally:
             for f in self.files:
@@ -158,7 +220,8 @@ class _Sink:
 
 
 def _output_keys(names: Sequence[str]) -> list:
-    return [n if n and names.count(n) == 1 and "/" not in n else f"output_{i}" for i, n in enumerate(names)]
+    return [n if n and names.count(n) == 1 and "/" not in n and n != FILE_NAMES_KEY else f"output_{i}"
+            for i, n in enumerate(names)]
 
 
 def infer(
@@ -181,7 +244,8 @@ def infer(
         examples: samples shaped like the model's inputs without the batch
             dimension: an iterable of arrays (tuples of arrays for multi-input
             models), an array of shape ``(N, ...)``, or a directory of
-            ``.npy``/``.npz`` files (see :func:`iter_examples`).
+            ``.npy``/``.npz`` files read in sorted file-name order (see
+            :func:`iter_examples`).
         batch_size: examples per step for this process, split over its
             devices; rounded up to a multiple of the number of this process's
             devices in the mesh. Default: 8 per device.
@@ -189,25 +253,42 @@ def infer(
             of every process).
         out: ``None`` to return the results; a ``.npy`` (one output) or
             ``.npz`` path to stream them to (keys: output names, or
-            ``output_<k>``). Multi-process runs write one file per process: a
+            ``output_<k>``; when ``examples`` is a directory, the ``.npz``
+            also holds the example file names, in result order, under
+            :data:`FILE_NAMES_KEY` ``"__files__"``). The path is checked
+            (suffix, existing folder) before anything is loaded or compiled.
+            Multi-process runs write one file per process: a
             ``{process}`` in the path is replaced by ``jax.process_index()``.
         params: weights to use instead of ``model.params``.
         progress: show a tqdm progress bar.
 
     Returns:
         per model output an array whose leading dimension is this process's
-        number of examples (a list when the model has several outputs), or
-        the path written when ``out`` is given.
+        number of examples (a list when the model has several outputs; with
+        no examples, arrays of shape ``(0, *per-sample shape)``), or the path
+        written when ``out`` is given.
 
     Raises:
-        InputError: examples that do not match the model's inputs, a model
-            that cannot be made batch-polymorphic, a bad ``out`` path.
+        InputError: examples that do not match the model's inputs (naming the
+            file when they come from a directory), a model that cannot be
+            made batch-polymorphic, a non-positive ``batch_size``, a bad
+            ``out`` path (wrong suffix, missing folder).
     """
     import jax
     from jax.experimental import multihost_utils
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
     from .model import Model, load
+
+    # everything that can be checked without the model, before loading or compiling it
+    _check_batch_size(batch_size)
+    me = jax.process_index()
+    if out is not None:
+        out = os.fspath(out)
+        if "{process" in out:
+            out = out.format(process=me)
+        check_out_path(out)
+    files = example_files(examples) if isinstance(examples, (str, os.PathLike)) else None
 
     if not isinstance(model, Model):
         model = load(model, batch_size=None)
@@ -224,25 +305,16 @@ def infer(
     devs = list(devices) if devices is not None else list(jax.devices())
     devs.sort(key=lambda d: (d.process_index, d.id))
     mesh = Mesh(np.array(devs), ("batch",))
-    me = jax.process_index()
     n_local = sum(d.process_index == me for d in devs)
     if n_local == 0:
         raise InputError(f"process {me} has no device in the mesh")
     n_proc = len({d.process_index for d in devs})
-    if batch_size is None:
-        batch_size = 8 * n_local
-    if batch_size < 1:
-        raise InputError(f"batch_size must be positive, got {batch_size}")
-    local_batch = -(-int(batch_size) // n_local) * n_local
+    local_batch = effective_batch_size(batch_size, n_local)
     batch_spec = P("batch")
     batch_sharding = NamedSharding(mesh, batch_spec)
     replicated = NamedSharding(mesh, P())
 
-    if out is not None:
-        out = os.fspath(out)
-        if "{process" in out:
-            out = out.format(process=me)
-    sink = _Sink(out, [s.name for s in model.outputs])
+    sink = _Sink(out, [s.name for s in model.outputs], files)
 
     x64 = getattr(model, "_x64", False)
     with jax.enable_x64(x64):
@@ -257,30 +329,36 @@ def infer(
             fn = cache[key] = jax.jit(model.apply, out_shardings=batch_sharding)
 
         total = None
-        try:
-            total = len(examples)  # type: ignore[arg-type]
-        except TypeError:
-            if isinstance(examples, (str, os.PathLike)) and os.path.isdir(os.fspath(examples)):
-                total = sum(f.endswith((".npy", ".npz")) for f in os.listdir(os.fspath(examples)))
+        if files is not None:  # (a path: len() would be its number of characters)
+            total = len(files)
+        else:
+            try:
+                total = len(examples)  # type: ignore[arg-type]
+            except TypeError:
+                pass
         bar = None
         if progress:
             from tqdm.auto import tqdm
 
             bar = tqdm(total=total, unit="ex", desc="fbjax.infer", disable=None)
-        it = iter_examples(examples, len(specs), [s.name for s in specs])
+        it = _iter_sourced(examples, len(specs), [s.name for s in specs], files)
+        n_read = [0]  # examples taken from `it` so far (sink.count lags by the batch in flight)
 
         def next_batch():
             bufs = [np.zeros((local_batch, *shp), s.dtype) for shp, s in zip(sample_shapes, specs)]
             n = 0
-            for xs in it:
+            for xs, src in it:
+                i = n_read[0]
+                n_read[0] += 1
+                where = f"example {i}" if src is None else f"{src} (example {i})"
                 for k, (x, shp, s) in enumerate(zip(xs, sample_shapes, specs)):
                     x = np.asarray(x)
                     if x.shape != shp:
                         raise InputError(
-                            f"example {sink.count + n}: input {k} ({s.name!r}) has shape {x.shape}, expected "
+                            f"{where}: input {k} ({s.name!r}) has shape {x.shape}, expected "
                             f"{shp} (the model's input without its batch dimension)")
                     if x.dtype != s.dtype and not np.can_cast(x.dtype, s.dtype, "same_kind"):
-                        raise InputError(f"example {sink.count + n}: input {k} has dtype {x.dtype}, expected {s.dtype}")
+                        raise InputError(f"{where}: input {k} ({s.name!r}) has dtype {x.dtype}, expected {s.dtype}")
                     bufs[k][n] = x
                 n += 1
                 if n == local_batch:
@@ -324,4 +402,16 @@ def infer(
         finally:
             if bar is not None:
                 bar.close()
-    return sink.finish(model.outputs)
+
+        def empty_metas():
+            # no examples: the per-sample output shapes and dtypes, traced (not run) at batch 1
+            ins = [jax.ShapeDtypeStruct((1, *shp), s.dtype) for shp, s in zip(sample_shapes, specs)]
+            try:
+                res = jax.eval_shape(model.apply, model.params if params is None else params, *ins)
+                res = res if isinstance(res, (tuple, list)) else (res,)
+                return [(np.dtype(r.dtype), tuple(r.shape[1:])) for r in res]
+            except Exception:  # noqa: BLE001 - fall back to the declared output specs
+                return [(np.dtype(o.dtype), tuple(1 if d is None else d for d in (o.shape or ())[1:]))
+                        for o in model.outputs]
+
+        return sink.finish(empty_metas)

@@ -80,3 +80,58 @@ def test_cli_bench(sine, tmp_path, capsys):
     doc = json.loads(out.read_text())
     assert doc["records"][0]["model"] == "tflm_sine_float" and "summary" in doc and "environment" in doc
     assert "| tflm_sine_float | litert |" in capsys.readouterr().out
+
+
+def _tiny_rten(tmp_path) -> str:
+    """x[1,4] -> Relu -> prob, as an .rten file written by rten-convert (not one of the onnx wheel's models)."""
+    onnx = pytest.importorskip("onnx")
+    pytest.importorskip("rten_convert")
+    from onnx import TensorProto, helper
+
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["prob"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                          [helper.make_tensor_value_info("prob", TensorProto.FLOAT, [1, 4])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    onnx.checker.check_model(m)
+    path = tmp_path / "small.rten"
+    path.write_bytes(bench._onnx_to_rten(m))
+    return str(path)
+
+
+def test_rten_without_reference_runtime_says_so(tmp_path, capsys):
+    """An .rten given as a file has no reference runtime (onnxruntime needs
+    the source .onnx): one line says so, fbjax's figures are there, and no
+    empty LiteRT / onnxruntime summary or target line is printed."""
+    path = _tiny_rten(tmp_path)
+    rec = bench.bench_model(path, runs=2, batch=4, first=False, warmup=1)
+    assert rec["other"] is None and rec["latency_ratio"] is None and rec["max_rel_err"] is None
+    assert "onnxruntime needs the source .onnx" in rec["no_reference"]
+    assert rec["latency_ms"]["fbjax"] > 0 and rec["batch_ms"]["fbjax"] > 0 and "throughput_ratio" not in rec
+    json.dumps(rec)
+    s = bench.summary([rec])
+    assert s["tflite_models"] == 0 and s["rten_models"] == 0  # the JSON keys stay
+    table = bench.markdown_table([rec], s)
+    row = next(line for line in table.splitlines() if line.startswith("| small |"))
+    assert row.startswith("| small | none | ")
+    notes = [line for line in table.splitlines() if line and not line.startswith("|")]
+    assert notes == ["small: no reference runtime for this .rten (onnxruntime needs the source .onnx; pass "
+                     "light:NAME for the onnx wheel's models); fbjax's own figures only."], notes
+    assert "target" not in table and "TFLite" not in table
+
+    assert cli_main(["bench", path, "--runs", "2", "--batch", "0", "--no-first-call"]) == 0
+    out = capsys.readouterr().out
+    assert "no reference runtime for this .rten" in out and "0 TFLite models" not in out and "target" not in out
+
+
+def test_summary_lines_keep_only_existing_figures():
+    """Batch skipped and no first-call run: the TFLite sentence keeps the
+    latency ratio and its target, and drops the empty clauses."""
+    recs = [{"model": "a", "other": "litert", "latency_ratio": 2.0, "latency_ratio_min": 1.5,
+             "latency_ms": {"fbjax": 2.0, "litert": 1.0}}]
+    table = bench.markdown_table(recs, bench.summary(recs))
+    text = [line for line in table.splitlines() if line and not line.startswith("|")]
+    assert text[0] == ("Geometric means over 1 TFLite models (fbjax / LiteRT): batch-1 latency ratio **2.00** "
+                       "(target <= 1.5)."), text
+    assert text[1] == ("Same with min / min instead of medians (less sensitive to other load): batch-1 latency "
+                       "ratio 1.50."), text
+    assert len(text) == 2 and "target >= 1.0" not in table and "first call" not in table.split("\n\n")[-1]

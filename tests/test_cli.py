@@ -16,11 +16,17 @@ import pytest
 
 from fbjax.cli import main
 
-litert = pytest.importorskip("ai_edge_litert.interpreter", reason="ai-edge-litert (the oracle) is not installed")
+try:
+    import ai_edge_litert.interpreter as litert
+except ImportError:  # only the oracle of the quantized-inspect test
+    litert = None
+
+needs_litert = pytest.mark.skipif(litert is None, reason="ai-edge-litert (the oracle) is not installed")
 
 MODEL = Path(__file__).parent / "data" / "quant" / "models" / "ssd_head_uint8.tflite"
 
 
+@needs_litert
 def test_inspect_quantized_model(capsys):
     assert main(["inspect", str(MODEL)]) == 0
     out = capsys.readouterr().out
@@ -54,3 +60,85 @@ def test_cli_run_quantized_float_and_dynamic_batch_alias(tmp_path, capsys):
         for k, w in zip(o.files, want):
             np.testing.assert_array_equal(o[k], np.asarray(w))
     assert fbjax.load(MODEL, batch_size="dynamic").inputs[0].shape[0] is None
+
+
+# --- argument checks and messages (fbjax run / export) -------------------------
+
+def _relu_model(tmp_path) -> Path:
+    """x[1,4] -> RELU -> out[1,4], written to tmp_path/relu.tflite."""
+    from fbjax.testing import TFLiteBuilder
+
+    b = TFLiteBuilder()
+    x = b.add_input((1, 4), name="x")
+    y = b.add_tensor((1, 4), name="out")
+    b.add_op("RELU", [x], [y])
+    b.add_output(y)
+    path = tmp_path / "relu.tflite"
+    path.write_bytes(b.build())
+    return path
+
+
+def _usage_error(capsys, argv) -> str:
+    """main(argv) must exit with argparse's status 2; returns its stderr."""
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""  # refused before anything is printed
+    return captured.err
+
+
+def test_cli_run_output_without_npz_suffix_reports_the_file_written(tmp_path, capsys):
+    """np.savez appends .npz to a name without it; the message names that file."""
+    model = _relu_model(tmp_path)
+    x = np.array([[-1.0, 0.5, -2.0, 3.0]], np.float32)
+    np.save(tmp_path / "x.npy", x)
+    assert main(["run", str(model), "-i", f"x={tmp_path / 'x.npy'}", "--repeat", "0",
+                 "--output", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    assert f"wrote {tmp_path / 'out.npz'} (out)" in out, out
+    with np.load(tmp_path / "out.npz") as z:
+        np.testing.assert_array_equal(z["out"], np.maximum(x, 0))  # RELU, exact
+
+
+def test_cli_run_output_folder_checked_before_loading(tmp_path, capsys):
+    with pytest.raises(SystemExit, match="output folder .*nodir does not exist"):
+        main(["run", str(tmp_path / "not_a_model.tflite"), "--output", str(tmp_path / "nodir" / "o.npz")])
+
+
+def test_cli_run_repeat_must_not_be_negative(tmp_path, capsys):
+    err = _usage_error(capsys, ["run", str(_relu_model(tmp_path)), "--repeat", "-5"])
+    assert "usage: fbjax run" in err and "--repeat: expected an int >= 0, got '-5'" in err
+    # 0 keeps its documented meaning (no timed runs)
+    assert main(["run", str(_relu_model(tmp_path)), "--repeat", "0"]) == 0
+    assert "steady-state" not in capsys.readouterr().out
+
+
+def test_cli_run_accepts_inputs_alias_and_errors_show_runs_usage(tmp_path, capsys):
+    """``--inputs`` (fbjax infer's spelling) is an alias of ``--input``; an
+    unknown option is reported with ``fbjax run``'s usage line."""
+    model = _relu_model(tmp_path)
+    x = np.array([[1.0, -1.0, 2.0, -2.0]], np.float32)
+    np.save(tmp_path / "x.npy", x)
+    assert main(["run", str(model), "--inputs", str(tmp_path / "x.npy"), "--repeat", "0",
+                 "-o", str(tmp_path / "o.npz")]) == 0
+    assert "(file)" in capsys.readouterr().out
+    with np.load(tmp_path / "o.npz") as z:
+        np.testing.assert_array_equal(z["out"], np.maximum(x, 0))
+    err = _usage_error(capsys, ["run", str(model), "--bogus", "1"])
+    assert "usage: fbjax run" in err and "unrecognized arguments: --bogus 1" in err
+    # a directory is infer's input, not run's: say so instead of a traceback
+    (tmp_path / "d").mkdir()
+    with pytest.raises(SystemExit, match="is a directory.*fbjax infer"):
+        main(["run", str(model), "--inputs", str(tmp_path / "d"), "--repeat", "0"])
+
+
+def test_cli_export_batch_size_message_uses_cli_spelling(tmp_path, capsys):
+    model = str(_relu_model(tmp_path))
+    for bad in ("0", "-2", "many"):
+        err = _usage_error(capsys, ["export", model, "--to", "mlir", str(tmp_path / "m.mlir"), "--batch-size", bad])
+        assert "usage: fbjax export" in err
+        assert f"--batch-size: expected a positive int, 'dynamic' or 'file', got '{bad}'" in err, err
+    assert not (tmp_path / "m.mlir").exists()
+    assert main(["export", model, "--to", "mlir", str(tmp_path / "m.mlir"), "--batch-size", "3"]) == 0
+    assert "tensor<3x4xf32>" in (tmp_path / "m.mlir").read_text()

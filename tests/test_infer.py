@@ -181,7 +181,8 @@ def test_infer_multi_input_tuples_and_npz_dir(tmp_path):
         np.savez(d / f"{i:03d}.npz", a=a, b=b)
     out = fbjax.infer(fbjax.load(src, batch_size=None), d, batch_size=3, out=tmp_path / "r.npz", progress=False)
     with np.load(out) as z:
-        assert sorted(z.files) == ["prod", "sum"]
+        assert sorted(z.files) == ["__files__", "prod", "sum"]  # outputs + the example file names
+        assert z["__files__"].tolist() == [f"{i:03d}.npz" for i in range(7)]
         np.testing.assert_allclose(z["sum"], s)
         np.testing.assert_allclose(z["prod"], p)
     with pytest.raises(InputError, match="2 input"):
@@ -328,3 +329,159 @@ def test_infer_two_processes_on_localhost(tmp_path):
     y0, y1 = np.load(out.format(0)), np.load(out.format(1))
     assert y0.shape == (13, 5) and y1.shape == (4, 5)
     assert_close(np.concatenate([y0, y1]), want, RTOL, "two processes vs per-sample")
+
+
+# --- argument checks, messages, progress, file names (fbjax infer papercuts) ------------
+
+def _sample_dir(d: Path, xs, bad: dict = ()) -> Path:
+    """One .npy per sample (s000.npy, ...); ``bad`` maps an index to a replacement array."""
+    d.mkdir()
+    for i, x in enumerate(xs):
+        np.save(d / f"s{i:03d}.npy", dict(bad).get(i, x))
+    return d
+
+
+def test_cli_infer_refuses_nonpositive_batch_size_before_any_work(tmp_path, capsys):
+    from fbjax.cli import main
+
+    for bad in ("0", "-3", "x"):
+        with pytest.raises(SystemExit) as e:
+            main(["infer", str(tmp_path / "unused.tflite"), "--inputs", str(tmp_path), "--batch-size", bad,
+                  "--out", str(tmp_path / "o.npz")])
+        assert e.value.code == 2
+        captured = capsys.readouterr()
+        assert captured.out == ""  # no header printed first
+        assert f"--batch-size: expected a positive int, got '{bad}'" in captured.err
+    # the Python API checks first too: the model path is never opened
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(InputError, match="batch_size must be"):
+            fbjax.infer(tmp_path / "missing.tflite", np.zeros((2, 6, 6, 3), F32), batch_size=bad, progress=False)
+
+
+def test_cli_infer_header_prints_the_effective_batch_size_on_2_devices(tmp_path):
+    """--batch-size 3 on 2 devices runs batches of 4: the header says so
+    (subprocess: the forced device count must not leak into this process)."""
+    src = conv_reshape_fc()
+    (tmp_path / "m.tflite").write_bytes(src)
+    xs = np.random.default_rng(11).standard_normal((5, 6, 6, 3)).astype(F32)
+    _sample_dir(tmp_path / "in", xs)
+    r = subprocess.run([sys.executable, "-m", "fbjax.cli", "infer", str(tmp_path / "m.tflite"), "--inputs",
+                        str(tmp_path / "in"), "--batch-size", "3", "--out", str(tmp_path / "o.npy"), "--no-progress"],
+                       env=_env(2), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "2 device(s)" in r.stdout
+    assert "batch size 4 (3 rounded up to a multiple of 2 devices; 2 per device)" in r.stdout, r.stdout
+    assert_close(np.load(tmp_path / "o.npy"), one_by_one(src, list(xs))[0], RTOL, "2 devices, batch 4")
+
+
+def test_infer_effective_batch_size():
+    from fbjax.infer import effective_batch_size
+
+    assert [effective_batch_size(b, 2) for b in (None, 1, 2, 3, 4)] == [16, 2, 2, 4, 4]
+    assert effective_batch_size(5, 1) == 5 and effective_batch_size(9, 8) == 16
+
+
+def test_infer_missing_out_folder_is_checked_before_loading(tmp_path, capsys):
+    from fbjax.cli import main
+
+    d = _sample_dir(tmp_path / "in", np.zeros((2, 6, 6, 3), F32))
+    # the model file does not exist either: the out folder is reported first, so nothing was loaded
+    rc = main(["infer", str(tmp_path / "missing.tflite"), "--inputs", str(d), "--out",
+               str(tmp_path / "nodir" / "p.npz")])
+    captured = capsys.readouterr()
+    assert rc == 1 and captured.out == ""
+    assert captured.err.strip() == (f"fbjax infer: InputError: out: the folder {tmp_path / 'nodir'} does not "
+                                    "exist (create it first)")
+    with pytest.raises(InputError, match="nodir does not exist"):
+        fbjax.infer(tmp_path / "missing.tflite", d, out=tmp_path / "nodir" / "p.npz", progress=False)
+    with pytest.raises(InputError, match=r"out must end in \.npy or \.npz"):
+        fbjax.infer(tmp_path / "missing.tflite", d, out=tmp_path / "p.txt", progress=False)
+    assert sorted(os.listdir(tmp_path)) == ["in"]  # no temporary file left behind
+
+
+def test_infer_wrong_shape_in_a_directory_names_the_file(tmp_path, capsys):
+    from fbjax.cli import main
+
+    (tmp_path / "m.tflite").write_bytes(conv_reshape_fc())
+    xs = np.zeros((4, 6, 6, 3), F32)
+    d = _sample_dir(tmp_path / "bad", xs, bad={2: np.zeros((6, 6, 4), F32)})
+    with pytest.raises(InputError) as e:
+        fbjax.infer(tmp_path / "m.tflite", d, batch_size=2, progress=False)
+    assert str(e.value).startswith(f"{d / 's002.npy'} (example 2): input 0 ('x') has shape (6, 6, 4)"), str(e.value)
+    assert main(["infer", str(tmp_path / "m.tflite"), "--inputs", str(d), "--out", str(tmp_path / "o.npz"),
+                 "--no-progress"]) == 1
+    assert "s002.npy" in capsys.readouterr().err
+    # in-memory examples have no file: the index names them
+    with pytest.raises(InputError, match=r"^example 1: input 0 \('x'\) has shape"):
+        fbjax.infer(tmp_path / "m.tflite", [xs[0], xs[0][..., :2]], progress=False)
+
+
+class _RecordingBar:
+    """Stand-in for tqdm: records the total and the updates."""
+    made: list = []
+
+    def __init__(self, total=None, **kw):
+        self.total, self.n = total, 0
+        _RecordingBar.made.append(self)
+
+    def update(self, n):
+        self.n += n
+
+    def close(self):
+        pass
+
+
+def test_infer_progress_bar_knows_the_total(tmp_path, monkeypatch):
+    """A directory's total is its number of sample files (it used to be
+    ``len(path)``, the number of characters of the path, which tqdm drops
+    once exceeded: a bare count with no percentage or ETA)."""
+    import tqdm.auto
+
+    monkeypatch.setattr(tqdm.auto, "tqdm", _RecordingBar)
+    _RecordingBar.made = []
+    model = fbjax.load(conv_reshape_fc(), batch_size=None)
+    xs = np.zeros((13, 6, 6, 3), F32)
+    d = _sample_dir(tmp_path / "a_long_directory_name", xs)
+    fbjax.infer(model, d, batch_size=4)
+    fbjax.infer(model, str(d), batch_size=4)
+    fbjax.infer(model, xs, batch_size=4)
+    fbjax.infer(model, iter(list(xs)), batch_size=4)  # a generator: length unknown
+    assert [(b.total, b.n) for b in _RecordingBar.made] == [(13, 13), (13, 13), (13, 13), (None, 13)]
+
+
+def test_infer_npz_holds_the_example_file_names_in_result_order(tmp_path):
+    from fbjax.cli import build_parser
+    from fbjax.infer import FILE_NAMES_KEY, _output_keys
+
+    src = conv_reshape_fc()
+    rng = np.random.default_rng(12)
+    xs = rng.standard_normal((6, 6, 6, 3)).astype(F32)
+    d = tmp_path / "in"
+    d.mkdir()
+    names = ["b.npy", "a.npy", "c10.npy", "c9.npy", "z.npy", "0.npy"]  # written out of order
+    for n, x in zip(names, xs):
+        np.save(d / n, x)
+    out = fbjax.infer(fbjax.load(src, batch_size=None), d, batch_size=4, out=tmp_path / "o.npz", progress=False)
+    want = dict(zip(names, one_by_one(src, list(xs))[0]))
+    with np.load(out) as z:
+        files = z[FILE_NAMES_KEY].tolist()
+        assert files == sorted(names)
+        for i, n in enumerate(files):
+            assert_close(z["out"][i], want[n], RTOL, n)
+    # an output literally named "__files__" is stored as output_<k>, never under the file-names key
+    assert _output_keys(["__files__", "y"]) == ["output_0", "y"]
+    # --help documents the order and the key
+    sub = build_parser().subcommand_parsers["infer"]
+    text = " ".join(sub.format_help().split())
+    assert "sorted file-name order" in text and "'__files__'" in text
+
+
+def test_infer_empty_examples_match_the_nonempty_return_type():
+    model = fbjax.load(conv_reshape_fc(), batch_size=None)
+    got = fbjax.infer(model, [], progress=False)
+    full = fbjax.infer(model, np.zeros((2, 6, 6, 3), F32), progress=False)
+    assert isinstance(got, np.ndarray) and isinstance(full, np.ndarray)
+    assert got.shape == (0, 5) == (0, *full.shape[1:]) and got.dtype == full.dtype
+    two = fbjax.load(two_input_model(), batch_size=None)
+    got2 = fbjax.infer(two, [], progress=False)
+    assert isinstance(got2, list) and [(g.shape, g.dtype) for g in got2] == [((0, 3), F32)] * 2
