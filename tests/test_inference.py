@@ -223,6 +223,36 @@ def test_constant_weights_computed_ahead_and_relaid_equal_apply():
         _close(a, b)
 
 
+def test_softmax_input_is_computed_once():
+    """light squeezenet with its Softmax axis stated (onnx_prepass): its
+    weights are constant fills, so on a normal(0, 1) input the logits reach
+    ~7e9, where one float32 ulp is 512. XLA:CPU (fbjax's compile options)
+    fused the global average pool into both the softmax's max and its exp
+    with different summation orders, every ``exp(x - max)`` underflowed and
+    ``Model.__call__`` returned NaN for some inputs. The inference program
+    computes a softmax input once (``inference._READ_TWICE``): the outputs
+    are finite and each sums to 1 (to float32 rounding of 1000 terms)."""
+    pytest.importorskip("onnx")
+    pytest.importorskip("rten_convert")
+    import onnx
+
+    from fbjax import bench
+    from fbjax.formats.onnx_prepass import make_defaults_explicit
+    from fbjax.lower.inference import fan_out_values
+
+    path = bench.light_onnx_path("squeezenet")
+    if not __import__("os").path.exists(path):
+        pytest.skip(f"{path} is not installed with the onnx wheel")
+    m = fbjax.load(bench._onnx_to_rten(make_defaults_explicit(onnx.load(path))[0]))
+    soft = next(n for n in m.ir.main_graph.nodes if n.op_name == "Softmax")
+    assert id(soft.inputs[0]) in fan_out_values(m._program)
+    x = np.random.default_rng(7).normal(size=(2, 3, 224, 224)).astype(np.float32)
+    zeros = np.zeros((1, 3, 224, 224), np.float32)
+    for v in (zeros, x[1:2], zeros, x[0:1]):  # the order that gave NaN on x[0:1]
+        y = np.asarray(m(v))
+        assert np.all(np.isfinite(y)) and abs(float(y.sum()) - 1) < 1e-4
+
+
 @pytest.mark.parametrize("window,strides,padding", [((3, 3), (2, 2), ((1, 1), (1, 1))),
                                                    ((2, 2), (2, 2), ((0, 0), (0, 0))),
                                                    ((3, 1), (1, 1), ((0, 2), (1, 0))),

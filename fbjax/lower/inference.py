@@ -165,12 +165,26 @@ def plan(program, backend: Optional[str] = None, constants: frozenset = frozense
     return sources, values
 
 
+#: ops whose lowering reads their first input twice in a way that must see
+#: one value: softmax's ``x - max(x)`` is <= 0 only when the ``x`` in the
+#: difference is the ``x`` the max reduced. XLA:CPU may fuse ``x``'s producer
+#: into both with other summation orders; light_squeezenet (logits ~7e9, one
+#: float32 ulp = 512) on a random input then gave softmax NaN (every
+#: ``exp(x - max)`` underflowing) where ``jax.jit(Model.apply)`` with XLA's
+#: default YNNPACK fusion, which computes the producer once, did not.
+_READ_TWICE = {("onnx", "Softmax"), ("onnx", "LogSoftmax"), ("tflite", "SOFTMAX"), ("tflite", "LOG_SOFTMAX")}
+
+
 def fan_out_values(program) -> set:
     """``id(Value)`` of the float node outputs read more than once (by
-    several nodes or inputs, or also as a graph output), per graph."""
+    several nodes or inputs, or also as a graph output, or as the input of a
+    :data:`_READ_TWICE` op), per graph."""
     out = set()
     for g in program.model.graphs:
         uses = _uses(g)
+        for node in g.nodes:
+            if (node.op_set, node.op_name) in _READ_TWICE and node.inputs and node.inputs[0] is not None:
+                uses[id(node.inputs[0])] = uses.get(id(node.inputs[0]), 0) + 1
         for node in g.nodes:
             for v in node.outputs:
                 if v is not None and uses.get(id(v), 0) > 1 and np.dtype(v.dtype).kind == "f":
