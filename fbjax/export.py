@@ -13,6 +13,16 @@ other op (``stablehlo.transpose``, ``stablehlo.compare``...) or with a type
 the format lacks (bool, bf16, complex) raises :class:`ExportError` listing
 every offending op. ``reduce``/``reduce_window`` bodies become extra
 subgraphs after the main one, referenced by ``computation``.
+
+:func:`jax_export` is ``jax.export`` of a loaded model's
+``apply(params, *inputs)`` at the file's batch, a fixed batch, or a symbolic
+batch ``b``; an operator whose lowering cannot follow a symbolic batch
+raises :class:`DynamicBatchError` naming the node (instead of jax's
+``InconclusiveDimensionOperation`` traceback)::
+
+    model = fbjax.load("model.tflite", batch_size=None)
+    exported = fbjax.export.jax_export(model, batch_size=None)
+    y = exported.call(model.params, x)          # any batch
 """
 
 from __future__ import annotations
@@ -27,7 +37,8 @@ from .errors import FbjaxError
 from .formats import stablehlo as shlo_format
 from .formats._generated import stablehlo_generated as S
 
-__all__ = ["ExportError", "to_stablehlo_flatbuffer", "module_to_stablehlo_flatbuffer", "StablehloFlatbufferWriter"]
+__all__ = ["ExportError", "DynamicBatchError", "jax_export", "dynamic_batch_errors", "to_stablehlo_flatbuffer",
+           "module_to_stablehlo_flatbuffer", "StablehloFlatbufferWriter"]
 
 
 class ExportError(FbjaxError, NotImplementedError):
@@ -45,6 +56,118 @@ class ExportError(FbjaxError, NotImplementedError):
             f"{', '.join(sorted(shlo_format.OP_CODES))} (and constants), with element types "
             "f16/f32/f64/i8/i16/i32/i64/ui8/ui16/ui32/ui64."
         )
+
+
+class DynamicBatchError(FbjaxError, NotImplementedError):
+    """An operator's lowering cannot follow a symbolic batch dimension
+    (``jax.export`` shape polymorphism): it needs the batch as a number.
+
+    Attributes:
+        location: the node's place in the file (``"subgraph 0, operator 3"``),
+            or None when the failing lowering could not be identified.
+        op_name: the operator (``"Shape"``), or None.
+    """
+
+    def __init__(self, location: Optional[str], op_name: Optional[str], detail: str):
+        self.location, self.op_name = location, op_name
+        where = f"{location} ({op_name})" if location else "the model"
+        super().__init__(
+            f"{where} cannot be exported with a dynamic batch: {detail}. "
+            "Export with a fixed batch size instead (--batch-size N, or batch_size=N)."
+        )
+
+
+def _failing_node(exc: BaseException):
+    """(location, op_name) of the innermost lowering on ``exc``'s traceback:
+    the deepest frame holding a lowering context ``ctx``, or (None, None)."""
+    from .ir import OpContext
+
+    found = (None, None)
+    seen = set()
+    e = exc
+    while e is not None and id(e) not in seen:  # the filtered traceback, then jax's unfiltered one
+        seen.add(id(e))
+        tb = e.__traceback__
+        while tb is not None:
+            ctx = tb.tb_frame.f_locals.get("ctx")
+            if isinstance(ctx, OpContext) and getattr(ctx, "node", None) is not None:
+                found = (ctx.node.location, ctx.node.op_name)
+            tb = tb.tb_next
+        if found[0] is not None:
+            return found
+        e = e.__cause__ or e.__context__
+    return found
+
+
+def _poly_error_types() -> tuple:
+    import jax
+
+    t = getattr(jax.errors, "InconclusiveDimensionOperation", None)
+    if t is None:  # older jax
+        from jax._src.export.shape_poly import InconclusiveDimensionOperation as t  # noqa: N813
+    return (t,)
+
+
+class dynamic_batch_errors:  # noqa: N801 - used as a context manager, like contextlib's
+    """Context manager turning shape-polymorphism failures raised while a
+    model is traced with a symbolic batch into :class:`DynamicBatchError`.
+
+    jax's ``InconclusiveDimensionOperation`` (a symbolic dim used where a
+    number is needed: ``int(d)``, ``d > 1``, ``np.zeros(shape)``) is always
+    translated. Other non-fbjax exceptions raised inside a lowering are
+    translated too when ``symbolic`` is true: the model traced at concrete
+    batches when it was loaded, so a failure only under the symbolic batch
+    is one. fbjax's own errors pass unchanged (they already name the node).
+    """
+
+    def __init__(self, symbolic: bool = True):
+        self.symbolic = symbolic
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, typ, exc, tb):
+        if exc is None or isinstance(exc, FbjaxError):
+            return False
+        poly = isinstance(exc, _poly_error_types())
+        if not poly and not (self.symbolic and isinstance(exc, Exception)):
+            return False
+        location, op_name = _failing_node(exc)
+        if not poly and location is None:
+            return False  # not from a lowering: not ours to explain
+        first = str(exc).strip().splitlines()[0].rstrip(".") if str(exc).strip() else ""
+        raise DynamicBatchError(location, op_name, f"{type(exc).__name__}: {first}") from exc
+
+
+def jax_export(model, *, batch_size="file"):
+    """``jax.export.export`` of ``model.apply(params, *inputs)``.
+
+    Args:
+        model: a :class:`fbjax.Model`; for ``batch_size=None`` load it with
+            ``fbjax.load(path, batch_size=None)``.
+        batch_size: how a leading input dim the model leaves unknown
+            (``fbjax.load(..., batch_size=None)``) is exported: None, the
+            symbolic batch ``b`` (one artifact for every batch size); an int;
+            ``"file"`` (default): 1. Other unknown dims are 1.
+
+    Returns:
+        ``jax.export.Exported``; ``exported.call(params, *inputs)``.
+
+    Raises:
+        DynamicBatchError: with ``batch_size=None``, an operator's lowering
+            cannot follow a symbolic batch; the message names the node.
+    """
+    import jax
+    from jax import export as jexport
+
+    b = jexport.symbolic_shape("b")[0] if batch_size is None else None
+    params = {k: jax.ShapeDtypeStruct(np.shape(v), v.dtype) for k, v in model.params.items()}
+    lead = b if b is not None else (int(batch_size) if isinstance(batch_size, (int, np.integer)) else 1)
+    ins = [jax.ShapeDtypeStruct(tuple(d if d is not None else (lead if i == 0 else 1) for i, d in enumerate(s.shape)),
+                                s.dtype) for s in model.inputs]
+    symbolic = b is not None and any(s.shape and s.shape[0] is None for s in model.inputs)
+    with dynamic_batch_errors(symbolic=symbolic), jax.enable_x64(getattr(model, "_x64", False)):
+        return jexport.export(jax.jit(model.apply))(params, *ins)
 
 
 _ELEMENT_TYPES = {

@@ -72,14 +72,15 @@ def resize_plan(ctx, shape, scales, sizes):
             out = list(shape[:2]) + out
         if len(out) != r:
             raise ctx.error(f"sizes has {len(out)} values for rank {r}")
-        sc = [o / i if i else 1.0 for o, i in zip(out, shape)]
+        sc = [1.0 if o is i or not i else o / i for o, i in zip(out, shape)]  # o is i: a copied (maybe symbolic) dim
     elif scales is not None and np.size(scales):
         sc = [float(v) for v in np.asarray(scales, np.float32).reshape(-1)]
         if len(sc) == 2 and r == 4:
             sc = [1.0, 1.0] + sc
         if len(sc) != r:
             raise ctx.error(f"scales has {len(sc)} values for rank {r}")
-        out = [int(np.floor(i * np.float32(s))) for i, s in zip(shape, sc)]
+        # scale 1 keeps the dim (which may be a symbolic batch under jax.export)
+        out = [i if s == 1.0 else int(np.floor(i * np.float32(s))) for i, s in zip(shape, sc)]
     else:
         raise ctx.error("Resize needs scales or sizes")
     return out, sc

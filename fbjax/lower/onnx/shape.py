@@ -11,6 +11,8 @@ Shape and Size return numpy int32 (shapes are static under ``jit``).
 
 from __future__ import annotations
 
+import math
+
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -38,7 +40,11 @@ def Size(ctx, data):
 
 
 def reshape_target(ctx, in_shape, shape, allow_zero):
-    """Resolve ONNX Reshape's 0 (copy) and -1 (infer) entries."""
+    """Resolve ONNX Reshape's 0 (copy) and -1 (infer) entries.
+
+    ``in_shape`` may hold symbolic dims (``jax.export`` with a symbolic
+    batch): the sizes are then symbolic expressions, checked for equality
+    (a reshape valid only for some batches is refused)."""
     shape = ints(shape)
     out = []
     for i, d in enumerate(shape):
@@ -47,17 +53,29 @@ def reshape_target(ctx, in_shape, shape, allow_zero):
                 raise ctx.error(f"shape {shape} copies dim {i}, but the input has rank {len(in_shape)}")
             d = in_shape[i]
         out.append(d)
-    total = int(np.prod(in_shape, dtype=np.int64))
+    total = math.prod(in_shape)
     if out.count(-1) > 1:
         raise ctx.error(f"shape {shape} has more than one -1")
     if -1 in out:
-        known = int(np.prod([d for d in out if d != -1], dtype=np.int64))
-        if known == 0 or total % known:
+        known = math.prod(d for d in out if not _is_int(d) or d != -1)
+        if _is_int(known) and known == 0:
             raise ctx.error(f"cannot reshape {tuple(in_shape)} to {shape}")
-        out[out.index(-1)] = total // known
-    if int(np.prod(out, dtype=np.int64)) != total:
+        if _is_int(total) and _is_int(known):
+            if total % known:
+                raise ctx.error(f"cannot reshape {tuple(in_shape)} to {shape}")
+            out[out.index(-1)] = total // known
+        else:
+            try:
+                out[out.index(-1)] = total // known  # exact when the symbolic sizes divide
+            except Exception:  # noqa: BLE001 - jax's symbolic division refused it
+                raise ctx.error(f"cannot reshape {tuple(in_shape)} to {shape} for every batch size") from None
+    if not math.prod(out) == total:
         raise ctx.error(f"cannot reshape {tuple(in_shape)} ({total} elements) to {shape}")
     return tuple(out)
+
+
+def _is_int(d) -> bool:
+    return isinstance(d, (int, np.integer))
 
 
 @register(OP_SET, "Reshape", static_inputs=(1,))
@@ -73,7 +91,7 @@ def Flatten(ctx, input, *, axis=0):
     a = int(axis) + len(shp) if int(axis) < 0 else int(axis)
     if not 0 <= a <= len(shp):
         raise ctx.error(f"axis {axis} is out of range for rank {len(shp)}")
-    return jnp.reshape(input, (int(np.prod(shp[:a], dtype=np.int64)), int(np.prod(shp[a:], dtype=np.int64))))
+    return jnp.reshape(input, (math.prod(shp[:a]), math.prod(shp[a:])))  # dims may be symbolic (jax.export)
 
 
 @register(OP_SET, "Squeeze", static_inputs=(1,))
@@ -149,19 +167,28 @@ def Slice(ctx, data, starts, ends, axes=None, steps=None):
             raise ctx.error("Slice step 0")
         s = s + d if s < 0 else s
         e = e + d if e < 0 else e
+        # d may be a symbolic batch (jax.export), which has no known upper
+        # bound: an index at or past INT32_MAX ("to the end") clamps to it
+        big = (lambda v: v >= _INT32_MAX) if not _is_int(d) else (lambda v: False)
         if k > 0:
-            s, e = min(max(s, 0), d), min(max(e, 0), d)
+            s, e = (d if big(s) else min(max(s, 0), d)), (d if big(e) else min(max(e, 0), d))
             idx[a] = slice(s, e, k)
         else:
-            s, e = min(max(s, 0), d - 1), min(max(e, -1), d - 1)
-            idx[a] = slice(s, None if e < 0 else e, k)
+            s, e = (d - 1 if big(s) else min(max(s, 0), d - 1)), (d - 1 if big(e) else min(max(e, -1), d - 1))
+            idx[a] = slice(s, None if _is_int(e) and e < 0 else e, k)
     return x[tuple(idx)]
+
+
+_INT32_MAX = 2 ** 31 - 1
 
 
 @register(OP_SET, "Expand", static_inputs=(1,))
 def Expand(ctx, input, shape):
     """ONNX ``Expand``: bidirectional broadcast of ``input`` with the constant ``shape``."""
-    out = np.broadcast_shapes(np.shape(input), tuple(ints(shape)))
+    try:  # jnp's rules accept symbolic dims (a batch under jax.export)
+        out = jnp.broadcast_shapes(np.shape(input), tuple(ints(shape)))
+    except ValueError as e:
+        raise ctx.error(str(e)) from None
     return jnp.broadcast_to(input, out)
 
 

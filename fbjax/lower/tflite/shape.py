@@ -62,9 +62,11 @@ def _resolve_shape(ctx, shape, size):
         raise ctx.error(f"invalid target shape {shape} (at most one -1, no other negatives)")
     known = int(np.prod([d for d in shape if d != -1])) if shape else 1
     if unknown:
-        if known == 0 or size % known:
+        # size is symbolic (``b * 256``) under jax.export with a dynamic batch
+        q = size // known if known else None
+        if q is None or not q * known == size:
             raise ctx.error(f"cannot infer the -1 in {shape} for {size} elements")
-        shape[unknown[0]] = size // known
+        shape[unknown[0]] = q
     elif known != size:
         raise ctx.error(f"cannot reshape {size} elements to {shape}")
     return tuple(shape)
@@ -231,22 +233,25 @@ def strided_slice_plan(in_shape, begin, end, strides, *, begin_mask=0, end_mask=
     for i, ((b, e, s, bm, em), n) in enumerate(zip(specs, eff_shape)):
         if s == 0:
             raise ValueError(f"stride of axis {i} is 0")
-        # StridedSliceStartForAxis
-        start = b + n if b < 0 else b
-        start = _clamp(start, 0, n) if s > 0 else _clamp(start, -1, n - 1)
+        # StridedSliceStartForAxis (a mask overrides the clamped value, so it
+        # is not computed then: n may be a symbolic batch under jax.export)
         if bm:
             start = 0 if s > 0 else n - 1
+        else:
+            start = b + n if b < 0 else b
+            start = _clamp(start, 0, n) if s > 0 else _clamp(start, -1, n - 1)
         if i in shrink:
             if not 0 <= start < n:
                 raise ValueError(f"shrink_axis index {b} out of range for axis {i} of size {n}")
             plan.append((start, 1, 1))
             continue
         # StridedSliceEndForAxis
-        stop = e + start if offset else e
-        stop = stop + n if stop < 0 else stop
-        stop = _clamp(stop, 0, n) if s > 0 else _clamp(stop, -1, n - 1)
         if em:
             stop = n if s > 0 else -1
+        else:
+            stop = e + start if offset else e
+            stop = stop + n if stop < 0 else stop
+            stop = _clamp(stop, 0, n) if s > 0 else _clamp(stop, -1, n - 1)
         count = max(0, -(-(stop - start) // s))
         if offset and explicit[i] and count != max(0, -(-e // s)):
             # TFLite sizes an offset slice as ceil(end / stride) without
