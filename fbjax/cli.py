@@ -235,24 +235,21 @@ def cmd_infer(args) -> int:
     return 0
 
 
-def _positive_int(value: str) -> int:
-    try:
-        n = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive int, got {value!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive int, got {value!r}")
-    return n
+def _int_at_least(lowest: int, what: str):
+    """argparse ``type=`` for ints >= ``lowest`` (``what`` names them in the error)."""
+    def parse(value: str) -> int:
+        try:
+            n = int(value)
+        except ValueError:
+            n = None
+        if n is None or n < lowest:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {value!r}")
+        return n
+    return parse
 
 
-def _nonnegative_int(value: str) -> int:
-    try:
-        n = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an int >= 0, got {value!r}") from None
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"expected an int >= 0, got {value!r}")
-    return n
+_positive_int = _int_at_least(1, "a positive int")
+_nonnegative_int = _int_at_least(0, "an int >= 0")
 
 
 def _parse_batch(value: str):
