@@ -20,7 +20,7 @@ from jax import lax
 from ..registry import register
 from . import fixedpoint as fp
 from ._common import (activation_range, as_i32, clamp_cast, out_dtype, qparams, qrange,
-                      scale_zp)
+                      scale_zp, tail_mask)
 
 OP_SET = "tflite.int"
 
@@ -137,13 +137,16 @@ def _add_sub(ctx, a, b, fused, sign, pot_scale_int16):
     if int16 and sign > 0 and not _broadcasts(a, b):
         # 16-lane vector body: one rounding; scalar tail (the last size % 16
         # elements, flat order): the double rounding below.
-        shape = np.broadcast_shapes(tuple(np.shape(a)), tuple(np.shape(b)))
-        fa, fb = as_i32(a).reshape(-1), as_i32(b).reshape(-1)
-        body = fa.size - fa.size % 16
+        # (jnp.broadcast_shapes and tail_mask accept a symbolic batch)
+        shape = jnp.broadcast_shapes(tuple(jnp.shape(a)), tuple(jnp.shape(b)))
+        fa, fb = as_i32(a).reshape(shape), as_i32(b).reshape(shape)
+        in_tail = tail_mask(shape, 16)
 
         def rescale(v, m, e):
-            tail = fp.mbqm(fp.shift_left(v[body:], left_shift), m, e)
-            return jnp.concatenate([_rescale_once(v[:body], m, e), tail]).reshape(shape)
+            body = _rescale_once(v, m, e)
+            if in_tail is None:
+                return body
+            return jnp.where(in_tail, fp.mbqm(fp.shift_left(v, left_shift), m, e), body)
 
         ya, yb = rescale(fa, m1, s1), rescale(fb, m2, s2)
     else:
@@ -209,15 +212,16 @@ def QUANTIZE(ctx, x):
     si, zi = scale_zp(ctx, ctx.inputs[0], "input")
     m, s = fp.quantize_multiplier(float(si) / float(so))
     y = fp.mbqm(as_i32(x) - zi, m, s) + zo
-    if np.dtype(ctx.inputs[0].dtype).itemsize == 1 and np.dtype(vo.dtype).itemsize == 1 and x.size >= 16:
+    if np.dtype(ctx.inputs[0].dtype).itemsize == 1 and np.dtype(vo.dtype).itemsize == 1:
         # optimized 8-bit Requantize: its 16-lane vector body (NEON via
         # NEON_2_SSE on x86) rounds the final shift half up; the scalar tail
-        # (last size % 16 elements) uses MultiplyByQuantizedMultiplier as
-        # above (verified on ai-edge-quantizer's int8 -> int8 QUANTIZE, sizes
-        # multiple of 16; the tail split follows the kernel's loop structure).
+        # (last size % 16 elements, all of them when size < 16) uses
+        # MultiplyByQuantizedMultiplier as above (verified on
+        # ai-edge-quantizer's int8 -> int8 QUANTIZE, sizes multiple of 16; the
+        # tail split follows the kernel's loop structure).
         yg = fp.mbqm_gemm(as_i32(x) - zi, m, s) + zo
-        body = x.size - x.size % 16
-        y = jnp.where((np.arange(x.size) < body).reshape(x.shape), yg, y)
+        in_tail = tail_mask(x.shape, 16)
+        y = yg if in_tail is None else jnp.where(in_tail, y, yg)
     return clamp_cast(y, lo, hi, vo.dtype)
 
 
@@ -248,9 +252,8 @@ def DEQUANTIZE(ctx, x):
         tail = ((codes - np.float32(z.reshape(()))).astype(np.float32) * sc).astype(np.float32)
         idx = as_i32(x) - lo
         y = jnp.take(jnp.asarray(table), idx)
-        n = int(np.prod(x.shape))
-        if n % 8:
-            in_tail = (np.arange(n) >= n - n % 8).reshape(x.shape)
+        in_tail = tail_mask(x.shape, 8)
+        if in_tail is not None:
             y = jnp.where(in_tail, jnp.take(jnp.asarray(tail), idx), y)
         return y.astype(out_dtype(ctx))
     y = ((as_i32(x) - jnp.asarray(z)).astype(jnp.float32) * jnp.asarray(s)).astype(out_dtype(ctx))

@@ -318,7 +318,9 @@ def TRANSPOSE_CONV(ctx, output_shape, w, x, b=None, *, padding="SAME", stride_w=
     o, kh, kw, c_w = np.shape(w)
     q, s = _conv_input(ctx, x, True)
     n, h, wd, c = q.shape
-    if c != c_w or oshape[0] != n or oshape[3] != o:
+    # output_shape's batch entry stays the file's 1 when fbjax.load(..., batch_size=...)
+    # rewrote the batch (n may then be symbolic); the output follows the input's batch
+    if c != c_w or oshape[0] not in (1, n) or oshape[3] != o:
         raise ctx.error(f"input {tuple(q.shape)}, weights {tuple(np.shape(w))} and output_shape {oshape} disagree")
     oh, ow = oshape[1], oshape[2]
     sh, sw = int(stride_h), int(stride_w)
