@@ -156,10 +156,21 @@ def jax_export(model, *, batch_size="file"):
     Raises:
         DynamicBatchError: with ``batch_size=None``, an operator's lowering
             cannot follow a symbolic batch; the message names the node.
+        InputError: ``batch_size`` is None or another int than the batch of
+            a model whose inputs all have a fixed batch (load it with
+            ``batch_size=None`` first).
     """
     import jax
     from jax import export as jexport
 
+    if batch_size != "file" and model.inputs and not any(s.shape and s.shape[0] is None for s in model.inputs):
+        fixed = {s.shape[0] for s in model.inputs if s.shape}
+        if batch_size is None or fixed != {int(batch_size)}:
+            from .errors import InputError
+
+            raise InputError(f"jax_export(batch_size={batch_size!r}): the model's inputs have the fixed batch "
+                             f"{sorted(fixed)}; load it with fbjax.load(path, batch_size=None) to export "
+                             "another or a dynamic batch")
     b = jexport.symbolic_shape("b")[0] if batch_size is None else None
     params = {k: jax.ShapeDtypeStruct(np.shape(v), v.dtype) for k, v in model.params.items()}
     lead = b if b is not None else (int(batch_size) if isinstance(batch_size, (int, np.integer)) else 1)

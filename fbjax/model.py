@@ -163,7 +163,8 @@ class Model:
 
         Args:
             params: a dict with the same keys as :attr:`params` (arrays of the
-                same shapes; any float dtype).
+                same shapes; any float dtype: others than :attr:`params`'
+                are cast to it, float32, before use).
             *inputs: one array per :attr:`inputs` entry.
 
         Returns:
@@ -181,6 +182,12 @@ class Model:
         """
         self._check_apply_shapes(inputs)
         self._check_params(params)
+        want = self._program.params
+        if any(getattr(params[k], "dtype", None) != want[k].dtype for k in want):
+            # other float dtypes (bfloat16 / float16 training copies): computed in the file's float32 master
+            # dtype, as the lowerings mix params with float32 activations (gradients flow back through the cast)
+            params = {k: v if getattr(v, "dtype", None) == want[k].dtype else jnp.asarray(v, want[k].dtype)
+                      for k, v in params.items()}
         if self._stateful:  # models with resource variables: (outputs, new_state)
             from .lower.tflite.state import apply_with_state
             outs, new_state = apply_with_state(self._program, params, self.state if state is None else state, *inputs)
@@ -209,8 +216,11 @@ class Model:
             return
         missing = [k for k in want if k not in params]
         if missing:
+            unknown = [k for k in params if k not in want]
+            extra = f"; it has {len(unknown)} key(s) that are not weights, e.g. {unknown[:3]} (a typo?)" \
+                if unknown else ""
             raise InputError(f"params lacks {len(missing)} of the model's {len(want)} weights "
-                             f"(e.g. {missing[:3]}); pass a dict with every key of model.params (merge a "
+                             f"(e.g. {missing[:3]}){extra}; pass a dict with every key of model.params (merge a "
                              "trained subset back: {**model.params, **trained})")
         unknown = [k for k in params if k not in want]
         if unknown:
@@ -323,7 +333,10 @@ class Model:
                 "values")
 
     def __call__(self, *inputs):
-        """Run the model jitted on ``inputs`` (see class docstring).
+        """Run the model jitted on ``inputs`` (see class docstring). Inside a
+        JAX transform of the caller's (``jax.jit``, ``jax.grad``, ``vmap``,
+        ``lax.map``) it traces :meth:`apply` on :attr:`params` into the
+        caller's program.
 
         Raises:
             InputError: wrong number, shape or dtype of inputs; :attr:`params`
@@ -332,6 +345,8 @@ class Model:
         params = self.params
         if type(params) is not dict or len(params) != len(self._param_shapes):
             self._check_params(params)  # InputError: keys missing or not weights of the model (a typo)
+        if any(isinstance(x, jax.core.Tracer) for x in inputs):
+            return self._traced_call(params, inputs)
         if self._unchecked and self._fast is None:
             # Fast path (tiny models: a few us of a ~20 us call): no check in Python, the jit
             # dispatch compares the inputs' shapes and dtypes with those of the traces it
@@ -365,6 +380,18 @@ class Model:
             return run(params, *xs)
         with jax.enable_x64(self._x64):
             return run(params, *xs)
+
+    def _traced_call(self, params, inputs):
+        """``model(x)`` inside the caller's ``jax.jit``/``grad``/``vmap``/``lax.map``:
+        the pure :meth:`apply` on :attr:`params`, traced into the caller's
+        program (a jit of its own with fbjax's compile options cannot nest,
+        and the CPU inference path's cached weights must not hold tracers)."""
+        if self._stateful:
+            raise InputError("this model keeps variables between calls (Model.state); inside jax transforms "
+                             "call model.apply(params, *inputs, state=state), which returns (outputs, new_state)")
+        xs = self._check_inputs(inputs)
+        with jax.enable_x64(self._x64):
+            return self.apply(params, *xs)
 
     # -- write-back --------------------------------------------------------
     def save(self, path=None, params: Optional[Mapping] = None, *, requantize: str = "file") -> bytes:

@@ -349,3 +349,66 @@ def test_save_refuses_another_formats_extension_and_takes_bfloat16(tmp_path):
     new = (m.params[w] * 2).astype(jnp.bfloat16)
     m2 = fbjax.load(m.save(tmp_path / "tuned.tflite", {w: new}))
     np.testing.assert_array_equal(np.asarray(m2.params[w]), np.asarray(new.astype(jnp.float32)))
+
+
+def test_model_call_inside_jax_transforms():
+    """``model(x)`` inside the caller's jit / grad / lax.map traces the pure
+    apply (fbjax's own jit carries compile options, which JAX refuses on a
+    nested jit), equals the plain call, and leaves the model usable."""
+    import jax
+    import jax.numpy as jnp
+
+    m = fbjax.load(_small_model())
+    x = np.random.default_rng(3).random((1, 5, 5, 3), dtype=np.float32)
+    ref = np.asarray(m(x))
+    np.testing.assert_allclose(np.asarray(jax.jit(lambda v: m(v * 2.0))(x / 2.0)), ref, rtol=1e-6, atol=1e-6)
+    g = jax.grad(lambda v: jnp.sum(m(v)))(x)
+    g_ref = jax.grad(lambda v: jnp.sum(m.apply(m.params, v)))(x)
+    np.testing.assert_allclose(np.asarray(g), np.asarray(g_ref), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(jax.lax.map(m, x[None]))[0], ref, rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(np.asarray(m(x)), ref)  # no tracer kept in the model
+
+
+def test_apply_casts_other_float_dtypes_and_grads_flow():
+    """bfloat16 training copies of some weights (``trainable(dtype=...)``)
+    run against float32 activations (cast to the params' float32): the
+    result is the float32 model's up to bfloat16 rounding of those weights,
+    and the gradient comes back in bfloat16."""
+    import jax
+    import jax.numpy as jnp
+
+    m = fbjax.load(_small_model())
+    x = np.random.default_rng(4).random((1, 5, 5, 3), dtype=np.float32)
+    train, frozen = fbjax.trainable(m.params, include="*", dtype=jnp.bfloat16)
+    y = np.asarray(m.apply({**frozen, **train}, x))
+    rounded = {k: v.astype(jnp.bfloat16).astype(jnp.float32) for k, v in m.params.items()}
+    np.testing.assert_allclose(y, np.asarray(m.apply(rounded, x)), rtol=1e-6, atol=1e-6)
+    g = jax.grad(lambda t: jnp.sum(m.apply({**frozen, **t}, x)))(train)
+    assert all(v.dtype == jnp.bfloat16 for v in g.values())
+
+
+def test_missing_key_error_names_the_likely_typo():
+    m = fbjax.load(_small_model())
+    k = next(iter(m.params))
+    bad = {(k + "x" if n == k else n): v for n, v in m.params.items()}
+    with pytest.raises(fbjax.InputError, match=rf"lacks 1 .*\['{k}x'\] \(a typo\?\)"):
+        m.apply(bad, np.zeros((1, 5, 5, 3), np.float32))
+
+
+def test_save_refuses_float16_overflow(tmp_path):
+    """A float16-stored weight beyond 65504 would be written as inf (the
+    saved model then outputs NaN): InputError instead, nothing written."""
+    rng = np.random.default_rng(0)
+    b = TFLiteBuilder()
+    x = b.add_input((1, 3), name="x")
+    w16 = b.add_tensor(data=rng.standard_normal((4, 3)).astype(np.float16), name="w16")
+    w = b.add_tensor((4, 3), name="w")
+    y = b.add_tensor((1, 4), name="y")
+    b.add_op("DEQUANTIZE", [w16], [w])
+    b.add_op("FULLY_CONNECTED", [x, w, -1], [y], options=dict(fused_activation_function="NONE"))
+    b.add_output(y)
+    m = fbjax.load(b.build())
+    (name,) = m.params
+    with pytest.raises(fbjax.InputError, match="overflow the file's float16"):
+        m.save(tmp_path / "big.tflite", {name: np.asarray(m.params[name]) * 1e6})
+    assert not (tmp_path / "big.tflite").exists()

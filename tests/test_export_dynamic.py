@@ -380,3 +380,16 @@ def test_int16_add_dynamic_batch_vector_tail_matches_litert():
     np.testing.assert_array_equal(y, want)
     m1 = fbjax.load(data)
     assert not np.array_equal(np.concatenate([np.asarray(m1(a[i:i + 1], b[i:i + 1])) for i in range(3)]), want)
+
+
+def test_jax_export_refuses_a_batch_the_loaded_model_cannot_take():
+    """``jax_export(model, batch_size=None or N)`` of a model loaded with the
+    file's fixed batch used to export batch 1 silently; it raises, naming the
+    load to use. The batch the model has (and ``"file"``) still export."""
+    data = single_op_model("HARD_SWISH", [[1, 4, 4]])
+    m = fbjax.load(data)
+    for bs in (None, 4):
+        with pytest.raises(fbjax.InputError, match=r"fbjax.load\(path, batch_size=None\)"):
+            fbexport.jax_export(m, batch_size=bs)
+    assert fbexport.jax_export(m, batch_size=1).in_avals[-1].shape == (1, 4, 4)
+    assert fbexport.jax_export(fbjax.load(data, batch_size=4), batch_size=4).in_avals[-1].shape == (4, 4, 4)

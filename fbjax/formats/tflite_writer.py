@@ -215,7 +215,13 @@ class _Writer:
         if stored.kind == "f":
             if new.dtype.kind not in "fiu":
                 raise InputError(f"tensor {name!r}: cannot store {new.dtype} values as {stored}")
-            q = new.astype(stored)
+            with np.errstate(over="ignore"):
+                q = new.astype(stored)
+            big = np.isfinite(new) & ~np.isfinite(q)
+            if big.any():  # float16 storage: beyond +-65504
+                raise InputError(f"tensor {name!r}: {int(big.sum())} value(s) (largest magnitude "
+                                 f"{float(np.max(np.abs(new[big]))):.4g}) overflow the file's {stored} storage "
+                                 f"(largest finite {float(np.finfo(stored).max):.6g})")
         elif stored.kind in "iu":
             qp = quant if quant is not None else _file_quant(t)
             if new.dtype.kind == "f":
