@@ -26,13 +26,22 @@ def supported_ops(op_set: str | None = None) -> dict[str, list[str]]:
     """Names of the ops fbjax can lower, grouped by op set.
 
     Args:
-        op_set: restrict to one op set (``"tflite"``, ``"tflite.custom"``).
+        op_set: restrict to one op set: ``"tflite"`` (float builtins),
+            ``"tflite.int"`` (the bit-exact quantized kernels),
+            ``"tflite.hybrid"``, ``"tflite.custom"`` (MediaPipe and
+            registered custom ops), ``"onnx"`` (``.rten``), ``"stablehlo"``,
+            ``"fbjax"`` (fbjax's own helper ops).
 
     Returns:
         ``{op_set: sorted list of op names}``, generated from the registry.
+
+    Raises:
+        ValueError: ``op_set`` is not one of the registry's op sets.
     """
     from .lower import LOWERINGS
 
+    if op_set is not None and op_set not in LOWERINGS.ops():
+        raise ValueError(f"unknown op set {op_set!r}; the op sets are {sorted(LOWERINGS.ops())}")
     return LOWERINGS.ops(op_set)
 
 

@@ -35,6 +35,8 @@ class TensorSpec(NamedTuple):
 
     def __repr__(self) -> str:
         dims = "?" if self.shape is None else ", ".join("?" if d is None else str(d) for d in self.shape)
+        if self.shape is not None and len(self.shape) == 1:
+            dims += ","  # a 1-tuple, as Python writes it
         return f"TensorSpec({self.name!r}, ({dims}), {self.dtype.name})"
 
 
@@ -106,12 +108,15 @@ class Model:
         outputs: list of :class:`TensorSpec`.
         signatures: dict of :class:`SignatureSpec` (empty if the file has none).
         input_quantization, output_quantization: per input / output, the
-            file's :class:`~fbjax.ir.QuantParams` (``scale`` float32,
-            ``zero_point`` int, ``quantized_dimension``) of a quantized
-            tensor, else ``None``; also for ``quantized="float"`` models,
-            whose inputs and outputs are float32 real values
-            ``(q - zero_point) * scale`` instead of the file's integers.
-        format: ``"tflite"``.
+            file's :class:`~fbjax.ir.QuantParams` of a quantized tensor, else
+            ``None``: ``scale`` a float32 array and ``zero_point`` an int64
+            array, of shape ``(1,)`` per tensor or ``(channels,)`` along
+            ``quantized_dimension`` (``float(q.scale[0])``,
+            ``int(q.zero_point[0])`` for a per-tensor input); also for
+            ``quantized="float"`` models, whose inputs and outputs are
+            float32 real values ``(q - zero_point) * scale`` instead of the
+            file's integers.
+        format: ``"tflite"``, ``"rten"`` or ``"stablehlo"``.
         ir: the parsed :class:`~fbjax.ir.ModelIR`.
     """
 
@@ -573,7 +578,11 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
         ModelFormatError: the file is not a valid model.
         UnsupportedOperatorError: the model uses ops fbjax cannot lower (every
             one of them is listed).
-        InputError: ``while_max_iterations`` is not None or an int >= 0.
+        InputError: ``while_max_iterations`` is not None or an int >= 0;
+            ``batch_size`` is not ``"file"``, None/``"dynamic"`` or a
+            positive int, or the model cannot take another batch (the
+            message names the operator); ``quantized`` is not ``"exact"`` or
+            ``"float"``.
     """
     from .cache import enable as _enable_compilation_cache
 

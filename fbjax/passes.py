@@ -455,7 +455,7 @@ def set_batch_size(ir: ModelIR, batch: Optional[int]) -> ModelIR:
             leading dimension (the message names the node and why).
     """
     if batch is not None and (not isinstance(batch, (int, np.integer)) or batch < 1):
-        raise InputError(f"batch_size must be None, a positive int or 'file', got {batch!r}")
+        raise InputError(f"batch_size must be None (or 'dynamic'), a positive int or 'file', got {batch!r}")
     g = ir.main_graph
     _check_subgraphs(ir)
     if not g.inputs:
