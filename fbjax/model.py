@@ -62,6 +62,9 @@ def _needs_x64(model: ModelIR) -> bool:
 
 
 
+#: inputs of this type mean ``model(x)`` runs inside the caller's JAX transform
+_TRACER = jax.core.Tracer
+
 #: file extensions :meth:`Model.save` knows, -> format (a model of another format refuses them)
 _SAVE_EXT = {".tflite": "tflite", ".rten": "rten"}
 
@@ -350,8 +353,9 @@ class Model:
         params = self.params
         if type(params) is not dict or len(params) != len(self._param_shapes):
             self._check_params(params)  # InputError: keys missing or not weights of the model (a typo)
-        if any(isinstance(x, jax.core.Tracer) for x in inputs):
-            return self._traced_call(params, inputs)
+        for x in inputs:  # (a loop, not any(...): ~0.1 us instead of ~0.5 us on a ~20 us call)
+            if isinstance(x, _TRACER):
+                return self._traced_call(params, inputs)
         if self._unchecked and self._fast is None:
             # Fast path (tiny models: a few us of a ~20 us call): no check in Python, the jit
             # dispatch compares the inputs' shapes and dtypes with those of the traces it
