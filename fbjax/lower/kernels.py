@@ -22,6 +22,7 @@ Contents:
 
 from __future__ import annotations
 
+import math
 from typing import Optional, Sequence
 
 import jax
@@ -672,3 +673,23 @@ def shifted_window_reduce(x, init, op, *, window: Sequence[int], strides: Sequen
         tap = lax.slice(xp, start, limit, step)
         acc = tap if acc is None else op(acc, tap)
     return acc
+
+
+# --- vector tails of LiteRT's optimized kernels -----------------------------------------
+
+def tail_mask(shape, k: int):
+    """Where a LiteRT kernel with a ``k``-wide vector loop over the flat
+    array runs its scalar tail: a boolean mask of ``shape``, True on the
+    last ``size % k`` elements (flat order), or ``None`` when there is no
+    tail. The mask is an iota compared with ``n - n % k`` (no constant of
+    the tensor's size in the program). With a symbolic batch
+    (``jax.export``): ``None`` when the static part of the size is a
+    multiple of ``k`` (then every batch's size is); else the tail's start is
+    computed at run time from the symbolic size ``n``, so each batch gets
+    the kernel's order."""
+    shape = tuple(shape)
+    static = math.prod(int(d) for d in shape if isinstance(d, (int, np.integer)))
+    if static % k == 0:
+        return None
+    n = math.prod(shape)
+    return (jnp.arange(n) >= jnp.asarray(n - n % k)).reshape(shape)

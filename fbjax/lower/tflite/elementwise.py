@@ -8,8 +8,6 @@ naming the node. Reference kernels: TFLite ``kernels/add.cc``, ``sub.cc``,
 
 from __future__ import annotations
 
-import math
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -141,26 +139,15 @@ def HARD_SWISH(ctx, x):
     (``optimized_ops::HardSwish``, vectorized on x86 through NEON_2_SSE):
     ``(x * (1/6)) * min(6, max(0, x + 3))``, except the last ``size % 4``
     elements (scalar loop): ``(x * relu6(x + 3)) * (1/6)``. (``reference_ops``
-    divides by 6; each order differs from the others by 1 ulp.) With a
-    symbolic batch (``jax.export``) the tail is located from the symbolic
-    size at run time, so every batch matches the builtin kernel's order."""
+    divides by 6; each order differs from the others by 1 ulp.) The tail is
+    :func:`fbjax.lower.kernels.tail_mask` (also with a symbolic batch)."""
     require_unquantized(ctx, "HARD_SWISH")
     x = jnp.asarray(x)
     r6 = jnp.clip(x + jnp.array(3, x.dtype), jnp.array(0, x.dtype), jnp.array(6, x.dtype))
     sixth = jnp.array(np.float32(1.0) / np.float32(6.0), x.dtype)
     y = (x * sixth) * r6
-    n = math.prod(x.shape)
-    if isinstance(n, (int, np.integer)):
-        if n % 4:
-            tail = (np.arange(n) >= n - n % 4).reshape(x.shape)
-            y = jnp.where(tail, (x * r6) * sixth, y)
-        return y
-    # symbolic batch (jax.export): size b * m; no tail when 4 divides m
-    m = math.prod(x.shape[1:])
-    if isinstance(m, (int, np.integer)) and m % 4 == 0:
-        return y
-    tail = (jnp.arange(n) >= jnp.asarray(n - n % 4)).reshape(x.shape)
-    return jnp.where(tail, (x * r6) * sixth, y)
+    in_tail = kernels.tail_mask(x.shape, 4)
+    return y if in_tail is None else jnp.where(in_tail, (x * r6) * sixth, y)
 
 
 @register("tflite", "PRELU")

@@ -8,8 +8,6 @@ data path is int32 ``jax.lax`` arithmetic.
 
 from __future__ import annotations
 
-import math
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -60,24 +58,6 @@ def activation_range(ctx, fused, out_v):
     if fused == "RELU_N1_TO_1":
         return max(lo, quantize_f32(-1.0, s, z)), min(hi, quantize_f32(1.0, s, z))
     raise ctx.error(f"fused activation {fused} is not supported on quantized tensors")
-
-
-def tail_mask(shape, k: int):
-    """Where a LiteRT kernel with a ``k``-wide vector loop over the flat
-    array runs its scalar tail: a boolean mask of ``shape``, True on the
-    last ``size % k`` elements (flat order), or ``None`` when there is no
-    tail. The mask is an iota compared with ``n - n % k`` (no constant of
-    the tensor's size in the program). With a symbolic batch
-    (``jax.export``): ``None`` when the static part of the size is a
-    multiple of ``k`` (then every batch's size is); else the tail's start is
-    computed at run time from the symbolic size ``n``, so each batch gets
-    the kernel's order."""
-    shape = tuple(shape)
-    static = math.prod(int(d) for d in shape if isinstance(d, (int, np.integer)))
-    if static % k == 0:
-        return None
-    n = math.prod(shape)
-    return (jnp.arange(n) >= jnp.asarray(n - n % k)).reshape(shape)
 
 
 def as_i32(x):

@@ -19,8 +19,9 @@ from jax import lax
 
 from ..registry import register
 from . import fixedpoint as fp
+from ..kernels import tail_mask
 from ._common import (activation_range, as_i32, clamp_cast, out_dtype, qparams, qrange,
-                      scale_zp, tail_mask)
+                      scale_zp)
 
 OP_SET = "tflite.int"
 
