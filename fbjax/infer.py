@@ -224,6 +224,100 @@ def _output_keys(names: Sequence[str]) -> list:
             for i, n in enumerate(names)]
 
 
+class _Prefetch:
+    """``produce()`` called in a background thread, up to ``depth`` results
+    ahead of :meth:`get`, so that reading files and assembling batches
+    overlaps the device's work. ``produce`` returns ``(buffers, n)``; after
+    the first ``n == 0`` (examples exhausted) it is not called again and
+    :meth:`get` keeps returning that result. An exception raised by
+    ``produce`` is raised by the :meth:`get` that would have returned its
+    result."""
+
+    def __init__(self, produce, depth: int = 2):
+        import queue
+        import threading
+
+        self._queue = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self._last = None
+        self._thread = threading.Thread(target=self._work, args=(produce,), name="fbjax-infer-reader",
+                                        daemon=True)
+        self._thread.start()
+
+    def _work(self, produce) -> None:
+        import queue
+
+        while not self._stop.is_set():
+            try:
+                item = (produce(), None)
+            except BaseException as e:  # noqa: BLE001 - handed to the consumer
+                item = (None, e)
+            while not self._stop.is_set():
+                try:
+                    self._queue.put(item, timeout=0.05)
+                    break
+                except queue.Full:
+                    continue
+            if item[1] is not None or item[0][1] == 0:
+                return
+
+    def get(self):
+        import queue
+
+        if self._last is not None:
+            return self._last
+        while True:
+            try:
+                value, err = self._queue.get(timeout=0.05)
+                break
+            except queue.Empty:
+                if not self._thread.is_alive() and self._queue.empty():
+                    raise RuntimeError("fbjax.infer: the example reader stopped") from None
+        if err is not None:
+            self._last = None
+            raise err
+        if value[1] == 0:
+            self._last = value
+        return value
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def _example_bytes(model) -> int:
+    """Largest activation set of one example: max over the main graph's nodes
+    of their non-constant input + output bytes, an unknown (batch) dimension
+    counted as 1."""
+    g = model.ir.main_graph
+    best = 0
+    for node in g.nodes:
+        total = 0
+        for v in list(node.inputs) + list(node.outputs):
+            if v is None or v.data is not None or v.shape is None:
+                continue
+            total += int(np.prod([1 if d is None else d for d in v.shape])) * np.dtype(v.dtype).itemsize
+        best = max(best, total)
+    return best
+
+
+def _chunk(model, batch: int) -> int:
+    """Examples per call on a CPU device: the largest divisor of ``batch``
+    whose activations fit :data:`fbjax.lower.inference.CHUNK_BYTES` (about
+    what stays in cache from one layer to the next), at least 1. XLA:CPU runs
+    a batch layer by layer, so a batch whose activations do not fit in cache
+    streams each from memory and runs slower per example than smaller calls
+    (``benchmarks/infer.py``)."""
+    from .lower.inference import CHUNK_BYTES
+
+    per = max(_example_bytes(model), 1)
+    best = 1
+    for k in range(1, batch + 1):
+        if batch % k == 0 and k * per <= CHUNK_BYTES:
+            best = k
+    return best
+
+
 def infer(
     model,
     examples: Union[Iterable, str, os.PathLike],
@@ -295,7 +389,7 @@ def infer(
     if any(s.shape is None or not s.shape or s.shape[0] is not None for s in model.inputs):
         if model.path is None:
             raise InputError("infer needs a batch-polymorphic model: load it with fbjax.load(path, batch_size=None)")
-        model = load(model.path, batch_size=None)
+        model = load(model.path, batch_size=None, **getattr(model, "_load_options", {}))
     specs = model.inputs
     for s in specs:
         if any(d is None for d in s.shape[1:]):
@@ -375,31 +469,69 @@ def infer(
                 res = multihost_utils.global_array_to_host_local_array(res, mesh, batch_spec)
             return [np.asarray(r) for r in res]
 
-        pending = None  # (device results, n valid)
+        # How one step runs. One CPU device: the prepared program Model.__call__ runs
+        # (fbjax/lower/inference.py: weights relaid once, residuals materialized; jit(model.apply)
+        # has none of that) on chunks of `k` examples whose activations stay in cache -- for the
+        # MediaPipe detectors k = 1, as the batched program is slower per example than batch-1
+        # calls. Otherwise: one jitted model.apply over the mesh.
+        k = _chunk(model, local_batch) if (n_proc == 1 and n_local == 1 and devs[0].platform == "cpu"
+                                           and not getattr(model, "_stateful", False)) else None
+        if k is not None:
+            run1 = model._fast or model._jitted
+            dev = devs[0]
+
+            def put(bufs):  # double buffering: the next step's chunks go to the device before we wait
+                return [[jax.device_put(b[i:i + k], dev) for b in bufs] for i in range(0, local_batch, k)]
+
+            p_host = model.params if params is None else params  # (its relaid copies are cached per array)
+
+            def dispatch(placed):
+                return [run1(p_host, *xs) for xs in placed]
+
+            def fetch_step(res):
+                parts = [fetch(r) for r in res]
+                return [np.concatenate([q[j] for q in parts]) if len(parts) > 1 else parts[0][j]
+                        for j in range(len(parts[0]))]
+        else:
+            def put(bufs):
+                return [to_global(b) for b in bufs]
+
+            def dispatch(placed):
+                return fn(p, *placed)
+
+            fetch_step = fetch
+
+        pending = None  # (device results, n valid) of the step in flight
+        reader = _Prefetch(next_batch, depth=2)  # files read and batches assembled in a thread
         try:
+            bufs, n = reader.get()
+            placed = None  # the batch already on its way to the device
             while True:
-                bufs, n = next_batch()
-                if n_proc > 1:
+                if n_proc > 1:  # one small all-gather per step: stop when every process is done
                     counts = np.asarray(multihost_utils.process_allgather(np.int32(n)))
-                    done = not counts.any()
-                else:
-                    done = n == 0
-                if done:
+                    if not counts.any():
+                        break
+                elif n == 0:
                     break
-                res = fn(p, *[to_global(b) for b in bufs])
-                if pending is not None:
-                    sink.add(fetch(pending[0]), pending[1])
+                res = dispatch(placed if placed is not None else put(bufs))  # asynchronous
+                bufs_next, n_next = reader.get()
+                # double buffering: the next batch is copied to the device while this one computes
+                placed = put(bufs_next) if n_proc == 1 and n_next else None
+                if pending is not None:  # the only wait: for the results of the step before
+                    sink.add(fetch_step(pending[0]), pending[1])
                     if bar is not None:
                         bar.update(pending[1])
                 pending = (res, n)
+                bufs, n = bufs_next, n_next
             if pending is not None:
-                sink.add(fetch(pending[0]), pending[1])
+                sink.add(fetch_step(pending[0]), pending[1])
                 if bar is not None:
                     bar.update(pending[1])
         except BaseException:
             sink.close()
             raise
         finally:
+            reader.close()
             if bar is not None:
                 bar.close()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import operator
 import os
@@ -540,7 +541,8 @@ _FILE = "file"
 
 
 def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, str] = _FILE,
-         quantized: str = "exact", while_max_iterations: Optional[int] = None) -> Model:
+         quantized: str = "exact", while_max_iterations: Optional[int] = None,
+         constant_inputs: Optional[Mapping] = None, static_bounds: bool = False) -> Model:
     """Load a model file as a :class:`Model`.
 
     Args:
@@ -573,6 +575,25 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
             (integer and bool outputs keep their values after N steps), so a
             too-small N shows as NaN rather than a silently wrong result.
             Cost: N body evaluations per loop, whatever the real trip count.
+        constant_inputs: ``{input name: array}``: bind these graph inputs
+            to the given values at load time (:func:`fbjax.passes.bind_inputs`);
+            they leave :attr:`Model.inputs`. For inputs whose *values* fix
+            shapes (a Reduce's ``axes``, a Reshape's shape, TopK's ``k``,
+            NonZero's input) given as graph inputs, which a jitted call
+            cannot take. Arrays cast to the input's dtype (``same_kind``).
+        static_bounds: ``False`` (default): an op whose output size depends
+            on values computed by the graph (ONNX ``NonMaxSuppression``,
+            ``NonZero``) is refused at load. ``True``: such ops return
+            their output padded to a bound known at load time (rows or
+            columns filled with -1) and the model gets one extra int32
+            scalar output per op, named ``"<output name>:valid_count"``,
+            the number of valid leading entries; the model stays jittable
+            and vmappable. Bounds: ``NonMaxSuppression``
+            ``[batches * classes * min(max_output_boxes_per_class, boxes), 3]``
+            (valid rows first, in ONNX's order), ``NonZero``
+            ``[rank, input size]``. (TFLite ``NON_MAX_SUPPRESSION_V4/V5``
+            always return outputs padded to their ``max_output_size`` and a
+            count, as LiteRT does.)
 
     Returns:
         a :class:`Model`, callable and jitted.
@@ -586,7 +607,8 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
             ``batch_size`` is not ``"file"``, None/``"dynamic"`` or a
             positive int, or the model cannot take another batch (the
             message names the operator); ``quantized`` is not ``"exact"`` or
-            ``"float"``.
+            ``"float"``; a ``constant_inputs`` name that is not an input (the
+            message lists the inputs), or an array of another shape or dtype.
     """
     from .cache import enable as _enable_compilation_cache
 
@@ -598,6 +620,12 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
     if isinstance(batch_size, str) and batch_size == "dynamic":
         batch_size = None
     ir = read_model(source, format)
+    if constant_inputs or static_bounds:
+        from .passes import add_valid_counts, bind_inputs
+
+        bind_inputs(ir, constant_inputs)
+        if static_bounds:
+            add_valid_counts(ir)
     from .quantization import prepare as _prepare_quantized
 
     g = ir.main_graph
@@ -616,12 +644,16 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
     path = None if isinstance(source, (bytes, bytearray, memoryview)) else os.fspath(source)
     model = Model(ir, program, path)
     model.input_quantization, model.output_quantization = file_quant
-    _enable_trace_cache(model, source, (format, batch_size, quantized, while_max_iterations))
+    # what loading this file again with another batch needs (fbjax.infer, chunks below)
+    model._load_options = dict(format=format, quantized=quantized, while_max_iterations=while_max_iterations,
+                               constant_inputs=constant_inputs, static_bounds=static_bounds)
+    bound = tuple((k, np.asarray(v).dtype.str, np.shape(v), hashlib.sha256(np.ascontiguousarray(v).tobytes()).hexdigest())
+                  for k, v in sorted((constant_inputs or {}).items()))
+    _enable_trace_cache(model, source, (format, batch_size, quantized, while_max_iterations, bound, static_bounds))
     if batch_size != _FILE and batch_size is not None:  # CPU: a large batch runs in cache-sized chunks
         from .lower.inference import attach_chunks
 
-        attach_chunks(model, lambda k: load(source, format=format, batch_size=k, quantized=quantized,
-                                             while_max_iterations=while_max_iterations), batch_size)
+        attach_chunks(model, lambda k: load(source, batch_size=k, **model._load_options), batch_size)
     return model
 
 
