@@ -105,6 +105,30 @@ def cmd_inspect(args) -> int:
     return 0
 
 
+def _constant_inputs(args) -> dict:
+    """``--constant-input NAME=FILE.npy`` (repeatable) as ``{name: array}`` for
+    ``fbjax.load(constant_inputs=...)``."""
+    out = {}
+    for p in getattr(args, "constant_input", None) or []:
+        name, sep, path = p.partition("=")
+        if not sep or not name or not path:
+            raise SystemExit(f"fbjax {args.command}: --constant-input {p!r}: expected NAME=FILE.npy")
+        if not os.path.isfile(path):
+            raise SystemExit(f"fbjax {args.command}: --constant-input {p}: no such file {path}")
+        out[name] = np.load(path)
+    return out
+
+
+def _add_constant_input(parser) -> None:
+    parser.add_argument("--constant-input", action="append", metavar="NAME=FILE.npy",
+                        help="bind the graph input NAME to the array in FILE.npy at load time (repeatable; "
+                        "for inputs whose values fix shapes, e.g. a Reduce's axes: fbjax.load(constant_inputs=))")
+    parser.add_argument("--static-bounds", action="store_true",
+                        help="ops whose output size depends on computed values (ONNX NonMaxSuppression, NonZero, "
+                        "Loop scan outputs) return outputs padded to a load-time bound plus a "
+                        "'<name>:valid_count' output (fbjax.load(static_bounds=True))")
+
+
 def _parse_inputs(pairs: Sequence[str], model) -> list:
     given = {}
     for p in pairs or []:
@@ -170,7 +194,8 @@ def cmd_run(args) -> int:
     if args.model is None:
         print(f"no model given: running the bundled default {os.path.basename(path)} (see fbjax/data/NOTICE)")
     t0 = time.perf_counter()
-    model = load(path, quantized=args.quantized)
+    model = load(path, quantized=args.quantized, constant_inputs=_constant_inputs(args),
+                 static_bounds=args.static_bounds)
     t_load = time.perf_counter() - t0
     xs = _parse_inputs(args.input, model)
     t1 = time.perf_counter()
@@ -215,7 +240,8 @@ def cmd_infer(args) -> int:
     # what can be checked without the model first (infer checks again, cheaply)
     check_out_path(args.out)
     n = len(example_files(args.inputs))
-    model = load(args.model, batch_size=None, quantized=args.quantized)
+    model = load(args.model, batch_size=None, quantized=args.quantized, constant_inputs=_constant_inputs(args),
+                 static_bounds=args.static_bounds)
     n_dev = jax.local_device_count()  # infer's default mesh: every device; this process's share of the batch
     eff = effective_batch_size(args.batch_size, n_dev)
     if args.batch_size is None:
@@ -291,7 +317,8 @@ def cmd_export(args) -> int:
     folder = os.path.dirname(os.path.abspath(args.out))
     if not os.path.isdir(folder):
         raise SystemExit(f"fbjax export: output folder {folder} does not exist (create it first)")
-    model = load(args.model, batch_size=args.batch_size, quantized=args.quantized)
+    model = load(args.model, batch_size=args.batch_size, quantized=args.quantized,
+                 constant_inputs=_constant_inputs(args), static_bounds=args.static_bounds)
     exported, data = export_model(model, args.to, batch_size=args.batch_size)
     mode = "w" if isinstance(data, str) else "wb"
     with open(args.out, mode) as f:
@@ -343,6 +370,7 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--quantized", choices=["exact", "float"], default="exact",
                     help="quantized TFLite models: 'exact' (default; integer in/out, LiteRT's kernels bit for bit) or "
                     "'float' (float32 real values in/out, weights as float params)")
+    _add_constant_input(pr)
     pr.set_defaults(func=cmd_run)
     pf = sub.add_parser(
         "infer",
@@ -364,6 +392,7 @@ def build_parser() -> argparse.ArgumentParser:
     pf.add_argument("--quantized", choices=["exact", "float"], default="exact",
                     help="quantized TFLite models: 'exact' (default; integer in/out, LiteRT's kernels bit for bit) or "
                     "'float' (float32 real values in/out, weights as float params)")
+    _add_constant_input(pf)
     pf.set_defaults(func=cmd_infer)
     pe = sub.add_parser(
         "export",
@@ -381,6 +410,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="quantized TFLite models: 'exact' (default; integer in/out, LiteRT's kernels bit for bit) or "
                     "'float' (float32 real values in/out, weights as float params)" + " (exact: the integer weights are constants in the artifact, the .params.npz is "
                     "empty)")
+    _add_constant_input(pe)
     pe.set_defaults(func=cmd_export)
     from .bench import add_arguments as _bench_args, run_cli as _bench_run  # `fbjax bench` (fbjax/bench.py)
 

@@ -576,24 +576,38 @@ def bind_inputs(ir: ModelIR, constants) -> None:
             del sig.inputs[k]
 
 
+from .lower.onnx._util import VALID_COUNT_SUFFIX  # noqa: E402 (the name the lowerings recognize)
+
 #: Ops whose output size depends on the values of their inputs, and which
 #: ``static_bounds=True`` pads to a bound: ``(op set, op name)``.
-VALUE_SIZED_OPS = frozenset({("onnx", "NonMaxSuppression"), ("onnx", "NonZero")})
+VALUE_SIZED_OPS = frozenset({("onnx", "NonMaxSuppression"), ("onnx", "NonZero"), ("onnx", "Loop")})
 
 
 def add_valid_counts(ir: ModelIR) -> None:
     """Static-bound mode (``fbjax.load(..., static_bounds=True)``), in place:
-    every :data:`VALUE_SIZED_OPS` node of the main graph gets a second output,
-    an int32 scalar ``"<output name>:valid_count"``, appended to the graph's
-    outputs; its lowering (and the numpy reference) then returns the output
-    padded to its bound (see :func:`fbjax.load`) plus that count."""
+    every :data:`VALUE_SIZED_OPS` node of the main graph (for ``Loop``: one
+    with scan outputs) gets a trailing output, an int32 scalar
+    ``"<output name>:valid_count"``, appended to the graph's outputs; its
+    lowering (and the numpy reference) then returns the output padded to its
+    bound (see :func:`fbjax.load`) plus that count (for ``Loop``: the
+    iterations run; scan outputs padded to the trip count)."""
     g = ir.main_graph
     for node in g.nodes:
-        if (node.op_set, node.op_name) not in VALUE_SIZED_OPS or len(node.outputs) != 1 or node.outputs[0] is None:
+        if (node.op_set, node.op_name) not in VALUE_SIZED_OPS:
             continue
-        out = node.outputs[0]
-        out.shape = _value_sized_bound(node) or out.shape
-        count = Value(f"{out.name}:valid_count", np.dtype(np.int32), ())
+        if node.op_name == "Loop":
+            n_state = len(node.inputs) - 2 - len(node.attrs.get("body_captures", ()))
+            if len(node.outputs) <= n_state:
+                continue
+            out = next((o for o in node.outputs[n_state:] if o is not None), None)
+        else:
+            if len(node.outputs) != 1 or node.outputs[0] is None:
+                continue
+            out = node.outputs[0]
+            out.shape = _value_sized_bound(node) or out.shape
+        if out is None:
+            continue
+        count = Value(out.name + VALID_COUNT_SUFFIX, np.dtype(np.int32), ())
         node.outputs = list(node.outputs) + [count]
         g.outputs = list(g.outputs) + [count]
 

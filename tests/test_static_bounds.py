@@ -198,3 +198,159 @@ def test_cli_run_constant_input(tmp_path, capsys):
                      "--input", f"x={tmp_path / 'x.npy'}", "--output", str(out), "--repeat", "0"]) == 0
     with np.load(out) as z:
         np.testing.assert_allclose(z[z.files[0]], x.sum(2), rtol=0, atol=1e-6)
+
+
+def _loop_graph(data_dependent: bool, trip: int = 6):
+    """``Loop`` with one state ``s`` (``s = s * 1.5 + x``) and one scan output
+    (``s * i``); with ``data_dependent`` the body's condition is
+    ``sum(s) < 20`` (so the iterations run depend on ``x``), else the
+    condition input passed through."""
+    b_in = [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("c_in", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("s_in", TensorProto.FLOAT, [3])]
+    body_nodes = [
+        helper.make_node("Mul", ["s_in", "k15"], ["s_mul"]),
+        helper.make_node("Add", ["s_mul", "x"], ["s_out"]),
+        helper.make_node("Cast", ["i"], ["i_f"], to=TensorProto.FLOAT),
+        helper.make_node("Mul", ["s_out", "i_f"], ["scan"]),
+    ]
+    if data_dependent:
+        body_nodes += [helper.make_node("ReduceSum", ["s_out"], ["tot"], keepdims=0),
+                       helper.make_node("Less", ["tot", "limit"], ["c_out"])]
+    else:
+        body_nodes += [helper.make_node("Identity", ["c_in"], ["c_out"])]
+    body = helper.make_graph(body_nodes, "body", b_in, [
+        helper.make_tensor_value_info("c_out", TensorProto.BOOL, []),
+        helper.make_tensor_value_info("s_out", TensorProto.FLOAT, [3]),
+        helper.make_tensor_value_info("scan", TensorProto.FLOAT, [3])])  # k15, limit, x: captured
+    nodes = [helper.make_node("Loop", ["M", "c0", "s0"], ["s_final", "scans"], body=body)]
+    g = helper.make_graph(nodes, "loop", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+                          [helper.make_tensor_value_info("s_final", TensorProto.FLOAT, [3]),
+                           helper.make_tensor_value_info("scans", TensorProto.FLOAT, [None, 3])],
+                          [numpy_helper.from_array(np.array(trip, np.int64), "M"),
+                           numpy_helper.from_array(np.array(True), "c0"),
+                           numpy_helper.from_array(np.zeros(3, np.float32), "s0"),
+                           numpy_helper.from_array(np.array(1.5, np.float32), "k15")]
+                          + ([numpy_helper.from_array(np.array(20.0, np.float32), "limit")] if data_dependent else []))
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def test_loop_scan_outputs_full_trip_count_jitted_matches_onnxruntime():
+    m = _loop_graph(False)
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    model = fbjax.load(convert(m))
+    f = jax.jit(lambda x: model.apply(model.params, x))
+    x = np.array([0.5, -1.0, 2.0], np.float32)
+    want = sess.run(None, {"x": x})
+    got = f(x)
+    for g_, w in zip(got, want):  # ~6 multiply-adds of values up to ~40: float32 rounding
+        np.testing.assert_allclose(np.asarray(g_), w, rtol=1e-6, atol=1e-5)
+
+
+def test_loop_scan_outputs_data_dependent_static_bounds_matches_onnxruntime():
+    m = _loop_graph(True)
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    rten = convert(m)
+    with pytest.raises(fbjax.FbjaxError, match=r"static_bounds=True"):
+        fbjax.load(rten)(np.ones(3, np.float32))  # refused as loaded (at load or at the first call)
+    model = fbjax.load(rten, static_bounds=True)
+    assert [o.name for o in model.outputs] == ["s_final", "scans", "scans:valid_count"]
+    f = jax.jit(jax.vmap(lambda x: model.apply(model.params, x)))
+    xs = np.array([[0.5, 0.2, 0.1], [1.0, 2.0, 1.5], [4.0, 3.0, 5.0], [0.01, 0.02, 0.0]], np.float32)
+    s_final, scans, count = f(xs)
+    runs = []
+    for k, x in enumerate(xs):
+        w_final, w_scans = sess.run(None, {"x": x})
+        runs.append(len(w_scans))
+        assert int(count[k]) == len(w_scans)
+        np.testing.assert_allclose(np.asarray(s_final[k]), w_final, rtol=1e-6, atol=1e-5)
+        np.testing.assert_allclose(np.asarray(scans[k])[:len(w_scans)], w_scans, rtol=1e-6, atol=1e-5)
+        assert (np.asarray(scans[k])[len(w_scans):] == 0).all()
+        r_final, r_scans, r_count = reference.run(model, x)
+        assert int(r_count) == len(w_scans)
+        np.testing.assert_allclose(r_scans, np.asarray(scans[k]), rtol=1e-6, atol=1e-5)
+    assert len(set(runs)) > 1  # the iterations run differ between the examples
+
+
+def _resize_graph(scales, roi_input: bool, mode: str):
+    ins = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 4, 5])]
+    inits = [numpy_helper.from_array(np.array(scales, np.float32), "scales")]
+    if roi_input:
+        ins.append(helper.make_tensor_value_info("roi", TensorProto.FLOAT, [8]))
+    else:
+        inits.append(numpy_helper.from_array(np.array([0, 0, 0, 0, 1, 1, 1, 1], np.float32), "roi"))
+    node = helper.make_node("Resize", ["x", "roi", "scales"], ["y"], mode=mode,
+                            coordinate_transformation_mode="half_pixel")
+    g = helper.make_graph([node], "r", ins, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+
+
+@pytest.mark.parametrize("scales,roi_input,mode", [
+    ([1, 1, 2, 2], True, "linear"),     # roi a graph input (refused at load before: "input 1 must be known")
+    ([1, 1, 2, 1], False, "linear"),    # W unchanged
+    ([1, 2, 1, 1], False, "nearest"),   # only the channel axis changes
+    ([1, 1, 1, 2], True, "nearest"),
+])
+def test_resize_roi_input_and_unchanged_axes_match_onnxruntime(scales, roi_input, mode):
+    m = _resize_graph(scales, roi_input, mode)
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    model = fbjax.load(convert(m))
+    x = np.random.default_rng(0).standard_normal((1, 2, 4, 5)).astype(np.float32)
+    feed = {"x": x}
+    if roi_input:
+        feed["roi"] = np.array([0, 0, 0.1, 0.2, 1, 1, 0.9, 0.8], np.float32)  # ignored outside tf_crop_and_resize
+    want = sess.run(None, feed)[0]
+    got = np.asarray(model(*feed.values()))
+    assert got.shape == want.shape
+    # linear: up to 4 products summed in float32, |x| < 5: a few ulps of 5
+    np.testing.assert_allclose(got, want, rtol=0, atol=8 * np.finfo(np.float32).eps * 5)
+    ref = reference.run(model, *feed.values())[0]
+    np.testing.assert_allclose(ref, want, rtol=0, atol=8 * np.finfo(np.float32).eps * 5)
+
+
+NODE_CASES = ["test_nonmaxsuppression_center_point_box_format", "test_nonmaxsuppression_flipped_coordinates",
+              "test_nonmaxsuppression_identical_boxes", "test_nonmaxsuppression_iou_threshold_boundary",
+              "test_nonmaxsuppression_limit_output_size", "test_nonmaxsuppression_single_box",
+              "test_nonmaxsuppression_suppress_by_IOU", "test_nonmaxsuppression_suppress_by_IOU_and_scores",
+              "test_nonmaxsuppression_two_batches", "test_nonmaxsuppression_two_classes", "test_nonzero_example"]
+
+
+@pytest.fixture(scope="module")
+def node_suite():
+    from onnx.backend.test.case import node
+
+    # those ops' cases only (collecting the whole suite takes minutes); collect_testcases keeps one
+    # module-level list and imports the case modules once, so NonZero's export is called directly
+    cases = list(node.collect_testcases("NonMaxSuppression"))
+    from onnx.backend.test.case.node.nonzero import NonZero
+
+    node._TargetOpType, start = "NonZero", len(node._NodeTestCases)
+    NonZero.export()
+    cases += node._NodeTestCases[start:]
+    return {tc.name: tc for tc in cases if tc.name in NODE_CASES}
+
+
+@pytest.mark.parametrize("name", NODE_CASES)
+def test_node_suite_static_bounds_jitted(node_suite, name):
+    """The ONNX node-suite cases of NonMaxSuppression and NonZero, boxes,
+    scores and NonZero's input run-time (jitted) arguments, NMS's
+    max_output_boxes_per_class / thresholds (graph inputs in these cases)
+    bound with ``constant_inputs``: the first ``count`` entries equal the
+    expected output, the rest are -1 (as loaded, these cases need their
+    boxes/scores bound at load time)."""
+    tc = node_suite[name]
+    rten = convert(tc.model)
+    names = [i.name for i in tc.model.graph.input]
+    for inputs, outputs in tc.data_sets:
+        xs = [np.asarray(numpy_helper.to_array(x) if isinstance(x, onnx.TensorProto) else x) for x in inputs]
+        xs = [x.astype(np.int32) if x.dtype.kind in "iub" else x.astype(np.float32) for x in xs]
+        bind = dict(zip(names[2:], xs[2:])) if "nonmax" in name else {}
+        model = fbjax.load(rten, static_bounds=True, constant_inputs=bind)
+        xs = xs[:2] if bind else xs
+        f = jax.jit(lambda *a: model.apply(model.params, *a))
+        want = np.asarray(outputs[0])
+        got, count = (np.asarray(y) for y in f(*xs))
+        axis = 0 if "nonmax" in name else 1
+        assert int(count) == want.shape[axis]
+        np.testing.assert_array_equal(np.take(got, range(int(count)), axis=axis), want)
+        assert (np.take(got, range(int(count), got.shape[axis]), axis=axis) == -1).all()

@@ -42,6 +42,17 @@ def concrete(x) -> Optional[np.ndarray]:
         return None
 
 
+#: Suffix of the count output :func:`fbjax.passes.add_valid_counts` appends
+#: to a value-sized op in static-bound mode (``fbjax.load(static_bounds=True)``).
+VALID_COUNT_SUFFIX = ":valid_count"
+
+
+def has_valid_count(ctx) -> bool:
+    """The node was given a trailing valid-count output (static-bound mode)."""
+    o = ctx.outputs[-1] if ctx.outputs else None
+    return o is not None and o.name.endswith(VALID_COUNT_SUFFIX) and o.shape == ()
+
+
 def require_concrete(ctx, x, what: str) -> np.ndarray:
     """numpy value of ``x``, or an error explaining the output shape would depend on it."""
     c = concrete(x)

@@ -86,7 +86,7 @@ def resize_plan(ctx, shape, scales, sizes):
     return out, sc
 
 
-@register(OP_SET, "Resize", static_inputs=(1, 2, 3))
+@register(OP_SET, "Resize", static_inputs=(2, 3))
 def Resize(ctx, X, roi=None, scales=None, sizes=None, *, mode="Nearest", coord_mode="HalfPixel",
            nearest_mode="Floor"):
     """ONNX ``Resize`` of any axes whose size changes (RTen: the H, W axes).
