@@ -6,15 +6,26 @@
     probs = fbjax.infer(model, images, batch_size=64)       # all local devices
     fbjax.infer(model, "samples/", batch_size=64, out="preds.npz")   # streamed
 
-Examples are cut into batches; each batch is placed on a 1-D device mesh
-(``jax.sharding.Mesh`` with axis ``"batch"``), split along its leading
-dimension with ``NamedSharding(mesh, P("batch"))``, and run by one jitted
-``model.apply`` whose weights are replicated on every device. The last
-partial batch is padded with zeros to the full batch and the padding is
-trimmed from the results. The next batch is dispatched before the previous
-results are copied back, so host-side loading overlaps device work; results
-go either to memory or, batch by batch, to an ``.npy``/``.npz`` file, so the
-dataset never has to fit in memory.
+Examples are cut into batches, read and assembled in a background thread
+two batches ahead of the device. On one CPU device each batch runs as
+calls of the prepared program ``Model.__call__`` uses
+(:mod:`fbjax.lower.inference`: weights relaid once, values read twice
+materialized) on chunks of examples whose activations fit in cache (the
+largest divisor of the batch under ``inference.CHUNK_BYTES``; 1 for the
+MediaPipe detectors, whose batched program is slower per example than
+batch-1 calls): so ``infer`` is at least as fast as a loop of ``model(x)``
+and as the batched program (``benchmarks/infer.py``). Otherwise each batch
+is placed on a 1-D device mesh (``jax.sharding.Mesh`` with axis
+``"batch"``; the next batch is put while the current one runs), split along
+its leading dimension with ``NamedSharding(mesh, P("batch"))``, and run by
+one jitted ``model.apply`` whose weights are replicated on every device.
+The last partial batch is padded with zeros to the full batch (one shape:
+no recompilation) and the padding is trimmed from the results. Steps are
+dispatched asynchronously and results are copied back only once ~32
+examples (at least two steps) are queued behind them, so the host never
+waits on the device per step; results go either to memory or, batch by
+batch, to an ``.npy``/``.npz`` file, so the dataset never has to fit in
+memory.
 
 Multi-host: under ``jax.distributed.initialize()`` the mesh spans the
 devices of all processes. Each process passes *its own share* of the
@@ -227,9 +238,9 @@ def _output_keys(names: Sequence[str]) -> list:
 class _Prefetch:
     """``produce()`` called in a background thread, up to ``depth`` results
     ahead of :meth:`get`, so that reading files and assembling batches
-    overlaps the device's work. ``produce`` returns ``(buffers, n)``; after
-    the first ``n == 0`` (examples exhausted) it is not called again and
-    :meth:`get` keeps returning that result. An exception raised by
+    overlaps the device's work. ``produce`` returns ``(buffers, n)``;
+    after the first ``n == 0`` (examples exhausted) it is not called again
+    and :meth:`get` keeps returning that result. An exception raised by
     ``produce`` is raised by the :meth:`get` that would have returned its
     result."""
 
@@ -237,9 +248,9 @@ class _Prefetch:
         import queue
         import threading
 
+        self._last = None
         self._queue = queue.Queue(maxsize=depth)
         self._stop = threading.Event()
-        self._last = None
         self._thread = threading.Thread(target=self._work, args=(produce,), name="fbjax-infer-reader",
                                         daemon=True)
         self._thread.start()
@@ -310,7 +321,10 @@ def _chunk(model, batch: int) -> int:
     (``benchmarks/infer.py``)."""
     from .lower.inference import CHUNK_BYTES
 
-    per = max(_example_bytes(model), 1)
+    cache = model.__dict__.setdefault("_infer_example_bytes", [])
+    if not cache:
+        cache.append(max(_example_bytes(model), 1))
+    per = cache[0]
     best = 1
     for k in range(1, batch + 1):
         if batch % k == 0 and k * per <= CHUNK_BYTES:
@@ -412,16 +426,6 @@ def infer(
 
     x64 = getattr(model, "_x64", False)
     with jax.enable_x64(x64):
-        p = model.params if params is None else params
-        p = {k: jax.make_array_from_callback(np.shape(v), replicated, lambda idx, v=v: np.asarray(v)[idx])
-             for k, v in p.items()}
-        # one jitted function per model and mesh, so repeated calls reuse the compilation
-        cache = model.__dict__.setdefault("_infer_jit", {})
-        key = tuple(d.id for d in devs)
-        fn = cache.get(key)
-        if fn is None:
-            fn = cache[key] = jax.jit(model.apply, out_shardings=batch_sharding)
-
         total = None
         if files is not None:  # (a path: len() would be its number of characters)
             total = len(files)
@@ -478,10 +482,11 @@ def infer(
                                            and not getattr(model, "_stateful", False)) else None
         if k is not None:
             run1 = model._fast or model._jitted
-            dev = devs[0]
 
-            def put(bufs):  # double buffering: the next step's chunks go to the device before we wait
-                return [[jax.device_put(b[i:i + k], dev) for b in bufs] for i in range(0, local_batch, k)]
+            def put(bufs):
+                # numpy chunks, copied by the call itself: on CPU an explicit device_put queues
+                # behind the running executions (measured ~3 ms each on a busy 2-core machine)
+                return [[b[i:i + k] for b in bufs] for i in range(0, local_batch, k)]
 
             p_host = model.params if params is None else params  # (its relaid copies are cached per array)
 
@@ -493,7 +498,17 @@ def infer(
                 return [np.concatenate([q[j] for q in parts]) if len(parts) > 1 else parts[0][j]
                         for j in range(len(parts[0]))]
         else:
-            def put(bufs):
+            p = model.params if params is None else params
+            p = {name: jax.make_array_from_callback(np.shape(v), replicated, lambda idx, v=v: np.asarray(v)[idx])
+                 for name, v in p.items()}
+            # one jitted function per model and mesh, so repeated calls reuse the compilation
+            cache = model.__dict__.setdefault("_infer_jit", {})
+            key = tuple(d.id for d in devs)
+            fn = cache.get(key)
+            if fn is None:
+                fn = cache[key] = jax.jit(model.apply, out_shardings=batch_sharding)
+
+            def put(bufs):  # double buffering: the next batch goes to the devices before we wait
                 return [to_global(b) for b in bufs]
 
             def dispatch(placed):
@@ -501,8 +516,22 @@ def infer(
 
             fetch_step = fetch
 
-        pending = None  # (device results, n valid) of the step in flight
-        reader = _Prefetch(next_batch, depth=2)  # files read and batches assembled in a thread
+        # Steps in flight: results are fetched (the only wait) once more than `ahead` steps are
+        # queued, so the device always has work queued behind the running step, whatever the
+        # Python overhead or scheduling hiccups between steps (at least ~32 examples ahead).
+        from collections import deque
+
+        pending: deque = deque()  # (device results, n valid) per step dispatched, oldest first
+        ahead = max(2, -(-32 // local_batch)) if n_proc == 1 else 1
+        reader = _Prefetch(next_batch, depth=2)  # examples read and batched in a thread, 2 batches ahead
+
+        def drain(keep: int) -> None:
+            while len(pending) > keep:
+                res_old, n_old = pending.popleft()
+                sink.add(fetch_step(res_old), n_old)
+                if bar is not None:
+                    bar.update(n_old)
+
         try:
             bufs, n = reader.get()
             placed = None  # the batch already on its way to the device
@@ -513,20 +542,12 @@ def infer(
                         break
                 elif n == 0:
                     break
-                res = dispatch(placed if placed is not None else put(bufs))  # asynchronous
-                bufs_next, n_next = reader.get()
+                pending.append((dispatch(placed if placed is not None else put(bufs)), n))  # asynchronous
+                bufs, n = reader.get()
                 # double buffering: the next batch is copied to the device while this one computes
-                placed = put(bufs_next) if n_proc == 1 and n_next else None
-                if pending is not None:  # the only wait: for the results of the step before
-                    sink.add(fetch_step(pending[0]), pending[1])
-                    if bar is not None:
-                        bar.update(pending[1])
-                pending = (res, n)
-                bufs, n = bufs_next, n_next
-            if pending is not None:
-                sink.add(fetch_step(pending[0]), pending[1])
-                if bar is not None:
-                    bar.update(pending[1])
+                placed = put(bufs) if n_proc == 1 and n else None
+                drain(ahead)
+            drain(0)
         except BaseException:
             sink.close()
             raise
