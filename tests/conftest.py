@@ -191,7 +191,7 @@ def abs_magnitude(model, *xs, params=None) -> np.ndarray:
     error at most ``gamma(n_1 + n_2 + ...) * abs_magnitude``. Not valid for
     other nonlinearities (bound those through their slope)."""
     p = model.params if params is None else params
-    out = model.apply({k: np.abs(np.asarray(v, np.float32)) for k, v in p.items()},
+    out = model.apply({k: np.abs(np.asarray(v)) for k, v in p.items()},
                       *[np.abs(np.asarray(x, np.float32)) for x in xs])
     if isinstance(out, (tuple, list)):
         return [np.asarray(o, np.float64) for o in out]
