@@ -227,7 +227,7 @@ def assert_within(actual, expected, bound, what: str = "") -> float:
     ratio = float(np.max(np.where(b > 0, err / np.where(b > 0, b, 1), np.where(err > 0, np.inf, 0)))) if e.size else 0.0
     scale = float(np.max(np.abs(e[fin]))) if fin.any() else 0.0
     print(f"[bound] {what}: max err {float(err.max()) if e.size else 0:.3g}, max err/bound {ratio:.3g}, "
-          f"max bound/max|expected| {float(b.max()) / scale if scale else float('nan'):.2g}")
+          f"max bound/max|expected| {float(b[fin].max()) / scale if scale else float('nan'):.2g}")
     if ratio > 1:
         i = np.unravel_index(int(np.argmax(err - b)), e.shape)
         raise AssertionError(f"{what}: {int(np.sum(err > b))} of {e.size} elements over the derived bound; "
