@@ -185,7 +185,7 @@ def _residual_chain_bound(m, x) -> np.ndarray:
             c, d = (np.asarray(m.params[f"{n}{k}"], np.float64) for n in "cd")
             s_ = v + c
             a = np.maximum(s_, 0)
-            e_a = e + u * np.abs(s_)
+            e_a = np.where(np.isneginf(s_), 0.0, e + u * np.abs(s_))  # relu(-inf) is 0 in any program
             y = a * d
             e_y = np.abs(d) * e_a + u * np.abs(y)
             v = a + y
