@@ -35,6 +35,7 @@ import fbjax  # noqa: E402
 from fbjax.formats import read_model  # noqa: E402
 from fbjax.formats._generated import tflite_generated as T  # noqa: E402
 from fbjax.testing import stablehlo_op_model  # noqa: E402
+from conftest import assert_within, gamma  # noqa: E402
 
 
 HERE = Path(__file__).resolve().parent
@@ -370,16 +371,20 @@ def test_scatter_out_of_bounds_update_is_skipped():
     data, values = _build("STABLEHLO_SCATTER")
     x, u = values
     out = np.asarray(fbjax.load(data)(x, u))
-    want = x.copy()
+    want, mag = x.astype(np.float64), np.abs(x).astype(np.float64)
     for row, upd in zip(_IDX[:, 0], u):
         if row < len(x):
             want[row] += upd
-    np.testing.assert_allclose(out, want, rtol=1e-6)
+            mag[row] += np.abs(upd)
+    # row 2 takes two updates, summed with x in any order: within gamma_3 * (|x| + sum|u|) per side
+    # (the float64 sum is within a float32 rounding of exact, counted in gamma_3)
+    assert_within(out, want, 2 * gamma(3) * mag, "scatter vs numpy")
 
 
 def test_case_out_of_range_index_takes_the_last_branch():
     data, values = _build("STABLEHLO_CASE-out-of-range")
-    np.testing.assert_allclose(np.asarray(fbjax.load(data)(*values)), values[1] * values[1], rtol=1e-6)
+    # one correctly rounded multiplication: exact in any program
+    np.testing.assert_array_equal(np.asarray(fbjax.load(data)(*values)), values[1] * values[1])
 
 
 def test_tflite_op_name_and_attributes_after_translation():
