@@ -211,6 +211,20 @@ def softmax_bound(y, dz, n: int, exp_ulps: float = 4.0) -> np.ndarray:
     return y * (2 * np.asarray(dz, np.float64) + 2 * (2 * exp_ulps + n + 2) * U32)
 
 
+def bilinear_bound(max_abs: float, extent: float, coordinate_roundings: int = 5) -> float:
+    """Bound on two implementations of 2-D bilinear sampling (Resize, affine
+    transforms) of values up to ``max_abs``: each output is ``sum w_i x_i``
+    over 4 taps with weights in [0, 1] summing to 1, computed per axis with at
+    most 4 roundings of values up to ``max_abs`` (8 in all); the fraction
+    behind the weights comes from a source coordinate computed with up to
+    ``coordinate_roundings`` roundings of terms up to ``extent`` (the largest
+    coordinate), so a float32 side has it off by up to
+    ``coordinate_roundings * u * extent``, which moves the output by
+    ``|x1 - x0| <= 2 max_abs`` per axis. Per side
+    ``(8 + 2 * 2 * coordinate_roundings * extent) u max_abs``; twice that."""
+    return 2 * (8 + 2 * 2 * coordinate_roundings * extent) * U32 * max_abs
+
+
 def assert_within(actual, expected, bound, what: str = "") -> float:
     """``|actual - expected| <= bound`` elementwise (shapes equal, non-finite
     values equal where they occur); prints and returns the largest

@@ -73,7 +73,7 @@ else:
     import onnx
 
 import fbjax  # noqa: E402
-from conftest import U32, assert_within, gamma, softmax_bound  # noqa: E402
+from conftest import U32, assert_within, bilinear_bound, gamma, softmax_bound  # noqa: E402
 import fbjax.lower  # noqa: E402,F401
 import fbjax.lower.onnx  # noqa: E402,F401  (registers the "onnx" op set)
 from onnx_excludes import AS_CONVERTED, EXCLUDES, EXPLICIT, MODES, excluded, modes  # noqa: E402
@@ -866,18 +866,12 @@ def test_resize_modes_vs_oracles():
                     assert_within(v, o, _linear_resize_bound(x), msg)
 
 
-def _linear_resize_bound(x, coordinate_roundings: int = 5) -> float:
-    """Bound on two implementations of 2-D linear Resize of ``x``: each output
-    is ``sum w_i x_i`` over 4 taps with weights in [0, 1] summing to 1,
-    computed per axis as ``x0 + f (x1 - x0)`` or ``(1 - f) x0 + f x1``: at most
-    8 roundings of values up to ``max|x|``. The fraction ``f`` comes from a
-    source coordinate (scale, + 0.5, divide, - 0.5, floor: up to
-    ``coordinate_roundings`` roundings of values up to the largest extent
-    ``S``) that float32 oracles get wrong by up to ``5 u S``, moving the
-    output by ``|x1 - x0| <= 2 max|x|`` per axis. Per side
-    ``(8 + 2 * 2 * 5 S) u max|x|``, twice for two."""
-    m, extent = float(np.abs(x).max()), max(x.shape[2:]) + 2  # +2: output extents beyond the input's
-    return 2 * (8 + 2 * 2 * coordinate_roundings * extent) * U32 * m
+def _linear_resize_bound(x) -> float:
+    """2-D linear Resize of ``x`` by two implementations
+    (``conftest.bilinear_bound``): the source coordinate takes the scale,
+    + 0.5, a division, - 0.5 and a floor (5 roundings) of values up to the
+    largest extent (+2 for output extents beyond the input's)."""
+    return bilinear_bound(float(np.abs(x).max()), max(x.shape[2:]) + 2, coordinate_roundings=5)
 
 
 @pytest.mark.parametrize("attrs", [dict(coordinate_transformation_mode="tf_crop_and_resize"),

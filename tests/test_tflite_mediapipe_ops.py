@@ -35,7 +35,7 @@ from fbjax import reference
 from fbjax.errors import ModelFormatError
 from fbjax.testing import TFLiteBuilder
 
-from conftest import assert_within, gamma
+from conftest import assert_within, bilinear_bound, gamma
 
 #: Custom codes this file tests (read by scripts/coverage_table.py).
 COVERED_CUSTOM_OPS = ("Landmarks2TransformMatrix", "TransformLandmarks", "TransformTensorBilinear",
@@ -61,17 +61,13 @@ def _both(model, *inputs):
     return (_as_list(fbjax.load(model)(*inputs))[0], _as_list(reference.run(model, *inputs))[0])
 
 
-def _bilinear_bound(img, m, out_hw, coordinate_roundings: int = 6) -> float:
-    """Bound on float32 (fbjax, the numpy twin) vs float64 (the transcription)
-    bilinear sampling of ``img`` through the affine ``m``: each output sums 4
-    taps with weights in [0, 1] summing to 1, computed per axis with at most
-    4 roundings of values up to ``max|img|`` (8 in all); the source
-    coordinate (two products, two sums, the half-pixel shift) is off by up
-    to ``coordinate_roundings * u * C`` (``C``: the largest coordinate or
-    matrix term), moving the output by ``|x1 - x0| <= 2 max|img|`` per axis."""
-    u = 2.0 ** -24
-    c = max(max(out_hw), max(img.shape[1:3])) * (1 + float(np.abs(m).max()))
-    return 2 * (8 + 2 * 2 * coordinate_roundings * c) * u * float(np.abs(img).max())
+def _bilinear_bound(img, m, out_hw) -> float:
+    """float32 (fbjax, the numpy twin) vs float64 (the transcription) bilinear
+    sampling of ``img`` through the affine ``m`` (``conftest.bilinear_bound``):
+    the source coordinate takes two products, two sums and the half-pixel
+    shift (6 roundings) of terms up to the largest extent times ``1 + max|m|``."""
+    extent = max(max(out_hw), max(img.shape[1:3])) * (1 + float(np.abs(m).max()))
+    return bilinear_bound(float(np.abs(img).max()), extent, coordinate_roundings=6)
 
 
 def _close(got, want, scale=1.0, label=""):
