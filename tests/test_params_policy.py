@@ -188,4 +188,9 @@ def test_squeezenet_rten_batch_polymorphic():
     want = np.concatenate([np.asarray(f1(m1.params, x[i:i + 1])) for i in range(2)])
     got = np.asarray(fb(mb.params, x))
     assert got.shape == (2, 1000, 1, 1) and np.all(np.isfinite(want))
-    np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
+    # The constant-fill weights make all 1000 logits the same computation (they come out equal: the
+    # softmax is uniform), so only each program's float32 softmax of equal logits differs. With logits
+    # near 7e9 (an ULP is 512) a summation-order bound on the logits would make the softmax bound vacuous:
+    # this test checks the batch rewrite, not the logits' rounding.
+    assert np.all(want == want.flat[0]), "the logits are no longer all equal: compare them instead"
+    assert_within(got, want, softmax_bound(want, 0.0, n=1000), "batch 2 vs batch-1 runs (uniform softmax)")
