@@ -18,9 +18,10 @@ Tolerances (:func:`_case_bound`): single correctly rounded IEEE operations
 exact; transcendental functions within ``TRANSCENDENTAL_ULPS`` ULP (XLA's
 float32 approximations; the numpy twins compute in float64 and round once);
 ops that sum ``n`` terms (dot, convolution, reduce, scatter-add) within
-``gamma_n`` times the op on absolute values per side (``conftest.gamma``). TensorFlow fixtures: ``1e-4`` relative to the largest expected
-magnitude (XLA CPU and TensorFlow CPU sum convolutions and reductions in
-different orders).
+``gamma_n`` times the op on absolute values per side (``conftest.gamma``).
+TensorFlow fixtures: ``1e-4`` relative to the largest expected magnitude
+(XLA CPU and TensorFlow CPU sum convolutions and reductions in different
+orders; not yet derived per fixture).
 """
 
 from __future__ import annotations
