@@ -42,11 +42,17 @@ def _spec_str(name: str, shape, dtype, quant=None) -> str:
 
 def cmd_inspect(args) -> int:
     """``fbjax inspect MODEL``: format, inputs/outputs, op histogram, params, unsupported ops."""
+    from .errors import FbjaxError
     from .formats import read_model
     from .lower import LOWERINGS
     from .lower.build import is_param
 
-    ir = read_model(args.model)
+    try:
+        ir = read_model(args.model)
+    except FbjaxError as e:  # a file that contradicts itself: nothing below can be shown
+        print(f"model:    {args.model}")
+        print(f"fbjax cannot run this model: {type(e).__name__}: {e}")
+        return 1
     g = ir.main_graph
     print(f"model:    {args.model}")
     print(f"format:   {ir.format}" + (f"  ({ir.description})" if ir.description else ""))
@@ -100,9 +106,39 @@ def cmd_inspect(args) -> int:
     if unsupported:
         print(f"unsupported: {', '.join(unsupported)}")
         print("fbjax cannot run this model yet; see `fbjax.supported_ops()` or register a custom op.")
-    else:
-        print("unsupported: none (fbjax can run this model: `fbjax run MODEL`)")
+        return 0
+    problem = _load_problem(args.model)
+    if problem:
+        print(f"fbjax cannot run this model: {problem}")
+        return 1
+    print("unsupported: none (fbjax can run this model: `fbjax run MODEL`)")
     return 0
+
+
+def _load_problem(path) -> Optional[str]:
+    """Why ``fbjax.load(path)`` or a call on inputs of the file's shapes would
+    fail, known without running: the load (kernel dtypes, region arities,
+    static inputs...) and an abstract trace of the model (``jax.eval_shape``:
+    every lowering's own checks, nothing computed). None when both pass."""
+    import jax
+
+    from .errors import FbjaxError
+    from .model import load
+
+    try:
+        model = load(path)
+    except FbjaxError as e:
+        return f"{type(e).__name__}: {e}"
+    specs = [jax.ShapeDtypeStruct(s.shape, s.dtype) for s in model.inputs
+             if s.shape is not None and None not in s.shape]
+    if len(specs) != len(model.inputs):
+        return None  # dynamic input shapes: the trace needs a size per call
+    try:
+        with jax.enable_x64(model._x64):
+            jax.eval_shape(lambda p, *x: model.apply(p, *x), model.params, *specs)
+    except FbjaxError as e:
+        return f"{type(e).__name__}: {e}"
+    return None
 
 
 def _parse_inputs(pairs: Sequence[str], model) -> list:

@@ -18,7 +18,7 @@ from typing import Optional
 import jax
 import numpy as np
 
-from .._registry import OpDef, call_op
+from .._registry import OpDef, call_op, gap_detail, kernel_gaps
 from ..errors import ModelFormatError, UnsupportedOperatorError
 from ..ir import Graph, ModelIR, Node, OpContext, Value
 from .registry import LOWERINGS
@@ -199,10 +199,14 @@ def master_weight(data: np.ndarray) -> np.ndarray:
 
 
 def check_supported(model: ModelIR, registry=LOWERINGS) -> None:
-    """Raise UnsupportedOperatorError listing every op with no lowering."""
+    """Raise UnsupportedOperatorError listing every op with no lowering, and
+    every node whose lowering declares (``check=`` at registration) that it
+    has no kernel for the node's dtypes or attributes."""
     missing = Counter(n.key for n in model.iter_nodes() if registry.get(*n.key) is None)
-    if missing:
-        raise UnsupportedOperatorError(missing)
+    gaps = kernel_gaps(model.iter_nodes(), registry)
+    if missing or gaps:
+        missing.update(n.key for n, _ in gaps)
+        raise UnsupportedOperatorError(missing, detail=gap_detail(gaps))
 
 
 def unique_param_names(model: ModelIR) -> dict:
