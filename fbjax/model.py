@@ -606,9 +606,13 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
 
     Raises:
         FileNotFoundError: no such file.
-        ModelFormatError: the file is not a valid model.
-        UnsupportedOperatorError: the model uses ops fbjax cannot lower (every
-            one of them is listed).
+        ModelFormatError: the file is not a valid model, or contradicts
+            itself (e.g. a WHILE/REDUCE region subgraph whose arity does not
+            match its operator: :mod:`fbjax.formats.regions`), or changed
+            size while it was read.
+        UnsupportedOperatorError: the model uses ops fbjax cannot lower, or
+            ops whose registered kernel check finds no kernel for their
+            dtypes (int16 SQUARED_DIFFERENCE); every one is listed.
         InputError: ``while_max_iterations`` is not None or an int >= 0;
             ``batch_size`` is not ``"file"``, None/``"dynamic"`` or a
             positive int, or the model cannot take another batch (the
