@@ -230,3 +230,31 @@ def test_inspect_says_can_run_when_load_succeeds(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "fbjax", "inspect", str(p)], capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0 and "fbjax can run this model" in proc.stdout, proc.stdout + proc.stderr
+
+
+# --- static inputs --------------------------------------------------------------------
+
+@pytest.mark.parametrize("op,ins,out", [("PAD", [(2, 3), (2, 2)], (4, 5)), ("RESHAPE", [(2, 3), (2,)], (3, 2))])
+def test_static_input_from_a_model_input_is_refused_at_load(op, ins, out):
+    """A PAD's paddings or a RESHAPE's shape given as a model input: refused
+    by fbjax.load (it was the first call that raised)."""
+    data = single_op_model(op, ins, input_dtypes=[F32, I32], output_shapes=[out])
+    with pytest.raises(UnsupportedOperatorError,
+                       match=rf"operator 0: input 1 of {op} must be known at load time, but it depends on the "
+                             "model's inputs"):
+        fbjax.load(data)
+
+
+def test_static_input_computed_from_an_input_shape_still_loads():
+    """RESHAPE(x, SHAPE(x)): the shape is known at load (SHAPE reads only
+    the static shape), so nothing is refused."""
+    b = TFLiteBuilder()
+    x = b.add_input((2, 3), F32, name="x")
+    s = b.add_tensor((2,), I32, name="s")
+    y = b.add_tensor((2, 3), F32, name="y")
+    b.add_op("SHAPE", [x], [s], options=dict(out_type="INT32"))
+    b.add_op("RESHAPE", [x, s], [y])
+    b.add_output(y)
+    m = fbjax.load(b.build())
+    v = np.arange(6, dtype=F32).reshape(2, 3)
+    np.testing.assert_array_equal(np.asarray(m(v)), v)
