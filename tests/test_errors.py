@@ -345,9 +345,13 @@ def test_save_refuses_another_formats_extension_and_takes_bfloat16(tmp_path):
     import jax.numpy as jnp
 
     m = fbjax.load(_small_model())
-    with pytest.raises(fbjax.InputError, match="names a rten file"):
+    with pytest.raises(fbjax.InputError, match=r"extension .rten \(rten\) is not this model's format"):
         m.save(tmp_path / "tuned.rten")
     assert not (tmp_path / "tuned.rten").exists()
+    for ext in (".onnx", ".bin", ".npz"):  # issue 15: save("x.onnx") wrote TFLite bytes
+        with pytest.raises(fbjax.InputError, match=r"ending in \.tflite"):
+            m.save(tmp_path / f"tuned{ext}")
+        assert not (tmp_path / f"tuned{ext}").exists()
     w = next(k for k, v in m.params.items() if v.ndim == 4)
     new = (m.params[w] * 2).astype(jnp.bfloat16)
     m2 = fbjax.load(m.save(tmp_path / "tuned.tflite", {w: new}))
@@ -425,3 +429,28 @@ def test_save_refuses_float16_overflow(tmp_path):
     with pytest.raises(fbjax.InputError, match="overflow the file's float16"):
         m.save(tmp_path / "big.tflite", {name: np.asarray(m.params[name]) * 1e6})
     assert not (tmp_path / "big.tflite").exists()
+
+
+def test_str_input_is_an_input_error_that_says_so():
+    """Issue 15: a path passed instead of an array reported 'has shape ()'."""
+    m = fbjax.load(_small_model())
+    with pytest.raises(fbjax.InputError, match=r"input 0 \('[^']+'\) is a str \('photo.png'\), not an array"):
+        m("photo.png")
+    with pytest.raises(fbjax.InputError, match=r"has dtype <U1 \(strings or objects\)"):
+        m(np.full(m.inputs[0].shape, "a"))
+
+
+def test_integer_data_for_a_float_input_warns_once():
+    """Issue 15: a uint8 0..255 image fed to a float input was cast silently."""
+    import warnings
+
+    m = fbjax.load(_small_model())
+    spec = m.inputs[0]
+    x8 = np.full(spec.shape, 200, np.uint8)
+    with pytest.warns(UserWarning, match=r"is float32 but got uint8 data: it is cast as is"):
+        y8 = np.asarray(m(x8))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once per input and model
+        m(x8)
+        yf = np.asarray(m(np.full(spec.shape, 200.0, np.float32)))  # float data: no warning
+    np.testing.assert_array_equal(y8, yf)  # cast as is: 200 stays 200
