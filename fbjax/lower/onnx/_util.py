@@ -59,7 +59,9 @@ def require_concrete(ctx, x, what: str) -> np.ndarray:
     if c is None:
         raise ctx.error(
             f"{what} must be known at load time (the output shape depends on its values), "
-            "but it is computed from the model's inputs"
+            "but it is computed from the model's inputs: bind such graph inputs with "
+            "fbjax.load(path, constant_inputs={name: array}), or, for NonMaxSuppression and NonZero, "
+            "load with static_bounds=True (outputs padded to a bound, plus a valid count)"
         )
     return c
 
