@@ -610,7 +610,7 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
             cannot take. Arrays cast to the input's dtype (``same_kind``).
         static_bounds: ``False`` (default): an op whose output size depends
             on values computed by the graph (ONNX ``NonMaxSuppression``,
-            ``NonZero``, ``Loop`` scan outputs) is refused (at load or at
+            ``NonZero``, ``TopK``'s ``k``, ``Loop`` scan outputs) is refused (at load or at
             the first call). ``True``: such ops return
             their output padded to a bound known at load time (rows or
             columns filled with -1) and the model gets one extra int32
@@ -619,7 +619,9 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
             and vmappable. Bounds: ``NonMaxSuppression``
             ``[batches * classes * min(max_output_boxes_per_class, boxes), 3]``
             (valid rows first, in ONNX's order), ``NonZero``
-            ``[rank, input size]``; ``Loop`` with scan outputs and a
+            ``[rank, input size]``; ``TopK`` with a ``k`` not stored in the
+            file: the axis' size (values 0, indices -1 past ``k``); ``Loop``
+            with scan outputs and a
             condition computed from data: scan outputs padded with zeros to
             the (load-time) trip count, the count being the iterations run.
             (TFLite ``NON_MAX_SUPPRESSION_V4/V5``

@@ -580,7 +580,7 @@ from .lower.onnx._util import VALID_COUNT_SUFFIX  # noqa: E402 (the name the low
 
 #: Ops whose output size depends on the values of their inputs, and which
 #: ``static_bounds=True`` pads to a bound: ``(op set, op name)``.
-VALUE_SIZED_OPS = frozenset({("onnx", "NonMaxSuppression"), ("onnx", "NonZero"), ("onnx", "Loop")})
+VALUE_SIZED_OPS = frozenset({("onnx", "NonMaxSuppression"), ("onnx", "NonZero"), ("onnx", "Loop"), ("onnx", "TopK")})
 
 
 def add_valid_counts(ir: ModelIR) -> None:
@@ -590,7 +590,9 @@ def add_valid_counts(ir: ModelIR) -> None:
     ``"<output name>:valid_count"``, appended to the graph's outputs; its
     lowering (and the numpy reference) then returns the output padded to its
     bound (see :func:`fbjax.load`) plus that count (for ``Loop``: the
-    iterations run; scan outputs padded to the trip count)."""
+    iterations run; scan outputs padded to the trip count; ``TopK``: only
+    where ``k`` is not stored in the file, outputs of the axis' full
+    size)."""
     g = ir.main_graph
     for node in g.nodes:
         if (node.op_set, node.op_name) not in VALUE_SIZED_OPS:
@@ -600,6 +602,17 @@ def add_valid_counts(ir: ModelIR) -> None:
             if len(node.outputs) <= n_state:
                 continue
             out = next((o for o in node.outputs[n_state:] if o is not None), None)
+        elif node.op_name == "TopK":  # only a k the file does not store (computed by the graph)
+            k = node.inputs[1] if len(node.inputs) > 1 else None
+            if k is None or k.data is not None or len(node.outputs) != 2:
+                continue
+            x = node.inputs[0]
+            out = node.outputs[0]
+            for o in node.outputs:
+                if o is not None and x.shape is not None:
+                    o.shape = tuple(x.shape)  # the bound: the axis' full size
+            if out is None:
+                out = node.outputs[1]
         else:
             if len(node.outputs) != 1 or node.outputs[0] is None:
                 continue

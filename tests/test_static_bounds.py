@@ -317,16 +317,11 @@ NODE_CASES = ["test_nonmaxsuppression_center_point_box_format", "test_nonmaxsupp
 
 @pytest.fixture(scope="module")
 def node_suite():
-    from onnx.backend.test.case import node
+    from onnx.backend.test.case.node import collect_testcases
 
-    # those ops' cases only (collecting the whole suite takes minutes); collect_testcases keeps one
-    # module-level list and imports the case modules once, so NonZero's export is called directly
-    cases = list(node.collect_testcases("NonMaxSuppression"))
-    from onnx.backend.test.case.node.nonzero import NonZero
-
-    node._TargetOpType, start = "NonZero", len(node._NodeTestCases)
-    NonZero.export()
-    cases += node._NodeTestCases[start:]
+    # the whole suite (~8 s): collect_testcases keeps one module-level list, filled once per
+    # process, which a filtered first call would leave holding only that op's cases
+    cases = collect_testcases(None)
     return {tc.name: tc for tc in cases if tc.name in NODE_CASES}
 
 
@@ -354,3 +349,43 @@ def test_node_suite_static_bounds_jitted(node_suite, name):
         assert int(count) == want.shape[axis]
         np.testing.assert_array_equal(np.take(got, range(int(count)), axis=axis), want)
         assert (np.take(got, range(int(count), got.shape[axis]), axis=axis) == -1).all()
+
+
+def _topk_graph():
+    """TopK over the last axis of ``x [1, 8]`` with ``k`` = the number of
+    elements of ``x`` above 0.5 (computed by the graph)."""
+    nodes = [helper.make_node("Greater", ["x", "half"], ["m"]),
+             helper.make_node("Cast", ["m"], ["mi"], to=TensorProto.INT64),
+             helper.make_node("ReduceSum", ["mi"], ["k0"], keepdims=0),
+             helper.make_node("Reshape", ["k0", "one"], ["k"]),
+             helper.make_node("TopK", ["x", "k"], ["values", "indices"], axis=1, largest=1)]
+    g = helper.make_graph(nodes, "topk", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+                          [helper.make_tensor_value_info("values", TensorProto.FLOAT, [1, None]),
+                           helper.make_tensor_value_info("indices", TensorProto.INT64, [1, None])],
+                          [numpy_helper.from_array(np.array(0.5, np.float32), "half"),
+                           numpy_helper.from_array(np.array([1], np.int64), "one")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def test_topk_computed_k_static_bounds_matches_onnxruntime():
+    m = _topk_graph()
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    rten = convert(m)
+    model = fbjax.load(rten, static_bounds=True)
+    assert [o.name for o in model.outputs][-1].endswith(":valid_count")
+    f = jax.jit(lambda x: model.apply(model.params, x))
+    ks = []
+    for seed in range(4):
+        x = np.random.default_rng(seed).random((1, 8)).astype(np.float32)
+        w_vals, w_idx = sess.run(None, {"x": x})
+        vals, idx, count = (np.asarray(y) for y in f(x))
+        c = int(count)
+        ks.append(c)
+        assert c == w_vals.shape[1] and vals.shape == idx.shape == (1, 8)
+        np.testing.assert_array_equal(vals[:, :c], w_vals)  # selected, not computed: exact
+        np.testing.assert_array_equal(idx[:, :c], w_idx)
+        assert (idx[:, c:] == -1).all() and (vals[:, c:] == 0).all()
+        r_vals, r_idx, r_count = reference.run(model, x)
+        assert int(r_count) == c
+        np.testing.assert_array_equal(r_idx, idx)
+    assert len(set(ks)) > 1
