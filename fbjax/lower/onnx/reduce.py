@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from ...errors import InputError
 from ..registry import register
 from ._util import OP_SET, axis as norm_axis, ints
 
@@ -52,6 +53,9 @@ def _arg(name, fn):
     def op(ctx, data, *, axis=0, keep_dims=False):
         x = jnp.asarray(data)
         a = norm_axis(axis, x.ndim, ctx)
+        if x.shape[a] == 0:  # the ONNX spec defines no index over an empty axis (onnxruntime refuses it)
+            raise InputError(f"{ctx.node.location} ({ctx.node.op_name}): the input has shape {tuple(x.shape)}, "
+                             f"and there is no index of an extreme over its empty axis {a}")
         y = fn(x, axis=a).astype(jnp.int32)
         return jnp.expand_dims(y, a) if keep_dims else y
 
