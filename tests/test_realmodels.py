@@ -460,3 +460,55 @@ def test_onnx_empty_reductions(op):
     want = sess.run(None, {"x": x})[0]
     np.testing.assert_array_equal(np.asarray(fbjax.load(data)(x)), want)
     np.testing.assert_array_equal(fbjax.reference.run(data, x)[0], want)
+
+
+def test_streaming_example_runs(monkeypatch, capsys):
+    """examples/streaming_wakeword.py runs as written (README): exit 0 means
+    its lax.scan over the pure function equals the stateful calls."""
+    import runpy
+
+    ex = Path(__file__).resolve().parents[1] / "examples" / "streaming_wakeword.py"
+    monkeypatch.setattr(sys, "argv", [str(ex), "--model", "hey_jarvis"])
+    with pytest.raises(SystemExit) as e:
+        runpy.run_path(str(ex), run_name="__main__")
+    assert e.value.code == 0
+    assert "lax.scan over the stream == stateful calls: True" in capsys.readouterr().out
+
+
+def test_if_branch_impossible_at_input_shape():
+    """silero-vad's pattern: ``If(sr == 16000)`` whose else branch only fits
+    256 samples (a Reshape to (1, 2, 128)); given 512 samples, the then
+    branch matches onnxruntime (sr 16000), and sr 8000 -- where onnxruntime
+    fails -- gives NaN rather than a silent value; the load warns once,
+    naming the If."""
+    onnx = pytest.importorskip("onnx")
+    ort = pytest.importorskip("onnxruntime")
+    from onnx import TensorProto as TP, helper as H, numpy_helper as nh
+    from rten_convert_tools import convert
+
+    def branch(tag, nodes, consts):
+        return H.make_graph([H.make_node("Constant", [], [k], value=nh.from_array(v)) for k, v in consts.items()]
+                            + nodes, tag, [], [H.make_tensor_value_info(f"{tag}_y", TP.FLOAT, None)])
+
+    then_b = branch("then", [H.make_node("Reshape", ["x", "t_shape"], ["t_r"]),
+                             H.make_node("ReduceMean", ["t_r", "t_ax"], ["then_y"], keepdims=0)],
+                    {"t_shape": np.array([1, 4, 128], np.int64), "t_ax": np.array([1], np.int64)})
+    else_b = branch("else", [H.make_node("Reshape", ["x", "e_shape"], ["e_r"]),
+                             H.make_node("ReduceMean", ["e_r", "e_ax"], ["else_y"], keepdims=0)],
+                    {"e_shape": np.array([1, 2, 128], np.int64), "e_ax": np.array([1], np.int64)})
+    g = H.make_graph([H.make_node("Equal", ["sr", "k16"], ["c"]),
+                      H.make_node("If", ["c"], ["y"], then_branch=then_b, else_branch=else_b)], "vad",
+                     [H.make_tensor_value_info("x", TP.FLOAT, [1, "n"]), H.make_tensor_value_info("sr", TP.INT64, [])],
+                     [H.make_tensor_value_info("y", TP.FLOAT, None)], [nh.from_array(np.array(16000, np.int64), "k16")])
+    m = H.make_model(g, opset_imports=[H.make_opsetid("", 18)], ir_version=8)
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    x = np.random.default_rng(0).standard_normal((1, 512)).astype(np.float32)
+    model = fbjax.load(convert(m))
+    with pytest.warns(UserWarning, match="If.*else_branch cannot run"):
+        y16 = np.asarray(model(x, np.array(16000, np.int32)))
+    np.testing.assert_allclose(y16, sess.run(None, {"x": x, "sr": np.array(16000, np.int64)})[0],
+                               atol=1e-6)  # means of 4 float32 values
+    assert np.isfinite(y16).all()
+    with pytest.raises(Exception):
+        sess.run(None, {"x": x, "sr": np.array(8000, np.int64)})
+    assert np.isnan(np.asarray(model(x, np.array(8000, np.int32)))).all()
