@@ -512,3 +512,27 @@ def test_if_branch_impossible_at_input_shape():
     with pytest.raises(Exception):
         sess.run(None, {"x": x, "sr": np.array(8000, np.int64)})
     assert np.isnan(np.asarray(model(x, np.array(8000, np.int32)))).all()
+
+
+@pytest.mark.parametrize("op,keep", [("SUM", False), ("MEAN", False), ("MEAN", True)])
+def test_tflite_int8_empty_mean_sum_input_error(op, keep):
+    """Integer MEAN/SUM over empty axes: LiteRT's builtin kernels return
+    whatever their buffers held (the values change from run to run), so
+    there is no value to match; fbjax and the reference raise InputError
+    naming the op and the input shape (MEAN with keep_dims was a raw
+    OverflowError)."""
+    from fbjax.testing import TFLiteBuilder
+
+    b = TFLiteBuilder()
+    x = b.add_input((1, 1, 1, 4), dtype=np.int8, shape_signature=(1, -1, -1, 4), quant=(0.1, 3))
+    ax = b.add_constant(np.array([1, 2], np.int32))
+    y = b.add_tensor((1, 1, 1, 4) if keep else (1, 4), dtype=np.int8, quant=(0.05, -2))
+    b.add_op(op, [x, ax], [y], options=dict(keep_dims=keep))
+    b.add_output(y)
+    mb = b.build()
+    xx = np.zeros((1, 0, 0, 4), np.int8)
+    for run in (fbjax.load(mb), lambda x: fbjax.reference.run(fbjax.load(mb), x)):
+        with pytest.raises(fbjax.InputError, match=rf"{op}.*\(1, 0, 0, 4\)"):
+            run(xx)
+    np.testing.assert_array_equal(np.asarray(fbjax.load(mb)(np.full((1, 2, 1, 4), 7, np.int8))).shape,
+                                  (1, 1, 1, 4) if keep else (1, 4))

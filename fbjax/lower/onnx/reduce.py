@@ -31,7 +31,8 @@ def _reduce(name, fn, doc):
 
 
 _reduce("ReduceSum", lambda x, a, k: jnp.sum(x, a, keepdims=k), "sum")
-_reduce("ReduceMean", lambda x, a, k: jnp.mean(x, a, keepdims=k), "mean")
+_reduce("ReduceMean", lambda x, a, k: jnp.mean(x, a, keepdims=k),
+        "mean (an empty set gives NaN, 0/0: the spec leaves it undefined; onnxruntime gives 0)")
 _reduce("ReduceProd", lambda x, a, k: jnp.prod(x, a, keepdims=k), "product")
 def _extreme(fn, big: bool):
     def f(x, a, k):
