@@ -536,3 +536,25 @@ def test_tflite_int8_empty_mean_sum_input_error(op, keep):
             run(xx)
     np.testing.assert_array_equal(np.asarray(fbjax.load(mb)(np.full((1, 2, 1, 4), 7, np.int8))).shape,
                                   (1, 1, 1, 4) if keep else (1, 4))
+
+
+def test_static_input_error_lists_every_node_in_a_graph():
+    """Two PADs whose paddings come from a graph input, and a RESHAPE after
+    one of them: the error names both PADs (each refused node, not only the
+    first; the RESHAPE downstream is not blamed)."""
+    from fbjax.testing import TFLiteBuilder
+
+    b = TFLiteBuilder()
+    x = b.add_input((1, 4), name="x")
+    p = b.add_input((2, 2), dtype=np.int32, name="paddings")
+    y1, y2, y3 = b.add_tensor((1, 6), name="pad_a"), b.add_tensor((1, 6), name="pad_b"), b.add_tensor((6,))
+    b.add_op("PAD", [x, p], [y1])
+    b.add_op("PAD", [x, p], [y2])
+    b.add_op("RESHAPE", [y1, b.add_constant(np.array([6], np.int32))], [y3])
+    b.add_output(y3)
+    b.add_output(y2)
+    model = fbjax.load(b.build())
+    with pytest.raises(fbjax.UnsupportedOperatorError) as e:
+        model(np.zeros((1, 4), np.float32), np.array([[0, 0], [1, 1]], np.int32))
+    assert e.value.ops == {"tflite:PAD": 2}
+    assert str(e.value).count("must be known at load time") == 2
