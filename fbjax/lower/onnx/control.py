@@ -6,7 +6,12 @@ body's captured outer values are the node's trailing inputs listed in
 
 * ``If``: a condition known at load time picks the branch while tracing
   (branches may then differ in shape); otherwise ``lax.cond``, which needs
-  both branches to produce the same shapes and dtypes.
+  both branches to produce the same shapes and dtypes. Branches close over
+  their captured values, so a captured constant stays static inside them.
+  Both branches are traced first: unsupported nodes of both are reported in
+  one error; a branch that cannot run at the given input shapes (onnxruntime
+  and RTen would fail if it were taken) leaves the other branch, whose float
+  outputs become NaN when the condition selects the impossible one.
 * ``Loop``: without scan outputs and with tensor state, ``lax.while_loop``
   (trip count and condition may be dynamic). With scan outputs or sequence
   state, the loop is unrolled while tracing, which needs the trip count and
@@ -37,7 +42,17 @@ def _caps(inputs, positions):
 @register(OP_SET, "If")
 def If(ctx, cond, *captured, then_branch=-1, else_branch=-1, then_branch_captures=(),
        else_branch_captures=()):
-    """ONNX ``If``: evaluate ``then_branch`` or ``else_branch`` (graph indices)."""
+    """ONNX ``If``: evaluate ``then_branch`` or ``else_branch`` (graph indices).
+
+    Raises:
+        UnsupportedOperatorError: either branch has nodes fbjax cannot lower
+            at these shapes (those of both branches are listed).
+
+    Warns:
+        UserWarning: once per node, when the condition is only known at run
+            time and one branch cannot run at these input shapes (its float
+            outputs are then NaN if the condition selects it).
+    """
     allin = [cond, *captured]
     tcap = _caps(allin, then_branch_captures)
     ecap = _caps(allin, else_branch_captures)
