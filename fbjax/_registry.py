@@ -26,6 +26,38 @@ class OpDef:
         differentiable: False for ops whose outputs have no useful gradient
             (integer results, argmax, random draws).
         attr_names: keyword attributes the function accepts.
+
+    What the load-time passes and the CPU inference planner need to know
+    about an op is declared here, at its registration, instead of in op
+    tables of their own:
+
+    Attributes:
+        batch: how the op treats a leading batch dimension that its inputs
+            carry (:func:`fbjax.passes.set_batch_size`): ``None`` (it keeps
+            dimension 0 as dimension 0 of its outputs, checked on their
+            shapes), or ``rule(node, carrying, batch)``, which raises
+            :class:`~fbjax.errors.InputError` when the op moves or mixes the
+            batch and may rewrite the node's shape constants (rules:
+            :mod:`fbjax.batch_rules`). ``carrying`` is the set of
+            ``id(Value)`` that carry the batch; ``batch`` the target size
+            (``None``: any).
+        foldable: whether a node whose inputs are all load-time constants
+            may be computed once ahead of the calls (False for random draws,
+            state, control flow and sequences).
+        weights: ``((input position, file layout), ...)``: the inputs that
+            are weights, in the file's layout (``"OHWI"``, ``"OIHW"``,
+            ``"OI"``...), for the inference planner's relayout and the
+            constant operands it computes ahead.
+        int_passthrough: for TFLite builtins: the integer version only moves
+            values (input and output share quantization parameters), so a
+            quantized node keeps its ``"tflite"`` lowering.
+        fq_rounding: for integer kernels (``"tflite.int"``): ``fn(node,
+            orig) -> dict``, the ``fbjax:FAKE_QUANT`` attributes that make
+            float mode round the op's output as the kernel does
+            (:func:`fbjax.quantization.prepare`).
+        reads_input_twice: the lowering reads input 0 twice in a way that
+            must see one value (softmax's ``x - max(x)``); the inference
+            planner materialises that input once.
     """
 
     op_set: str
@@ -35,10 +67,19 @@ class OpDef:
     differentiable: bool = True
     attr_names: frozenset = field(default_factory=frozenset)
     accepts_any_attr: bool = False
+    batch: Optional[Callable] = None
+    foldable: bool = True
+    weights: tuple = ()
+    int_passthrough: bool = False
+    fq_rounding: Optional[Callable] = None
+    reads_input_twice: bool = False
 
     @property
     def key(self) -> tuple[str, str]:
         return (self.op_set, self.name)
+
+
+_FACTS = frozenset({"batch", "foldable", "weights", "int_passthrough", "fq_rounding", "reads_input_twice"})
 
 
 class Registry:
@@ -56,13 +97,22 @@ class Registry:
         static_inputs: Iterable[int] = (),
         differentiable: bool = True,
         replace: bool = False,
+        **facts,
     ):
         """Decorator registering ``fn`` for one op name (or several names).
+
+        ``facts``: the :class:`OpDef` fields the passes read (``batch``,
+        ``foldable``, ``weights``, ``int_passthrough``, ``fq_rounding``,
+        ``reads_input_twice``), declared with the op.
 
         Raises:
             ValueError: if the key is already registered and ``replace`` is
                 False.
+            TypeError: an unknown fact.
         """
+        unknown = set(facts) - _FACTS
+        if unknown:
+            raise TypeError(f"{self.kind}: unknown op facts {sorted(unknown)} (known: {sorted(_FACTS)})")
         names = [name] if isinstance(name, str) else list(name)
 
         def deco(fn: Callable) -> Callable:
@@ -76,7 +126,7 @@ class Registry:
                 if key in self._ops and not replace:
                     raise ValueError(f"{self.kind}: {op_set}:{n} is already registered")
                 self._ops[key] = OpDef(
-                    op_set, n, fn, tuple(static_inputs), differentiable, kw, any_kw
+                    op_set, n, fn, tuple(static_inputs), differentiable, kw, any_kw, **facts
                 )
             return fn
 
@@ -84,6 +134,10 @@ class Registry:
 
     def get(self, op_set: str, name: str) -> Optional[OpDef]:
         return self._ops.get((op_set, name))
+
+    def names_with(self, op_set: str, fact: str) -> frozenset:
+        """Names of the ops of ``op_set`` whose ``fact`` is set (truthy)."""
+        return frozenset(n for (s, n), od in self._ops.items() if s == op_set and getattr(od, fact))
 
     def __contains__(self, key) -> bool:
         return tuple(key) in self._ops

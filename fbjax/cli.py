@@ -88,7 +88,7 @@ def cmd_inspect(args) -> int:
     from .quantization import has_quantized_tensors, prepare
 
     if has_quantized_tensors(ir):  # (everything above has been read from the file's IR)
-        prepare(ir, "exact")
+        prepare(ir, "exact", registry=LOWERINGS)
     missing = {(n.op_set, n.op_name) for n in ir.iter_nodes() if LOWERINGS.get(n.op_set, n.op_name) is None}
     unsupported = []
     for (s, n), c in sorted(hist.items(), key=lambda kv: (-kv[1], kv[0])):

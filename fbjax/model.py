@@ -16,6 +16,7 @@ from .formats import read_model
 from .ir import ModelIR, Value
 from .cache import compiler_options
 from .lower.build import Program, build
+from .lower.registry import LOWERINGS
 
 
 class TensorSpec(NamedTuple):
@@ -602,11 +603,11 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
 
     g = ir.main_graph
     file_quant = ([_file_quant(v) for v in g.inputs], [_file_quant(v) for v in g.outputs])
-    _prepare_quantized(ir, quantized)
+    _prepare_quantized(ir, quantized, registry=LOWERINGS)
     if batch_size != _FILE:
         from .passes import set_batch_size
 
-        set_batch_size(ir, batch_size)
+        set_batch_size(ir, batch_size, registry=LOWERINGS)
     program = build(ir, options={"while_max_iterations": while_max_iterations})
     if batch_size != _FILE:
         from .passes import check_batch_size

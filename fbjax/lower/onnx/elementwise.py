@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from ... import batch_rules
 from ..registry import register
 from ._util import OP_SET, as_bool, from_bool, is_float
 
@@ -56,13 +57,13 @@ for _n, (_f, _d) in _UNARY.items():
     _unary(_n, _f, _d)
 
 
-@register(OP_SET, "Identity")
+@register(OP_SET, "Identity", batch=batch_rules.same_as_input)
 def Identity(ctx, input):
     """ONNX ``Identity`` (tensors and sequences)."""
     return [input] if isinstance(input, list) else input
 
 
-@register(OP_SET, "Dropout", static_inputs=(1, 2))
+@register(OP_SET, "Dropout", static_inputs=(1, 2), batch=batch_rules.same_as_input)
 def Dropout(ctx, data, ratio=None, training_mode=None, *, seed=None):
     """ONNX ``Dropout``: ``(output, mask)``.
 

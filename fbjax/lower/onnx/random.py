@@ -103,20 +103,20 @@ def next_key(ctx):
     return sub
 
 
-@register(OP_SET, "RandomUniform", differentiable=False)
+@register(OP_SET, "RandomUniform", differentiable=False, foldable=False)
 def RandomUniform(ctx, *, shape=(), high=0.0, low=0.0, seed=None):
     """ONNX ``RandomUniform``: float32 samples of ``U[low, high)`` of the
     attribute ``shape`` (RTen keeps float32 only), from :func:`next_key`."""
     return jax.random.uniform(next_key(ctx), tuple(int(d) for d in shape), jnp.float32, low, high)
 
 
-@register(OP_SET, "RandomUniformLike", differentiable=False)
+@register(OP_SET, "RandomUniformLike", differentiable=False, foldable=False)
 def RandomUniformLike(ctx, input, *, high=0.0, low=0.0, seed=None):
     """ONNX ``RandomUniformLike``: like RandomUniform with ``input``'s shape."""
     return jax.random.uniform(next_key(ctx), jnp.shape(input), jnp.float32, low, high)
 
 
-@register(OP_SET, "RandomNormal", differentiable=False)
+@register(OP_SET, "RandomNormal", differentiable=False, foldable=False)
 def RandomNormal(ctx, *, mean=0.0, scale=0.0, seed=None, shape=()):
     """ONNX ``RandomNormal``: float32 ``mean + scale * N(0, 1)`` of the attribute
     ``shape``, from :func:`next_key`."""
@@ -124,7 +124,7 @@ def RandomNormal(ctx, *, mean=0.0, scale=0.0, seed=None, shape=()):
     return jnp.float32(mean) + jnp.float32(scale) * z
 
 
-@register(OP_SET, "RandomNormalLike", differentiable=False)
+@register(OP_SET, "RandomNormalLike", differentiable=False, foldable=False)
 def RandomNormalLike(ctx, input, *, mean=0.0, scale=0.0, seed=None):
     """ONNX ``RandomNormalLike``: like RandomNormal with ``input``'s shape."""
     z = jax.random.normal(next_key(ctx), jnp.shape(input), jnp.float32)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
+from ... import batch_rules
 from ...errors import UnsupportedOperatorError
 from ._util import register
 
@@ -55,7 +56,7 @@ def topk(ctx, operand):
 BUILTIN_TARGETS: dict[str, Callable] = {"mhlo.topk": topk}
 
 
-@register(OP_SET, "stablehlo.custom_call")
+@register(OP_SET, "stablehlo.custom_call", foldable=False, batch=batch_rules.hlo_not_followed)
 def custom_call(ctx, *operands, call_target_name="", backend_config=b""):
     """``stablehlo.custom_call``: calls the handler registered for
     ``call_target_name``.

@@ -39,19 +39,19 @@ def _shape(shape):
     return tuple(int(v) for v in np.asarray(shape).reshape(-1))
 
 
-@register("tflite", "RANDOM_STANDARD_NORMAL", static_inputs=(0,), differentiable=False)
+@register("tflite", "RANDOM_STANDARD_NORMAL", static_inputs=(0,), differentiable=False, foldable=False)
 def RANDOM_STANDARD_NORMAL(ctx, shape, *, seed=0, seed2=0):
     """TFLite RANDOM_STANDARD_NORMAL: N(0, 1) samples of the static ``shape``."""
     return jax.random.normal(_next_key(ctx), _shape(shape), ctx.out_dtype(0))
 
 
-@register("tflite", "RANDOM_UNIFORM", static_inputs=(0,), differentiable=False)
+@register("tflite", "RANDOM_UNIFORM", static_inputs=(0,), differentiable=False, foldable=False)
 def RANDOM_UNIFORM(ctx, shape, *, seed=0, seed2=0):
     """TFLite RANDOM_UNIFORM: U[0, 1) samples of the static ``shape``."""
     return jax.random.uniform(_next_key(ctx), _shape(shape), ctx.out_dtype(0))
 
 
-@register("tflite", "MULTINOMIAL", static_inputs=(1,), differentiable=False)
+@register("tflite", "MULTINOMIAL", static_inputs=(1,), differentiable=False, foldable=False)
 def MULTINOMIAL(ctx, logits, num_samples, *, seed=0, seed2=0):
     """TFLite MULTINOMIAL: ``num_samples`` class indices per row of
     ``logits [B, C]`` (unnormalised log-probabilities); ``[B, num_samples]``."""

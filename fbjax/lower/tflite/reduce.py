@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from ... import batch_rules
 from ..registry import register
 from .elementwise import require_unquantized
 
@@ -23,7 +24,7 @@ def _axes(ctx, axis, rank):
     return tuple(sorted(out))
 
 
-@register("tflite", "MEAN", static_inputs=(1,))
+@register("tflite", "MEAN", static_inputs=(1,), batch=batch_rules.tflite_reduce)
 def MEAN(ctx, x, axis, *, keep_dims=False):
     """TFLite MEAN (``kernels/reduce.cc``): mean over the static ``axis``
     tensor (negative axes count from the end, duplicates ignored), keeping
@@ -47,37 +48,37 @@ def _reduce(ctx, fn, x, axis, keep_dims, **kw):
     return fn(x, axis=_axes(ctx, axis, x.ndim), keepdims=bool(keep_dims), **kw)
 
 
-@register("tflite", "SUM", static_inputs=(1,))
+@register("tflite", "SUM", static_inputs=(1,), batch=batch_rules.tflite_reduce)
 def SUM(ctx, x, axis, *, keep_dims=False):
     """TFLite SUM over the static ``axis`` tensor (see :func:`MEAN` for axes)."""
     return _reduce(ctx, jnp.sum, x, axis, keep_dims, dtype=jnp.asarray(x).dtype)
 
 
-@register("tflite", "REDUCE_PROD", static_inputs=(1,))
+@register("tflite", "REDUCE_PROD", static_inputs=(1,), batch=batch_rules.tflite_reduce)
 def REDUCE_PROD(ctx, x, axis, *, keep_dims=False):
     """TFLite REDUCE_PROD: product over ``axis``."""
     return _reduce(ctx, jnp.prod, x, axis, keep_dims, dtype=jnp.asarray(x).dtype)
 
 
-@register("tflite", "REDUCE_MAX", static_inputs=(1,))
+@register("tflite", "REDUCE_MAX", static_inputs=(1,), int_passthrough=True, batch=batch_rules.tflite_reduce)
 def REDUCE_MAX(ctx, x, axis, *, keep_dims=False):
     """TFLite REDUCE_MAX: max over ``axis`` (empty: the dtype's lowest value)."""
     return _reduce(ctx, jnp.max, x, axis, keep_dims)
 
 
-@register("tflite", "REDUCE_MIN", static_inputs=(1,))
+@register("tflite", "REDUCE_MIN", static_inputs=(1,), int_passthrough=True, batch=batch_rules.tflite_reduce)
 def REDUCE_MIN(ctx, x, axis, *, keep_dims=False):
     """TFLite REDUCE_MIN: min over ``axis``."""
     return _reduce(ctx, jnp.min, x, axis, keep_dims)
 
 
-@register("tflite", "REDUCE_ANY", static_inputs=(1,))
+@register("tflite", "REDUCE_ANY", static_inputs=(1,), batch=batch_rules.tflite_reduce)
 def REDUCE_ANY(ctx, x, axis, *, keep_dims=False):
     """TFLite REDUCE_ANY: logical or over ``axis`` (bool)."""
     return _reduce(ctx, jnp.any, x, axis, keep_dims)
 
 
-@register("tflite", "REDUCE_ALL", static_inputs=(1,))
+@register("tflite", "REDUCE_ALL", static_inputs=(1,), batch=batch_rules.tflite_reduce)
 def REDUCE_ALL(ctx, x, axis, *, keep_dims=False):
     """TFLite REDUCE_ALL: logical and over ``axis`` (bool)."""
     return _reduce(ctx, jnp.all, x, axis, keep_dims)

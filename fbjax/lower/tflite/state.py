@@ -93,7 +93,7 @@ def _state(ctx) -> dict:
     return st
 
 
-@register("tflite", "CALL_ONCE", differentiable=False)
+@register("tflite", "CALL_ONCE", differentiable=False, foldable=False)
 def CALL_ONCE(ctx, *, init_subgraph_index=0):
     """TFLite CALL_ONCE: run the initialisation subgraph the first time only
     (when the state was not supplied by the caller)."""
@@ -103,7 +103,7 @@ def CALL_ONCE(ctx, *, init_subgraph_index=0):
     return []
 
 
-@register("tflite", "VAR_HANDLE", differentiable=False)
+@register("tflite", "VAR_HANDLE", differentiable=False, foldable=False)
 def VAR_HANDLE(ctx, *, container="", shared_name=""):
     """TFLite VAR_HANDLE: a static handle naming the variable ``shared_name``
     (``container`` is ignored, as LiteRT does)."""
@@ -120,7 +120,7 @@ def _key(ctx, handle) -> str:
     return _names(ctx.program)[int(handle)]
 
 
-@register("tflite", "READ_VARIABLE")
+@register("tflite", "READ_VARIABLE", foldable=False)
 def READ_VARIABLE(ctx, handle):
     """TFLite READ_VARIABLE: the variable's current value."""
     st = _state(ctx)
@@ -130,7 +130,7 @@ def READ_VARIABLE(ctx, handle):
     return st[k]
 
 
-@register("tflite", "ASSIGN_VARIABLE")
+@register("tflite", "ASSIGN_VARIABLE", foldable=False)
 def ASSIGN_VARIABLE(ctx, handle, value):
     """TFLite ASSIGN_VARIABLE: set the variable (shape and dtype fixed by
     the first assignment, as XLA needs them constant across calls)."""
