@@ -58,6 +58,9 @@ class OpDef:
         reads_input_twice: the lowering reads input 0 twice in a way that
             must see one value (softmax's ``x - max(x)``); the inference
             planner materialises that input once.
+        scalar_regions: the region attributes (:attr:`fbjax.ir.Node.regions`)
+            whose graphs are scalar computations (reduction bodies, sort
+            comparators): they never see a batch dimension.
     """
 
     op_set: str
@@ -73,13 +76,15 @@ class OpDef:
     int_passthrough: bool = False
     fq_rounding: Optional[Callable] = None
     reads_input_twice: bool = False
+    scalar_regions: tuple = ()
 
     @property
     def key(self) -> tuple[str, str]:
         return (self.op_set, self.name)
 
 
-_FACTS = frozenset({"batch", "foldable", "weights", "int_passthrough", "fq_rounding", "reads_input_twice"})
+_FACTS = frozenset({"batch", "foldable", "weights", "int_passthrough", "fq_rounding", "reads_input_twice",
+                    "scalar_regions"})
 
 
 class Registry:
@@ -103,7 +108,7 @@ class Registry:
 
         ``facts``: the :class:`OpDef` fields the passes read (``batch``,
         ``foldable``, ``weights``, ``int_passthrough``, ``fq_rounding``,
-        ``reads_input_twice``), declared with the op.
+        ``reads_input_twice``, ``scalar_regions``), declared with the op.
 
         Raises:
             ValueError: if the key is already registered and ``replace`` is

@@ -22,8 +22,9 @@ RESHAPE targets are constants such as ``[1, 256, 4]``. The rewrite:
    control flow (subgraphs), or any batch-carrying tensor whose leading
    dimension is not 1 in the file.
 
-Extra graphs are accepted only as region bodies of StableHLO ``reduce``,
-``reduce_window``, ``scatter``, ``sort`` and ``select_and_scatter``: scalar
+Extra graphs (:attr:`fbjax.ir.Node.regions`) are accepted only as region
+bodies declared ``scalar_regions`` at registration: StableHLO ``reduce``,
+``reduce_window``, ``scatter`` and ``sort``: scalar
 computations (rank-0 inputs and outputs) that never see the batch, so they
 are left as they are. Any other graph (``while``/``case``/``composite``
 bodies, TFLite WHILE/IF/CALL_ONCE, ONNX If/Loop, graphs nothing calls) is
@@ -78,42 +79,21 @@ from .ir import ModelIR, Node
 
 __all__ = ["set_batch_size", "check_batch_size"]
 
-#: (op set, op name) -> the attributes naming region bodies: graphs whose
-#: block arguments are scalars (accumulators, elements, compared pairs), so
-#: they never see the batch.
-_REGION_ATTRS = {
-    ("stablehlo", "stablehlo.reduce"): ("computation",),
-    ("stablehlo", "stablehlo.reduce_window"): ("computation",),
-    ("stablehlo", "stablehlo.scatter"): ("update_computation",),
-    ("stablehlo", "stablehlo.sort"): ("comparator",),
-    ("stablehlo", "stablehlo.select_and_scatter"): ("select", "scatter"),
-}
-#: op set -> attributes that name graphs (besides TFLite's ``*_subgraph_index``).
-_GRAPH_ATTRS = {
-    "stablehlo": ("computation", "update_computation", "comparator", "select", "scatter", "cond", "body",
-                  "branches", "decomposition"),
-    "onnx": ("then_branch", "else_branch", "body"),
-}
 def _graph_refs(node: Node) -> list:
-    """``[(attribute, graph index), ...]`` for every graph ``node`` names."""
-    names = _GRAPH_ATTRS.get(node.op_set, ())
-    out = []
-    for k, val in node.attrs.items():
-        if val is None or not (k in names or k.endswith("subgraph_index") or k.endswith("subgraph_indices")
-                               or (k == "subgraph" and node.op_name == "CALL")):
-            continue
-        out += [(k, int(x)) for x in np.asarray(val).reshape(-1)]
-    return out
+    """``[(attribute, graph index), ...]`` for every graph ``node`` runs."""
+    return [(k, int(x)) for k, refs in node.regions.items() for x in refs]
 
 
-def _check_subgraphs(ir: ModelIR) -> None:
-    """Refuse a model whose extra graphs are not all scalar region bodies."""
+def _check_subgraphs(ir: ModelIR, registry) -> None:
+    """Refuse a model whose extra graphs are not all scalar region bodies
+    (the ``scalar_regions`` facts of the ops that run them)."""
     if len(ir.graphs) <= 1:
         return
     regions: dict = {}  # graph index -> where it is used as a region body
     for g in ir.graphs:
         for node in (g.nodes if g is not None else ()):
-            region_attrs = _REGION_ATTRS.get((node.op_set, node.op_name), ())
+            od = registry.get(node.op_set, node.op_name)
+            region_attrs = od.scalar_regions if od is not None else ()
             for attr, ref in _graph_refs(node):
                 if attr not in region_attrs:
                     raise InputError(
@@ -159,7 +139,7 @@ def set_batch_size(ir: ModelIR, batch: Optional[int], *, registry) -> ModelIR:
     if batch is not None and (not isinstance(batch, (int, np.integer)) or batch < 1):
         raise InputError(f"batch_size must be None (or 'dynamic'), a positive int or 'file', got {batch!r}")
     g = ir.main_graph
-    _check_subgraphs(ir)
+    _check_subgraphs(ir, registry)
     if not g.inputs:
         raise InputError("batch_size: the model has no inputs")
     carrying: set = set()

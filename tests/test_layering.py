@@ -3,14 +3,14 @@
 Every module of ``fbjax`` is read with :mod:`ast` (nothing is imported) and
 each import is resolved to the fbjax module it names. Layers, lowest first:
 
-0. ``ir``, ``errors``, ``_registry``, ``quantmath``, ``_farmhash``,
+0. ``ir``, ``errors``, ``options``, ``_registry``, ``quantmath``, ``_farmhash``,
    ``formats`` (readers and writers): know nothing of JAX lowering;
 1. passes: ``passes``, ``batch_rules``, ``quantization`` (IR rewrites; they learn about ops
    from the registry they are handed, not by importing the lowering);
 2. ``lower`` (the op sets, the graph builder, kernels) and ``reference``
    (the numpy twins; separately checked never to import ``lower``);
-3. executors and configuration: ``cache``, ``lower.inference``,
-   ``custom``;
+3. the load pipeline and executors: ``pipeline``, ``cache``,
+   ``lower.inference``, ``custom``;
 4. ``model``, and the entry points above it: ``infer``, ``export``,
    ``train``, ``flax``, ``bench``, ``testing``, ``cli``, the package root.
 
@@ -31,11 +31,11 @@ PKG = Path(__file__).resolve().parent.parent / "fbjax"
 
 #: (layer, module-name prefixes), the first matching (longest) prefix wins.
 LAYERS = {
-    "fbjax.ir": 0, "fbjax.errors": 0, "fbjax._registry": 0, "fbjax.quantmath": 0, "fbjax._farmhash": 0,
+    "fbjax.ir": 0, "fbjax.errors": 0, "fbjax.options": 0, "fbjax._registry": 0, "fbjax.quantmath": 0, "fbjax._farmhash": 0,
     "fbjax.formats": 0, "fbjax.data": 0,
     "fbjax.passes": 1, "fbjax.batch_rules": 1, "fbjax.quantization": 1,
     "fbjax.lower": 2, "fbjax.reference": 2,
-    "fbjax.lower.inference": 3, "fbjax.cache": 3, "fbjax.custom": 3,
+    "fbjax.lower.inference": 3, "fbjax.cache": 3, "fbjax.custom": 3, "fbjax.pipeline": 3,
     "fbjax.model": 4, "fbjax.infer": 4, "fbjax.export": 4, "fbjax.train": 4, "fbjax.flax": 4,
     "fbjax.bench": 4, "fbjax.testing": 4, "fbjax.cli": 4, "fbjax.__main__": 4, "fbjax": 4,
 }

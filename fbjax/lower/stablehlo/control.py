@@ -27,7 +27,7 @@ def _graph(ctx, index, what: str) -> int:
     return index
 
 
-@register(OP_SET, "stablehlo.sort", batch=batch_rules.hlo_sort)
+@register(OP_SET, "stablehlo.sort", batch=batch_rules.hlo_sort, scalar_regions=("comparator",))
 def sort(ctx, *inputs, dimension=-1, is_stable=False, comparator=-1):
     """``stablehlo.sort``: sorts N same-shape operands together along
     ``dimension`` with the ``comparator`` body (``comparator(lhs0, rhs0,
