@@ -61,6 +61,11 @@ class OpDef:
         scalar_regions: the region attributes (:attr:`fbjax.ir.Node.regions`)
             whose graphs are scalar computations (reduction bodies, sort
             comparators): they never see a batch dimension.
+        check_node: ``fn(node) -> None or (label, detail)``: whether this
+            node can be lowered, decided at load (an op that dispatches on
+            an attribute, such as ``stablehlo.custom_call`` on its target);
+            ``label`` names what is missing in the
+            :class:`~fbjax.errors.UnsupportedOperatorError`.
     """
 
     op_set: str
@@ -77,6 +82,7 @@ class OpDef:
     fq_rounding: Optional[Callable] = None
     reads_input_twice: bool = False
     scalar_regions: tuple = ()
+    check_node: Optional[Callable] = None
 
     @property
     def key(self) -> tuple[str, str]:
@@ -84,7 +90,7 @@ class OpDef:
 
 
 _FACTS = frozenset({"batch", "foldable", "weights", "int_passthrough", "fq_rounding", "reads_input_twice",
-                    "scalar_regions"})
+                    "scalar_regions", "check_node"})
 
 
 class Registry:
@@ -108,7 +114,8 @@ class Registry:
 
         ``facts``: the :class:`OpDef` fields the passes read (``batch``,
         ``foldable``, ``weights``, ``int_passthrough``, ``fq_rounding``,
-        ``reads_input_twice``, ``scalar_regions``), declared with the op.
+        ``reads_input_twice``, ``scalar_regions``, ``check_node``), declared
+        with the op.
 
         Raises:
             ValueError: if the key is already registered and ``replace`` is

@@ -199,10 +199,24 @@ def master_weight(data: np.ndarray) -> np.ndarray:
 
 
 def check_supported(model: ModelIR, registry=LOWERINGS) -> None:
-    """Raise UnsupportedOperatorError listing every op with no lowering."""
-    missing = Counter(n.key for n in model.iter_nodes() if registry.get(*n.key) is None)
+    """Raise UnsupportedOperatorError listing every op with no lowering, and
+    every node its lowering's ``check_node`` fact refuses (a custom call
+    target without a handler)."""
+    missing: Counter = Counter()
+    details: list = []
+    for n in model.iter_nodes():
+        od = registry.get(*n.key)
+        if od is None:
+            missing[n.key] += 1
+            continue
+        refused = od.check_node(n) if od.check_node is not None else None
+        if refused is not None:
+            label, detail = refused
+            missing[(n.op_set, label)] += 1
+            if detail not in details:
+                details.append(detail)
     if missing:
-        raise UnsupportedOperatorError(missing)
+        raise UnsupportedOperatorError(missing, detail=" ".join(details))
 
 
 def unique_param_names(model: ModelIR) -> dict:

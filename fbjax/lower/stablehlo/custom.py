@@ -56,7 +56,19 @@ def topk(ctx, operand):
 BUILTIN_TARGETS: dict[str, Callable] = {"mhlo.topk": topk}
 
 
-@register(OP_SET, "stablehlo.custom_call", foldable=False, batch=batch_rules.hlo_not_followed)
+def _check_target(node) -> Optional[tuple]:
+    """Load-time check (``check_node`` fact): a handler exists for the
+    node's ``call_target_name``."""
+    target = str(node.attrs.get("call_target_name", "") or "")
+    if target in CUSTOM_CALLS or target in BUILTIN_TARGETS:
+        return None
+    return (f"stablehlo.custom_call @{target}",
+            f"{node.location}: no handler for custom call target {target!r}; "
+            f"register one with fbjax.register_custom_call({target!r}, fn) before fbjax.load.")
+
+
+@register(OP_SET, "stablehlo.custom_call", foldable=False, batch=batch_rules.hlo_not_followed,
+          check_node=_check_target)
 def custom_call(ctx, *operands, call_target_name="", backend_config=b""):
     """``stablehlo.custom_call``: calls the handler registered for
     ``call_target_name``.
