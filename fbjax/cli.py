@@ -230,7 +230,7 @@ def cmd_infer(args) -> int:
     print(f"{n} examples in {args.inputs}; {len(jax.devices())} device(s) ({jax.default_backend()}); "
           f"batch size {eff} ({how})")
     t0 = time.perf_counter()
-    out = infer(model, args.inputs, batch_size=args.batch_size, out=args.out, progress=not args.no_progress)
+    out = infer(model, args.inputs, step_size=args.batch_size, out=args.out, progress=not args.no_progress)
     dt = time.perf_counter() - t0
     order = f"sorted file-name order, names in {FILE_NAMES_KEY!r}" if out.endswith(".npz") else "sorted file-name order"
     print(f"wrote {out}: {n} examples ({order}) in {dt:.2f} s ({n / dt:.1f} examples/s, including compilation)")
