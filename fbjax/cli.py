@@ -268,27 +268,10 @@ def _parse_batch(value: str):
     return n
 
 
-def export_model(model, to: str, *, batch_size="file"):
-    """``jax.export`` of ``model.apply(params, *inputs)``.
-
-    Returns ``(exported, serialized bytes or MLIR text)``. ``to`` is
-    ``"stablehlo"`` (the serialized artifact, with its VJP, so
-    ``jax.export.deserialize(data).call`` stays differentiable) or ``"mlir"``
-    (the StableHLO text). With ``batch_size=None`` the leading input
-    dimension is the symbolic ``b`` (:func:`fbjax.export.jax_export`; an
-    operator that cannot follow it raises ``DynamicBatchError`` naming it).
-    """
-    from .export import jax_export
-
-    exported = jax_export(model, batch_size=batch_size)
-    if to == "mlir":
-        return exported, exported.mlir_module()
-    return exported, bytes(exported.serialize(vjp_order=1))
-
-
 def cmd_export(args) -> int:
-    """``fbjax export MODEL --to stablehlo|mlir OUT``: see :func:`export_model`."""
+    """``fbjax export MODEL --to stablehlo|mlir OUT``: see :func:`fbjax.export.export_model`."""
     from . import load
+    from .export import export_model
 
     folder = os.path.dirname(os.path.abspath(args.out))
     if not os.path.isdir(folder):
@@ -308,6 +291,15 @@ def cmd_export(args) -> int:
         print(f"wrote {params_path} (the params argument, keyed by tensor name); load with "
               "jax.export.deserialize(open(OUT, 'rb').read()).call(dict(np.load(PARAMS)), *inputs)")
     return 0
+
+
+def _add_quantized(parser, extra: str = "") -> None:
+    """The one ``--quantized`` option (``fbjax.load``'s ``quantized``)."""
+    from .options import QUANTIZED_MODES
+
+    parser.add_argument("--quantized", choices=list(QUANTIZED_MODES), default="exact",
+                        help="quantized TFLite models: 'exact' (default; integer in/out, LiteRT's kernels bit for "
+                        "bit) or 'float' (float32 real values in/out, weights as float params)" + extra)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -342,9 +334,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="save the outputs to an .npz file (.npz is appended to a name without it)")
     pr.add_argument("--repeat", type=_nonnegative_int, default=20, metavar="N",
                     help="timed runs after the first (default 20; 0 to skip)")
-    pr.add_argument("--quantized", choices=["exact", "float"], default="exact",
-                    help="quantized TFLite models: 'exact' (default; integer in/out, LiteRT's kernels bit for bit) or "
-                    "'float' (float32 real values in/out, weights as float params)")
+    _add_quantized(pr)
     pr.set_defaults(func=cmd_run)
     pf = sub.add_parser(
         "infer",
@@ -363,9 +353,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="output .npz (keys: output names, plus '__files__') or .npy (one-output models); "
                     "its folder must exist")
     pf.add_argument("--no-progress", action="store_true", help="no progress bar")
-    pf.add_argument("--quantized", choices=["exact", "float"], default="exact",
-                    help="quantized TFLite models: 'exact' (default; integer in/out, LiteRT's kernels bit for bit) or "
-                    "'float' (float32 real values in/out, weights as float params)")
+    _add_quantized(pf)
     pf.set_defaults(func=cmd_infer)
     pe = sub.add_parser(
         "export",
@@ -379,10 +367,7 @@ def build_parser() -> argparse.ArgumentParser:
     pe.add_argument("out", help="output file")
     pe.add_argument("--batch-size", type=_parse_batch, default="file", metavar="N|dynamic|file",
                     help="batch of the exported function: the file's (default), an int, or 'dynamic' (symbolic)")
-    pe.add_argument("--quantized", choices=["exact", "float"], default="exact",
-                    help="quantized TFLite models: 'exact' (default; integer in/out, LiteRT's kernels bit for bit) or "
-                    "'float' (float32 real values in/out, weights as float params)" + " (exact: the integer weights are constants in the artifact, the .params.npz is "
-                    "empty)")
+    _add_quantized(pe, " (exact: the integer weights are constants in the artifact, the .params.npz is empty)")
     pe.set_defaults(func=cmd_export)
     from .bench import add_arguments as _bench_args, run_cli as _bench_run  # `fbjax bench` (fbjax/bench.py)
 
