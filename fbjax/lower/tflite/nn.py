@@ -1,4 +1,4 @@
-"""TFLite neural-network ops added for issue 3, float path: batched matmul,
+"""TFLite neural-network ops, float path: batched matmul,
 normalizations, L2 pooling, transposed and 3-D convolutions, nearest resize,
 RFFT2D and REDUCE_WINDOW. Layouts stay native (NHWC / NDHWC activations,
 OHWI / DHWIO / DHWOI weights) through ``dimension_numbers``.

@@ -40,7 +40,7 @@ def MEAN(ctx, x, axis, *, keep_dims=False):
     return lax.div(s, jnp.full(s.shape, max(count, 1), x.dtype))
 
 
-# --- issue 3: the other reductions (kernels/reduce.cc) ----------------------
+# --- the other reductions (kernels/reduce.cc) -------------------------------
 
 def _reduce(ctx, fn, x, axis, keep_dims, **kw):
     require_unquantized(ctx)

@@ -4,8 +4,7 @@ Everything here is exact and needs no 64-bit types (``jax_enable_x64`` stays
 off): the 64-bit product inside :func:`srdhm` is assembled from 16-bit limbs
 in ``uint32``. Load-time helpers (:func:`quantize_multiplier`) are numpy.
 
-Semantics follow TFLite's ``kernels/internal/common.h`` (see
-``FACTS.md``, "TFLite quantized arithmetic"):
+Semantics follow TFLite's ``kernels/internal/common.h``:
 
 * ``SaturatingRoundingDoublingHighMul(a, b)``: ``(a*b + nudge) / 2^31`` with
   ``nudge = 2^30`` if ``a*b >= 0`` else ``1 - 2^30``, C (truncating)
