@@ -61,6 +61,11 @@ class OpDef:
         scalar_regions: the region attributes (:attr:`fbjax.ir.Node.regions`)
             whose graphs are scalar computations (reduction bodies, sort
             comparators): they never see a batch dimension.
+        stateful: the op reads or writes run state (resource variables, the
+            PRNG key; :mod:`fbjax.lower.state`): a bool, or ``fn(node) ->
+            bool`` when only some configurations do.
+        init_state: ``(order, fn(program, params, state))``: how a stateful
+            op's initial state is made (run once per model, in ``order``).
         check_node: ``fn(node) -> None or (label, detail)``: whether this
             node can be lowered, decided at load (an op that dispatches on
             an attribute, such as ``stablehlo.custom_call`` on its target);
@@ -82,6 +87,8 @@ class OpDef:
     fq_rounding: Optional[Callable] = None
     reads_input_twice: bool = False
     scalar_regions: tuple = ()
+    stateful: object = False
+    init_state: Optional[tuple] = None
     check_node: Optional[Callable] = None
 
     @property
@@ -90,7 +97,7 @@ class OpDef:
 
 
 _FACTS = frozenset({"batch", "foldable", "weights", "int_passthrough", "fq_rounding", "reads_input_twice",
-                    "scalar_regions", "check_node"})
+                    "scalar_regions", "check_node", "stateful", "init_state"})
 
 
 class Registry:
@@ -114,8 +121,8 @@ class Registry:
 
         ``facts``: the :class:`OpDef` fields the passes read (``batch``,
         ``foldable``, ``weights``, ``int_passthrough``, ``fq_rounding``,
-        ``reads_input_twice``, ``scalar_regions``, ``check_node``), declared
-        with the op.
+        ``reads_input_twice``, ``scalar_regions``, ``check_node``,
+        ``stateful``, ``init_state``), declared with the op.
 
         Raises:
             ValueError: if the key is already registered and ``replace`` is

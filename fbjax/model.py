@@ -149,8 +149,8 @@ class Model:
         with jax.enable_x64(self._x64):
             self.params = {k: jax.device_put(v) for k, v in program.params.items()}  # no per-shape compiles (jnp.asarray: ~1 s)
         # issue 3: resource variables (VAR_HANDLE ...) -> explicit state, see
-        # fbjax.lower.tflite.state; None for models without variables.
-        from .lower.tflite import state as _st
+        # fbjax.lower.state; None for models without variables.
+        from .lower import state as _st
         self._stateful = _st.has_state(ir)  # TFLite variables/random ops, ONNX random ops (issue 5)
         with jax.enable_x64(self._x64):
             self.state = _st.initial_state(program, self.params) if self._stateful else None
@@ -200,7 +200,7 @@ class Model:
             params = {k: v if getattr(v, "dtype", None) == want[k].dtype else jnp.asarray(v, want[k].dtype)
                       for k, v in params.items()}
         if self._stateful:  # models with resource variables: (outputs, new_state)
-            from .lower.tflite.state import apply_with_state
+            from .lower.state import apply_with_state
             outs, new_state = apply_with_state(self._program, params, self.state if state is None else state, *inputs)
             outs = tuple(jnp.asarray(o) for o in outs)
             return (outs[0] if len(outs) == 1 else outs), new_state

@@ -117,3 +117,26 @@ def test_infer_step_size_and_deprecated_batch_size():
         fbjax.infer(m, x, 2, batch_size=2, progress=False)
     with pytest.raises(InputError, match="step_size must be positive"):
         fbjax.infer(m, x, step_size=0, progress=False)
+
+
+def test_state_facts_and_no_cross_op_set_imports():
+    """Run state (variables, PRNG key) is one module, lower/state.py, fed by
+    the ops' stateful/init_state facts; the TFLite and ONNX op sets no longer
+    import each other for the key."""
+    import ast
+    from pathlib import Path
+
+    from fbjax.lower import state
+
+    assert LOWERINGS.get("tflite", "VAR_HANDLE").stateful is True
+    assert LOWERINGS.get("tflite", "ADD").stateful is False
+    assert callable(LOWERINGS.get("onnx", "Dropout").stateful)  # only a training-mode Dropout draws
+    orders = sorted({od.init_state[0] for od in LOWERINGS if od.init_state})
+    assert orders == [0, 1, 2]  # CALL_ONCE initialisers, TFLite key seeding, ONNX key seeding
+    assert state.KEY == "prng_key"
+    root = Path(state.__file__).parent
+    for a, b in (("tflite", "onnx"), ("onnx", "tflite")):
+        for f in (root / a).glob("*.py"):
+            for node in ast.walk(ast.parse(f.read_text())):
+                if isinstance(node, ast.ImportFrom) and node.level == 2:
+                    assert not (node.module or "").startswith(b), f"{f} imports lower/{b}"

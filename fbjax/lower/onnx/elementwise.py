@@ -16,6 +16,7 @@ from jax import lax
 
 from ... import batch_rules
 from ..registry import register
+from . import random as _random
 from ._util import OP_SET, as_bool, from_bool, is_float
 
 
@@ -63,7 +64,8 @@ def Identity(ctx, input):
     return [input] if isinstance(input, list) else input
 
 
-@register(OP_SET, "Dropout", static_inputs=(1, 2), batch=batch_rules.same_as_input)
+@register(OP_SET, "Dropout", static_inputs=(1, 2), batch=batch_rules.same_as_input, stateful=_random.draws,
+          init_state=_random.DRAWS["init_state"])
 def Dropout(ctx, data, ratio=None, training_mode=None, *, seed=None):
     """ONNX ``Dropout``: ``(output, mask)``.
 
@@ -83,9 +85,8 @@ def Dropout(ctx, data, ratio=None, training_mode=None, *, seed=None):
         return (x, jnp.ones(x.shape, jnp.int32)) if want_mask else x
     if not 0.0 <= r < 1.0:
         raise ctx.error(f"Dropout ratio {r} is outside [0, 1)")
-    from .random import next_key
 
-    keep = jax.random.bernoulli(next_key(ctx), 1.0 - r, x.shape)
+    keep = jax.random.bernoulli(_random.next_key(ctx), 1.0 - r, x.shape)
     y = jnp.where(keep, x / jnp.asarray(1.0 - r, x.dtype), jnp.zeros((), x.dtype))
     return (y, keep.astype(jnp.int32)) if want_mask else y
 
