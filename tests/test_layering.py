@@ -85,7 +85,7 @@ def _imports(mod: str, is_pkg: bool, path: Path):
             targets = [f"{root}.{a.name}" if _is_module(f"{root}.{a.name}") else root for a in node.names]
         else:
             continue
-        for t in targets:
+        for t in dict.fromkeys(targets):  # `from m import a, b`: one import of m
             if t == "fbjax" or t.startswith("fbjax."):
                 yield t, node.lineno, id(node) in local
 
