@@ -14,7 +14,7 @@ import pytest
 import fbjax
 from fbjax.testing import TFLiteBuilder, single_op_model
 
-from conftest import TFLITE_MODELS
+from conftest import TFLITE_MODELS, abs_magnitude, assert_within, gamma
 
 
 def _small_model() -> bytes:
@@ -318,7 +318,10 @@ def test_apply_checks_params_keys_shapes_and_dtypes():
     # any float dtype is accepted (mixed precision): same result up to bfloat16 rounding of the weights
     y = np.asarray(m.apply({k: v.astype(jnp.bfloat16) for k, v in m.params.items()}, x + 1), np.float32)
     ref = np.asarray(m.apply(m.params, x + 1))
-    assert y.shape == ref.shape and np.allclose(y, ref, rtol=0.05, atol=0.05)  # bf16: 8 mantissa bits
+    # bfloat16 rounds each weight by at most 2**-9 relative (8 mantissa bits), moving the 3*3*3-product
+    # sum plus bias by at most 2**-9 * (|x| * |w| + |b|); plus both programs' float32 summation error
+    mag = abs_magnitude(m, x + 1)
+    assert_within(y, ref, (2.0 ** -9 + 2 * gamma(28)) * mag, "bfloat16 weights vs float32")
 
 
 def test_batch_size_hint_only_where_it_helps():
@@ -361,12 +364,19 @@ def test_model_call_inside_jax_transforms():
     m = fbjax.load(_small_model())
     x = np.random.default_rng(3).random((1, 5, 5, 3), dtype=np.float32)
     ref = np.asarray(m(x))
-    np.testing.assert_allclose(np.asarray(jax.jit(lambda v: m(v * 2.0))(x / 2.0)), ref, rtol=1e-6, atol=1e-6)
+    # the caller's jit traces Model.apply into another program (XLA's defaults, not fbjax's compile
+    # options): each sums the 3*3*3 products and the bias within gamma_28 * (|x| * |w| + |b|) of exact
+    # (v * 2.0 and x / 2.0 are exact)
+    bound = 2 * gamma(28) * abs_magnitude(m, x)
+    assert_within(jax.jit(lambda v: m(v * 2.0))(x / 2.0), ref, bound, "model(x) in the caller's jit")
     g = jax.grad(lambda v: jnp.sum(m(v)))(x)
     g_ref = jax.grad(lambda v: jnp.sum(m.apply(m.params, v)))(x)
-    np.testing.assert_allclose(np.asarray(g), np.asarray(g_ref), rtol=1e-6, atol=1e-6)
-    np.testing.assert_allclose(np.asarray(jax.lax.map(m, x[None]))[0], ref, rtol=1e-6, atol=1e-6)
-    np.testing.assert_array_equal(np.asarray(m(x)), ref)  # no tracer kept in the model
+    # d sum(y) / dx sums at most 3*3 taps * 4 output channels of w: gamma_36 * (that sum of |w|)
+    abs_p = {k: jnp.abs(v) for k, v in m.params.items()}
+    g_mag = np.asarray(jax.grad(lambda v: jnp.sum(m.apply(abs_p, v)))(x), np.float64)
+    assert_within(g, g_ref, 2 * gamma(36) * g_mag, "grad of model(x) vs grad of apply")
+    assert_within(np.asarray(jax.lax.map(m, x[None]))[0], ref, bound, "model under lax.map")
+    np.testing.assert_array_equal(np.asarray(m(x)), ref)  # the same call again (same program): no tracer kept
 
 
 def test_apply_casts_other_float_dtypes_and_grads_flow():
@@ -382,7 +392,10 @@ def test_apply_casts_other_float_dtypes_and_grads_flow():
     train, frozen = fbjax.trainable(m.params, include="*", dtype=jnp.bfloat16)
     y = np.asarray(m.apply({**frozen, **train}, x))
     rounded = {k: v.astype(jnp.bfloat16).astype(jnp.float32) for k, v in m.params.items()}
-    np.testing.assert_allclose(y, np.asarray(m.apply(rounded, x)), rtol=1e-6, atol=1e-6)
+    # the same weight values (cast inside the program vs before it): two programs, each within the
+    # float32 bound of the 3*3*3-product-plus-bias sums
+    assert_within(y, np.asarray(m.apply(rounded, x)), 2 * gamma(28) * abs_magnitude(m, x, params=rounded),
+                  "bfloat16 params vs their float32 values")
     g = jax.grad(lambda t: jnp.sum(m.apply({**frozen, **t}, x)))(train)
     assert all(v.dtype == jnp.bfloat16 for v in g.values())
 
