@@ -104,10 +104,12 @@ def cmd_inspect(args) -> int:
     print(f"operators ({sum(hist.values())}):")
     # quantized models: support is decided after fbjax.load's default
     # quantized="exact" rewrite (integer kernels live in op set tflite.int)
-    from .quantization import has_quantized_tensors, prepare
+    from .options import LoadOptions
+    from .pipeline import prepare
+    from .quantization import has_quantized_tensors
 
     if has_quantized_tensors(ir):  # (everything above has been read from the file's IR)
-        prepare(ir, "exact")
+        prepare(ir, LoadOptions())  # load's pipeline with load's defaults
     missing = {(n.op_set, n.op_name) for n in ir.iter_nodes() if LOWERINGS.get(n.op_set, n.op_name) is None}
     unsupported = []
     for (s, n), c in sorted(hist.items(), key=lambda kv: (-kv[1], kv[0])):
@@ -296,7 +298,7 @@ def cmd_infer(args) -> int:
     print(f"{n} examples in {args.inputs}; {len(jax.devices())} device(s) ({jax.default_backend()}); "
           f"batch size {eff} ({how})")
     t0 = time.perf_counter()
-    out = infer(model, args.inputs, batch_size=args.batch_size, out=args.out, progress=not args.no_progress)
+    out = infer(model, args.inputs, step_size=args.batch_size, out=args.out, progress=not args.no_progress)
     dt = time.perf_counter() - t0
     order = f"sorted file-name order, names in {FILE_NAMES_KEY!r}" if out.endswith(".npz") else "sorted file-name order"
     print(f"wrote {out}: {n} examples ({order}) in {dt:.2f} s ({n / dt:.1f} examples/s, including compilation)")
@@ -334,27 +336,10 @@ def _parse_batch(value: str):
     return n
 
 
-def export_model(model, to: str, *, batch_size="file"):
-    """``jax.export`` of ``model.apply(params, *inputs)``.
-
-    Returns ``(exported, serialized bytes or MLIR text)``. ``to`` is
-    ``"stablehlo"`` (the serialized artifact, with its VJP, so
-    ``jax.export.deserialize(data).call`` stays differentiable) or ``"mlir"``
-    (the StableHLO text). With ``batch_size=None`` the leading input
-    dimension is the symbolic ``b`` (:func:`fbjax.export.jax_export`; an
-    operator that cannot follow it raises ``DynamicBatchError`` naming it).
-    """
-    from .export import jax_export
-
-    exported = jax_export(model, batch_size=batch_size)
-    if to == "mlir":
-        return exported, exported.mlir_module()
-    return exported, bytes(exported.serialize(vjp_order=1))
-
-
 def cmd_export(args) -> int:
-    """``fbjax export MODEL --to stablehlo|mlir OUT``: see :func:`export_model`."""
+    """``fbjax export MODEL --to stablehlo|mlir OUT``: see :func:`fbjax.export.export_model`."""
     from . import load
+    from .export import export_model
 
     folder = os.path.dirname(os.path.abspath(args.out))
     if not os.path.isdir(folder):
@@ -374,6 +359,15 @@ def cmd_export(args) -> int:
         print(f"wrote {params_path} (the params argument, keyed by tensor name); load with "
               "jax.export.deserialize(open(OUT, 'rb').read()).call(dict(np.load(PARAMS)), *inputs)")
     return 0
+
+
+def _add_quantized(parser, extra: str = "") -> None:
+    """The one ``--quantized`` option (``fbjax.load``'s ``quantized``)."""
+    from .options import QUANTIZED_MODES
+
+    parser.add_argument("--quantized", choices=list(QUANTIZED_MODES), default="exact",
+                        help="quantized TFLite models: 'exact' (default; integer in/out, LiteRT's kernels bit for "
+                        "bit) or 'float' (float32 real values in/out, weights as float params)" + extra)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -410,9 +404,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="save the outputs to an .npz file (.npz is appended to a name without it)")
     pr.add_argument("--repeat", type=_nonnegative_int, default=20, metavar="N",
                     help="timed runs after the first (default 20; 0 to skip)")
-    pr.add_argument("--quantized", choices=["exact", "float"], default="exact",
-                    help="quantized TFLite models: 'exact' (default; integer in/out, LiteRT's kernels bit for bit) or "
-                    "'float' (float32 real values in/out, weights as float params)")
+    _add_quantized(pr)
     pr.set_defaults(func=cmd_run)
     pf = sub.add_parser(
         "infer",
@@ -434,9 +426,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="output .npz (keys: output names, plus '__files__') or .npy (one-output models); "
                     "its folder must exist")
     pf.add_argument("--no-progress", action="store_true", help="no progress bar")
-    pf.add_argument("--quantized", choices=["exact", "float"], default="exact",
-                    help="quantized TFLite models: 'exact' (default; integer in/out, LiteRT's kernels bit for bit) or "
-                    "'float' (float32 real values in/out, weights as float params)")
+    _add_quantized(pf)
     pf.set_defaults(func=cmd_infer)
     pe = sub.add_parser(
         "export",
@@ -454,10 +444,7 @@ def build_parser() -> argparse.ArgumentParser:
     pe.add_argument("out", help="output file")
     pe.add_argument("--batch-size", type=_parse_batch, default="file", metavar="N|dynamic|file",
                     help="batch of the exported function: the file's (default), an int, or 'dynamic' (symbolic)")
-    pe.add_argument("--quantized", choices=["exact", "float"], default="exact",
-                    help="quantized TFLite models: 'exact' (default; integer in/out, LiteRT's kernels bit for bit) or "
-                    "'float' (float32 real values in/out, weights as float params)" + " (exact: the integer weights are constants in the artifact, the .params.npz is "
-                    "empty)")
+    _add_quantized(pe, " (exact: the integer weights are constants in the artifact, the .params.npz is empty)")
     pe.set_defaults(func=cmd_export)
     from .bench import add_arguments as _bench_args, run_cli as _bench_run  # `fbjax bench` (fbjax/bench.py)
 

@@ -91,6 +91,11 @@ class Node:
         version: the operator version the file records (TFLite
             ``OperatorCode.version``; custom ops such as MediaPipe's change
             semantics between versions).
+        regions: the graphs the node runs, filled by the reader: attribute
+            name -> tuple of graph indices (TFLite ``*_subgraph_index``
+            fields, StableHLO ``computation``/``body``/``branches``..., ONNX
+            ``then_branch``/``else_branch``/``body``). Passes find every
+            graph a node uses here, without knowing attribute names.
     """
 
     op_set: str
@@ -100,6 +105,7 @@ class Node:
     attrs: dict = field(default_factory=dict)
     location: str = ""
     version: int = 1
+    regions: dict = field(default_factory=dict)
 
     @property
     def key(self) -> tuple[str, str]:

@@ -424,7 +424,8 @@ class _Reader:
                         pos.append(len(ins))
                         ins.append(outer)
                     attrs[f"{key}_captures"] = tuple(pos)
-                nodes.append(Node(OP_SET, op_name, ins, outs, attrs, f"{loc} ({nname!r})" if nname else loc))
+                nodes.append(Node(OP_SET, op_name, ins, outs, attrs, f"{loc} ({nname!r})" if nname else loc,
+                                  regions={key: (gi,) for key, gi, _ in caps}))
                 continue
             values[ni] = v
             all_values.append(v)

@@ -360,6 +360,7 @@ def _to_ir(m, path) -> ModelIR:
             ins = [ref(i, f"{loc} ({name}): input {k}") for k, i in enumerate(op.inputs if op.inputs is not None else [])]
             outs = [ref(i, f"{loc} ({name}): output {k}") for k, i in enumerate(op.outputs if op.outputs is not None else [])]
             attrs = options_to_attrs(op.operatorOptions, name, _spatial_rank(name, ins))
+            regions: dict = {}
             if "computation" in attrs:
                 c = int(attrs["computation"])
                 if not 0 <= c < len(m.subgraphs):
@@ -367,11 +368,12 @@ def _to_ir(m, path) -> ModelIR:
                         f"{loc} ({name}): computation {c} out of range (the model has {len(m.subgraphs)} subgraphs)"
                     )
                 calls.append((si, c, f"{loc} ({name}): computation"))
+                regions = {"computation": (c,)}
             elif name in ("stablehlo.reduce", "stablehlo.reduce_window"):
                 raise ModelFormatError(f"{loc} ({name}): has no options naming its computation subgraph")
             if any(o is None for o in outs) or not outs:
                 raise ModelFormatError(f"{loc} ({name}): every output must name a tensor")
-            nodes.append(Node(OP_SET, name, ins, outs, attrs, loc))
+            nodes.append(Node(OP_SET, name, ins, outs, attrs, loc, regions=regions))
         g_in = [ref(i, f"{where}: input") for i in (sg.inputs if sg.inputs is not None else [])]
         g_out = [ref(i, f"{where}: output") for i in (sg.outputs if sg.outputs is not None else [])]
         for kind, lst in (("input", g_in), ("output", g_out)):

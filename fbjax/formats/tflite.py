@@ -498,6 +498,7 @@ def _to_ir(m, raw, path) -> ModelIR:
             loc = f"{where}, operator {oi}"
             ins = [ref(i, f"{loc} ({name}): input {k}") for k, i in enumerate(op.inputs if op.inputs is not None else [])]
             outs = [ref(i, f"{loc} ({name}): output {k}") for k, i in enumerate(op.outputs if op.outputs is not None else [])]
+            regions: dict = {}
             if op_set == CUSTOM_OP_SET:
                 rawopt = bytes(np.asarray(op.customOptions, np.uint8)) if op.customOptions is not None else b""
                 large = int(getattr(op, "largeCustomOptionsSize", 0) or 0)
@@ -515,10 +516,12 @@ def _to_ir(m, raw, path) -> ModelIR:
                 for key, val in attrs.items():
                     if key.endswith("subgraph_index") or (key == "subgraph" and name == "CALL"):
                         calls.append((si, int(val), f"{loc} ({name}): {key}"))
+                        regions[key] = (int(val),)
                     elif key.endswith("subgraph_indices"):
                         calls.extend((si, int(x), f"{loc} ({name}): {key}[{k}]")
                                      for k, x in enumerate(np.asarray(val).reshape(-1)))
-            node = Node(op_set, name, ins, outs, attrs, loc, version=versions[op.opcodeIndex])
+                        regions[key] = tuple(int(x) for x in np.asarray(val).reshape(-1))
+            node = Node(op_set, name, ins, outs, attrs, loc, version=versions[op.opcodeIndex], regions=regions)
             if op_set == OP_SET and _shlo.is_stablehlo(name):  # -> the shared StableHLO lowering
                 node = _shlo.translate(node)
             nodes.append(node)

@@ -165,8 +165,9 @@ class Program:
             outs_float = any(
                 o is not None and np.issubdtype(np.dtype(o.dtype), np.inexact) for o in node.outputs
             )
-            # (READ_VARIABLE: static handle, but the value is state -- see lower/tflite/state.py)
-            if all(_is_static(a) for a in args) and not outs_float and node.op_name != "READ_VARIABLE":
+            # (not for ops whose result is not a function of their inputs -- state, random draws:
+            # the ``foldable`` fact; READ_VARIABLE has a static handle but its value is state)
+            if all(_is_static(a) for a in args) and not outs_float and opdef.foldable:
                 # Shape-like integer computation: evaluate now, keep numpy.
                 with jax.ensure_compile_time_eval():
                     res = call_op(opdef, ctx, args, node.attrs)

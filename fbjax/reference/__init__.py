@@ -29,7 +29,7 @@ from .registry import REFERENCE, register
 
 # Family modules, imported for their registrations (explicitly, never by discovery).
 from .tflite import elementwise, conv, pool, shape, reduce, quant, resize, custom  # noqa: E402,F401
-from .tflite import math, array, gather, nn, control, nms, rnn, state, random, mediapipe  # noqa: E402,F401  (issue 3)
+from .tflite import math, array, gather, nn, control, nms, rnn, state, random, mediapipe  # noqa: E402,F401
 from . import stablehlo  # noqa: E402,F401  (registers the "stablehlo" ops)
 
 __all__ = ["REFERENCE", "ReferenceContext", "register", "run", "supported_ops"]
