@@ -57,8 +57,13 @@ def cmd_inspect(args) -> int:
     print("outputs:")
     for v in g.outputs:
         print("  " + _spec_str(v.name, v.shape, v.dtype, v.quant))
-    if ir.signatures:
-        print("signatures: " + ", ".join(ir.signatures))
+    if ir.signatures:  # every entry point (`fbjax run MODEL --signature KEY` runs one)
+        print(f"signatures ({len(ir.signatures)}):")
+        for key, sig in ir.signatures.items():
+            print(f"  {key}  (graph {sig.graph_index})")
+            for kind, vals in (("in ", sig.inputs), ("out", sig.outputs)):
+                for name, v in vals.items():
+                    print(f"    {kind} " + _spec_str(name, v.shape, v.dtype, v.quant))
     hist = Counter(n.key for n in ir.iter_nodes())
     seen = set()
     n_params = n_bytes = 0
@@ -172,6 +177,14 @@ def cmd_run(args) -> int:
     t0 = time.perf_counter()
     model = load(path, quantized=args.quantized)
     t_load = time.perf_counter() - t0
+    if getattr(args, "signature", None) is not None:  # one entry point: its named inputs and outputs
+        from .errors import InputError
+
+        try:
+            runner = model.signature(args.signature)
+        except InputError as e:
+            raise SystemExit(f"fbjax run: {e} (`fbjax inspect MODEL` lists them)") from None
+        model = _SignatureAsModel(runner)
     xs = _parse_inputs(args.input, model)
     t1 = time.perf_counter()
     outs = model(*xs)
@@ -203,6 +216,17 @@ def cmd_run(args) -> int:
         np.savez(out_path, **dict(zip(keys, outs_np)))
         print(f"wrote {out_path} ({', '.join(keys)})")
     return 0
+
+
+class _SignatureAsModel:
+    """A signature runner seen as ``fbjax run`` sees a model: ``inputs``,
+    ``outputs`` and a call returning a tuple in output order."""
+
+    def __init__(self, runner):
+        self.runner, self.inputs, self.outputs = runner, runner.inputs, runner.outputs
+
+    def __call__(self, *xs):
+        return tuple(self.runner(*xs).values())
 
 
 def cmd_infer(args) -> int:
@@ -340,6 +364,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="save the outputs to an .npz file (.npz is appended to a name without it)")
     pr.add_argument("--repeat", type=_nonnegative_int, default=20, metavar="N",
                     help="timed runs after the first (default 20; 0 to skip)")
+    pr.add_argument("--signature", "-s", metavar="KEY", default=None,
+                    help="run this signature (entry point) of the file instead of its first subgraph; "
+                         "`fbjax inspect MODEL` lists the keys and their input names")
     pr.add_argument("--quantized", choices=["exact", "float"], default="exact",
                     help="quantized TFLite models: 'exact' (default; integer in/out, LiteRT's kernels bit for bit) or "
                     "'float' (float32 real values in/out, weights as float params)")

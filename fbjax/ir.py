@@ -120,6 +120,32 @@ class Graph:
     values: list = field(default_factory=list)
 
 
+def fill_zero_size_constants(graph: Graph) -> int:
+    """Make every zero-element tensor of ``graph`` that nothing writes a constant.
+
+    A tensor with a zero dimension (shape ``[0]``: the shape operand of a
+    RESHAPE to a scalar, an empty slice list) has no bytes, so formats that
+    store constants as buffers (TFLite, the StableHLO flatbuffer) give it an
+    empty buffer, which reads like "no data". LiteRT allocates such a tensor
+    with zero bytes and never reads it; it is a constant with no elements.
+    Values that are graph inputs, operator outputs or variables keep
+    ``data = None``; dimensions known only at call time are left alone.
+
+    Returns:
+        how many values became constants (``data`` = an empty array of the
+        value's dtype and shape).
+    """
+    written = {id(v) for v in graph.inputs}
+    written.update(id(o) for n in graph.nodes for o in n.outputs if o is not None)
+    count = 0
+    for v in graph.values:
+        if (v.data is None and not v.is_variable and id(v) not in written and v.static_shape
+                and 0 in v.shape and np.dtype(v.dtype) != np.object_):
+            v.data = np.zeros(v.shape, v.dtype)
+            count += 1
+    return count
+
+
 @dataclass(eq=False)
 class Signature:
     """A named entry point (TFLite ``signature_defs``)."""

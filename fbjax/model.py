@@ -205,6 +205,30 @@ class Model:
         outs = tuple(jnp.asarray(o) for o in outs)
         return outs[0] if len(outs) == 1 else outs
 
+    def signature(self, key: str):
+        """The entry point named ``key`` in the file's signatures, as a
+        callable bound to its subgraph (like LiteRT's
+        ``Interpreter.get_signature_runner(key)``).
+
+        ``model.signature("decode")(tokens=t, input_pos=p, ...)`` returns
+        ``{output name: array}``; ``.apply(params, **inputs)`` is the pure
+        function over this model's one :attr:`params` dict (for
+        ``jax.grad``); ``.inputs`` / ``.outputs`` are its specs. See
+        :class:`fbjax.signature.SignatureRunner`.
+
+        Raises:
+            InputError: no signature ``key`` (the message lists the keys).
+        """
+        from .signature import SignatureRunner
+
+        runners = self.__dict__.setdefault("_signature_runners", {})
+        if key not in runners:
+            if key not in self.ir.signatures:
+                raise InputError(f"the model has no signature {key!r}; its signatures are "
+                                 f"{list(self.ir.signatures) or 'none'}")
+            runners[key] = SignatureRunner(self, key)
+        return runners[key]
+
     # -- convenience -----------------------------------------------------
     def _check_params(self, params) -> None:
         """``params`` for :meth:`apply`: every weight of the model, nothing

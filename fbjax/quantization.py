@@ -189,8 +189,19 @@ def weights_roundtrip(data: np.ndarray, q: QuantParams) -> bool:
     return bool(np.array_equal(requantize_weights(dequantize_array(data, q), q, data.dtype), data))
 
 
+#: during one :func:`prepare`: (id(integer data), scales, zero points, axis) -> (that data, its float32
+#: values), so a weight that several subgraphs read from one buffer stays one array, hence one param
+#: (fbjax.lower.build); emptied when prepare returns
+_DEQUANTIZED: dict = {}
+
+
 def _dequantize_const_in_place(v: Value) -> None:
-    v.data = dequantize_array(v.data, v.quant)
+    q = v.quant
+    key = (id(v.data), np.asarray(q.scale).tobytes(), np.asarray(q.zero_point).tobytes(), q.quantized_dimension)
+    hit = _DEQUANTIZED.get(key)
+    if hit is None or hit[0] is not v.data:
+        hit = _DEQUANTIZED[key] = (v.data, dequantize_array(v.data, v.quant))
+    v.data = hit[1]
     v.dtype = np.dtype(np.float32)
     v.quant = None
 
@@ -646,6 +657,14 @@ def prepare(model: ModelIR, quantized: str = "exact") -> ModelIR:
         raise InputError(f"quantized must be one of {MODES}, got {quantized!r}")
     if not has_quantized_tensors(model):
         return model
+    try:
+        _prepare(model, quantized)
+    finally:
+        _DEQUANTIZED.clear()
+    return model
+
+
+def _prepare(model: ModelIR, quantized: str) -> None:
     if quantized == "exact":
         from .lower.registry import LOWERINGS
 
@@ -656,4 +675,3 @@ def prepare(model: ModelIR, quantized: str = "exact") -> ModelIR:
             model.metadata["needs_x64"] = True
     else:
         _prepare_float(model)
-    return model

@@ -28,7 +28,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from ..errors import ModelFormatError
-from ..ir import Graph, ModelIR, Node, QuantParams, Signature, Value
+from ..ir import Graph, ModelIR, Node, QuantParams, Signature, Value, fill_zero_size_constants
 from . import verify as _verify
 from ._mmap import open_source
 from . import tflite_stablehlo as _shlo
@@ -337,7 +337,7 @@ def _buffer_bytes(buffers, bidx: int, raw, where: str) -> Optional[np.ndarray]:
     return np.asarray(b.data, np.uint8)
 
 
-def _tensor_value(t, ti: int, buffers, raw, where: str) -> Value:
+def _tensor_value(t, ti: int, buffers, raw, where: str, shared: Optional[dict] = None) -> Value:
     desc = f"{where}, tensor {ti}"
     dtype = tensor_dtype(t.type)
     shape = [int(d) for d in (t.shape if t.shape is not None else [])]
@@ -357,6 +357,12 @@ def _tensor_value(t, ti: int, buffers, raw, where: str) -> Value:
             )
     v = Value(name=name, dtype=dtype, shape=tuple(shape), quant=quant,
               index=ti, is_variable=bool(t.isVariable))
+    # tensors of several subgraphs on one buffer (litert-torch's prefill and decode signatures share
+    # their weights): one array object, so fbjax.lower.build names them one param (issue 17)
+    key = (int(t.buffer), t.type, tuple(d if d is not None else 1 for d in shape))
+    if shared is not None and t.sparsity is None and key in shared:
+        v.data = shared[key]
+        return v
     data = _buffer_bytes(buffers, t.buffer, raw, desc)
     if data is not None and dtype != np.object_:
         if t.sparsity is not None:
@@ -367,6 +373,8 @@ def _tensor_value(t, ti: int, buffers, raw, where: str) -> Value:
             v.data = _unpack_int4(data, [d if d is not None else 1 for d in shape], desc)
         else:
             v.data = _view(data, dtype, tuple(d if d is not None else 1 for d in shape), desc)
+        if shared is not None and t.sparsity is None:
+            shared[key] = v.data
     return v
 
 
@@ -474,10 +482,11 @@ def _to_ir(m, raw, path) -> ModelIR:
     n_sub = len(m.subgraphs)
     calls = []  # (caller, callee, location) from WHILE/IF/CALL_ONCE/STABLEHLO_* options
     graphs = []
+    shared: dict = {}  # (buffer, type, shape) -> the array read from it, for every subgraph
     for si, sg in enumerate(m.subgraphs):
         where = f"subgraph {si}"
         tensors = sg.tensors or []
-        values = [_tensor_value(t, ti, buffers, raw, where) for ti, t in enumerate(tensors)]
+        values = [_tensor_value(t, ti, buffers, raw, where, shared) for ti, t in enumerate(tensors)]
 
         def ref(i: int, what: str):
             i = int(i)
@@ -528,6 +537,7 @@ def _to_ir(m, raw, path) -> ModelIR:
                 raise ModelFormatError(f"{where}: {kind} {lst.index(None)} refers to tensor -1")
         gname = sg.name.decode("utf-8", "replace") if isinstance(sg.name, bytes) else (sg.name or f"subgraph_{si}")
         graphs.append(Graph(gname, g_in, g_out, nodes, values))
+        fill_zero_size_constants(graphs[-1])  # empty buffers of zero-element tensors: constants (issue 17)
     _verify.check_call_graph(n_sub, calls)
 
     sigs = {}
