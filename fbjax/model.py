@@ -472,7 +472,10 @@ class Model:
                                  f"the model's own format ({self.format}); use a {self.format} file name")
         params = self.params if params is None else params
         values = {id(v): v for g in self.ir.graphs for v in g.values}
-        by_name = {name: values[vid] for vid, name in self._program.param_of.items()}
+        by_name, shared = {}, {}  # param name -> a Value; -> every Value (one buffer read by several subgraphs)
+        for vid, name in self._program.param_of.items():
+            by_name[name] = values[vid]
+            shared.setdefault(name, []).append(values[vid])
         quantized = {}
         for g in self.ir.graphs:
             for v in g.values:
@@ -495,7 +498,8 @@ class Model:
             if x.dtype.kind == "f" and not np.all(np.isfinite(x)):
                 raise InputError(f"save: params key {name!r} holds {int(np.sum(~np.isfinite(x)))} NaN or "
                                  "infinite value(s); the file would carry them (check the training step)")
-            updates[v] = x
+            for u in shared.get(name, [v]):
+                updates[u] = x
         data = _writer(self.format)(self.ir, updates, requantize=requantize)
         if path is not None:
             path = os.fspath(path)
