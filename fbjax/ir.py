@@ -27,11 +27,16 @@ class QuantParams:
 
     ``scale`` (float32) and ``zero_point`` (int64) are 1-D; length 1 means
     per-tensor, otherwise per-channel along ``quantized_dimension``.
+    Blockwise quantization (TFLite ``BlockwiseQuantization``: litert-torch's
+    ``dynamic_int4_block32``) has ``block_size > 0`` and a 2-D ``scale``
+    ``[rows, columns // block_size]``: one scale per row and block of
+    ``block_size`` consecutive values along the last axis (zero points 0).
     """
 
     scale: np.ndarray
     zero_point: np.ndarray
     quantized_dimension: int = 0
+    block_size: int = 0
 
     @property
     def per_channel(self) -> bool:

@@ -126,6 +126,9 @@ def dequantize_array(data: np.ndarray, q: QuantParams) -> np.ndarray:
     """``(q - zero_point) * scale`` in float32, per-channel along
     ``quantized_dimension`` (TFLite ``Dequantize``)."""
     data = np.asarray(data)
+    if getattr(q, "block_size", 0):  # blockwise: scale [rows, blocks] along the last axis, zero points 0
+        scale = np.repeat(np.asarray(q.scale, np.float32), q.block_size, axis=-1).reshape(data.shape)
+        return (data.astype(np.float32) * scale).astype(np.float32)
     scale = np.asarray(q.scale, np.float32).reshape(-1)
     zp = np.asarray(q.zero_point).astype(np.int64).reshape(-1)
     if zp.size == 0:
@@ -236,7 +239,18 @@ def _dequantize_hybrid_weights(graph: Graph, hybrid_ops=None) -> int:
     count = 0
     f32 = np.dtype(np.float32)
 
+    def lookup_kernel(n, v):  # EMBEDDING_LOOKUP of a quantized table (int8; INT4 files unpacked to int8)
+        ins = list(n.inputs)
+        s = np.asarray(v.quant.scale).reshape(-1)
+        return (n.op_name == "EMBEDDING_LOOKUP" and "EMBEDDING_LOOKUP" in hybrid_ops and len(ins) == 2
+                and ins[1] is v and np.dtype(v.dtype) == np.int8 and not np.any(np.asarray(v.quant.zero_point))
+                and (s.size == 1 or v.quant.block_size > 0
+                     or (v.quant.quantized_dimension == 0 and v.shape and s.size == v.shape[0]))
+                and all(o is None or np.dtype(o.dtype) == f32 for o in n.outputs))
+
     def hybrid_kernel(n, v):
+        if n.op_name == "EMBEDDING_LOOKUP":
+            return lookup_kernel(n, v)
         ins = list(n.inputs)
         act = 2 if n.op_name == "TRANSPOSE_CONV" else 0  # (output_shape, weights, input, bias)
         rest = ins[3:] if act == 2 else ins[2:]
@@ -246,7 +260,8 @@ def _dequantize_hybrid_weights(graph: Graph, hybrid_ops=None) -> int:
                 and all(x is None or np.dtype(x.dtype) == f32 for x in rest)
                 and n.attrs.get("fused_activation_function", "NONE") in ("NONE", "RELU", "RELU6", "RELU_N1_TO_1")
                 and n.attrs.get("weights_format", "DEFAULT") == "DEFAULT"
-                and (n.op_name != "BATCH_MATMUL" or np.asarray(v.quant.scale).size == 1))
+                and (n.op_name != "BATCH_MATMUL" or np.asarray(v.quant.scale).size == 1)
+                and (not v.quant.block_size or n.op_name == "FULLY_CONNECTED"))
 
     for v in graph.values:
         if not _is_quantized_const(v):
@@ -257,7 +272,10 @@ def _dequantize_hybrid_weights(graph: Graph, hybrid_ops=None) -> int:
         float_users = all(
             n.op_set == "tflite" and n.op_name != "DEQUANTIZE"
             and not any(is_quantized(x) for x in list(n.inputs) + list(n.outputs) if x is not None and x.data is None)
-            and any(x is not None and x.data is None and np.dtype(x.dtype).kind == "f" for x in n.inputs)
+            and (any(x is not None and x.data is None and np.dtype(x.dtype).kind == "f" for x in n.inputs)
+                 # a lookup into a quantized table with float output (litert-torch's dynamic_int8 embedding)
+                 or (n.op_name == "EMBEDDING_LOOKUP" and all(o is None or np.dtype(o.dtype) == f32
+                                                             for o in n.outputs)))
             for n in users
         )
         if not float_users:

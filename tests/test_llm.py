@@ -25,10 +25,6 @@ ARCHS = ("llama", "gemma")
 QUANTS = ("f32", "q8", "q4b32")
 SIGNATURES = ("prefill_16", "decode")
 
-#: hybrid (dynamic-range) FULLY_CONNECTED / EMBEDDING_LOOKUP kernels not yet bit-exact (issue 17 item 3)
-QUANT_PENDING = "litert-torch's per-channel int8 / blockwise int4 hybrid kernels are not implemented yet"
-
-
 def _path(name: str) -> str:
     return os.path.join(HERE, f"{name}.tflite")
 
@@ -66,14 +62,56 @@ TOL = 1e-4
 @pytest.mark.parametrize("arch", ARCHS)
 def test_every_signature_matches_litert(arch, quant, key):
     name = f"{arch}_{quant}"
-    if quant != "f32":
-        pytest.xfail(QUANT_PENDING)
     model = _model(name)
     ins, want = _io(name, key)
     got = model.signature(key)(**ins)
     assert list(got) == list(want) or sorted(got) == sorted(want)
     for k in want:
         assert _rel_err(got[k], want[k]) <= TOL, k
+
+
+@pytest.mark.parametrize("key", SIGNATURES)
+@pytest.mark.parametrize("name", ["llama_q8", "gemma_q8", "llama_q4b32", "gemma_q4b32"])
+def test_hybrid_kernels_bit_exact_with_litert(name, key):
+    """Every hybrid node of both signatures (per-channel int8 and blockwise int4 FULLY_CONNECTED with
+    LiteRT's on-the-fly input quantization, int8 / int4 EMBEDDING_LOOKUP), fed LiteRT's own input
+    tensors (``experimental_preserve_all_tensors``), gives LiteRT's builtin kernels' output bit for bit,
+    jitted, and so does its numpy twin in fbjax.reference."""
+    litert = pytest.importorskip("ai_edge_litert.interpreter")
+    from fbjax._registry import call_op
+    from fbjax.lower.build import LowerContext
+    from fbjax.reference import REFERENCE, ReferenceContext
+
+    model = _model(name)
+    ins, _ = _io(name, key)
+    interp = litert.Interpreter(model_path=_path(name), experimental_preserve_all_tensors=True,
+                                experimental_op_resolver_type=litert.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+    interp.get_signature_runner(key)(**ins)
+    gi = model.ir.signatures[key].graph_index
+    seen = set()
+    for node in model.ir.graphs[gi].nodes:
+        if node.op_set != "tflite.hybrid":
+            continue
+        seen.add(node.op_name)
+        args = [None if v is None else np.asarray(v.data) if v.data is not None else interp.get_tensor(v.index, gi)
+                for v in node.inputs]
+        dyn = [i for i, v in enumerate(node.inputs) if v is not None and v.data is None]
+        ctx = LowerContext(node, model.ir, model._program)
+        ctx._params = model.params
+        od = model._program.registry.get(node.op_set, node.op_name)
+
+        def kernel(*d, args=args, dyn=dyn, od=od, ctx=ctx, node=node):
+            a = list(args)
+            for i, x in zip(dyn, d):
+                a[i] = x
+            return call_op(od, ctx, a, node.attrs)
+
+        want = interp.get_tensor(node.outputs[0].index, gi)
+        got = np.asarray(jax.jit(kernel)(*[args[i] for i in dyn])).reshape(want.shape)
+        np.testing.assert_array_equal(got, want, err_msg=node.location)
+        ref = call_op(REFERENCE.get(node.op_set, node.op_name), ReferenceContext(node, model.ir), args, node.attrs)
+        np.testing.assert_array_equal(np.asarray(ref).reshape(want.shape), want, err_msg=node.location)
+    assert seen == {"FULLY_CONNECTED", "EMBEDDING_LOOKUP"}
 
 
 def test_llm_signatures_and_layouts():

@@ -378,6 +378,36 @@ def _tensor_value(t, ti: int, buffers, raw, where: str, shared: Optional[dict] =
     return v
 
 
+def _blockwise_quant(tensors, values: list, where: str) -> None:
+    """TFLite ``BlockwiseQuantization`` details (int4 weights of litert-torch's
+    ``dynamic_int4_block32``): the scales are another tensor of the subgraph,
+    float16 ``[rows, columns / block_size]``. They become the weight's
+    :class:`QuantParams` (``block_size`` > 0, 2-D ``scale``), and the scales
+    tensor stops being a constant of its own (it is not a weight to train)."""
+    from ._generated import tflite_generated as T
+
+    for ti, t in enumerate(tensors):
+        q = t.quantization
+        if q is None or q.detailsType != T.QuantizationDetails.BlockwiseQuantization or q.details is None:
+            continue
+        d, v = q.details, values[ti]
+        desc = f"{where}, tensor {ti} ({v.name!r})"
+        si, bs = int(d.scales), int(d.blockSize)
+        if not 0 <= si < len(values) or values[si].data is None:
+            raise ModelFormatError(f"{desc}: blockwise scales tensor {si} is not a constant of the subgraph")
+        if int(d.zeroPoints) >= 0:
+            raise ModelFormatError(f"{desc}: blockwise quantization with zero points is not supported")
+        shape = v.shape or ()
+        if bs <= 0 or len(shape) != 2 or shape[1] is None or shape[1] % bs:
+            raise ModelFormatError(f"{desc}: block size {bs} does not divide the columns of shape {list(shape)}")
+        scale = np.asarray(values[si].data, np.float32)
+        if scale.shape != (shape[0], shape[1] // bs):
+            raise ModelFormatError(f"{desc}: blockwise scales of shape {list(scale.shape)}, expected "
+                                   f"{[shape[0], shape[1] // bs]}")
+        v.quant = QuantParams(scale, np.zeros(scale.shape, np.int64), 0, bs)
+        values[si].data = None
+
+
 def _unpack_int4(data: np.ndarray, shape, desc: str) -> np.ndarray:
     n = int(np.prod(shape)) if shape else 1
     if data.size * 2 < n:
@@ -536,6 +566,7 @@ def _to_ir(m, raw, path) -> ModelIR:
             if any(v is None for v in lst):
                 raise ModelFormatError(f"{where}: {kind} {lst.index(None)} refers to tensor -1")
         gname = sg.name.decode("utf-8", "replace") if isinstance(sg.name, bytes) else (sg.name or f"subgraph_{si}")
+        _blockwise_quant(sg.tensors or [], values, where)
         graphs.append(Graph(gname, g_in, g_out, nodes, values))
         fill_zero_size_constants(graphs[-1])  # empty buffers of zero-element tensors: constants (issue 17)
     _verify.check_call_graph(n_sub, calls)
