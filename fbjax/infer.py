@@ -296,13 +296,13 @@ def infer(
 
     if not isinstance(model, (Model, SignatureRunner)):
         model = load(model, batch_size=None)
-    apply = model.apply_tuple if isinstance(model, SignatureRunner) else model.apply
     if any(s.shape is None or not s.shape or s.shape[0] is not None for s in model.inputs):
         if isinstance(model, SignatureRunner):
             raise InputError(f"infer needs a batch-polymorphic signature; {model.key!r} has inputs {model.inputs}")
         if model.path is None:
             raise InputError("infer needs a batch-polymorphic model: load it with fbjax.load(path, batch_size=None)")
         model = load(model.path, batch_size=None)
+    apply = model.apply_tuple if isinstance(model, SignatureRunner) else model.apply
     specs = model.inputs
     for s in specs:
         if any(d is None for d in s.shape[1:]):
