@@ -16,6 +16,7 @@ from .formats import read_model
 from .ir import ModelIR, Value
 from .cache import compiler_options
 from .lower.build import Program, build
+from .signature import SignatureRunner
 
 
 class TensorSpec(NamedTuple):
@@ -219,8 +220,6 @@ class Model:
         Raises:
             InputError: no signature ``key`` (the message lists the keys).
         """
-        from .signature import SignatureRunner
-
         runners = self.__dict__.setdefault("_signature_runners", {})
         if key not in runners:
             if key not in self.ir.signatures:

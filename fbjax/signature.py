@@ -40,15 +40,14 @@ class SignatureRunner:
     """
 
     def __init__(self, model, key: str):
-        from .model import TensorSpec
-
         sig = model.ir.signatures[key]
         self.model = model
         self.key = key
         self.graph_index = sig.graph_index
         graph = model.ir.graphs[sig.graph_index]
-        self.inputs = [TensorSpec.of(v, n) for n, v in sig.inputs.items()]
-        self.outputs = [TensorSpec.of(v, n) for n, v in sig.outputs.items()]
+        spec = model.signatures[key]  # the Model's SignatureSpec: TensorSpecs named by the signature
+        self.inputs = list(spec.inputs.values())
+        self.outputs = list(spec.outputs.values())
         self._in_names = [s.name for s in self.inputs]
         self._out_names = [s.name for s in self.outputs]
         # graph input position -> signature input position
