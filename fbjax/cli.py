@@ -3,6 +3,7 @@
     fbjax inspect MODEL
     fbjax run [MODEL] [--input NAME=FILE.npy ...] [--output OUT.npz]
     fbjax infer MODEL --input-dir DIR --batch-size N --out FILE.npz
+    fbjax generate MODEL --prompt-tokens 1,2,3 --max-new-tokens 32
     fbjax export MODEL --to stablehlo|mlir OUT
     fbjax bench MODEL... [--runs N] [--batch N] [--json OUT]
 """
@@ -76,8 +77,13 @@ def cmd_inspect(args) -> int:
     print("outputs:")
     for v, shape in zip(g.outputs, _output_shapes(args.model, g)):  # inferred shapes win over declared ones
         print("  " + _spec_str(v.name, shape, v.dtype, v.quant))
-    if ir.signatures:
-        print("signatures: " + ", ".join(ir.signatures))
+    if ir.signatures:  # every entry point (`fbjax run MODEL --signature KEY` runs one)
+        print(f"signatures ({len(ir.signatures)}):")
+        for key, sig in ir.signatures.items():
+            print(f"  {key}  (graph {sig.graph_index})")
+            for kind, vals in (("in ", sig.inputs), ("out", sig.outputs)):
+                for name, v in vals.items():
+                    print(f"    {kind} " + _spec_str(name, v.shape, v.dtype, v.quant))
     hist = Counter(n.key for n in ir.iter_nodes())
     seen = set()
     n_params = n_bytes = 0
@@ -228,6 +234,14 @@ def cmd_run(args) -> int:
     t0 = time.perf_counter()
     model = load(path, quantized=args.quantized)
     t_load = time.perf_counter() - t0
+    if getattr(args, "signature", None) is not None:  # one entry point: its named inputs and outputs
+        from .errors import InputError
+
+        try:
+            runner = model.signature(args.signature)
+        except InputError as e:
+            raise SystemExit(f"fbjax run: {e} (`fbjax inspect MODEL` lists them)") from None
+        model = _SignatureAsModel(runner)
     figure = None
     if args.model is None and not args.input:  # the bundled model's job on an input that means something
         from .data import synthetic_person
@@ -273,6 +287,17 @@ def cmd_run(args) -> int:
         np.savez(out_path, **dict(zip(keys, outs_np)))
         print(f"wrote {out_path} ({', '.join(keys)})")
     return 0
+
+
+class _SignatureAsModel:
+    """A signature runner seen as ``fbjax run`` sees a model: ``inputs``,
+    ``outputs`` and a call returning a tuple in output order."""
+
+    def __init__(self, runner):
+        self.runner, self.inputs, self.outputs = runner, runner.inputs, runner.outputs
+
+    def __call__(self, *xs):
+        return tuple(self.runner(*xs).values())
 
 
 def cmd_infer(args) -> int:
@@ -370,6 +395,46 @@ def _add_quantized(parser, extra: str = "") -> None:
                         "bit) or 'float' (float32 real values in/out, weights as float params)" + extra)
 
 
+def _token_list(value: str) -> list:
+    """argparse ``type=`` for ``1,2,3`` (a prompt's token ids)."""
+    try:
+        toks = [int(t) for t in value.replace(" ", "").split(",") if t]
+    except ValueError:
+        toks = []
+    if not toks:
+        raise argparse.ArgumentTypeError(f"expected comma-separated token ids like 1,2,3, got {value!r}")
+    return toks
+
+
+def cmd_generate(args) -> int:
+    """``fbjax generate MODEL --prompt-tokens 1,2,3``: :func:`fbjax.generate` (prefill + decode, jitted)."""
+    import jax
+
+    from . import load
+    from .errors import InputError
+    from .generate import generate
+
+    model = load(args.model, quantized=args.quantized)
+    prompts = args.prompt_tokens
+    key = jax.random.key(args.seed)
+    kw = dict(temperature=args.temperature, top_k=args.top_k, key=key, prefill=args.prefill)
+    try:
+        t0 = time.perf_counter()
+        toks = generate(model, prompts, args.max_new_tokens, **kw)
+        t_first = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        generate(model, prompts, args.max_new_tokens, **kw)
+        dt = time.perf_counter() - t1
+    except InputError as e:
+        raise SystemExit(f"fbjax generate: {e}") from None
+    for p, row in zip(prompts, toks):
+        print(f"prompt {','.join(map(str, p))} -> {','.join(map(str, row.tolist()))}")
+    n = len(prompts) * args.max_new_tokens
+    print(f"first call (trace + compile + run): {t_first:.2f} s; second call: {dt * 1e3:.1f} ms for {n} new "
+          f"tokens ({n / dt:.1f} tokens/s, prefill included) on {jax.default_backend()}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``fbjax`` command-line parser (subcommands inspect, run, infer, export, bench)."""
     p = argparse.ArgumentParser(
@@ -404,8 +469,28 @@ def build_parser() -> argparse.ArgumentParser:
                     help="save the outputs to an .npz file (.npz is appended to a name without it)")
     pr.add_argument("--repeat", type=_nonnegative_int, default=20, metavar="N",
                     help="timed runs after the first (default 20; 0 to skip)")
+    pr.add_argument("--signature", "-s", metavar="KEY", default=None,
+                    help="run this signature (entry point) of the file instead of its first subgraph; "
+                         "`fbjax inspect MODEL` lists the keys and their input names")
     _add_quantized(pr)
     pr.set_defaults(func=cmd_run)
+    pg = sub.add_parser(
+        "generate",
+        help="generate tokens with an LLM file (litert-torch prefill/decode signatures)",
+        description="Prefill the prompt(s), then decode --max-new-tokens tokens in one jitted loop "
+        "(fbjax.generate): greedy by default, or sampled with --temperature/--top-k. Prints the new token ids "
+        "(no tokenizer: ids in, ids out).",
+    )
+    pg.add_argument("model", help=".tflite with prefill_N and decode signatures (e.g. from litert-torch)")
+    pg.add_argument("--prompt-tokens", "-p", dest="prompt_tokens", type=_token_list, action="append", required=True,
+                    metavar="1,2,3", help="a prompt's token ids; repeat for a batch of prompts")
+    pg.add_argument("--max-new-tokens", "-n", type=_positive_int, default=32, metavar="N", help="decode steps (32)")
+    pg.add_argument("--temperature", type=float, default=0.0, help="0 (default): greedy; > 0: sample")
+    pg.add_argument("--top-k", type=_positive_int, default=None, metavar="K", help="sample among the K best")
+    pg.add_argument("--seed", type=int, default=0, help="PRNG seed for sampling")
+    pg.add_argument("--prefill", default=None, metavar="KEY", help="prefill signature (default: the longest)")
+    _add_quantized(pg)
+    pg.set_defaults(func=cmd_generate)
     pf = sub.add_parser(
         "infer",
         help="batch inference over every device on a directory of .npy/.npz samples",

@@ -241,7 +241,9 @@ def infer(
         model: a :class:`fbjax.Model` whose inputs have an unknown leading
             (batch) dimension (``fbjax.load(path, batch_size=None)``), or a
             path, loaded that way. A model loaded with the file's batch-1
-            shapes is re-loaded batch-polymorphic from its path.
+            shapes is re-loaded batch-polymorphic from its path. Or a
+            signature, ``model.signature(key)``, whose inputs have an unknown
+            leading dimension (examples in its input order).
         examples: samples shaped like the model's inputs without the batch
             dimension: an iterable of arrays (tuples of arrays for multi-input
             models), an array of shape ``(N, ...)``, or a directory of
@@ -308,12 +310,17 @@ def infer(
         check_out_path(out)
     files = example_files(examples) if isinstance(examples, (str, os.PathLike)) else None
 
-    if not isinstance(model, Model):
+    from .signature import SignatureRunner
+
+    if not isinstance(model, (Model, SignatureRunner)):
         model = load(model, batch_size=None)
     if any(s.shape is None or not s.shape or s.shape[0] is not None for s in model.inputs):
+        if isinstance(model, SignatureRunner):
+            raise InputError(f"infer needs a batch-polymorphic signature; {model.key!r} has inputs {model.inputs}")
         if model.path is None:
             raise InputError("infer needs a batch-polymorphic model: load it with fbjax.load(path, batch_size=None)")
         model = load(model.path, batch_size=None)
+    apply = model.apply_tuple if isinstance(model, SignatureRunner) else model.apply
     specs = model.inputs
     for s in specs:
         if any(d is None for d in s.shape[1:]):
@@ -344,7 +351,7 @@ def infer(
         key = tuple(d.id for d in devs)
         fn = cache.get(key)
         if fn is None:
-            fn = cache[key] = jax.jit(model.apply, out_shardings=batch_sharding)
+            fn = cache[key] = jax.jit(apply, out_shardings=batch_sharding)
 
         total = None
         if files is not None:  # (a path: len() would be its number of characters)
@@ -425,7 +432,7 @@ def infer(
             # no examples: the per-sample output shapes and dtypes, traced (not run) at batch 1
             ins = [jax.ShapeDtypeStruct((1, *shp), s.dtype) for shp, s in zip(sample_shapes, specs)]
             try:
-                res = jax.eval_shape(model.apply, model.params if params is None else params, *ins)
+                res = jax.eval_shape(apply, model.params if params is None else params, *ins)
                 res = res if isinstance(res, (tuple, list)) else (res,)
                 return [(np.dtype(r.dtype), tuple(r.shape[1:])) for r in res]
             except Exception:  # noqa: BLE001 - fall back to the declared output specs

@@ -20,6 +20,7 @@ from .lower.build import Program
 from . import pipeline
 from .options import FILE_BATCH as _FILE
 from .options import LoadOptions
+from .signature import SignatureRunner
 
 
 class TensorSpec(NamedTuple):
@@ -234,6 +235,28 @@ class Model:
         outs = self._program.apply(params, *inputs)
         outs = tuple(jnp.asarray(o) for o in outs)
         return outs[0] if len(outs) == 1 else outs
+
+    def signature(self, key: str):
+        """The entry point named ``key`` in the file's signatures, as a
+        callable bound to its subgraph (like LiteRT's
+        ``Interpreter.get_signature_runner(key)``).
+
+        ``model.signature("decode")(tokens=t, input_pos=p, ...)`` returns
+        ``{output name: array}``; ``.apply(params, **inputs)`` is the pure
+        function over this model's one :attr:`params` dict (for
+        ``jax.grad``); ``.inputs`` / ``.outputs`` are its specs. See
+        :class:`fbjax.signature.SignatureRunner`.
+
+        Raises:
+            InputError: no signature ``key`` (the message lists the keys).
+        """
+        runners = self.__dict__.setdefault("_signature_runners", {})
+        if key not in runners:
+            if key not in self.ir.signatures:
+                raise InputError(f"the model has no signature {key!r}; its signatures are "
+                                 f"{list(self.ir.signatures) or 'none'}")
+            runners[key] = SignatureRunner(self, key)
+        return runners[key]
 
     # -- convenience -----------------------------------------------------
     def _check_params(self, params) -> None:
@@ -499,7 +522,10 @@ class Model:
                                  f"ending in {want}")
         params = self.params if params is None else params
         values = {id(v): v for g in self.ir.graphs for v in g.values}
-        by_name = {name: values[vid] for vid, name in self._program.param_of.items()}
+        by_name, shared = {}, {}  # param name -> a Value; -> every Value (one buffer read by several subgraphs)
+        for vid, name in self._program.param_of.items():
+            by_name[name] = values[vid]
+            shared.setdefault(name, []).append(values[vid])
         quantized = {}
         for g in self.ir.graphs:
             for v in g.values:
@@ -522,7 +548,8 @@ class Model:
             if x.dtype.kind == "f" and not np.all(np.isfinite(x)):
                 raise InputError(f"save: params key {name!r} holds {int(np.sum(~np.isfinite(x)))} NaN or "
                                  "infinite value(s); the file would carry them (check the training step)")
-            updates[v] = x
+            for u in shared.get(name, [v]):
+                updates[u] = x
         data = write_model(self.ir, updates, requantize=requantize)
         if path is not None:
             path = os.fspath(path)

@@ -114,7 +114,12 @@ def has_quantized_tensors(model: ModelIR) -> bool:
 
 
 def _dequantize_const_in_place(v: Value) -> None:
-    v.data = dequantize_array(v.data, v.quant)
+    q = v.quant
+    key = (id(v.data), np.asarray(q.scale).tobytes(), np.asarray(q.zero_point).tobytes(), q.quantized_dimension)
+    hit = _DEQUANTIZED.get(key)
+    if hit is None or hit[0] is not v.data:
+        hit = _DEQUANTIZED[key] = (v.data, dequantize_array(v.data, v.quant))
+    v.data = hit[1]
     v.dtype = np.dtype(np.float32)
     v.quant = None
 
@@ -145,7 +150,18 @@ def _dequantize_hybrid_weights(graph: Graph, hybrid_ops: frozenset) -> int:
     count = 0
     f32 = np.dtype(np.float32)
 
+    def lookup_kernel(n, v):  # EMBEDDING_LOOKUP of a quantized table (int8; INT4 files unpacked to int8)
+        ins = list(n.inputs)
+        s = np.asarray(v.quant.scale).reshape(-1)
+        return (n.op_name == "EMBEDDING_LOOKUP" and "EMBEDDING_LOOKUP" in hybrid_ops and len(ins) == 2
+                and ins[1] is v and np.dtype(v.dtype) == np.int8 and not np.any(np.asarray(v.quant.zero_point))
+                and (s.size == 1 or v.quant.block_size > 0
+                     or (v.quant.quantized_dimension == 0 and v.shape and s.size == v.shape[0]))
+                and all(o is None or np.dtype(o.dtype) == f32 for o in n.outputs))
+
     def hybrid_kernel(n, v):
+        if n.op_name == "EMBEDDING_LOOKUP":
+            return lookup_kernel(n, v)
         ins = list(n.inputs)
         act = 2 if n.op_name == "TRANSPOSE_CONV" else 0  # (output_shape, weights, input, bias)
         rest = ins[3:] if act == 2 else ins[2:]
@@ -155,7 +171,8 @@ def _dequantize_hybrid_weights(graph: Graph, hybrid_ops: frozenset) -> int:
                 and all(x is None or np.dtype(x.dtype) == f32 for x in rest)
                 and n.attrs.get("fused_activation_function", "NONE") in ("NONE", "RELU", "RELU6", "RELU_N1_TO_1")
                 and n.attrs.get("weights_format", "DEFAULT") == "DEFAULT"
-                and (n.op_name != "BATCH_MATMUL" or np.asarray(v.quant.scale).size == 1))
+                and (n.op_name != "BATCH_MATMUL" or np.asarray(v.quant.scale).size == 1)
+                and (not v.quant.block_size or n.op_name == "FULLY_CONNECTED"))
 
     for v in graph.values:
         if not _is_quantized_const(v):
@@ -166,7 +183,10 @@ def _dequantize_hybrid_weights(graph: Graph, hybrid_ops: frozenset) -> int:
         float_users = all(
             n.op_set == "tflite" and n.op_name != "DEQUANTIZE"
             and not any(is_quantized(x) for x in list(n.inputs) + list(n.outputs) if x is not None and x.data is None)
-            and any(x is not None and x.data is None and np.dtype(x.dtype).kind == "f" for x in n.inputs)
+            and (any(x is not None and x.data is None and np.dtype(x.dtype).kind == "f" for x in n.inputs)
+                 # a lookup into a quantized table with float output (litert-torch's dynamic_int8 embedding)
+                 or (n.op_name == "EMBEDDING_LOOKUP" and all(o is None or np.dtype(o.dtype) == f32
+                                                             for o in n.outputs)))
             for n in users
         )
         if not float_users:
@@ -423,6 +443,14 @@ def prepare(model: ModelIR, quantized: str = "exact", *, registry) -> ModelIR:
         raise InputError(f"quantized must be one of {MODES}, got {quantized!r}")
     if not has_quantized_tensors(model):
         return model
+    try:
+        _prepare(model, quantized)
+    finally:
+        _DEQUANTIZED.clear()
+    return model
+
+
+def _prepare(model: ModelIR, quantized: str) -> None:
     if quantized == "exact":
         _prepare_exact(model, registry)
         if any(is_quantized(v) and np.dtype(v.dtype) == np.int16 for g in model.graphs for v in g.values):

@@ -63,8 +63,13 @@ def quantize_multiplier_greater_than_one(real: float) -> tuple[int, int]:
 
 def dequantize_array(data: np.ndarray, q: QuantParams) -> np.ndarray:
     """``(q - zero_point) * scale`` in float32, per-channel along
-    ``quantized_dimension`` (TFLite ``Dequantize``)."""
+    ``quantized_dimension`` (TFLite ``Dequantize``); blockwise parameters
+    (``q.block_size``): scales ``[rows, blocks]`` along the last axis, zero
+    points 0."""
     data = np.asarray(data)
+    if getattr(q, "block_size", 0):
+        scale = np.repeat(np.asarray(q.scale, np.float32), q.block_size, axis=-1).reshape(data.shape)
+        return (data.astype(np.float32) * scale).astype(np.float32)
     scale = np.asarray(q.scale, np.float32).reshape(-1)
     zp = np.asarray(q.zero_point).astype(np.int64).reshape(-1)
     if zp.size == 0:

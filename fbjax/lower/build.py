@@ -229,17 +229,25 @@ def unique_param_names(model: ModelIR) -> dict:
     """id(Value) -> unique param name for every constant :func:`is_param` accepts.
 
     Names are the tensor names from the file; repeats get ``#1``, ``#2``...
+    Values holding the very same array (tensors of several subgraphs that
+    the reader found on one buffer, e.g. the weights that an LLM's prefill
+    and decode signatures share) get one name: one param.
     """
     names: dict[int, str] = {}
     used: Counter = Counter()
+    by_data: dict[int, str] = {}  # id(v.data) -> its param name
     for g in model.graphs:
         for v in g.values:
             if id(v) in names or not is_param(v):
+                continue
+            if id(v.data) in by_data:
+                names[id(v)] = by_data[id(v.data)]
                 continue
             base = v.name or f"tensor_{v.index}"
             name = base if used[base] == 0 else f"{base}#{used[base]}"
             used[base] += 1
             names[id(v)] = name
+            by_data[id(v.data)] = name
     return names
 
 
@@ -262,7 +270,10 @@ def build(model: ModelIR, *, backend: Optional[str] = None, options: Optional[di
     check_supported(model)
     param_of = unique_param_names(model)
     values = {id(v): v for g in model.graphs for v in g.values}
-    params = {name: master_weight(values[vid].data) for vid, name in param_of.items()}
+    params = {}
+    for vid, name in param_of.items():
+        if name not in params:  # (one param for the Values of several subgraphs on one buffer)
+            params[name] = master_weight(values[vid].data)
     program = Program(model, params, param_of, backend or jax.default_backend(), options=dict(options or {}))
     check_static_inputs(program)
     return program
