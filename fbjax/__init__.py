@@ -16,6 +16,7 @@ from .errors import FbjaxError, InputError, ModelFormatError, UnsupportedOperato
 from .model import Model, SignatureSpec, TensorSpec, load
 from .train import trainable
 from .infer import infer  # the function; the module stays importable as fbjax.infer
+from .generate import generate  # the function; the module stays importable as fbjax.generate
 from .lower.stablehlo.custom import register_custom_call
 from .custom import register_custom_op
 from . import data  # fbjax.data.DEFAULT_MODEL: the bundled model (README snippets, `fbjax run`)
@@ -49,6 +50,6 @@ def supported_ops(op_set: str | None = None) -> dict[str, list[str]]:
 __all__ = [
     "load", "Model", "TensorSpec", "SignatureSpec", "supported_ops",
     "FbjaxError", "ModelFormatError", "UnsupportedOperatorError", "InputError",
-    "register_custom_call", "trainable", "infer",
+    "register_custom_call", "trainable", "infer", "generate",
     "register_custom_op",
 ]

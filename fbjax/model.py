@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
-import importlib
 import operator
 import os
 import warnings
@@ -14,10 +14,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from .errors import InputError
-from .formats import read_model
+from .formats import read_model, write_model
 from .ir import ModelIR, Value
 from .cache import compiler_options
-from .lower.build import Program, build
+from .lower.build import Program
+from . import pipeline
+from .options import FILE_BATCH as _FILE
+from .options import LoadOptions
+from .signature import SignatureRunner
 
 
 class TensorSpec(NamedTuple):
@@ -136,7 +140,8 @@ class Model:
         self._program = program
         g = ir.main_graph
         self.inputs = [TensorSpec.of(v) for v in g.inputs]
-        self.outputs = [TensorSpec.of(v) for v in g.outputs]
+        self._declared_outputs = [TensorSpec.of(v) for v in g.outputs]
+        self._outputs = None  # inferred on first use (see the outputs property)
         self.input_quantization = [_file_quant(v) for v in g.inputs]
         self.output_quantization = [_file_quant(v) for v in g.outputs]
         self.signatures = {
@@ -152,8 +157,8 @@ class Model:
         with jax.enable_x64(self._x64):
             self.params = {k: jax.device_put(v) for k, v in program.params.items()}  # no per-shape compiles (jnp.asarray: ~1 s)
         # issue 3: resource variables (VAR_HANDLE ...) -> explicit state, see
-        # fbjax.lower.tflite.state; None for models without variables.
-        from .lower.tflite import state as _st
+        # fbjax.lower.state; None for models without variables.
+        from .lower import state as _st
         self._stateful = _st.has_state(ir)  # TFLite variables/random ops, ONNX random ops (issue 5)
         with jax.enable_x64(self._x64):
             self.state = _st.initial_state(program, self.params) if self._stateful else None
@@ -171,6 +176,26 @@ class Model:
         self._warned_int: set = set()  # inputs already warned about integer data for a float input
         from .lower.inference import inference_apply  # __call__ on CPU: prepared once (fbjax/lower/inference.py)
         self._fast = inference_apply(program, compiler_options(program.backend), stateful=self._stateful)
+
+    @property
+    def outputs(self) -> list:
+        """The outputs' :class:`TensorSpec`, in output order.
+
+        Shapes fbjax infers win over shapes the file merely declares: when
+        every input shape is static, the first read traces the model
+        (``jax.eval_shape``, nothing runs) and takes the shapes it computes
+        (files are written with placeholder shapes, e.g. PaddlePaddle's
+        scalar ``float32()`` outputs of a graph that computes ``(1, 2)``),
+        with a ``UserWarning`` naming each output whose declared shape was
+        wrong. Dynamic inputs: the declared shapes.
+        """
+        if self._outputs is None:
+            self._outputs = _inferred_outputs(self)
+        return self._outputs
+
+    @outputs.setter
+    def outputs(self, specs) -> None:
+        self._outputs = list(specs)
 
     # -- pure function ---------------------------------------------------
     def apply(self, params: dict, *inputs, state: Optional[dict] = None):
@@ -204,13 +229,35 @@ class Model:
             params = {k: v if getattr(v, "dtype", None) == want[k].dtype else jnp.asarray(v, want[k].dtype)
                       for k, v in params.items()}
         if self._stateful:  # models with resource variables: (outputs, new_state)
-            from .lower.tflite.state import apply_with_state
+            from .lower.state import apply_with_state
             outs, new_state = apply_with_state(self._program, params, self.state if state is None else state, *inputs)
             outs = tuple(jnp.asarray(o) for o in outs)
             return (outs[0] if len(outs) == 1 else outs), new_state
         outs = self._program.apply(params, *inputs)
         outs = tuple(jnp.asarray(o) for o in outs)
         return outs[0] if len(outs) == 1 else outs
+
+    def signature(self, key: str):
+        """The entry point named ``key`` in the file's signatures, as a
+        callable bound to its subgraph (like LiteRT's
+        ``Interpreter.get_signature_runner(key)``).
+
+        ``model.signature("decode")(tokens=t, input_pos=p, ...)`` returns
+        ``{output name: array}``; ``.apply(params, **inputs)`` is the pure
+        function over this model's one :attr:`params` dict (for
+        ``jax.grad``); ``.inputs`` / ``.outputs`` are its specs. See
+        :class:`fbjax.signature.SignatureRunner`.
+
+        Raises:
+            InputError: no signature ``key`` (the message lists the keys).
+        """
+        runners = self.__dict__.setdefault("_signature_runners", {})
+        if key not in runners:
+            if key not in self.ir.signatures:
+                raise InputError(f"the model has no signature {key!r}; its signatures are "
+                                 f"{list(self.ir.signatures) or 'none'}")
+            runners[key] = SignatureRunner(self, key)
+        return runners[key]
 
     # -- convenience -----------------------------------------------------
     def _check_params(self, params) -> None:
@@ -431,7 +478,7 @@ class Model:
 
         Everything but the updated constants is kept as the file had it
         (operators, options, names, signatures, metadata). The writer for
-        the format comes from :data:`WRITERS`. Float weights are cast to the
+        the format comes from :data:`fbjax.formats.WRITERS`. Float weights are cast to the
         dtype the file stores (float16 weights are rounded to float16).
         Quantized integer weights given as float (dequantized) values are
         re-quantized with the file's scales and zero points
@@ -476,7 +523,10 @@ class Model:
                                  f"ending in {want}")
         params = self.params if params is None else params
         values = {id(v): v for g in self.ir.graphs for v in g.values}
-        by_name = {name: values[vid] for vid, name in self._program.param_of.items()}
+        by_name, shared = {}, {}  # param name -> a Value; -> every Value (one buffer read by several subgraphs)
+        for vid, name in self._program.param_of.items():
+            by_name[name] = values[vid]
+            shared.setdefault(name, []).append(values[vid])
         quantized = {}
         for g in self.ir.graphs:
             for v in g.values:
@@ -499,8 +549,9 @@ class Model:
             if x.dtype.kind == "f" and not np.all(np.isfinite(x)):
                 raise InputError(f"save: params key {name!r} holds {int(np.sum(~np.isfinite(x)))} NaN or "
                                  "infinite value(s); the file would carry them (check the training step)")
-            updates[v] = x
-        data = _writer(self.format)(self.ir, updates, requantize=requantize)
+            for u in shared.get(name, [v]):
+                updates[u] = x
+        data = write_model(self.ir, updates, requantize=requantize)
         if path is not None:
             path = os.fspath(path)
             folder = os.path.dirname(os.path.abspath(path))
@@ -546,25 +597,32 @@ def _x64_enabled() -> bool:
     return bool(_X64.value)
 
 
-#: format -> module of :mod:`fbjax.formats` whose ``write(ir, updates,
-#: *, requantize) -> bytes`` re-writes a file of that format with the
-#: constants in ``updates`` (``{Value: array}``) replaced; see
-#: :meth:`Model.save`.
-WRITERS = {"tflite": "tflite_writer", "rten": "rten_writer", "stablehlo": "stablehlo_writer"}
-
-
-def _writer(fmt: str):
-    mod = WRITERS.get(fmt)
+def _inferred_outputs(model: "Model") -> list:
+    """``model``'s output specs with the shapes tracing computes at its
+    static input shapes (see :attr:`Model.outputs`); the declared specs
+    when an input is dynamic or tracing fails (the call reports why)."""
+    declared = model._declared_outputs
+    if any(s.shape is None or None in s.shape for s in model.inputs):
+        return list(declared)
+    structs = [jax.ShapeDtypeStruct(s.shape, s.dtype) for s in model.inputs]
     try:
-        module = importlib.import_module(f".formats.{mod}", __package__) if mod else None
-    except ModuleNotFoundError:
-        module = None
-    if module is None:
-        raise InputError(f"saving {fmt!r} models is not supported yet (writers: {sorted(WRITERS)})")
-    return module.write
-
-
-_FILE = "file"
+        with jax.enable_x64(model._x64), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the call itself warns about what it meets
+            res = jax.eval_shape(lambda p, *xs: model.apply(p, *xs), model.params, *structs)
+    except Exception:  # noqa: BLE001 - best effort: calling the model reports what is wrong
+        return list(declared)
+    if model._stateful:
+        res = res[0]
+    res = res if isinstance(res, (tuple, list)) else (res,)
+    out = []
+    for spec, r in zip(declared, res):
+        shape = tuple(int(d) for d in r.shape)
+        if spec.shape is not None and (len(spec.shape) != len(shape)
+                                       or any(d is not None and d != e for d, e in zip(spec.shape, shape))):
+            warnings.warn(f"output {spec.name!r}: the file declares shape {spec.shape}, but the model computes "
+                          f"{shape}; fbjax uses the computed shape", stacklevel=3)
+        out.append(TensorSpec(spec.name, shape, spec.dtype))
+    return out
 
 
 def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, str] = _FILE,
@@ -650,51 +708,36 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
     from .cache import enable as _enable_compilation_cache
 
     _enable_compilation_cache()  # JAX's persistent compilation cache (fbjax/cache.py)
-    if while_max_iterations is not None and (isinstance(while_max_iterations, bool)
-                                             or not isinstance(while_max_iterations, (int, np.integer))
-                                             or while_max_iterations < 0):
-        raise InputError(f"while_max_iterations must be None or an int >= 0, got {while_max_iterations!r}")
-    if isinstance(batch_size, str) and batch_size == "dynamic":
-        batch_size = None
-    ir = read_model(source, format)
-    if constant_inputs or static_bounds:
-        from .passes import add_valid_counts, bind_inputs
+    options = LoadOptions(format, batch_size, quantized, while_max_iterations, static_bounds)
+    ir = read_model(source, options.format)
+    if constant_inputs:
+        from .passes import bind_inputs
 
         bind_inputs(ir, constant_inputs)
-        if static_bounds:
-            add_valid_counts(ir)
-    from .quantization import prepare as _prepare_quantized
-
     g = ir.main_graph
     file_quant = ([_file_quant(v) for v in g.inputs], [_file_quant(v) for v in g.outputs])
-    _prepare_quantized(ir, quantized)
-    if batch_size != _FILE:
-        from .passes import set_batch_size
-
-        set_batch_size(ir, batch_size)
-    program = build(ir, options={"while_max_iterations": while_max_iterations})
-    if batch_size != _FILE:
-        from .passes import check_batch_size
-
-        with jax.enable_x64(_needs_x64(ir)):  # int16x8 kernels trace only with x64, as Model runs them
-            check_batch_size(ir, program, batch_size)
+    pipeline.prepare(ir, options)
+    program = pipeline.lower(ir, options, x64=_needs_x64(ir))
     path = None if isinstance(source, (bytes, bytearray, memoryview)) else os.fspath(source)
     model = Model(ir, program, path)
     model.input_quantization, model.output_quantization = file_quant
-    # what loading this file again with another batch needs (fbjax.infer, chunks below)
-    model._load_options = dict(format=format, quantized=quantized, while_max_iterations=while_max_iterations,
-                               constant_inputs=constant_inputs, static_bounds=static_bounds)
-    bound = tuple((k, np.asarray(v).dtype.str, np.shape(v), hashlib.sha256(np.ascontiguousarray(v).tobytes()).hexdigest())
-                  for k, v in sorted((constant_inputs or {}).items()))
-    _enable_trace_cache(model, source, (format, batch_size, quantized, while_max_iterations, bound, static_bounds))
-    if batch_size != _FILE and batch_size is not None:  # CPU: a large batch runs in cache-sized chunks
+    # what loading this file again with another batch needs (fbjax.infer, the chunks below)
+    model._load_kwargs = dict(options.as_kwargs(), constant_inputs=constant_inputs)
+    _enable_trace_cache(model, source, options)
+    fast = getattr(model, "_fast", None)
+    if constant_inputs and getattr(fast, "trace_base", None) is not None:  # the bound values key the trace too
+        bound = tuple((k, np.asarray(v).dtype.str, np.shape(v),
+                       hashlib.sha256(np.ascontiguousarray(v).tobytes()).hexdigest())
+                      for k, v in sorted(constant_inputs.items()))
+        fast.trace_base = (fast.trace_base[0], fast.trace_base[1] + (repr(bound),))
+    if options.rewrites_batch and options.batch_size is not None:  # CPU: a large batch runs in cache-sized chunks
         from .lower.inference import attach_chunks
 
-        attach_chunks(model, lambda k: load(source, batch_size=k, **model._load_options), batch_size)
+        attach_chunks(model, lambda k: load(source, **dict(model._load_kwargs, batch_size=k)), options.batch_size)
     return model
 
 
-def _enable_trace_cache(model: "Model", source, load_options: tuple) -> None:
+def _enable_trace_cache(model: "Model", source, options: LoadOptions) -> None:
     """Let the CPU inference path keep its traced program in fbjax's cache
     (:func:`fbjax.cache.trace_cache_dir`) when the model's input shapes are
     static and every lowering it uses is fbjax's own (a user's custom op
@@ -714,4 +757,4 @@ def _enable_trace_cache(model: "Model", source, load_options: tuple) -> None:
             return
     digest = cache.source_digest(source)
     if digest is not None:
-        fast.trace_base = (digest, tuple(map(repr, load_options)))
+        fast.trace_base = (digest, tuple(map(repr, dataclasses.astuple(options))))

@@ -134,6 +134,7 @@ class Program:
                 return np.zeros(v.shape, v.dtype)
             raise ModelFormatError(f"graph {index}: tensor {v.index} ({v.name!r}) is read before it is written")
 
+        not_static = []  # (node key, why): every node whose static input is not known, reported together
         for node in graph.nodes:
             opdef: OpDef = self.registry.get(node.op_set, node.op_name)
             args = []
@@ -142,23 +143,31 @@ class Program:
                     if v.data is not None:
                         args.append(np.asarray(v.data))
                         continue
-                    c = _concrete(lookup(v))
+                    x = lookup(v)
+                    c = None if x is _UNKNOWN else _concrete(x)
                     if c is None:
-                        raise UnsupportedOperatorError(
-                            [node.key],
-                            detail=f"{node.location}: input {i} of {node.op_name} must be known at load time, "
-                            "but it depends on the model's inputs.",
-                        )
+                        if x is not _UNKNOWN:
+                            not_static.append((node.key, f"{node.location}: input {i} of {node.op_name} must be "
+                                               "known at load time, but it depends on the model's inputs."))
+                        args = None
+                        break
                     args.append(c)
                 else:
                     args.append(lookup(v))
+            if args is None or any(a is _UNKNOWN for a in args):
+                # downstream of a refused node: skipped, so the error can list every refused node
+                for o in node.outputs:
+                    if o is not None:
+                        env[id(o)] = _UNKNOWN
+                continue
             ctx = LowerContext(node, self.model, self)
             ctx._params = params
             outs_float = any(
                 o is not None and np.issubdtype(np.dtype(o.dtype), np.inexact) for o in node.outputs
             )
-            # (READ_VARIABLE: static handle, but the value is state -- see lower/tflite/state.py)
-            if all(_is_static(a) for a in args) and not outs_float and node.op_name != "READ_VARIABLE":
+            # (not for ops whose result is not a function of their inputs -- state, random draws:
+            # the ``foldable`` fact; READ_VARIABLE has a static handle but its value is state)
+            if all(_is_static(a) for a in args) and not outs_float and opdef.foldable:
                 # Shape-like integer computation: evaluate now, keep numpy.
                 with jax.ensure_compile_time_eval():
                     res = call_op(opdef, ctx, args, node.attrs)
@@ -169,7 +178,14 @@ class Program:
             for o, r in zip(node.outputs, res):
                 if o is not None:
                     env[id(o)] = r
+        if not_static:
+            raise UnsupportedOperatorError(Counter(k for k, _ in not_static),
+                                           detail=" ".join(why for _, why in not_static))
         return [lookup(v) for v in graph.outputs]
+
+
+#: the value of a node skipped after a refused static input (never leaves eval_graph: it raises)
+_UNKNOWN = object()
 
 
 def _as_list(res, node: Node) -> list:
@@ -213,17 +229,25 @@ def unique_param_names(model: ModelIR) -> dict:
     """id(Value) -> unique param name for every constant :func:`is_param` accepts.
 
     Names are the tensor names from the file; repeats get ``#1``, ``#2``...
+    Values holding the very same array (tensors of several subgraphs that
+    the reader found on one buffer, e.g. the weights that an LLM's prefill
+    and decode signatures share) get one name: one param.
     """
     names: dict[int, str] = {}
     used: Counter = Counter()
+    by_data: dict[int, str] = {}  # id(v.data) -> its param name
     for g in model.graphs:
         for v in g.values:
             if id(v) in names or not is_param(v):
+                continue
+            if id(v.data) in by_data:
+                names[id(v)] = by_data[id(v.data)]
                 continue
             base = v.name or f"tensor_{v.index}"
             name = base if used[base] == 0 else f"{base}#{used[base]}"
             used[base] += 1
             names[id(v)] = name
+            by_data[id(v.data)] = name
     return names
 
 
@@ -246,7 +270,10 @@ def build(model: ModelIR, *, backend: Optional[str] = None, options: Optional[di
     check_supported(model)
     param_of = unique_param_names(model)
     values = {id(v): v for g in model.graphs for v in g.values}
-    params = {name: master_weight(values[vid].data) for vid, name in param_of.items()}
+    params = {}
+    for vid, name in param_of.items():
+        if name not in params:  # (one param for the Values of several subgraphs on one buffer)
+            params[name] = master_weight(values[vid].data)
     program = Program(model, params, param_of, backend or jax.default_backend(), options=dict(options or {}))
     check_static_inputs(program)
     return program

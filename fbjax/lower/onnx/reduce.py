@@ -12,6 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from ... import batch_rules
+from ...errors import InputError
 from ..registry import register
 from ._util import OP_SET, axis as norm_axis, concrete, has_valid_count, ints, require_concrete
 
@@ -26,11 +28,12 @@ def _reduce(name, fn, doc):
     op.__name__ = op.__qualname__ = name
     op.__doc__ = (f"ONNX ``{name}``: {doc} over ``axes`` (attribute or constant second input; all "
                   "axes when empty), keeping them as size 1 when ``keep_dims``.")
-    register(OP_SET, name, static_inputs=(1,))(op)
+    register(OP_SET, name, static_inputs=(1,), batch=batch_rules.onnx_reduce)(op)
 
 
 _reduce("ReduceSum", lambda x, a, k: jnp.sum(x, a, keepdims=k), "sum")
-_reduce("ReduceMean", lambda x, a, k: jnp.mean(x, a, keepdims=k), "mean")
+_reduce("ReduceMean", lambda x, a, k: jnp.mean(x, a, keepdims=k),
+        "mean (an empty set gives NaN, 0/0: the spec leaves it undefined; onnxruntime gives 0)")
 _reduce("ReduceProd", lambda x, a, k: jnp.prod(x, a, keepdims=k), "product")
 def _extreme(fn, big: bool):
     def f(x, a, k):
@@ -52,20 +55,23 @@ def _arg(name, fn):
     def op(ctx, data, *, axis=0, keep_dims=False):
         x = jnp.asarray(data)
         a = norm_axis(axis, x.ndim, ctx)
+        if x.shape[a] == 0:  # the ONNX spec defines no index over an empty axis (onnxruntime refuses it)
+            raise InputError(f"{ctx.node.location} ({ctx.node.op_name}): the input has shape {tuple(x.shape)}, "
+                             f"and there is no index of an extreme over its empty axis {a}")
         y = fn(x, axis=a).astype(jnp.int32)
         return jnp.expand_dims(y, a) if keep_dims else y
 
     op.__name__ = op.__qualname__ = name
     op.__doc__ = (f"ONNX ``{name}``: int32 index of the first extreme along ``axis`` "
                   "(``select_last_index`` 0; rten-convert rejects 1).")
-    register(OP_SET, name, differentiable=False)(op)
+    register(OP_SET, name, differentiable=False, batch=batch_rules.onnx_axis)(op)
 
 
 _arg("ArgMax", jnp.argmax)
 _arg("ArgMin", jnp.argmin)
 
 
-@register(OP_SET, "CumSum", static_inputs=(1,))
+@register(OP_SET, "CumSum", static_inputs=(1,), batch=batch_rules.onnx_cumsum)
 def CumSum(ctx, x, axis):
     """ONNX ``CumSum`` along the constant ``axis`` input (inclusive, forward only:
     rten-convert rejects ``exclusive``/``reverse``)."""
@@ -73,7 +79,7 @@ def CumSum(ctx, x, axis):
     return jnp.cumsum(x, axis=norm_axis(ints(axis)[0], x.ndim, ctx), dtype=x.dtype)
 
 
-@register(OP_SET, "TopK")
+@register(OP_SET, "TopK", batch=batch_rules.onnx_axis)
 def TopK(ctx, X, K, *, axis=0, largest=False, sorted=False):
     """ONNX ``TopK``: the ``K`` largest or smallest along ``axis``.
 
