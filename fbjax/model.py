@@ -21,6 +21,7 @@ from .lower.build import Program
 from . import pipeline
 from .options import FILE_BATCH as _FILE
 from .options import LoadOptions
+from .passes import bind_inputs
 from .signature import SignatureRunner
 
 
@@ -711,8 +712,6 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
     options = LoadOptions(format, batch_size, quantized, while_max_iterations, static_bounds)
     ir = read_model(source, options.format)
     if constant_inputs:
-        from .passes import bind_inputs
-
         bind_inputs(ir, constant_inputs)
     g = ir.main_graph
     file_quant = ([_file_quant(v) for v in g.inputs], [_file_quant(v) for v in g.outputs])

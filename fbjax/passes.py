@@ -75,7 +75,7 @@ import numpy as np
 
 from .errors import InputError
 from .batch_rules import refusal
-from .ir import ModelIR, Node
+from .ir import VALID_COUNT_SUFFIX, ModelIR, Node, Value
 
 __all__ = ["set_batch_size", "check_batch_size"]
 
@@ -251,8 +251,6 @@ def bind_inputs(ir: ModelIR, constants) -> None:
         for k in [k for k, v in sig.inputs.items() if id(v) in bound]:
             del sig.inputs[k]
 
-
-from .lower.onnx._util import VALID_COUNT_SUFFIX  # noqa: E402 (the name the lowerings recognize)
 
 #: Ops whose output size depends on the values of their inputs, and which
 #: ``static_bounds=True`` pads to a bound: ``(op set, op name)``.

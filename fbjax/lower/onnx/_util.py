@@ -42,9 +42,7 @@ def concrete(x) -> Optional[np.ndarray]:
         return None
 
 
-#: Suffix of the count output :func:`fbjax.passes.add_valid_counts` appends
-#: to a value-sized op in static-bound mode (``fbjax.load(static_bounds=True)``).
-VALID_COUNT_SUFFIX = ":valid_count"
+from ...ir import VALID_COUNT_SUFFIX  # noqa: E402 (the static-bound count output's name suffix)
 
 
 def has_valid_count(ctx) -> bool:
