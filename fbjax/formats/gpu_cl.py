@@ -1,0 +1,589 @@
+"""TFLite GPU delegate (OpenCL) serialized models (``.bin``): bytes -> :class:`~fbjax.ir.ModelIR`.
+
+The delegate writes ``tflite.gpu.cl.data.InferenceContext`` flatbuffers to skip
+graph compilation on the next start: its whole compiled graph, one ``CLNode``
+per OpenCL kernel, with the kernel's source, launch sizes, tensor descriptors
+and every weight repacked into GPU layouts. There is no file identifier and the
+schema changed between TensorFlow releases; :func:`detect_generation` verifies
+the root table against each schema fbjax has (``schemas/gpu_cl_*.fbs``):
+
+* ``"seed"`` (TF master late 2020, ``schemas/gpu_cl_seed.fbs``): ``DataType``
+  FLOAT32 = 1, FLOAT16 = 2; ``Arguments`` carry ``shared_int4s`` /
+  ``shared_float4s`` / ``shared_half4s``; graph inputs/outputs are named by
+  ``input_ids`` / ``output_ids`` only;
+* ``"tf2.5"`` (TensorFlow 2.5.0, ``schemas/gpu_cl_tf25.fbs``): FLOAT16 = 1,
+  FLOAT32 = 2; ``const_tensors``; ``input_refs`` / ``output_refs`` (the TFLite
+  tensor indices the graph's inputs and outputs stand for).
+
+A generation matches when the verifier accepts the file and the root table has
+no field the schema does not know. Op types exist only in node names
+(``"convolution_2d 12 linked : relu 13"``): each node becomes one IR node of op
+set ``"gpu"`` for its own op plus one per linked (fused element-wise) op. Every
+weight object is decoded back to TFLite layouts (OHWI convolution filters,
+``[1, H, W, C]`` depthwise filters, ``[O, I]`` fully connected weights, ``[C]``
+biases, ``[1, 1, C]`` PReLU slopes) through an index map into the object's
+data (:func:`weight_index`), so :mod:`fbjax.formats.gpu_cl_writer` can put
+tuned values back in the same places. Activations are ``[B, H, W, C]``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import struct
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+from ..errors import ModelFormatError
+from ..ir import Graph, ModelIR, Node, Value
+from . import verify as _verify
+from ._generated import gpu_cl_seed_generated as _GS
+from ._generated import gpu_cl_tf25_generated as _G25
+
+OP_SET = "gpu"
+
+#: TF 2.5's delegate writes this enum field from uninitialised memory (values -1..-4).
+_UNCHECKED_ENUMS = (("Texture2DDescriptor", "normalized_type"),)
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One schema generation of the serialized InferenceContext."""
+
+    name: str
+    schema: str  # fbjax.formats.verify schema name
+    module: object  # flatc bindings
+    root_fields: int  # fields of InferenceContext in this schema
+    dtypes: dict  # DataType value -> numpy dtype
+
+
+GENERATIONS = (
+    Generation("seed", "gpu_cl_seed", _GS, 11, {1: np.dtype("<f4"), 2: np.dtype("<f2")}),
+    Generation("tf2.5", "gpu_cl_tf25", _G25, 14, {1: np.dtype("<f2"), 2: np.dtype("<f4")}),
+)
+PRECISIONS = {0: "F32", 1: "F32_F16", 2: "F16"}
+STORAGE = {0: "UNKNOWN", 1: "BUFFER", 2: "IMAGE_BUFFER", 3: "TEXTURE_2D", 4: "TEXTURE_3D", 5: "TEXTURE_ARRAY",
+           6: "SINGLE_TEXTURE_2D"}
+
+
+def _root_unknown_fields(buf, n_fields: int) -> list[int]:
+    """Slots of the root table beyond the schema's ``n_fields`` that hold a value."""
+    root = struct.unpack_from("<I", buf, 0)[0]
+    vt = root - struct.unpack_from("<i", buf, root)[0]
+    vsize = struct.unpack_from("<H", buf, vt)[0]
+    return [s for s in range(n_fields, (vsize - 4) // 2) if struct.unpack_from("<H", buf, vt + 4 + 2 * s)[0]]
+
+
+def detect_generation(buf, label: Optional[str] = None) -> Generation:
+    """The schema generation ``buf`` is a valid InferenceContext of.
+
+    Raises:
+        ModelFormatError: no generation matches; the message gives each one's reason.
+    """
+    reasons = []
+    for gen in GENERATIONS:
+        try:
+            _verify.verify(buf, gen.schema, unchecked_enums=_UNCHECKED_ENUMS)
+        except ModelFormatError as e:
+            reasons.append(f"{gen.name}: {e}")
+            continue
+        extra = _root_unknown_fields(buf, gen.root_fields)
+        if extra:
+            reasons.append(f"{gen.name}: InferenceContext has fields in slots {extra} this generation does not define")
+            continue
+        return gen
+    pre = f"{label}: " if label else ""
+    raise ModelFormatError(f"{pre}not a TFLite GPU delegate (OpenCL) serialized model of any known generation "
+                           f"({', '.join(g.name for g in GENERATIONS)}): " + "; ".join(reasons))
+
+
+def probe(source, head: bytes) -> bool:
+    """``fbjax.formats._PROBES`` entry: whether ``source`` verifies as some generation."""
+    try:
+        if isinstance(source, (bytes, bytearray, memoryview)):
+            buf = bytes(source)
+        else:
+            with open(os.fspath(source), "rb") as f:
+                buf = f.read()
+        detect_generation(buf)
+        return True
+    except (OSError, ModelFormatError):
+        return False
+
+
+# --- parsed nodes --------------------------------------------------------------
+
+@dataclass
+class GpuObject:
+    """A weight object of a node's Arguments: its data as stored, and where.
+
+    Attributes:
+        kind: ``"buffer"``, ``"texture2d"``, ``"tensor_linear"`` or ``"tensor"``.
+        dtype: element dtype of the stored floats (float32 or float16).
+        flat: the stored values as a flat float array (a copy, file dtype).
+        offset: byte offset of the data in the file (for write-back).
+        info: descriptor fields shown by ``fbjax inspect`` (sizes).
+    """
+
+    kind: str
+    dtype: np.dtype
+    flat: np.ndarray
+    offset: int
+    info: dict = field(default_factory=dict)
+
+
+@dataclass
+class GpuNode:
+    """One ``CLNode`` as stored: name parts, arguments, objects, code."""
+
+    index: int
+    name: str
+    ops: list  # [(op type, graph node id)], the first is the kernel's own op, then linked ops
+    input_ids: list
+    output_ids: list
+    ints: dict
+    floats: dict
+    objects: dict
+    code: str
+    work_group_size: tuple
+    grid_size: tuple
+
+
+def _vec_offset(tab, slot_voffset: int) -> int:
+    o = tab.Offset(slot_voffset)
+    return tab.Vector(o) if o else -1
+
+
+def _objects(args, gen: Generation, label: str) -> dict:
+    out = {}
+    for kind, getter in (("buffer", "BufferObjects"), ("texture2d", "Texture2dObjects"),
+                         ("tensor_linear", "TensorLinearObjects"), ("tensor", "TensorObjects")):
+        for j in range(getattr(args, getter + "Length")()):
+            m = getattr(args, getter)(j)
+            key = (m.Key() or b"").decode("utf-8", "replace")
+            d = m.Value()
+            if d is None:
+                continue
+            et = d.DataType() if kind == "tensor" else d.ElementType()
+            dt = gen.dtypes.get(et)
+            info = {}
+            if kind == "buffer":
+                info = {"element_size": d.ElementSize(), "size": d.Size()}
+            elif kind == "texture2d":
+                s = d.Size()
+                info = {"width": s.X() if s else 0, "height": s.Y() if s else 0}
+            elif kind == "tensor_linear":
+                info = {"size": d.Size()}
+            else:
+                s = d.Shape()
+                info = {"shape": (s.B(), s.H(), s.W(), s.D(), s.C()) if s else None}
+            n = d.DataLength()
+            if n == 0:
+                out[key] = GpuObject(kind, dt or np.dtype("<f4"), np.zeros(0, np.float32), -1, info)
+                continue
+            if dt is None:
+                raise ModelFormatError(f"{label}: object {key!r} has element type {et}, not a float type fbjax decodes")
+            if n % dt.itemsize:
+                raise ModelFormatError(f"{label}: object {key!r} holds {n} bytes, not whole {dt.name} values")
+            pos = _vec_offset(d._tab, 16 if kind == "buffer" else 14)  # the data field's vtable slot
+            out[key] = GpuObject(kind, dt, np.frombuffer(bytes(d._tab.Bytes[pos:pos + n]), dt), pos, info)
+    return out
+
+
+def _parse_name(name: str, label: str) -> list:
+    ops = []
+    for part in name.split(" linked : "):
+        bits = part.strip().split(" ")
+        if len(bits) != 2 or not bits[1].lstrip("-").isdigit() or not bits[0]:
+            raise ModelFormatError(f"{label}: node name {name!r} is not '<op type> <id>[ linked : <op type> <id>]...'")
+        ops.append((bits[0], int(bits[1])))
+    return ops
+
+
+def _int3(t) -> tuple:
+    return (t.X(), t.Y(), t.Z()) if t is not None else ()
+
+
+def parse_nodes(ic, gen: Generation, label: str) -> list[GpuNode]:
+    """The file's CLNodes with names, arguments and objects decoded."""
+    nodes = []
+    for i in range(ic.NodesLength()):
+        n = ic.Nodes(i)
+        where = f"{label}node {i}"
+        name = (n.Name() or b"").decode("utf-8", "replace")
+        op = n.GpuOp()
+        if op is None or op.Arguments() is None:
+            raise ModelFormatError(f"{where} ({name!r}) has no gpu_op/arguments")
+        a = op.Arguments()
+        ints = {a.IntValues(j).Name().decode("utf-8", "replace"): a.IntValues(j).Value()
+                for j in range(a.IntValuesLength()) if a.IntValues(j).Name() is not None}
+        floats = {a.FloatValues(j).Name().decode("utf-8", "replace"): a.FloatValues(j).Value()
+                  for j in range(a.FloatValuesLength()) if a.FloatValues(j).Name() is not None}
+        floats.update({a.HalfValues(j).Name().decode("utf-8", "replace"): a.HalfValues(j).Value()
+                       for j in range(a.HalfValuesLength()) if a.HalfValues(j).Name() is not None})
+        nodes.append(GpuNode(
+            i, name, _parse_name(name, where), [int(x) for x in n.InputIdsAsNumpy()] if n.InputIdsLength() else [],
+            [int(x) for x in n.OutputIdsAsNumpy()] if n.OutputIdsLength() else [], ints, floats,
+            _objects(a, gen, where), (op.Code() or b"").decode("utf-8", "replace"),
+            _int3(op.WorkGroupSize()), _int3(op.GridSize())))
+    return nodes
+
+
+# --- weight layouts ------------------------------------------------------------
+
+def _slices(c: int) -> int:
+    return (c + 3) // 4
+
+
+def weight_index(layout: str, shape: tuple, **kw) -> np.ndarray:
+    """Index map of a weight layout: ``flat[index]`` is the TFLite-layout weight.
+
+    ``index`` has the TFLite shape and holds, for each element, its position
+    (in floats) in the object's stored data (channels padded to slices of 4).
+
+    Layouts (TF 2.5 ``gpu/common/task/weights_conversion.h`` and the task
+    classes):
+
+    * ``"linear"`` ``[C]`` (or ``[1, 1, C]``): one float4 per channel slice.
+    * ``"conv_i4o4"`` / ``"conv_o4i4"`` OHWI, ``group=G``: per group of G output
+      slices, y, x, input slice, output slice in the group: 16 floats holding,
+      for each of 4 input channels, 4 output channels (``i4o4``), or for each
+      of 4 output channels, 4 input channels (``o4i4``).
+    * ``"dw"`` ``[1, H, W, C]``: per channel slice, y, x: 4 channels.
+    * ``"dw3x3"`` ``[1, 3, 3, C]`` and ``"dw3x3_bias"`` ``[C]``: per channel
+      slice 9 float4 weights (row-major) then one float4 bias.
+    * ``"fc"`` ``[O, I]``: 4x4 blocks, float index
+      ``(i // 4) * Op * 4 + (o // 4) * 16 + (i % 4) * 4 + o % 4`` (Op = O
+      padded to 4).
+    * ``"transposed_ohwi_i4o4"`` OHWI: per output slice, y, x, input slice: 16
+      floats, 4 output channels for each of 4 input channels (TF 2.5
+      ConvolutionTransposed's default layout, with ``group=1``).
+    """
+    if layout == "linear":
+        c = shape[-1]
+        return np.arange(c).reshape(shape)
+    if layout in ("conv_i4o4", "conv_o4i4", "transposed_ohwi_i4o4"):
+        o_, kh, kw_, i_ = shape
+        g = kw.get("group", 1)
+        o = np.arange(o_)[:, None, None, None]
+        y = np.arange(kh)[None, :, None, None]
+        x = np.arange(kw_)[None, None, :, None]
+        i = np.arange(i_)[None, None, None, :]
+        si_n = _slices(i_)
+        os_, o4 = o // 4, o % 4
+        gn, gs = os_ // g, os_ % g
+        si, j = i // 4, i % 4
+        base = ((((gn * kh + y) * kw_ + x) * si_n + si) * g + gs) * 16
+        inner = j * 4 + o4 if layout != "conv_o4i4" else o4 * 4 + j
+        return base + inner
+    if layout == "dw":
+        _, kh, kw_, c = shape
+        y = np.arange(kh)[None, :, None, None]
+        x = np.arange(kw_)[None, None, :, None]
+        ch = np.arange(c)[None, None, None, :]
+        return ((ch // 4 * kh + y) * kw_ + x) * 4 + ch % 4
+    if layout == "dw3x3":
+        _, kh, kw_, c = shape
+        y = np.arange(3)[None, :, None, None]
+        x = np.arange(3)[None, None, :, None]
+        ch = np.arange(c)[None, None, None, :]
+        return (ch // 4 * 10 + y * 3 + x) * 4 + ch % 4
+    if layout == "dw3x3_bias":
+        ch = np.arange(shape[0])
+        return (ch // 4 * 10 + 9) * 4 + ch % 4
+    if layout == "fc":
+        o_, i_ = shape
+        op = _slices(o_) * 4
+        o = np.arange(o_)[:, None]
+        i = np.arange(i_)[None, :]
+        return (i // 4) * op * 4 + (o // 4) * 16 + (i % 4) * 4 + o % 4
+    raise ValueError(f"unknown GPU weight layout {layout!r}")
+
+
+@dataclass
+class WeightRef:
+    """Where a decoded weight lives: object, layout, index map (for write-back)."""
+
+    node: int
+    object: str
+    layout: str
+    index: np.ndarray
+    value: Value
+
+
+def _decode(obj: GpuObject, layout: str, shape: tuple, where: str, **kw) -> tuple[np.ndarray, np.ndarray]:
+    idx = weight_index(layout, shape, **kw)
+    if idx.size and int(idx.max()) >= obj.flat.size:
+        raise ModelFormatError(f"{where}: a {layout} weight of shape {list(shape)} needs {int(idx.max()) + 1} values, "
+                               f"but the object holds {obj.flat.size}")
+    return obj.flat[idx].astype(np.float32), idx
+
+
+# --- graph ---------------------------------------------------------------------
+
+def _code_group(code: str) -> int:
+    """Output slices per weight group of a general convolution kernel (its accumulators ``r_..._s<k>``)."""
+    ks = [int(k) for k in re.findall(r"\br_w\d+_h\d+_s(\d+)\b", code)]
+    return max(ks) + 1 if ks else 1
+
+
+def _binary_links(node: GpuNode) -> list[bool]:
+    """For each linked op (1-based position N), whether it reads a second tensor."""
+    out = []
+    for n in range(1, len(node.ops)):
+        keys = (f"second_tensor_link{n}_", f"src_data_1_link{n}_")
+        out.append(any(k.startswith(keys) for k in node.ints))
+    return out
+
+
+class _Builder:
+    def __init__(self, gen: Generation, label: str):
+        self.gen = gen
+        self.label = label
+        self.values: dict[int, Value] = {}
+        self.all_values: list[Value] = []
+        self.nodes: list[Node] = []
+        self.weights: list[WeightRef] = []
+
+    def const(self, node: GpuNode, obj_name: str, layout: str, shape: tuple, pname: str, **kw) -> Value:
+        where = f"{self.label}node {node.index} ({node.name})"
+        obj = node.objects.get(obj_name)
+        if obj is None:
+            raise ModelFormatError(f"{where}: object {obj_name!r} is missing")
+        data, idx = _decode(obj, layout, shape, f"{where}: {obj_name}", **kw)
+        v = Value(f"{node.name}/{pname}", np.dtype(np.float32), tuple(shape), data=data)
+        self.all_values.append(v)
+        self.weights.append(WeightRef(node.index, obj_name, layout, idx, v))
+        return v
+
+    def temp(self, like: Value, name: str) -> Value:
+        v = Value(name, like.dtype, like.shape)
+        self.all_values.append(v)
+        return v
+
+
+def _tensor_values(ic, gen: Generation, label: str) -> dict[int, Value]:
+    out = {}
+    for i in range(ic.TensorsLength()):
+        t = ic.Tensors(i)
+        d = t.Desc()
+        s = d.Shape() if d is not None else None
+        if s is None:
+            raise ModelFormatError(f"{label}tensors[{i}] has no shape")
+        b, h, w, dd, c = s.B(), s.H(), s.W(), s.D(), s.C()
+        shape = (b, h, w, c)
+        _verify.check_shape(shape, f"{label}tensors[{i}] (id {t.Id()})")
+        if min(shape) < 1 or dd not in (0, 1):
+            raise ModelFormatError(f"{label}tensors[{i}] (id {t.Id()}) has shape BHWDC {[b, h, w, dd, c]}; "
+                                   "fbjax reads 2-D tensors with positive sizes")
+        if t.Id() in out:
+            raise ModelFormatError(f"{label}tensor id {t.Id()} appears twice in tensors")
+        out[t.Id()] = Value(f"t{t.Id()}", np.dtype(np.float32), shape, index=t.Id())
+    return out
+
+
+def _get(values: dict, vid: int, where: str) -> Value:
+    v = values.get(vid)
+    if v is None:
+        raise ModelFormatError(f"{where} refers to tensor id {vid}, which is not in tensors")
+    return v
+
+
+def read(source) -> ModelIR:
+    """Parse a serialized GPU delegate model into the IR (op set ``"gpu"``).
+
+    Args:
+        source: path or bytes.
+
+    Returns:
+        a :class:`ModelIR` with ``format="gpu_cl"``; ``metadata`` holds
+        ``generation``, ``precision``, ``storage_type``, the parsed ``nodes``
+        (:class:`GpuNode`) and ``weights`` (:class:`WeightRef`, for
+        write-back).
+
+    Raises:
+        ModelFormatError: no generation matches, or the file contradicts
+            itself (a missing object, a weight object too small for the
+            tensors' channel counts, an unknown tensor id).
+    """
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        buf, path = bytes(source), None
+    else:
+        path = os.fspath(source)
+        with open(path, "rb") as f:
+            buf = f.read()
+    label = f"{path}: " if path else ""
+    gen = detect_generation(buf, path)
+    ic = gen.module.InferenceContext.GetRootAs(buf, 0)
+    b = _Builder(gen, label)
+    values = _tensor_values(ic, gen, label)
+    b.all_values.extend(values.values())
+    gnodes = parse_nodes(ic, gen, label)
+    for node in gnodes:
+        _lower_node(b, node, values)
+    in_ids = [int(x) for x in ic.InputIdsAsNumpy()] if ic.InputIdsLength() else []
+    out_ids = [int(x) for x in ic.OutputIdsAsNumpy()] if ic.OutputIdsLength() else []
+    if gen.name == "seed":
+        in_names, out_names = [f"id{i}" for i in in_ids], [f"id{i}" for i in out_ids]
+    else:
+        in_refs = [int(x) for x in ic.InputRefsAsNumpy()] if ic.InputRefsLength() else []
+        out_refs = [int(x) for x in ic.OutputRefsAsNumpy()] if ic.OutputRefsLength() else []
+        if len(in_refs) != len(in_ids) or len(out_refs) != len(out_ids):
+            raise ModelFormatError(f"{label}input_refs/output_refs ({len(in_refs)}/{len(out_refs)}) do not match "
+                                   f"input_ids/output_ids ({len(in_ids)}/{len(out_ids)})")
+        in_names, out_names = [str(r) for r in in_refs], [str(r) for r in out_refs]
+    inputs = []
+    for vid, name in zip(in_ids, in_names):
+        v = _get(values, vid, f"{label}input_ids")
+        v.name = name
+        inputs.append(v)
+    outputs = []
+    for vid, name in zip(out_ids, out_names):
+        v = _get(values, vid, f"{label}output_ids")
+        if v not in inputs:
+            v.name = name
+        outputs.append(v)
+    _check_order(b.nodes, inputs, label)
+    g = Graph("main", inputs, outputs, b.nodes, b.all_values)
+    meta = {"generation": gen.name, "precision": PRECISIONS.get(ic.Precision(), str(ic.Precision())),
+            "storage_type": STORAGE.get(ic.StorageType(), str(ic.StorageType())),
+            "nodes": gnodes, "weights": b.weights, "size": len(buf)}
+    return ModelIR("gpu_cl", [g], description=f"TFLite GPU delegate (OpenCL) serialized model, generation {gen.name}",
+                   source=path, buffer=buf, metadata=meta)
+
+
+def _check_order(nodes: list, inputs: list, label: str) -> None:
+    """Every node input is a graph input, a constant or an earlier node's output."""
+    ready = {id(v) for v in inputs}
+    for n in nodes:
+        for v in n.inputs:
+            if v is not None and v.data is None and id(v) not in ready:
+                raise ModelFormatError(f"{label}{n.location} reads {v.name}, which no earlier node writes "
+                                       "(nodes out of order, or a tensor never computed)")
+        ready.update(id(v) for v in n.outputs)
+
+
+# --- node kinds ----------------------------------------------------------------
+
+def _kernel_attrs(ints: dict, n: int = 1) -> dict:
+    return {"kernel": (ints.get("kernel_size_y", 1), ints.get("kernel_size_x", 1)),
+            "strides": (ints.get("stride_y", 1), ints.get("stride_x", 1)),
+            "dilations": (ints.get("dilation_y", 1), ints.get("dilation_x", 1)),
+            "padding": (-ints.get("padding_y", 0), -ints.get("padding_x", 0))}
+
+
+def _lower_node(b: _Builder, node: GpuNode, values: dict) -> None:
+    where = f"{b.label}node {node.index} ({node.name})"
+    op, _gid = node.ops[0]
+    ins = [_get(values, i, where) for i in node.input_ids]
+    outs = [_get(values, i, where) for i in node.output_ids]
+    if len(outs) != 1:
+        raise ModelFormatError(f"{where}: has {len(outs)} outputs; GPU kernels write one tensor")
+    binary = _binary_links(node)
+    n_link_ins = sum(binary)
+    n_main = len(ins) - n_link_ins
+    if n_main < 1:
+        raise ModelFormatError(f"{where}: {len(ins)} inputs for an op and {n_link_ins} linked binary ops")
+    main_ins, link_ins = ins[:n_main], ins[n_main:]
+    out = outs[0]
+    final = out
+    chain_out = out if len(node.ops) == 1 else b.temp(out, f"{node.name}/{op}")
+    attrs, extra = _main_op(b, node, op, main_ins, chain_out, where)
+    attrs["gpu_node"] = node.name
+    loc = f"node {node.index} ({node.name})"
+    b.nodes.append(Node(OP_SET, op, [*main_ins, *extra], [chain_out], attrs, location=loc))
+    cur = chain_out
+    k = 0
+    for n, (lop, _lid) in enumerate(node.ops[1:], start=1):
+        dst = final if n == len(node.ops) - 1 else b.temp(out, f"{node.name}/{lop}")
+        lin = [cur]
+        if binary[n - 1]:
+            lin.append(link_ins[k])
+            k += 1
+        lattrs, lextra = _link_op(b, node, lop, n, cur, where)
+        lattrs["gpu_node"] = node.name
+        b.nodes.append(Node(OP_SET, lop, [*lin, *lextra], [dst], lattrs, location=f"{loc}, linked op {n}"))
+        cur = dst
+
+
+def _linear(b, node, name, c, pname, shape=None):
+    return b.const(node, name, "linear", shape or (c,), pname)
+
+
+def _main_op(b: _Builder, node: GpuNode, op: str, ins: list, out: Value, where: str):
+    """(attrs, extra constant inputs) of a node's own op; weights decoded from its objects."""
+    ints, objs, code = node.ints, node.objects, node.code
+    c_out = out.shape[3]
+    c_in = ins[0].shape[3]
+    if op == "convolution_2d":
+        if "weights" not in objs:
+            return {"variant": "runtime_weights" if len(ins) > 1 else "converter", **_kernel_attrs(ints)}, []
+        attrs = _kernel_attrs(ints)
+        kh, kw = attrs["kernel"]
+        obj = objs["weights"]
+        if obj.kind != "buffer":
+            raise ModelFormatError(f"{where}: convolution weights in a {obj.kind} object (not decoded yet)")
+        group = _code_group(code)
+        layout = "conv_o4i4" if re.search(r"\bdot\(", code) else "conv_i4o4"
+        need = -(-_slices(c_out) // group) * group * kh * kw * _slices(c_in) * 16
+        if obj.flat.size != need:
+            raise ModelFormatError(f"{where}: weights hold {obj.flat.size} values; a {kh}x{kw} convolution "
+                                   f"{c_in}->{c_out} channels in groups of {group} output slices needs {need} "
+                                   "(Winograd or another layout fbjax does not decode)")
+        w = b.const(node, "weights", layout, (c_out, kh, kw, c_in), "weights", group=group)
+        bias = _linear(b, node, "biases", c_out, "bias")
+        attrs["variant"] = "general" if "kernel_size_x" in ints else "1x1"
+        return attrs, [w, bias]
+    if op == "depthwise_convolution":
+        if c_out != c_in:
+            raise ModelFormatError(f"{where}: depthwise {c_in}->{c_out} channels (channel multiplier != 1)")
+        if "biases" in objs:
+            attrs = _kernel_attrs(ints)
+            kh, kw = attrs["kernel"]
+            w = b.const(node, "weights", "dw", (1, kh, kw, c_out), "weights")
+            bias = _linear(b, node, "biases", c_out, "bias")
+            attrs["variant"] = "general"
+        else:  # DepthwiseConv3x3: stride 1, padding 1, weights and bias packed together
+            attrs = {"kernel": (3, 3), "strides": (1, 1), "dilations": (1, 1), "padding": (1, 1), "variant": "3x3"}
+            w = b.const(node, "weights", "dw3x3", (1, 3, 3, c_out), "weights")
+            bias = b.const(node, "weights", "dw3x3_bias", (c_out,), "bias")
+        return attrs, [w, bias]
+    if op == "fully_connected":
+        w = b.const(node, "weights", "fc", (c_out, c_in), "weights")
+        bias = _linear(b, node, "biases", c_out, "bias")
+        return {}, [w, bias]
+    if op == "prelu":
+        return {}, [_linear(b, node, "alpha", c_out, "alpha", (1, 1, c_out))]
+    if op == "pooling_2d":
+        attrs = _kernel_attrs(ints)
+        attrs["kind"] = "max" if re.search(r"\bmax\(", code) else "average"
+        return attrs, []
+    if op == "relu":
+        return _relu_attrs(node, "", code), []
+    if op == "resize":
+        return {"method": "nearest" if "bilinear" not in code and "mix(" not in code and "st.x" not in code
+                else "bilinear", "half_pixel": "+ 0.5f" in code or "0.5f)" in code,
+                "scale": (node.floats.get("scale_factor_y", 1.0), node.floats.get("scale_factor_x", 1.0))}, []
+    if op == "pad":
+        return {"prepended": (ints.get("prepended_y", 0), ints.get("prepended_x", 0), ints.get("prepended_z", 0))}, []
+    if op == "slice":
+        return {"offsets": (ints.get("offset_y", 0), ints.get("offset_x", 0), ints.get("offset_z", 0)),
+                "strides": (ints.get("stride_y", 1), ints.get("stride_x", 1))}, []
+    if op == "convolution_transposed":
+        return {"variant": "unknown"}, []
+    return {}, []
+
+
+def _relu_attrs(node: GpuNode, suffix: str, code: str) -> dict:
+    return {"clip": float(node.floats.get(f"clip{suffix}", 0.0)), "alpha": float(node.floats.get(f"alpha{suffix}", 0.0))}
+
+
+def _link_op(b: _Builder, node: GpuNode, op: str, n: int, x: Value, where: str):
+    c = x.shape[3]
+    if op == "prelu":
+        return {}, [b.const(node, f"alpha_link{n}", "linear", (1, 1, c), f"alpha_link{n}")]
+    if op == "relu":
+        return _relu_attrs(node, f"_link{n}", node.code), []
+    return {}, []
