@@ -2,6 +2,7 @@
 
 * :mod:`fbjax.formats.tflite` -- ``.tflite`` (TFLite schema v3, ``TFL3``)
 * :mod:`fbjax.formats.rten` -- ``.rten`` (v2: ``RTEN`` header; v1: probed)
+* :mod:`fbjax.formats.gpu_cl` -- TFLite GPU delegate (OpenCL) serialized ``.bin`` (probed per schema generation)
 
 ``_generated/`` holds the Python bindings ``flatc`` generated from
 ``schemas/*.fbs`` (regenerate with ``nox -s schemas``; do not edit by hand).
@@ -14,10 +15,10 @@ from typing import Optional
 
 from ..errors import ModelFormatError
 from ..ir import ModelIR
-from . import rten, stablehlo, tflite
+from . import gpu_cl, rten, stablehlo, tflite
 
 #: format name -> reader(source) -> ModelIR
-READERS = {"tflite": tflite.read, "stablehlo": stablehlo.read, "rten": rten.read}
+READERS = {"tflite": tflite.read, "stablehlo": stablehlo.read, "rten": rten.read, "gpu_cl": gpu_cl.read}
 
 
 def detect_format(source) -> str:
@@ -55,7 +56,7 @@ def detect_format(source) -> str:
 
 # Extra (name, probe(source, head) -> bool) pairs for formats without a file
 # identifier; filled by the format modules that need them.
-_PROBES: list = [("rten", rten.probe), ("stablehlo", stablehlo.probe)]
+_PROBES: list = [("rten", rten.probe), ("stablehlo", stablehlo.probe), ("gpu_cl", gpu_cl.probe)]
 
 
 def read_model(source, format: Optional[str] = None) -> ModelIR:

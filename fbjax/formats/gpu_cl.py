@@ -257,9 +257,9 @@ def weight_index(layout: str, shape: tuple, **kw) -> np.ndarray:
     * ``"fc"`` ``[O, I]``: 4x4 blocks, float index
       ``(i // 4) * Op * 4 + (o // 4) * 16 + (i % 4) * 4 + o % 4`` (Op = O
       padded to 4).
-    * ``"transposed_ohwi_i4o4"`` OHWI: per output slice, y, x, input slice: 16
-      floats, 4 output channels for each of 4 input channels (TF 2.5
-      ConvolutionTransposed's default layout, with ``group=1``).
+    * ``"transposed_thin"`` ``[1, KH, KW, I]`` (ConvolutionTransposedThin, one
+      output channel): per input slice, y, x, a float4 of 4 input channels;
+      then ``"transposed_thin_bias"``: one float4 of biases (``taps=KH*KW*slices``).
     """
     if layout == "linear":
         c = shape[-1]
@@ -299,6 +299,14 @@ def weight_index(layout: str, shape: tuple, **kw) -> np.ndarray:
         o = np.arange(o_)[:, None]
         i = np.arange(i_)[None, :]
         return (i // 4) * op * 4 + (o // 4) * 16 + (i % 4) * 4 + o % 4
+    if layout == "transposed_thin":  # one output channel: per input slice, y, x, a float4 of 4 input channels
+        _, kh, kw_, i_ = shape
+        y = np.arange(kh)[None, :, None, None]
+        x = np.arange(kw_)[None, None, :, None]
+        i = np.arange(i_)[None, None, None, :]
+        return ((i // 4 * kh + y) * kw_ + x) * 4 + i % 4
+    if layout == "transposed_thin_bias":  # then one float4 of biases
+        return kw["taps"] * 4 + np.arange(shape[0])
     raise ValueError(f"unknown GPU weight layout {layout!r}")
 
 
@@ -572,7 +580,15 @@ def _main_op(b: _Builder, node: GpuNode, op: str, ins: list, out: Value, where: 
         return {"offsets": (ints.get("offset_y", 0), ints.get("offset_x", 0), ints.get("offset_z", 0)),
                 "strides": (ints.get("stride_y", 1), ints.get("stride_x", 1))}, []
     if op == "convolution_transposed":
-        return {"variant": "unknown"}, []
+        m = re.search(r"float r\[(\d+)\]\[(\d+)\];", code)
+        sx = re.search(r"X \*= (\d+);", code)
+        if not m or not sx or c_out != 1 or "weights" not in objs:
+            raise ModelFormatError(f"{where}: a transposed convolution kernel fbjax does not decode "
+                                   "(only ConvolutionTransposedThin with one output channel)")
+        kh, kw, s_ = int(m.group(1)), int(m.group(2)), int(sx.group(1))
+        w = b.const(node, "weights", "transposed_thin", (c_out, kh, kw, c_in), "weights")
+        bias = b.const(node, "weights", "transposed_thin_bias", (c_out,), "bias", taps=kh * kw * _slices(c_in))
+        return {"kernel": (kh, kw), "strides": (s_, s_), "variant": "thin"}, [w, bias]
     return {}, []
 
 
