@@ -522,7 +522,7 @@ def _x64_enabled() -> bool:
 #: *, requantize) -> bytes`` re-writes a file of that format with the
 #: constants in ``updates`` (``{Value: array}``) replaced; see
 #: :meth:`Model.save`.
-WRITERS = {"tflite": "tflite_writer", "rten": "rten_writer", "stablehlo": "stablehlo_writer"}
+WRITERS = {"tflite": "tflite_writer", "rten": "rten_writer", "stablehlo": "stablehlo_writer", "gpu_cl": "gpu_cl_writer"}
 
 
 def _writer(fmt: str):

@@ -526,8 +526,18 @@ def _main_op(b: _Builder, node: GpuNode, op: str, ins: list, out: Value, where: 
     c_out = out.shape[3]
     c_in = ins[0].shape[3]
     if op == "convolution_2d":
-        if "weights" not in objs:
-            return {"variant": "runtime_weights" if len(ins) > 1 else "converter", **_kernel_attrs(ints)}, []
+        if "weights" not in objs and len(ins) == 1 and "biases" not in objs:
+            # ConverterToConvWeights: reorders a runtime OHWI filter (as a B=O, H, W, C=I tensor) into the
+            # convolution weight layout; in the IR its output is that filter, OHWI
+            out.shape = ins[0].shape
+            return {"variant": "converter"}, []
+        if "weights" not in objs:  # weights from the second input (a converter's output), OHWI
+            if len(ins) != 2 or "biases" not in objs:
+                raise ModelFormatError(f"{where}: a convolution with neither weights nor a runtime filter input")
+            attrs = _kernel_attrs(ints)
+            attrs["kernel"] = tuple(ins[1].shape[1:3])
+            attrs["variant"] = "runtime_weights"
+            return attrs, [_linear(b, node, "biases", c_out, "bias")]
         attrs = _kernel_attrs(ints)
         kh, kw = attrs["kernel"]
         obj = objs["weights"]

@@ -43,7 +43,12 @@ def _channels(x, c: int):
 def convolution_2d(ctx, x, w=None, b=None, *, kernel=(1, 1), strides=(1, 1), dilations=(1, 1), padding=(0, 0),
                    variant="general"):
     """Convolution (TF 2.5 ``ConvPowerVR`` / ``ConvBuffer1x1``): ``x [B,H,W,I]``, ``w [O,KH,KW,I]`` (OHWI),
-    ``b [O]``, zero padding ``padding`` before, output size from the file. Returns ``[B,OH,OW,O]`` float32."""
+    ``b [O]``, zero padding ``padding`` before, output size from the file. Returns ``[B,OH,OW,O]`` float32.
+
+    ``variant="converter"`` (``ConverterToConvWeights``) passes a runtime OHWI filter through (the GPU
+    reorders it for the convolution that reads it, ``variant="runtime_weights"``, as ``w``)."""
+    if variant == "converter":
+        return x
     out = ctx.outputs[0].shape
     pads = _pads(x.shape[1:3], out[1:3], kernel, strides, dilations, padding)
     y = kernels.conv(x, w, window_strides=tuple(strides), padding=pads, rhs_dilation=tuple(dilations),
