@@ -613,3 +613,62 @@ def _link_op(b: _Builder, node: GpuNode, op: str, n: int, x: Value, where: str):
     if op == "relu":
         return _relu_attrs(node, f"_link{n}", node.code), []
     return {}, []
+
+
+# --- inspection ----------------------------------------------------------------
+
+def _variant(ir: ModelIR, node: GpuNode) -> str:
+    for n in ir.main_graph.nodes:
+        if n.attrs.get("gpu_node") == node.name and "variant" in n.attrs:
+            return str(n.attrs["variant"])
+    return ""
+
+
+def find_node(ir: ModelIR, key: str) -> GpuNode:
+    """The node a user names: its position (``"3"``), full name, or the name up to ``linked`` (``"conv 12"``).
+
+    Raises:
+        KeyError: no node matches; the message lists a few names.
+    """
+    nodes = ir.metadata["nodes"]
+    if key.isdigit() and int(key) < len(nodes):
+        return nodes[int(key)]
+    for n in nodes:
+        if n.name == key or n.name.split(" linked : ")[0] == key:
+            return n
+    raise KeyError(f"no node {key!r}; give a position 0..{len(nodes) - 1} or a name such as "
+                   f"{', '.join(repr(n.name.split(' linked : ')[0]) for n in nodes[:3])}")
+
+
+def describe(ir: ModelIR) -> str:
+    """What ``fbjax inspect`` prints for a ``.bin``: generation, precision, storage, nodes, tensors, weights."""
+    md = ir.metadata
+    lines = [f"generation: {md['generation']}  precision: {md['precision']}  storage: {md['storage_type']}"]
+    weight_bytes = sum(o.flat.nbytes for n in md["nodes"] for o in n.objects.values())
+    lines.append(f"weight objects: {_human(weight_bytes)} stored; decoded weights: "
+                 f"{sum(w.value.data.size for w in md['weights']):,} values")
+    lines.append(f"nodes ({len(md['nodes'])}):")
+    for n in md["nodes"]:
+        ops = " -> ".join(f"{op} {i}" for op, i in n.ops)
+        var = _variant(ir, n)
+        lines.append(f"  [{n.index}] {ops}" + (f"  ({var})" if var else "")
+                     + f"  in {n.input_ids} out {n.output_ids}  work group {n.work_group_size} grid {n.grid_size}")
+        for name, o in sorted(n.objects.items()):
+            lines.append(f"        {name}: {o.kind} {o.dtype.name} x {o.flat.size} ({_human(o.flat.nbytes)}) "
+                         + " ".join(f"{k}={v}" for k, v in o.info.items()))
+        args = {k: v for k, v in n.ints.items() if not k.startswith(("src_tensor", "dst_tensor", "task_size"))}
+        if args or n.floats:
+            lines.append("        args: " + " ".join(f"{k}={v}" for k, v in {**args, **n.floats}.items()))
+    lines.append("tensors:")
+    for v in ir.main_graph.values:
+        if v.data is None and v.index >= 0:
+            lines.append(f"  id {v.index}: {v.name} {list(v.shape)}")
+    return "\n".join(lines)
+
+
+def _human(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
