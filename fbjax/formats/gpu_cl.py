@@ -36,7 +36,7 @@ from typing import Optional
 
 import numpy as np
 
-from ..errors import ModelFormatError
+from ..errors import ModelFormatError, UnsupportedOperatorError
 from ..ir import Graph, ModelIR, Node, Value
 from . import verify as _verify
 from ._generated import gpu_cl_seed_generated as _GS
@@ -66,6 +66,12 @@ GENERATIONS = (
 PRECISIONS = {0: "F32", 1: "F32_F16", 2: "F16"}
 STORAGE = {0: "UNKNOWN", 1: "BUFFER", 2: "IMAGE_BUFFER", 3: "TEXTURE_2D", 4: "TEXTURE_3D", 5: "TEXTURE_ARRAY",
            6: "SINGLE_TEXTURE_2D"}
+
+
+#: GPU operation types (node-name op types) this reader turns into IR nodes
+KNOWN_OPS = frozenset({
+    "convolution_2d", "depthwise_convolution", "fully_connected", "convolution_transposed", "pooling_2d", "add",
+    "mul", "prelu", "relu", "sigmoid", "hard_swish", "concat", "reshape", "mean", "pad", "slice", "resize"})
 
 
 def _root_unknown_fields(buf, n_fields: int) -> list[int]:
@@ -361,7 +367,8 @@ class _Builder:
         if obj is None:
             raise ModelFormatError(f"{where}: object {obj_name!r} is missing")
         data, idx = _decode(obj, layout, shape, f"{where}: {obj_name}", **kw)
-        v = Value(f"{node.name}/{pname}", np.dtype(np.float32), tuple(shape), data=data)
+        v = Value(pname if "/" in pname else f"{node.ops[0][0]} {node.ops[0][1]}/{pname}", np.dtype(np.float32),
+                  tuple(shape), data=data)
         self.all_values.append(v)
         self.weights.append(WeightRef(node.index, obj_name, layout, idx, v))
         return v
@@ -429,6 +436,14 @@ def read(source) -> ModelIR:
     values = _tensor_values(ic, gen, label)
     b.all_values.extend(values.values())
     gnodes = parse_nodes(ic, gen, label)
+    unknown = [(n, op) for n in gnodes for op, _ in n.ops if op not in KNOWN_OPS]
+    if unknown:
+        from collections import Counter
+
+        raise UnsupportedOperatorError(Counter((OP_SET, op) for _, op in unknown), detail=(
+            f"{label}GPU node(s) of a kind fbjax does not read: "
+            + "; ".join(f"node {n.index} ({n.name!r}): {op}" for n, op in unknown[:10])
+            + ("" if len(unknown) <= 10 else f"; and {len(unknown) - 10} more")))
     for node in gnodes:
         _lower_node(b, node, values)
     in_ids = [int(x) for x in ic.InputIdsAsNumpy()] if ic.InputIdsLength() else []
@@ -607,9 +622,11 @@ def _relu_attrs(node: GpuNode, suffix: str, code: str) -> dict:
 
 
 def _link_op(b: _Builder, node: GpuNode, op: str, n: int, x: Value, where: str):
+    """(attrs, extra constant inputs) of linked op ``n``; params named ``"<op> <id>/<weight>"`` by the linked op."""
     c = x.shape[3]
     if op == "prelu":
-        return {}, [b.const(node, f"alpha_link{n}", "linear", (1, 1, c), f"alpha_link{n}")]
+        lop, lid = node.ops[n]
+        return {}, [b.const(node, f"alpha_link{n}", "linear", (1, 1, c), f"{lop} {lid}/alpha")]
     if op == "relu":
         return _relu_attrs(node, f"_link{n}", node.code), []
     return {}, []
