@@ -23,9 +23,11 @@ import numpy as np
 import pytest
 
 import fbjax
+import fbjax.formats.gpu_cl_writer
 import fbjax.reference
 from fbjax.errors import ModelFormatError, UnsupportedOperatorError
 from fbjax.formats import detect_format, gpu_cl, read_model, tflite
+from fbjax.formats._generated import gpu_cl_litert_generated as GL
 from fbjax.formats._generated import gpu_cl_tf25_generated as G25
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -148,6 +150,73 @@ def test_f16_objects_decode_to_rounded_weights():
     assert [w.value.name for w in a] == [w.value.name for w in b]
     for wa, wb in zip(a, b):
         assert np.array_equal(wb.value.data, wa.value.data.astype(np.float16).astype(np.float32)), wa.value.name
+
+
+def _copy_to_litert(obj):
+    if isinstance(obj, list):
+        return [_copy_to_litert(x) for x in obj]
+    if obj is None or isinstance(obj, (bool, int, float, str, bytes, np.ndarray)):
+        return obj
+    new = getattr(GL, {"CLNodeT": "GpuNodeT"}.get(type(obj).__name__, type(obj).__name__))()
+    for k, v in vars(obj).items():
+        if hasattr(new, k):  # fields LiteRT dropped (elementwise, linkable...) are left behind
+            setattr(new, k, _copy_to_litert(v))
+    return new
+
+
+def _as_litert(buf: bytes) -> bytes:
+    """A TF 2.5 file re-encoded in the LiteRT layout, field by field: the graph under
+    ``gpu_model``; Texture2D / TensorLinear objects as TensorDescriptor objects (layout HW = 6 /
+    LINEAR = 5) holding the same data, as LiteRT stores them. No device-written LiteRT file is public."""
+    ic = G25.InferenceContextT.InitFromBuf(buf, G25.InferenceContext.GetRootAs(buf, 0)._tab.Pos)
+    nodes = []
+    for n in ic.nodes:
+        gn = _copy_to_litert(n)
+        a = n.gpuOp.arguments
+        extra = []
+        for m, layout, storage in ([(m, 6, 3) for m in a.texture2dObjects or []]
+                                   + [(m, 5, 1) for m in a.tensorLinearObjects or []]):
+            d = GL.TensorDescriptorT()
+            d.dataType, d.storageType, d.layout, d.data = m.value.elementType, storage, layout, m.value.data
+            d.shape = GL.BHWDCT()
+            d.shape.b, d.shape.d, d.shape.c = 1, 1, 4
+            d.shape.h, d.shape.w = (m.value.size.y, m.value.size.x) if layout == 6 else (1, m.value.size)
+            mv = GL.TensorDescriptorMapValueT()
+            mv.key, mv.value = m.key, d
+            extra.append(mv)
+        gn.gpuOp.arguments.tensorObjects = (gn.gpuOp.arguments.tensorObjects or []) + extra
+        nodes.append(gn)
+    gm = GL.GpuModelT()
+    gm.nodes = nodes
+    for k in ("tensors", "constTensors", "inputIds", "outputIds", "inputRefs", "outputRefs", "variableIdsAndRefs"):
+        setattr(gm, k, _copy_to_litert(getattr(ic, k)))
+    root = GL.InferenceContextT()
+    root.gpuModel = gm
+    root.driverVersion = "re-encoded by fbjax tests"
+    b = flatbuffers.Builder(len(buf))
+    b.Finish(root.Pack(b))
+    return bytes(b.Output())
+
+
+@pytest.mark.parametrize("f", ["mediapipe_hand_recrop.F32.API.bin", "mediapipe_selfie_segmentation.F32.BUFFER.bin"])
+def test_litert_layout_reads_as_its_original(f, tmp_path):
+    src = (GPU / f).read_bytes()
+    lit = _as_litert(src)
+    assert gpu_cl.detect_generation(lit).name == "litert"
+    a, b = read_model(src), read_model(lit)
+    assert b.metadata["precision"] == a.metadata["precision"] and b.metadata["storage_type"] == a.metadata["storage_type"]
+    assert [n.op_name for n in a.main_graph.nodes] == [n.op_name for n in b.main_graph.nodes]
+    for x, y in zip(a.metadata["weights"], b.metadata["weights"], strict=True):
+        assert x.value.name == y.value.name and np.array_equal(x.value.data, y.value.data)
+    xs = _inputs(GPU / f, [(v.name, v.shape) for v in a.main_graph.inputs])
+    for x, y in zip(fbjax.reference.run(a, *xs), fbjax.reference.run(b, *xs)):
+        assert np.array_equal(x, y)
+    # write-back keeps the generation
+    k = b.metadata["weights"][0].value
+    out = fbjax.formats.gpu_cl_writer.write(b, {k: k.data + np.float32(1)})
+    back = read_model(out)
+    assert back.metadata["generation"] == "litert"
+    assert np.array_equal(back.metadata["weights"][0].value.data, k.data + np.float32(1))
 
 
 # --- running --------------------------------------------------------------------------------

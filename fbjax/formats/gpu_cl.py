@@ -13,10 +13,18 @@ the root table against each schema fbjax has (``schemas/gpu_cl_*.fbs``):
   ``input_ids`` / ``output_ids`` only;
 * ``"tf2.5"`` (TensorFlow 2.5.0, ``schemas/gpu_cl_tf25.fbs``): FLOAT16 = 1,
   FLOAT32 = 2; ``const_tensors``; ``input_refs`` / ``output_refs`` (the TFLite
-  tensor indices the graph's inputs and outputs stand for).
+  tensor indices the graph's inputs and outputs stand for);
+* ``"litert"`` (LiteRT today, ``schemas/gpu_cl_litert.fbs``): the graph moves
+  to ``InferenceContext.gpu_model`` (``GpuModel`` / ``GpuNode``) beside
+  ``driver_version`` and compiled ``binary_programs``; ``Arguments`` lose the
+  Texture2D and TensorLinear objects (those weights are TensorDescriptor
+  objects); precision lives in each operation's definition.
 
-A generation matches when the verifier accepts the file and the root table has
-no field the schema does not know. Op types exist only in node names
+The TF 2.7 generation (``CLNode.fingerprint`` and ``binary_programs`` on the
+2.5 layout) is not read: its schema is not among the sources fbjax has.
+
+A generation matches when the verifier accepts the file, the root table has
+no field the schema does not know and the graph has nodes. Op types exist only in node names
 (``"convolution_2d 12 linked : relu 13"``): each node becomes one IR node of op
 set ``"gpu"`` for its own op plus one per linked (fused element-wise) op. Every
 weight object is decoded back to TFLite layouts (OHWI convolution filters,
@@ -40,6 +48,7 @@ from ..errors import ModelFormatError, UnsupportedOperatorError
 from ..ir import Graph, ModelIR, Node, Value
 from . import verify as _verify
 from ._generated import gpu_cl_seed_generated as _GS
+from ._generated import gpu_cl_litert_generated as _GL
 from ._generated import gpu_cl_tf25_generated as _G25
 
 OP_SET = "gpu"
@@ -62,6 +71,7 @@ class Generation:
 GENERATIONS = (
     Generation("seed", "gpu_cl_seed", _GS, 11, {1: np.dtype("<f4"), 2: np.dtype("<f2")}),
     Generation("tf2.5", "gpu_cl_tf25", _G25, 14, {1: np.dtype("<f2"), 2: np.dtype("<f4")}),
+    Generation("litert", "gpu_cl_litert", _GL, 5, {1: np.dtype("<f2"), 2: np.dtype("<f4")}),
 )
 PRECISIONS = {0: "F32", 1: "F32_F16", 2: "F16"}
 STORAGE = {0: "UNKNOWN", 1: "BUFFER", 2: "IMAGE_BUFFER", 3: "TEXTURE_2D", 4: "TEXTURE_3D", 5: "TEXTURE_ARRAY",
@@ -99,10 +109,28 @@ def detect_generation(buf, label: Optional[str] = None) -> Generation:
         if extra:
             reasons.append(f"{gen.name}: InferenceContext has fields in slots {extra} this generation does not define")
             continue
+        if not _graph(gen, gen.module.InferenceContext.GetRootAs(buf, 0)).NodesLength():
+            reasons.append(f"{gen.name}: read this way the graph has no nodes")
+            continue
         return gen
     pre = f"{label}: " if label else ""
     raise ModelFormatError(f"{pre}not a TFLite GPU delegate (OpenCL) serialized model of any known generation "
                            f"({', '.join(g.name for g in GENERATIONS)}): " + "; ".join(reasons))
+
+
+def _graph(gen: Generation, ic):
+    """The table holding nodes/tensors/input_ids...: the root, or (LiteRT) its ``gpu_model``."""
+    if gen.name == "litert":
+        g = ic.GpuModel()
+        if g is None:
+            return _EmptyGraph()
+        return g
+    return ic
+
+
+class _EmptyGraph:
+    def NodesLength(self):
+        return 0
 
 
 def probe(source, head: bytes) -> bool:
@@ -166,6 +194,8 @@ def _objects(args, gen: Generation, label: str) -> dict:
     out = {}
     for kind, getter in (("buffer", "BufferObjects"), ("texture2d", "Texture2dObjects"),
                          ("tensor_linear", "TensorLinearObjects"), ("tensor", "TensorObjects")):
+        if not hasattr(args, getter + "Length"):  # LiteRT has no Texture2D / TensorLinear objects
+            continue
         for j in range(getattr(args, getter + "Length")()):
             m = getattr(args, getter)(j)
             key = (m.Key() or b"").decode("utf-8", "replace")
@@ -227,8 +257,9 @@ def parse_nodes(ic, gen: Generation, label: str) -> list[GpuNode]:
                 for j in range(a.IntValuesLength()) if a.IntValues(j).Name() is not None}
         floats = {a.FloatValues(j).Name().decode("utf-8", "replace"): a.FloatValues(j).Value()
                   for j in range(a.FloatValuesLength()) if a.FloatValues(j).Name() is not None}
-        floats.update({a.HalfValues(j).Name().decode("utf-8", "replace"): a.HalfValues(j).Value()
-                       for j in range(a.HalfValuesLength()) if a.HalfValues(j).Name() is not None})
+        if hasattr(a, "HalfValuesLength"):
+            floats.update({a.HalfValues(j).Name().decode("utf-8", "replace"): a.HalfValues(j).Value()
+                           for j in range(a.HalfValuesLength()) if a.HalfValues(j).Name() is not None})
         nodes.append(GpuNode(
             i, name, _parse_name(name, where), [int(x) for x in n.InputIdsAsNumpy()] if n.InputIdsLength() else [],
             [int(x) for x in n.OutputIdsAsNumpy()] if n.OutputIdsLength() else [], ints, floats,
@@ -431,7 +462,8 @@ def read(source) -> ModelIR:
             buf = f.read()
     label = f"{path}: " if path else ""
     gen = detect_generation(buf, path)
-    ic = gen.module.InferenceContext.GetRootAs(buf, 0)
+    root = gen.module.InferenceContext.GetRootAs(buf, 0)
+    ic = _graph(gen, root)
     b = _Builder(gen, label)
     values = _tensor_values(ic, gen, label)
     b.all_values.extend(values.values())
@@ -470,8 +502,15 @@ def read(source) -> ModelIR:
         outputs.append(v)
     _check_order(b.nodes, inputs, label)
     g = Graph("main", inputs, outputs, b.nodes, b.all_values)
-    meta = {"generation": gen.name, "precision": PRECISIONS.get(ic.Precision(), str(ic.Precision())),
-            "storage_type": STORAGE.get(ic.StorageType(), str(ic.StorageType())),
+    if gen.name == "litert":  # per operation: the first one's; storage: the graph tensors'
+        d = ic.Nodes(0).GpuOp().Definition() if ic.NodesLength() and ic.Nodes(0).GpuOp() else None
+        prec = d.Precision() if d is not None else 0
+        t0 = ic.Tensors(0).Desc() if ic.TensorsLength() and ic.Tensors(0).Desc() else None
+        storage = t0.StorageType() if t0 is not None else 0
+    else:
+        prec, storage = root.Precision(), root.StorageType()
+    meta = {"generation": gen.name, "precision": PRECISIONS.get(prec, str(prec)),
+            "storage_type": STORAGE.get(storage, str(storage)),
             "nodes": gnodes, "weights": b.weights, "size": len(buf)}
     return ModelIR("gpu_cl", [g], description=f"TFLite GPU delegate (OpenCL) serialized model, generation {gen.name}",
                    source=path, buffer=buf, metadata=meta)
