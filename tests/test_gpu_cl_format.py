@@ -300,6 +300,19 @@ def test_gradients_flow_to_decoded_weights():
     assert float(jnp.abs(grads["fully_connected 4/bias"]).sum()) == 1.0  # d(out)/d(last bias) = 1
 
 
+def test_batch_polymorphic_and_infer():
+    """batch_size=None and fbjax.infer run the batch-1 file on a batch; each row as the batch-1 model
+    computes it, to float32 rounding of 16-term sums (different XLA programs: not bit-equal)."""
+    f = GPU / "tflm_sine_float.F32.BUFFER.bin"
+    m1 = fbjax.load(f)
+    xs = np.linspace(0, 6.2, 6, dtype=np.float32).reshape(6, 1, 1, 1)
+    want = np.concatenate([np.asarray(m1(x[None])) for x in xs])
+    got = np.asarray(fbjax.load(f, batch_size=None)(xs))
+    assert got.shape == (6, 1, 1, 1)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(fbjax.infer(m1, xs, batch_size=4)), want, rtol=1e-5, atol=1e-6)
+
+
 # --- write-back -----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("f", ["mediapipe_hand_recrop.F32.API.bin", "seedgen/tflm_sine_float.F32.BUFFER.seed.bin"])

@@ -71,7 +71,7 @@ def depthwise_convolution(ctx, x, w, b, *, kernel=(3, 3), strides=(1, 1), dilati
 def fully_connected(ctx, x, w, b):
     """``FullyConnected``: ``x [B,1,1,I]`` (flattened), ``w [O,I]``, ``b [O]`` -> ``[B,1,1,O]``."""
     y = jnp.dot(x.reshape(x.shape[0], -1), w.T, precision=kernels.PRECISION) + b
-    return y.reshape(ctx.outputs[0].shape)
+    return y.reshape(x.shape[0], *ctx.outputs[0].shape[1:])
 
 
 @register(OP_SET, "convolution_transposed")
@@ -158,8 +158,8 @@ def concat(ctx, *xs):
 
 @register(OP_SET, "reshape")
 def reshape(ctx, x):
-    """Row-major reshape of ``[B,H,W,C]`` to the output shape (the kernel's linear HWC index)."""
-    return x.reshape(ctx.outputs[0].shape)
+    """Row-major reshape of ``[B,H,W,C]`` to the output shape (the kernel's linear HWC index), per batch."""
+    return x.reshape(x.shape[0], *ctx.outputs[0].shape[1:])
 
 
 @register(OP_SET, "mean")

@@ -60,7 +60,7 @@ def depthwise_convolution(ctx, x, w, b, *, kernel=(3, 3), strides=(1, 1), dilati
 def fully_connected(ctx, x, w, b):
     """``x.reshape(B, I) @ w.T + b`` as ``[B,1,1,O]``."""
     y = x.reshape(x.shape[0], -1).astype(np.float64) @ w.astype(np.float64).T + b
-    return _f32(y).reshape(ctx.outputs[0].shape)
+    return _f32(y).reshape(x.shape[0], *ctx.outputs[0].shape[1:])
 
 
 @register(OP_SET, "convolution_transposed")
@@ -156,7 +156,7 @@ def concat(ctx, *xs):
 @register(OP_SET, "reshape")
 def reshape(ctx, x):
     """Row-major HWC reshape."""
-    return np.reshape(x, ctx.outputs[0].shape)
+    return np.reshape(x, (x.shape[0], *ctx.outputs[0].shape[1:]))
 
 
 @register(OP_SET, "mean")
@@ -168,7 +168,7 @@ def mean(ctx, x):
 @register(OP_SET, "pad")
 def pad(ctx, x, *, prepended=(0, 0, 0)):
     """Place ``x`` at offset ``prepended`` (y, x, c) in zeros of the output shape."""
-    out = np.zeros(ctx.outputs[0].shape, np.float32)
+    out = np.zeros((x.shape[0], *ctx.outputs[0].shape[1:]), np.float32)
     py, px, pc = prepended
     out[:, py:py + x.shape[1], px:px + x.shape[2], pc:pc + x.shape[3]] = x
     return out
