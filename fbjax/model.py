@@ -119,7 +119,7 @@ class Model:
             ``quantized="float"`` models, whose inputs and outputs are
             float32 real values ``(q - zero_point) * scale`` instead of the
             file's integers.
-        format: ``"tflite"``, ``"rten"`` or ``"stablehlo"``.
+        format: ``"tflite"``, ``"rten"``, ``"stablehlo"`` or ``"gpu_cl"``.
         ir: the parsed :class:`~fbjax.ir.ModelIR`.
     """
 
@@ -544,10 +544,10 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
     """Load a model file as a :class:`Model`.
 
     Args:
-        source: path to a model file (``.tflite``, ``.rten`` or
-            ``stablehlo.flatbuf``), or its bytes.
-        format: force the format (``"tflite"``, ``"rten"`` or
-            ``"stablehlo"``); detected from the bytes when omitted.
+        source: path to a model file (``.tflite``, ``.rten``,
+            ``stablehlo.flatbuf`` or a TFLite GPU delegate ``.bin``), or its bytes.
+        format: force the format (``"tflite"``, ``"rten"``, ``"stablehlo"`` or
+            ``"gpu_cl"``); detected from the bytes when omitted.
         batch_size: ``"file"`` (default): the shapes stored in the file.
             ``None``: make a model stored with batch 1 batch-polymorphic (the
             inputs' leading dimension becomes ``None`` and ``jit`` retraces
