@@ -570,6 +570,11 @@ def _lower_node(b: _Builder, node: GpuNode, values: dict) -> None:
         cur = dst
 
 
+def _unsupported(where: str, op: str, variant: str) -> UnsupportedOperatorError:
+    """A kernel variant whose weights fbjax does not decode: the op type and node are named."""
+    return UnsupportedOperatorError({(OP_SET, f"{op} ({variant})"): 1}, detail=f"{where}: {op} with {variant}.")
+
+
 def _linear(b, node, name, c, pname, shape=None):
     return b.const(node, name, "linear", shape or (c,), pname)
 
@@ -596,7 +601,7 @@ def _main_op(b: _Builder, node: GpuNode, op: str, ins: list, out: Value, where: 
         kh, kw = attrs["kernel"]
         obj = objs["weights"]
         if obj.kind != "buffer":
-            raise ModelFormatError(f"{where}: convolution weights in a {obj.kind} object (not decoded yet)")
+            raise _unsupported(where, "convolution_2d", f"weights in {obj.kind} objects")
         group = _code_group(code)
         layout = "conv_o4i4" if re.search(r"\bdot\(", code) else "conv_i4o4"
         need = -(-_slices(c_out) // group) * group * kh * kw * _slices(c_in) * 16
@@ -610,7 +615,7 @@ def _main_op(b: _Builder, node: GpuNode, op: str, ins: list, out: Value, where: 
         return attrs, [w, bias]
     if op == "depthwise_convolution":
         if c_out != c_in:
-            raise ModelFormatError(f"{where}: depthwise {c_in}->{c_out} channels (channel multiplier != 1)")
+            raise _unsupported(where, "depthwise_convolution", "channel multiplier != 1")
         if "biases" in objs:
             attrs = _kernel_attrs(ints)
             kh, kw = attrs["kernel"]
@@ -647,8 +652,8 @@ def _main_op(b: _Builder, node: GpuNode, op: str, ins: list, out: Value, where: 
         m = re.search(r"float r\[(\d+)\]\[(\d+)\];", code)
         sx = re.search(r"X \*= (\d+);", code)
         if not m or not sx or c_out != 1 or "weights" not in objs:
-            raise ModelFormatError(f"{where}: a transposed convolution kernel fbjax does not decode "
-                                   "(only ConvolutionTransposedThin with one output channel)")
+            raise _unsupported(where, "convolution_transposed", "a kernel other than ConvolutionTransposedThin "
+                               "with one output channel")
         kh, kw, s_ = int(m.group(1)), int(m.group(2)), int(sx.group(1))
         w = b.const(node, "weights", "transposed_thin", (c_out, kh, kw, c_in), "weights")
         bias = b.const(node, "weights", "transposed_thin_bias", (c_out,), "bias", taps=kh * kw * _slices(c_in))
