@@ -94,6 +94,21 @@ def test_no_generation_says_why():
     assert gpu_cl._root_unknown_fields(buf, 11)
 
 
+def test_seed_shared_slots_must_agree():
+    """Seed generation: a scalar argument whose shared_int4s slot holds another value contradicts the file."""
+    from fbjax.formats._generated import gpu_cl_seed_generated as GS
+
+    buf = (GPU / "seedgen" / "tflm_sine_float.F32.BUFFER.seed.bin").read_bytes()
+    read_model(buf)
+    ic = GS.InferenceContextT.InitFromBuf(buf, GS.InferenceContext.GetRootAs(buf, 0)._tab.Pos)
+    a = ic.nodes[0].gpuOp.arguments
+    a.sharedInt4s = [int(x) + 1 for x in a.sharedInt4s]
+    b = flatbuffers.Builder(len(buf))
+    b.Finish(ic.Pack(b))
+    with pytest.raises(ModelFormatError, match=r"node 0 .*shared slot"):
+        read_model(bytes(b.Output()))
+
+
 # --- weights --------------------------------------------------------------------------------
 
 def _tflite_weights(model: str) -> dict:

@@ -238,6 +238,24 @@ def _parse_name(name: str, label: str) -> list:
     return ops
 
 
+def _check_shared(a, where: str, name: str) -> None:
+    """Seed generation: each active scalar's ``offset`` slot of ``shared_int4s`` / ``shared_float4s`` holds its value
+    (the kernel code reads the slot; fbjax reads the value)."""
+    for count, get, shared_len, shared in (
+            (a.IntValuesLength(), a.IntValues, a.SharedInt4sLength(), a.SharedInt4sAsNumpy),
+            (a.FloatValuesLength(), a.FloatValues, a.SharedFloat4sLength(), a.SharedFloat4sAsNumpy)):
+        arr = shared() if shared_len else np.zeros(0)
+        for j in range(count):
+            v = get(j)
+            if not v.Active():
+                continue
+            off = v.Offset()
+            if off >= arr.size or arr[off] != np.float32(v.Value()) and arr[off] != v.Value():
+                raise ModelFormatError(f"{where} ({name!r}): argument {(v.Name() or b'').decode('utf-8', 'replace')!r} "
+                                       f"= {v.Value()} but its shared slot {off} holds "
+                                       f"{arr[off] if off < arr.size else 'nothing'}")
+
+
 def _int3(t) -> tuple:
     return (t.X(), t.Y(), t.Z()) if t is not None else ()
 
@@ -257,6 +275,8 @@ def parse_nodes(ic, gen: Generation, label: str) -> list[GpuNode]:
                 for j in range(a.IntValuesLength()) if a.IntValues(j).Name() is not None}
         floats = {a.FloatValues(j).Name().decode("utf-8", "replace"): a.FloatValues(j).Value()
                   for j in range(a.FloatValuesLength()) if a.FloatValues(j).Name() is not None}
+        if gen.name == "seed":
+            _check_shared(a, where, name)
         if hasattr(a, "HalfValuesLength"):
             floats.update({a.HalfValues(j).Name().decode("utf-8", "replace"): a.HalfValues(j).Value()
                            for j in range(a.HalfValuesLength()) if a.HalfValues(j).Name() is not None})
