@@ -190,7 +190,17 @@ def _vec_offset(tab, slot_voffset: int) -> int:
     return tab.Vector(o) if o else -1
 
 
+_DESCRIPTORS = {"buffer": "BufferDescriptor", "texture2d": "Texture2DDescriptor",
+                "tensor_linear": "TensorLinearDescriptor", "tensor": "TensorDescriptor"}
+
+
+def _data_slot(gen: Generation, table: str) -> int:
+    """vtable offset of ``table.data`` in ``gen``'s schema (from the verifier's schema description)."""
+    return next(f.voffset for f in _verify.schema(gen.schema).tables[table] if f.name == "data")
+
+
 def _objects(args, gen: Generation, label: str) -> dict:
+    """A node's weight objects by name: stored values, element type, file offset, descriptor sizes."""
     out = {}
     for kind, getter in (("buffer", "BufferObjects"), ("texture2d", "Texture2dObjects"),
                          ("tensor_linear", "TensorLinearObjects"), ("tensor", "TensorObjects")):
@@ -223,7 +233,7 @@ def _objects(args, gen: Generation, label: str) -> dict:
                 raise ModelFormatError(f"{label}: object {key!r} has element type {et}, not a float type fbjax decodes")
             if n % dt.itemsize:
                 raise ModelFormatError(f"{label}: object {key!r} holds {n} bytes, not whole {dt.name} values")
-            pos = _vec_offset(d._tab, 16 if kind == "buffer" else 14)  # the data field's vtable slot
+            pos = _vec_offset(d._tab, _data_slot(gen, _DESCRIPTORS[kind]))
             out[key] = GpuObject(kind, dt, np.frombuffer(bytes(d._tab.Bytes[pos:pos + n]), dt), pos, info)
     return out
 
