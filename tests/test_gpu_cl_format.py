@@ -382,6 +382,21 @@ def test_truncated_files_are_format_errors():
             gpu_cl.read(buf[:n])
 
 
+def test_huge_channel_count_refused_before_index_maps():
+    """A tensor claiming 725942273 channels (a fuzzer find that ran for minutes): refused from the sizes alone."""
+    import time
+
+    buf = (GPU / "tflm_sine_float.F32.BUFFER.bin").read_bytes()
+    ic = G25.InferenceContextT.InitFromBuf(buf, G25.InferenceContext.GetRootAs(buf, 0)._tab.Pos)
+    next(t for t in ic.tensors if t.id == 0).desc.shape.c = 725942273
+    b = flatbuffers.Builder(len(buf))
+    b.Finish(ic.Pack(b))
+    t0 = time.perf_counter()
+    with pytest.raises(ModelFormatError, match=r"has 11615076368 values, but the object holds only 64"):
+        read_model(bytes(b.Output()))
+    assert time.perf_counter() - t0 < 2
+
+
 def test_cli_inspect_and_code():
     f = str(GPU / "mediapipe_hand_recrop.F32.BUFFER.bin")
     out = subprocess.run([sys.executable, "-m", "fbjax", "inspect", f], capture_output=True, text=True, cwd=ROOT)

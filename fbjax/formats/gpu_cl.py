@@ -389,6 +389,12 @@ class WeightRef:
 
 
 def _decode(obj: GpuObject, layout: str, shape: tuple, where: str, **kw) -> tuple[np.ndarray, np.ndarray]:
+    n = 1
+    for d in shape:
+        n *= int(d)
+    if n > obj.flat.size:  # each weight has its own slot: refuse before building a huge index map
+        raise ModelFormatError(f"{where}: a {layout} weight of shape {list(shape)} has {n} values, "
+                               f"but the object holds only {obj.flat.size}")
     idx = weight_index(layout, shape, **kw)
     if idx.size and int(idx.max()) >= obj.flat.size:
         raise ModelFormatError(f"{where}: a {layout} weight of shape {list(shape)} needs {int(idx.max()) + 1} values, "
