@@ -13,6 +13,7 @@ difference (two float32 programs summing in different orders).
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from collections import defaultdict
@@ -270,7 +271,10 @@ def test_partly_delegated_structurally(f):
     outs = fbjax.reference.run(ir, *_inputs(GPU / f, [(v.name, v.shape) for v in g.inputs]))
     for v, o in zip(g.outputs, outs):
         assert o.shape == v.shape and np.all(np.isfinite(o))
-    assert "generation: tf2.5" in gpu_cl.describe(ir)
+    text = gpu_cl.describe(ir)
+    assert "generation: tf2.5" in text
+    # a converter and the convolution reading its output share a CLNode name; each shows its own variant
+    assert re.search(r"\[(\d+)\] (convolution_2d \d+)  \(converter\).*(?:\n {8}.*)*\n  \[\d+\] \2\b[^\n]*  \(runtime_weights\)", text)
 
 
 @pytest.mark.slow

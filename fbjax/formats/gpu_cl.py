@@ -590,6 +590,7 @@ def _lower_node(b: _Builder, node: GpuNode, values: dict) -> None:
     chain_out = out if len(node.ops) == 1 else b.temp(out, f"{node.name}/{op}")
     attrs, extra = _main_op(b, node, op, main_ins, chain_out, where)
     attrs["gpu_node"] = node.name
+    attrs["gpu_index"] = node.index
     loc = f"node {node.index} ({node.name})"
     b.nodes.append(Node(OP_SET, op, [*main_ins, *extra], [chain_out], attrs, location=loc))
     cur = chain_out
@@ -602,6 +603,7 @@ def _lower_node(b: _Builder, node: GpuNode, values: dict) -> None:
             k += 1
         lattrs, lextra = _link_op(b, node, lop, n, cur, where)
         lattrs["gpu_node"] = node.name
+        lattrs["gpu_index"] = node.index
         b.nodes.append(Node(OP_SET, lop, [*lin, *lextra], [dst], lattrs, location=f"{loc}, linked op {n}"))
         cur = dst
 
@@ -716,7 +718,7 @@ def _link_op(b: _Builder, node: GpuNode, op: str, n: int, x: Value, where: str):
 
 def _variant(ir: ModelIR, node: GpuNode) -> str:
     for n in ir.main_graph.nodes:
-        if n.attrs.get("gpu_node") == node.name and "variant" in n.attrs:
+        if n.attrs.get("gpu_index") == node.index and "variant" in n.attrs:
             return str(n.attrs["variant"])
     return ""
 
