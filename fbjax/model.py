@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import operator
 import os
+import warnings
 from typing import Mapping, NamedTuple, Optional, Sequence, Union
 
 import jax
@@ -66,7 +67,11 @@ def _needs_x64(model: ModelIR) -> bool:
 _TRACER = jax.core.Tracer
 
 #: file extensions :meth:`Model.save` knows, -> format (a model of another format refuses them)
-_SAVE_EXT = {".tflite": "tflite", ".rten": "rten"}
+_SAVE_EXT = {".tflite": "tflite", ".rten": "rten", ".flatbuf": "stablehlo", ".onnx": "onnx", ".pb": "TensorFlow",
+             ".mlir": "MLIR text", ".npz": "numpy", ".npy": "numpy", ".h5": "Keras", ".keras": "Keras",
+             ".pt": "PyTorch", ".pth": "PyTorch", ".safetensors": "safetensors"}
+#: the file-name extensions Model.save accepts per format (no extension is accepted too)
+_FORMAT_EXTS = {"tflite": (".tflite",), "rten": (".rten",), "stablehlo": (".flatbuf",)}
 
 def _batch_hint(want: tuple, got: tuple) -> str:
     """The ``batch_size=None`` hint for a shape mismatch, only where it helps:
@@ -162,6 +167,7 @@ class Model:
         self._unchecked = not self._stateful  # __call__ may try _jitted_leaves before any check
         #: (shape, dtype) per input of the calls _check_inputs passed unchanged (bounded)
         self._accepted: dict = {}
+        self._warned_int: set = set()  # inputs already warned about integer data for a float input
         from .lower.inference import inference_apply  # __call__ on CPU: prepared once (fbjax/lower/inference.py)
         self._fast = inference_apply(program, compiler_options(program.backend), stateful=self._stateful)
 
@@ -289,7 +295,15 @@ class Model:
         out = []
         for i, (x, spec) in enumerate(zip(inputs, self.inputs)):
             if not hasattr(x, "shape") or not hasattr(x, "dtype"):
+                if isinstance(x, (str, bytes, os.PathLike)):
+                    raise InputError(
+                        f"input {i} ({spec.name!r}) is a {type(x).__name__} ({str(x)[:60]!r}), not an array: "
+                        f"the model takes {spec}; read the file into a numpy array first (np.load for .npy; "
+                        "an image library for images)")
                 x = np.asarray(x)
+            if np.dtype(x.dtype).kind in "USO":
+                raise InputError(f"input {i} ({spec.name!r}) has dtype {np.dtype(x.dtype)} (strings or objects), "
+                                 f"expected {spec}")
             shape = tuple(x.shape)
             if spec.shape is not None:
                 ok = len(shape) == len(spec.shape) and all(
@@ -315,6 +329,14 @@ class Model:
                             f"outside the {spec.dtype.name} range [{info.min}, {info.max}] the model takes"
                             + self._quant_hint(i)
                         )
+                warned = self.__dict__.setdefault("_warned_int", set())
+                if spec.dtype.kind == "f" and np.dtype(x.dtype).kind in "iub" and i not in warned:
+                    warned.add(i)  # once per input and model
+                    warnings.warn(
+                        f"input {i} ({spec.name!r}) is {spec.dtype.name} but got {np.dtype(x.dtype).name} data: "
+                        f"it is cast as is (0..255 stays 0..255). If the model expects another range (images: "
+                        f"often [0, 1] or [-1, 1]), scale it first, e.g. x.astype(np.float32) / 255",
+                        stacklevel=3)
                 x = x.astype(spec.dtype)
             out.append(x)
         if all(map(operator.is_, out, inputs)):  # the outcome depends on the shapes and dtypes only
@@ -443,9 +465,14 @@ class Model:
         """
         if path is not None:
             ext = os.path.splitext(os.fspath(path))[1].lower()
-            if _SAVE_EXT.get(ext, self.format) != self.format:
-                raise InputError(f"save: {os.fspath(path)!r} names a {_SAVE_EXT[ext]} file, but Model.save writes "
-                                 f"the model's own format ({self.format}); use a {self.format} file name")
+            allowed = _FORMAT_EXTS.get(self.format)
+            if ext and ((allowed is not None and ext not in allowed)
+                        or _SAVE_EXT.get(ext, self.format) != self.format):
+                kind = f" ({_SAVE_EXT[ext]})" if ext in _SAVE_EXT else ""
+                want = " or ".join(allowed) if allowed else f"a {self.format} extension"
+                raise InputError(f"save: {os.fspath(path)!r}: the extension {ext}{kind} is not this model's "
+                                 f"format; Model.save writes {self.format} and does not convert: use a file name "
+                                 f"ending in {want}")
         params = self.params if params is None else params
         values = {id(v): v for g in self.ir.graphs for v in g.values}
         by_name = {name: values[vid] for vid, name in self._program.param_of.items()}
@@ -579,9 +606,13 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
 
     Raises:
         FileNotFoundError: no such file.
-        ModelFormatError: the file is not a valid model.
-        UnsupportedOperatorError: the model uses ops fbjax cannot lower (every
-            one of them is listed).
+        ModelFormatError: the file is not a valid model, or contradicts
+            itself (e.g. a WHILE/REDUCE region subgraph whose arity does not
+            match its operator: :mod:`fbjax.formats.regions`), or changed
+            size while it was read.
+        UnsupportedOperatorError: the model uses ops fbjax cannot lower, or
+            ops whose registered kernel check finds no kernel for their
+            dtypes (int16 SQUARED_DIFFERENCE); every one is listed.
         InputError: ``while_max_iterations`` is not None or an int >= 0;
             ``batch_size`` is not ``"file"``, None/``"dynamic"`` or a
             positive int, or the model cannot take another batch (the

@@ -477,3 +477,10 @@ def test_cli_inspect_and_code():
     bad = subprocess.run([sys.executable, "-m", "fbjax", "inspect", f, "--code", "nope"],
                          capture_output=True, text=True, cwd=ROOT)
     assert bad.returncode == 2 and "no node 'nope'" in bad.stderr
+
+
+def test_bundled_sample_is_the_shared_file():
+    """fbjax.data.SINE_GPU_CL (the README's example) is the TF 2.5 delegate's own file, unmodified."""
+    import fbjax.data
+
+    assert Path(fbjax.data.SINE_GPU_CL).read_bytes() == (GPU / "tflm_sine_float.F32.BUFFER.bin").read_bytes()

@@ -18,7 +18,7 @@ from typing import Optional
 import jax
 import numpy as np
 
-from .._registry import OpDef, call_op
+from .._registry import OpDef, call_op, gap_detail, kernel_gaps
 from ..errors import ModelFormatError, UnsupportedOperatorError
 from ..ir import Graph, ModelIR, Node, OpContext, Value
 from .registry import LOWERINGS
@@ -199,10 +199,14 @@ def master_weight(data: np.ndarray) -> np.ndarray:
 
 
 def check_supported(model: ModelIR, registry=LOWERINGS) -> None:
-    """Raise UnsupportedOperatorError listing every op with no lowering."""
+    """Raise UnsupportedOperatorError listing every op with no lowering, and
+    every node whose lowering declares (``check=`` at registration) that it
+    has no kernel for the node's dtypes or attributes."""
     missing = Counter(n.key for n in model.iter_nodes() if registry.get(*n.key) is None)
-    if missing:
-        raise UnsupportedOperatorError(missing)
+    gaps = kernel_gaps(model.iter_nodes(), registry)
+    if missing or gaps:
+        missing.update(n.key for n, _ in gaps)
+        raise UnsupportedOperatorError(missing, detail=gap_detail(gaps))
 
 
 def unique_param_names(model: ModelIR) -> dict:
@@ -243,4 +247,57 @@ def build(model: ModelIR, *, backend: Optional[str] = None, options: Optional[di
     param_of = unique_param_names(model)
     values = {id(v): v for g in model.graphs for v in g.values}
     params = {name: master_weight(values[vid].data) for vid, name in param_of.items()}
-    return Program(model, params, param_of, backend or jax.default_backend(), options=dict(options or {}))
+    program = Program(model, params, param_of, backend or jax.default_backend(), options=dict(options or {}))
+    check_static_inputs(program)
+    return program
+
+
+#: ops whose output depends only on their input's shape: a value computed
+#: from a model input through one of them is still known at load time
+SHAPE_ONLY = {("tflite", "SHAPE"), ("tflite", "RANK"), ("onnx", "Shape"), ("onnx", "Size")}
+
+
+def static_input_suspects(model: ModelIR, registry=LOWERINGS) -> list:
+    """Nodes whose load-time (``static_inputs``) operand may depend on a
+    model input's values: it is not a constant and is computed, through ops
+    other than :data:`SHAPE_ONLY`, from a graph input. A cheap over-estimate
+    (a lowering may still compute such a value at trace time), confirmed by
+    :func:`check_static_inputs`."""
+    out = []
+    for g in model.graphs:
+        dynamic = {id(v) for v in g.inputs}
+        for node in g.nodes:
+            opdef = registry.get(node.op_set, node.op_name)
+            if opdef is not None and any(i < len(node.inputs) and node.inputs[i] is not None
+                                         and id(node.inputs[i]) in dynamic for i in opdef.static_inputs):
+                out.append(node)
+            if node.key not in SHAPE_ONLY and any(v is not None and id(v) in dynamic for v in node.inputs):
+                dynamic.update(id(o) for o in node.outputs if o is not None)
+    return out
+
+
+def check_static_inputs(program: Program) -> None:
+    """Raise at load what the first call would: an operand that must be
+    known at load time (a RESHAPE's shape, a PAD's paddings) but is computed
+    from the model's inputs. Only models with :func:`static_input_suspects`
+    pay for the check: an abstract trace (``jax.eval_shape``, nothing
+    computed) of the main graph on its input specs, when those are static.
+
+    Raises:
+        UnsupportedOperatorError: such an operand, naming the node and input.
+    """
+    if not static_input_suspects(program.model, program.registry):
+        return
+    g = program.model.main_graph
+    if any(v.shape is None or any(d is None for d in v.shape) for v in g.inputs):
+        return  # dynamic dims: the trace needs sizes; the first call reports it
+    specs = [jax.ShapeDtypeStruct(tuple(v.shape), v.dtype) for v in g.inputs]
+    params = {k: jax.ShapeDtypeStruct(v.shape, v.dtype) for k, v in program.params.items()}
+    try:
+        with jax.enable_x64(any(np.dtype(v.dtype).itemsize == 8 for v in g.values)):
+            jax.eval_shape(program.apply, params, *specs)
+    except UnsupportedOperatorError as e:
+        if "must be known at load time" in str(e):
+            raise
+    except Exception:  # noqa: BLE001 - anything else is the first call's to report, as before
+        pass

@@ -21,7 +21,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .._registry import call_op
+from .._registry import call_op, gap_detail, kernel_gaps
 from ..errors import InputError, UnsupportedOperatorError
 from ..formats import read_model
 from ..ir import ModelIR, Node, OpContext, Value
@@ -71,8 +71,13 @@ def _as_model(model_or_path: Any) -> ModelIR:
 
 def _check_supported(model: ModelIR) -> None:
     missing = Counter(n.key for n in model.iter_nodes() if n.key not in REFERENCE)
-    if missing:
-        raise UnsupportedOperatorError(missing, detail="(the numpy reference interpreter has no implementation)")
+    n_missing = len(missing)
+    gaps = kernel_gaps(model.iter_nodes(), REFERENCE)  # what the lowering refuses at load, refused here too
+    if missing or gaps:
+        missing.update(n.key for n, _ in gaps)
+        raise UnsupportedOperatorError(
+            missing, detail=" ".join(x for x in ("(the numpy reference interpreter has no implementation)"
+                                                 if n_missing else "", gap_detail(gaps)) if x))
 
 
 def _describe(v: Value) -> str:

@@ -40,6 +40,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 for p in (str(ROOT), str(HERE)):
@@ -229,22 +231,53 @@ class Runner:
             pass
 
     def _load(self, data, fmt):
-        self.build(self.read_model(data, fmt))
+        ir = self.read_model(data, fmt)
+        self.build(ir)
+        return ir
 
-    def run(self, fmt: str, data: bytes, detect: bool, via_file: bool = False) -> tuple[str, str, float]:
+    @staticmethod
+    def rewrite_in_place(ir, path: str, data: bytes, n: int) -> None:
+        """Rewrite the file a model was loaded from in place -- truncated to
+        a prefix, emptied, or overwritten by other bytes of the same length,
+        as a hot-reloading service or a tool writing the next version to the
+        same path does -- then read everything the loaded IR holds (every
+        constant, the bytes ``Model.save`` rewrites). A reader that kept a
+        mapping of the file dies here with SIGBUS (issue 15 item 5)."""
+        kind = n % 3
+        with open(path, "r+b") as f:
+            if kind == 0:
+                f.truncate(len(data) // 3)
+            elif kind == 1:
+                f.truncate(0)
+            else:
+                f.write(bytes(len(data)))
+        total = 0
+        for g in ir.graphs:
+            for v in g.values:
+                d = getattr(v, "data", None)
+                if isinstance(d, np.ndarray) and d.size:
+                    total += int(np.frombuffer(np.ascontiguousarray(d).tobytes(), np.uint8).sum())
+        if ir.buffer is not None:
+            total += int(np.frombuffer(bytes(ir.buffer), np.uint8).sum())
+
+    def run(self, fmt: str, data: bytes, detect: bool, via_file: bool = False, n: int = 0) -> tuple[str, str, float]:
         """(outcome, detail, seconds): outcome is ok/unsupported/format/fallback/hang/crash.
 
-        ``via_file``: load from a temporary file (the mmap path) instead of bytes.
+        ``via_file``: load from a temporary file instead of bytes; after a
+        successful load the file is rewritten in place and the IR read again
+        (:meth:`rewrite_in_place`).
         """
         t0 = time.perf_counter()
         if via_file:
             path = os.path.join(tempfile.gettempdir(), f"fbjax-fuzz-{os.getpid()}.bin")
             with open(path, "wb") as f:
                 f.write(data)
-            data = path
+            raw, data = data, path
         signal.setitimer(signal.ITIMER_REAL, self.case_timeout)
         try:
-            self.load(data, None if detect else fmt)
+            ir = self.load(data, None if detect else fmt)
+            if via_file and ir is not None:
+                self.rewrite_in_place(ir, data, raw, n)
             out, detail = "ok", ""
         except Hang:
             out, detail = "hang", f"interrupted after {self.case_timeout} s"
@@ -276,7 +309,7 @@ def case_rng(seed: int, fmt: str, n: int) -> random.Random:
 
 
 def via_file(n: int) -> bool:
-    """Every 20th case loads from a file (mmap) instead of bytes."""
+    """Every 20th case loads from a file (then rewritten in place) instead of bytes."""
     return n % 20 == 7
 
 
@@ -342,7 +375,7 @@ def worker(fmt: str, seed: int, start: int, seconds: float, max_cases: int, stri
             idx, data, names, detect = make_case(mut, seed, fmt, n)
             if n in inject:
                 _inject(inject[n], runner)
-            out, detail, dt = runner.run(fmt, data, detect, via_file(n))
+            out, detail, dt = runner.run(fmt, data, detect, via_file(n), n)
             runner.load = runner._load
             counts[out] += 1
             max_dt = max(max_dt, dt)
