@@ -71,7 +71,7 @@ _SAVE_EXT = {".tflite": "tflite", ".rten": "rten", ".flatbuf": "stablehlo", ".on
              ".mlir": "MLIR text", ".npz": "numpy", ".npy": "numpy", ".h5": "Keras", ".keras": "Keras",
              ".pt": "PyTorch", ".pth": "PyTorch", ".safetensors": "safetensors"}
 #: the file-name extensions Model.save accepts per format (no extension is accepted too)
-_FORMAT_EXTS = {"tflite": (".tflite",), "rten": (".rten",), "stablehlo": (".flatbuf",)}
+_FORMAT_EXTS = {"tflite": (".tflite",), "rten": (".rten",), "stablehlo": (".flatbuf",), "gpu_cl": (".bin",)}
 
 def _batch_hint(want: tuple, got: tuple) -> str:
     """The ``batch_size=None`` hint for a shape mismatch, only where it helps:

@@ -423,6 +423,14 @@ def test_save_round_trip(tmp_path, f):
     assert diff.any() and not (diff & ~inside).any()
 
 
+def test_save_refuses_another_formats_extension(tmp_path):
+    m = fbjax.load(GPU / "tflm_sine_float.F32.BUFFER.bin")
+    for name in ("tuned.tflite", "tuned.npz"):
+        with pytest.raises(fbjax.InputError, match=r"ending in \.bin"):
+            m.save(tmp_path / name)
+    assert not list(tmp_path.iterdir())
+
+
 def test_save_f16_rounds():
     src = _as_f16((GPU / "tflm_sine_float.F32.BUFFER.bin").read_bytes())
     m = fbjax.load(src)
