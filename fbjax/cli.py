@@ -40,6 +40,19 @@ def _spec_str(name: str, shape, dtype, quant=None) -> str:
     return out
 
 
+def _output_shapes(path, g) -> list:
+    """The output shapes ``fbjax.load(path).outputs`` reports (inferred at
+    static input shapes, with a warning where the file's are wrong); the
+    file's declared shapes when the model does not load."""
+    from .errors import FbjaxError
+    from .model import load
+
+    try:
+        return [s.shape for s in load(path).outputs]
+    except FbjaxError:
+        return [v.shape for v in g.outputs]
+
+
 def cmd_inspect(args) -> int:
     """``fbjax inspect MODEL``: format, inputs/outputs, op histogram, params, unsupported ops."""
     from .errors import FbjaxError
@@ -70,8 +83,8 @@ def cmd_inspect(args) -> int:
     for v in g.inputs:
         print("  " + _spec_str(v.name, v.shape, v.dtype, v.quant))
     print("outputs:")
-    for v in g.outputs:
-        print("  " + _spec_str(v.name, v.shape, v.dtype, v.quant))
+    for v, shape in zip(g.outputs, _output_shapes(args.model, g)):  # inferred shapes win over declared ones
+        print("  " + _spec_str(v.name, shape, v.dtype, v.quant))
     if ir.signatures:
         print("signatures: " + ", ".join(ir.signatures))
     if ir.format == "gpu_cl":

@@ -135,7 +135,8 @@ class Model:
         self._program = program
         g = ir.main_graph
         self.inputs = [TensorSpec.of(v) for v in g.inputs]
-        self.outputs = [TensorSpec.of(v) for v in g.outputs]
+        self._declared_outputs = [TensorSpec.of(v) for v in g.outputs]
+        self._outputs = None  # inferred on first use (see the outputs property)
         self.input_quantization = [_file_quant(v) for v in g.inputs]
         self.output_quantization = [_file_quant(v) for v in g.outputs]
         self.signatures = {
@@ -170,6 +171,26 @@ class Model:
         self._warned_int: set = set()  # inputs already warned about integer data for a float input
         from .lower.inference import inference_apply  # __call__ on CPU: prepared once (fbjax/lower/inference.py)
         self._fast = inference_apply(program, compiler_options(program.backend), stateful=self._stateful)
+
+    @property
+    def outputs(self) -> list:
+        """The outputs' :class:`TensorSpec`, in output order.
+
+        Shapes fbjax infers win over shapes the file merely declares: when
+        every input shape is static, the first read traces the model
+        (``jax.eval_shape``, nothing runs) and takes the shapes it computes
+        (files are written with placeholder shapes, e.g. PaddlePaddle's
+        scalar ``float32()`` outputs of a graph that computes ``(1, 2)``),
+        with a ``UserWarning`` naming each output whose declared shape was
+        wrong. Dynamic inputs: the declared shapes.
+        """
+        if self._outputs is None:
+            self._outputs = _inferred_outputs(self)
+        return self._outputs
+
+    @outputs.setter
+    def outputs(self, specs) -> None:
+        self._outputs = list(specs)
 
     # -- pure function ---------------------------------------------------
     def apply(self, params: dict, *inputs, state: Optional[dict] = None):
@@ -564,6 +585,36 @@ def _writer(fmt: str):
 
 
 _FILE = "file"
+
+
+def _inferred_outputs(model: "Model") -> list:
+    """``model``'s output specs with the shapes tracing computes at its
+    static input shapes (see :attr:`Model.outputs`); the declared specs
+    when an input is dynamic or tracing fails (the call reports why)."""
+    import warnings
+
+    declared = model._declared_outputs
+    if any(s.shape is None or None in s.shape for s in model.inputs):
+        return list(declared)
+    structs = [jax.ShapeDtypeStruct(s.shape, s.dtype) for s in model.inputs]
+    try:
+        with jax.enable_x64(model._x64), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the call itself warns about what it meets
+            res = jax.eval_shape(lambda p, *xs: model.apply(p, *xs), model.params, *structs)
+    except Exception:  # noqa: BLE001 - best effort: calling the model reports what is wrong
+        return list(declared)
+    if model._stateful:
+        res = res[0]
+    res = res if isinstance(res, (tuple, list)) else (res,)
+    out = []
+    for spec, r in zip(declared, res):
+        shape = tuple(int(d) for d in r.shape)
+        if spec.shape is not None and (len(spec.shape) != len(shape)
+                                       or any(d is not None and d != e for d, e in zip(spec.shape, shape))):
+            warnings.warn(f"output {spec.name!r}: the file declares shape {spec.shape}, but the model computes "
+                          f"{shape}; fbjax uses the computed shape", stacklevel=3)
+        out.append(TensorSpec(spec.name, shape, spec.dtype))
+    return out
 
 
 def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, str] = _FILE,

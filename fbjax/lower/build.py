@@ -134,6 +134,7 @@ class Program:
                 return np.zeros(v.shape, v.dtype)
             raise ModelFormatError(f"graph {index}: tensor {v.index} ({v.name!r}) is read before it is written")
 
+        not_static = []  # (node key, why): every node whose static input is not known, reported together
         for node in graph.nodes:
             opdef: OpDef = self.registry.get(node.op_set, node.op_name)
             args = []
@@ -142,16 +143,23 @@ class Program:
                     if v.data is not None:
                         args.append(np.asarray(v.data))
                         continue
-                    c = _concrete(lookup(v))
+                    x = lookup(v)
+                    c = None if x is _UNKNOWN else _concrete(x)
                     if c is None:
-                        raise UnsupportedOperatorError(
-                            [node.key],
-                            detail=f"{node.location}: input {i} of {node.op_name} must be known at load time, "
-                            "but it depends on the model's inputs.",
-                        )
+                        if x is not _UNKNOWN:
+                            not_static.append((node.key, f"{node.location}: input {i} of {node.op_name} must be "
+                                               "known at load time, but it depends on the model's inputs."))
+                        args = None
+                        break
                     args.append(c)
                 else:
                     args.append(lookup(v))
+            if args is None or any(a is _UNKNOWN for a in args):
+                # downstream of a refused node: skipped, so the error can list every refused node
+                for o in node.outputs:
+                    if o is not None:
+                        env[id(o)] = _UNKNOWN
+                continue
             ctx = LowerContext(node, self.model, self)
             ctx._params = params
             outs_float = any(
@@ -169,7 +177,14 @@ class Program:
             for o, r in zip(node.outputs, res):
                 if o is not None:
                     env[id(o)] = r
+        if not_static:
+            raise UnsupportedOperatorError(Counter(k for k, _ in not_static),
+                                           detail=" ".join(why for _, why in not_static))
         return [lookup(v) for v in graph.outputs]
+
+
+#: the value of a node skipped after a refused static input (never leaves eval_graph: it raises)
+_UNKNOWN = object()
 
 
 def _as_list(res, node: Node) -> list:

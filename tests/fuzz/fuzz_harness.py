@@ -424,8 +424,10 @@ def _watch(cmd, progress: str, budget: float, case_timeout: float):
 
 
 def fuzz(seconds: float, formats=FORMATS, seed: int = 0, strict: bool = False, chunk: float = 300.0,
-         case_timeout: float = CASE_TIMEOUT, crash_dir: str | None = None, log=None) -> dict:
-    """Fuzz each format for ``seconds / len(formats)`` in worker subprocesses.
+         case_timeout: float = CASE_TIMEOUT, crash_dir: str | None = None, log=None,
+         max_cases: int = 1 << 62) -> dict:
+    """Fuzz each format for ``seconds / len(formats)`` in worker subprocesses,
+    or until ``max_cases`` cases of it have run, whichever comes first.
 
     Returns:
         ``{format: {"cases", "counts", "max_case_s", "crashes", "classes", "seconds"}}``.
@@ -441,13 +443,13 @@ def fuzz(seconds: float, formats=FORMATS, seed: int = 0, strict: bool = False, c
                "classes": collections.Counter(), "fallbacks": collections.Counter(), "seconds": 0.0}
         n = 0
         t_fmt = time.monotonic()
-        while time.monotonic() - t_fmt < per - 1:
+        while time.monotonic() - t_fmt < per - 1 and n < max_cases:
             budget = min(chunk, per - (time.monotonic() - t_fmt))
             with tempfile.TemporaryDirectory() as td:
                 prog, out = os.path.join(td, "progress"), os.path.join(td, "result.json")
                 cmd = [sys.executable, __file__, "--worker", fmt, "--seed", str(seed), "--start", str(n),
                        "--seconds", str(budget), "--until", str(time.time() + budget), "--progress", prog,
-                       "--out", out,
+                       "--out", out, "--max-cases", str(max_cases - n),
                        "--case-timeout", str(case_timeout)] + (["--strict"] if strict else [])
                 rc, err = _watch(cmd, prog, budget, case_timeout)
                 res = json.load(open(out)) if os.path.exists(out) else None
@@ -506,7 +508,8 @@ def main(argv=None) -> int:
     # worker mode (internal)
     ap.add_argument("--worker")
     ap.add_argument("--start", type=int, default=0)
-    ap.add_argument("--max-cases", type=int, default=1 << 62)
+    ap.add_argument("--max-cases", type=int, default=1 << 62,
+                    help="stop each format after this many cases (a run bounded by work, not by time)")
     ap.add_argument("--until", type=float, default=0.0, help="wall-clock end (time.time()), startup included")
     ap.add_argument("--progress")
     ap.add_argument("--out")
@@ -538,7 +541,7 @@ def main(argv=None) -> int:
         return 0
     t0 = time.monotonic()
     report = fuzz(a.seconds, a.formats.split(","), a.seed, a.strict, a.chunk, a.case_timeout, a.crash_dir,
-                  log=lambda s: print(f"[{time.monotonic() - t0:7.0f}s] {s}", file=sys.stderr, flush=True))
+                  max_cases=a.max_cases, log=lambda s: print(f"[{time.monotonic() - t0:7.0f}s] {s}", file=sys.stderr, flush=True))
     total = sum(r["cases"] for r in report.values())
     bad = sum(r["counts"].get("crash", 0) + r["counts"].get("hang", 0) for r in report.values())
     summary = {"command": " ".join([os.path.basename(sys.executable)] + sys.argv), "total_cases": total,
