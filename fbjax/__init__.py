@@ -32,7 +32,7 @@ def supported_ops(op_set: str | None = None) -> dict[str, list[str]]:
             ``"tflite.int"`` (the bit-exact quantized kernels),
             ``"tflite.hybrid"``, ``"tflite.custom"`` (MediaPipe and
             registered custom ops), ``"onnx"`` (``.rten``), ``"stablehlo"``,
-            ``"fbjax"`` (fbjax's own helper ops).
+            ``"gpu"`` (TFLite GPU delegate ``.bin``), ``"fbjax"`` (fbjax's own helper ops).
 
     Returns:
         ``{op_set: sorted list of op names}``, generated from the registry.

@@ -67,6 +67,15 @@ def cmd_inspect(args) -> int:
         print(f"model:    {args.model}")
         print(f"fbjax cannot run this model: {type(e).__name__}: {e}")
         return 1
+    if ir.format == "gpu_cl" and getattr(args, "code", None) is not None:
+        from .formats.gpu_cl import find_node
+
+        try:
+            print(find_node(ir, args.code).code)
+        except KeyError as e:
+            print(f"error: {e.args[0]}", file=sys.stderr)
+            return 2
+        return 0
     g = ir.main_graph
     print(f"model:    {args.model}")
     print(f"format:   {ir.format}" + (f"  ({ir.description})" if ir.description else ""))
@@ -84,6 +93,10 @@ def cmd_inspect(args) -> int:
             for kind, vals in (("in ", sig.inputs), ("out", sig.outputs)):
                 for name, v in vals.items():
                     print(f"    {kind} " + _spec_str(name, v.shape, v.dtype, v.quant))
+    if ir.format == "gpu_cl":
+        from .formats.gpu_cl import describe
+
+        print(describe(ir))
     hist = Counter(n.key for n in ir.iter_nodes())
     seen = set()
     n_params = n_bytes = 0
@@ -477,7 +490,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"fbjax {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     pi = sub.add_parser("inspect", help="show format, inputs/outputs, op histogram, params, unsupported ops")
-    pi.add_argument("model", help="path to a model file (.tflite, .rten or stablehlo.flatbuf)")
+    pi.add_argument("model", help="path to a model file (.tflite, .rten, stablehlo.flatbuf or a TFLite GPU delegate .bin)")
+    pi.add_argument("--code", metavar="NODE", help="GPU delegate .bin: print node NODE's OpenCL source "
+                    "(its position, or its name as inspect lists it, e.g. 'convolution_2d 12')")
     pi.set_defaults(func=cmd_inspect)
     pr = sub.add_parser(
         "run",

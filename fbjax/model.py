@@ -77,7 +77,7 @@ _SAVE_EXT = {".tflite": "tflite", ".rten": "rten", ".flatbuf": "stablehlo", ".on
              ".mlir": "MLIR text", ".npz": "numpy", ".npy": "numpy", ".h5": "Keras", ".keras": "Keras",
              ".pt": "PyTorch", ".pth": "PyTorch", ".safetensors": "safetensors"}
 #: the file-name extensions Model.save accepts per format (no extension is accepted too)
-_FORMAT_EXTS = {"tflite": (".tflite",), "rten": (".rten",), "stablehlo": (".flatbuf",)}
+_FORMAT_EXTS = {"tflite": (".tflite",), "rten": (".rten",), "stablehlo": (".flatbuf",), "gpu_cl": (".bin",)}
 
 def _batch_hint(want: tuple, got: tuple) -> str:
     """The ``batch_size=None`` hint for a shape mismatch, only where it helps:
@@ -130,7 +130,7 @@ class Model:
             ``quantized="float"`` models, whose inputs and outputs are
             float32 real values ``(q - zero_point) * scale`` instead of the
             file's integers.
-        format: ``"tflite"``, ``"rten"`` or ``"stablehlo"``.
+        format: ``"tflite"``, ``"rten"``, ``"stablehlo"`` or ``"gpu_cl"``.
         ir: the parsed :class:`~fbjax.ir.ModelIR`.
     """
 
@@ -632,10 +632,10 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
     """Load a model file as a :class:`Model`.
 
     Args:
-        source: path to a model file (``.tflite``, ``.rten`` or
-            ``stablehlo.flatbuf``), or its bytes.
-        format: force the format (``"tflite"``, ``"rten"`` or
-            ``"stablehlo"``); detected from the bytes when omitted.
+        source: path to a model file (``.tflite``, ``.rten``,
+            ``stablehlo.flatbuf`` or a TFLite GPU delegate ``.bin``), or its bytes.
+        format: force the format (``"tflite"``, ``"rten"``, ``"stablehlo"`` or
+            ``"gpu_cl"``); detected from the bytes when omitted.
         batch_size: ``"file"`` (default): the shapes stored in the file.
             ``None``: make a model stored with batch 1 batch-polymorphic (the
             inputs' leading dimension becomes ``None`` and ``jit`` retraces

@@ -113,6 +113,12 @@ def has_quantized_tensors(model: ModelIR) -> bool:
     return any(is_quantized(v) or _is_quantized_const(v) for g in model.graphs for v in g.values)
 
 
+#: during one :func:`prepare`: (id(integer data), scales, zero points, axis) -> (that data, its float32
+#: values), so a weight that several subgraphs read from one buffer stays one array, hence one param
+#: (fbjax.lower.build); emptied when prepare returns
+_DEQUANTIZED: dict = {}
+
+
 def _dequantize_const_in_place(v: Value) -> None:
     q = v.quant
     key = (id(v.data), np.asarray(q.scale).tobytes(), np.asarray(q.zero_point).tobytes(), q.quantized_dimension)
@@ -444,13 +450,13 @@ def prepare(model: ModelIR, quantized: str = "exact", *, registry) -> ModelIR:
     if not has_quantized_tensors(model):
         return model
     try:
-        _prepare(model, quantized)
+        _prepare(model, quantized, registry)
     finally:
         _DEQUANTIZED.clear()
     return model
 
 
-def _prepare(model: ModelIR, quantized: str) -> None:
+def _prepare(model: ModelIR, quantized: str, registry) -> None:
     if quantized == "exact":
         _prepare_exact(model, registry)
         if any(is_quantized(v) and np.dtype(v.dtype) == np.int16 for g in model.graphs for v in g.values):
@@ -459,4 +465,3 @@ def _prepare(model: ModelIR, quantized: str) -> None:
             model.metadata["needs_x64"] = True
     else:
         _prepare_float(model, registry)
-    return model

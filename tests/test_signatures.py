@@ -108,7 +108,7 @@ def test_signature_under_jit_vmap_and_infer():
     _close(got, want)
     got = jax.jit(lambda p, s, x: step.apply(p, s, x)["next"])(model.params, h[:, 0], a[:, 0])
     _close(got, want[:, 0])
-    res = fbjax.infer(step, list(zip(h[:, 0], a[:, 0])), batch_size=2)
+    res = fbjax.infer(step, list(zip(h[:, 0], a[:, 0])), step_size=2)
     _close(res, want[:, 0])
 
 

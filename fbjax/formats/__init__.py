@@ -9,6 +9,8 @@
   writer :mod:`fbjax.formats.rten_writer`
 * :mod:`fbjax.formats.stablehlo` -- ``stablehlo.flatbuf`` (the StableHLO
   prototype flatbuffer, probed); writer :mod:`fbjax.formats.stablehlo_writer`
+* :mod:`fbjax.formats.gpu_cl` -- TFLite GPU delegate (OpenCL) serialized
+  ``.bin`` (probed per schema generation); writer :mod:`fbjax.formats.gpu_cl_writer`
 
 ``_generated/`` holds the Python bindings ``flatc`` generated from
 ``schemas/*.fbs`` (regenerate with ``nox -s schemas``; do not edit by hand).
@@ -22,10 +24,10 @@ from typing import Mapping, Optional
 
 from ..errors import InputError, ModelFormatError
 from ..ir import ModelIR
-from . import rten, stablehlo, tflite
+from . import gpu_cl, rten, stablehlo, tflite
 
 #: format name -> reader(source) -> ModelIR
-READERS = {"tflite": tflite.read, "stablehlo": stablehlo.read, "rten": rten.read}
+READERS = {"tflite": tflite.read, "stablehlo": stablehlo.read, "rten": rten.read, "gpu_cl": gpu_cl.read}
 
 
 def detect_format(source) -> str:
@@ -63,7 +65,7 @@ def detect_format(source) -> str:
 
 # Extra (name, probe(source, head) -> bool) pairs for formats without a file
 # identifier; filled by the format modules that need them.
-_PROBES: list = [("rten", rten.probe), ("stablehlo", stablehlo.probe)]
+_PROBES: list = [("rten", rten.probe), ("stablehlo", stablehlo.probe), ("gpu_cl", gpu_cl.probe)]
 
 
 def read_model(source, format: Optional[str] = None) -> ModelIR:
@@ -85,7 +87,8 @@ def read_model(source, format: Optional[str] = None) -> ModelIR:
 #: format -> module of :mod:`fbjax.formats` whose ``write(ir, updates,
 #: *, requantize) -> bytes`` re-writes a file of that format with the
 #: constants in ``updates`` (``{Value: array}``) replaced.
-WRITERS = {"tflite": "tflite_writer", "rten": "rten_writer", "stablehlo": "stablehlo_writer"}
+WRITERS = {"tflite": "tflite_writer", "rten": "rten_writer", "stablehlo": "stablehlo_writer",
+           "gpu_cl": "gpu_cl_writer"}
 
 
 def write_model(ir: ModelIR, updates: Mapping, *, requantize: str = "file") -> bytes:
