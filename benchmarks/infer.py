@@ -13,8 +13,8 @@ examples (float32 normal, seed 0), images/s of:
 * ``batched``: ``jax.jit(model.apply)`` of the batch-polymorphic model on
   the examples stacked B at a time (the program ``fbjax.infer`` ran per step
   before issue 15), arrays already in memory, one wait at the end;
-* ``infer``: ``fbjax.infer(model, examples_array, batch_size=B)``;
-* ``infer dir``: ``fbjax.infer(model, directory, batch_size=B)`` on one
+* ``infer``: ``fbjax.infer(model, examples_array, step_size=B)``;
+* ``infer dir``: ``fbjax.infer(model, directory, step_size=B)`` on one
   ``.npy`` file per example (files read inside the timing).
 
 Each round runs every variant once, in an order that alternates; the figure
@@ -76,10 +76,10 @@ def bench_model(path: str, batches, n: int, runs: int) -> list:
                 return jax.block_until_ready([jitted(mN.params, stacked[i:i + b]) for i in range(0, pad, b)])
 
             def inf(b=b):
-                return fbjax.infer(mN, xs, batch_size=b, progress=False)
+                return fbjax.infer(mN, xs, step_size=b, progress=False)
 
             def inf_dir(b=b):
-                return fbjax.infer(mN, d, batch_size=b, progress=False)
+                return fbjax.infer(mN, d, step_size=b, progress=False)
 
             fns = {"loop": loop, "batched": batched, "infer": inf, "infer dir": inf_dir}
             errs = {k: float(np.max(np.abs(_first(f()) - ref))) / scale for k, f in
