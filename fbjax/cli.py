@@ -199,7 +199,10 @@ def _load_problem(path) -> Optional[str]:
     return None
 
 
-def _parse_inputs(pairs: Sequence[str], model) -> list:
+def _parse_inputs(pairs: Sequence[str], model) -> tuple[list, list]:
+    """``fbjax run``'s inputs in model order (from ``--input`` files, else seeded
+    random), and the names of those filled with random integers."""
+    random_ints = []
     given = {}
     for p in pairs or []:
         if "=" in p:
@@ -236,6 +239,8 @@ def _parse_inputs(pairs: Sequence[str], model) -> list:
                 x = rng.integers(max(info.min, -128), min(info.max, 127), shape, endpoint=True).astype(spec.dtype)
             src = "random [0, 1)" if np.issubdtype(spec.dtype, np.floating) else "random integers"
             n_random += 1
+            if not np.issubdtype(spec.dtype, np.floating) and spec.dtype != np.bool_:
+                random_ints.append(spec.name)
         else:
             src = "file"
         print(f"input  {_spec_str(spec.name, x.shape, x.dtype)}  ({src})")
@@ -248,7 +253,7 @@ def _parse_inputs(pairs: Sequence[str], model) -> list:
     if n_random:
         print("(random inputs show that the model runs and how fast, not what it computes: "
               "give real ones with --input NAME=FILE.npy)")
-    return xs
+    return xs, random_ints
 
 
 def cmd_run(args) -> int:
@@ -280,7 +285,7 @@ def cmd_run(args) -> int:
         except InputError as e:
             raise SystemExit(f"fbjax run: {e} (`fbjax inspect MODEL` lists them)") from None
         model = _SignatureAsModel(runner)
-    figure = None
+    figure, random_ints = None, []
     if args.model is None and not args.input:  # the bundled model's job on an input that means something
         from .data import synthetic_person
 
@@ -289,7 +294,7 @@ def cmd_run(args) -> int:
         print(f"input  {_spec_str(model.inputs[0].name, xs[0].shape, xs[0].dtype)}  (a drawn person on a plain "
               "backdrop, RGB in [0, 1]: fbjax.data.synthetic_person())")
     else:
-        xs = _parse_inputs(args.input, model)
+        xs, random_ints = _parse_inputs(args.input, model)
     t1 = time.perf_counter()
     outs = model(*xs)
     outs = outs if isinstance(outs, tuple) else (outs,)
@@ -307,6 +312,12 @@ def cmd_run(args) -> int:
             of = o.astype(np.float64)
             line += f"  min {of.min():.6g}  max {of.max():.6g}  mean {of.mean():.6g}"
         print(line)
+    nan_outputs = [s.name for s, o in zip(model.outputs, outs_np)
+                   if o.size and np.issubdtype(o.dtype, np.inexact) and np.isnan(o).any()]
+    if nan_outputs and random_ints:  # e.g. an LLM's decode signature on random token ids and positions
+        print(f"(NaN in {', '.join(nan_outputs)}: the random integer inputs ({', '.join(random_ints)}) may be "
+              "out of range where the model uses them as indices (token ids, positions, gather indices): "
+              "give real ones with --input NAME=FILE.npy)")
     if figure is not None:
         mask = outs_np[0][0, ..., 0] > 0.5
         iou = (mask & figure).sum() / max((mask | figure).sum(), 1)
@@ -479,7 +490,8 @@ def build_parser() -> argparse.ArgumentParser:
     """The ``fbjax`` command-line parser (subcommands inspect, run, infer, export, bench)."""
     p = argparse.ArgumentParser(
         prog="fbjax",
-        description="Run flatbuffer ML models (.tflite, .rten, stablehlo.flatbuf) as jitted JAX functions.",
+        description="Run flatbuffer ML models (.tflite, .rten, stablehlo.flatbuf, TFLite GPU delegate .bin) as "
+        "jitted JAX functions.",
         epilog="Examples:\n  fbjax run                      # bundled selfie-segmentation model\n"
         "  fbjax inspect model.tflite\n  fbjax run model.tflite --input input_1=x.npy --output out.npz\n"
         "  fbjax infer model.tflite --input-dir samples/ --out preds.npz",

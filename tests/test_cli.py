@@ -177,3 +177,34 @@ def test_help_texts_say_what_the_options_mean(capsys):
     assert "with the model's full shape (batch included" in out
     assert "'mlir': the same program as StableHLO MLIR text" in out
     assert "Neither is the stablehlo.flatbuf file format fbjax reads" in out
+
+
+def test_run_input_without_batch_dimension_says_so(tmp_path, capsys):
+    """A (4,) array for a (1, 4) input: the error says the batch dimension is missing."""
+    np.save(tmp_path / "x.npy", np.ones(4, np.float32))
+    assert main(["run", str(_relu_model(tmp_path)), "--input", f"x={tmp_path / 'x.npy'}", "--repeat", "0"]) == 1
+    err = capsys.readouterr().err
+    assert "has shape (4,)" in err and "the batch dimension is missing" in err
+
+
+LLAMA = Path(__file__).parent / "data" / "llm" / "llama_f32.tflite"
+
+
+def test_run_nan_outputs_on_random_integer_inputs_name_them(tmp_path, capsys):
+    """The decode signature on random token ids / positions in [-128, 127]
+    (outside a 256-token vocabulary's and a 64-slot cache's range where
+    negative) gives NaN: `fbjax run` says which random integer inputs may be
+    the cause; with in-range inputs (token 5 at position 0, empty cache) the
+    outputs are finite and there is no such line."""
+    assert main(["run", str(LLAMA), "--signature", "decode", "--repeat", "0"]) == 0
+    out = capsys.readouterr().out
+    nan_lines = [ln for ln in out.splitlines() if "min nan" in ln]
+    assert nan_lines, out  # the premise: random indices give NaN somewhere
+    assert "the random integer inputs (input_pos, tokens) may be out of range" in out
+    ins = {"tokens": np.array([[5]], np.int32), "input_pos": np.array([0], np.int32)}
+    ins.update({f"kv_cache_{a}_{i}": np.zeros((1, 64, 2, 32), np.float32) for a in "kv" for i in (0, 1)})
+    np.savez(tmp_path / "ins.npz", **ins)
+    assert main(["run", str(LLAMA), "--signature", "decode", "--input", str(tmp_path / "ins.npz"),
+                 "--repeat", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "nan" not in out and "NaN in" not in out
