@@ -614,12 +614,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         parser.print_help()
         return 2
     try:
-        return args.func(args)
+        rc = args.func(args)
+        sys.stdout.flush()  # here, so that a closed pipe is the BrokenPipeError below, not one at exit
+        return rc
     except FbjaxError as e:
         print(f"fbjax {args.command}: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
     except FileNotFoundError as e:
         print(f"fbjax {args.command}: {e}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:  # `fbjax inspect M --code N | head`: the reader left; no traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (the exit's flush would raise again)
         return 1
 
 

@@ -208,3 +208,17 @@ def test_run_nan_outputs_on_random_integer_inputs_name_them(tmp_path, capsys):
                  "--repeat", "0"]) == 0
     out = capsys.readouterr().out
     assert "nan" not in out and "NaN in" not in out
+
+
+def test_output_into_a_closed_pipe_is_no_traceback(tmp_path):
+    """`fbjax inspect M | head`: the reader closing the pipe early ends the
+    command quietly (exit 1), not with a BrokenPipeError traceback."""
+    import subprocess
+    import sys
+
+    code = f"import sys; from fbjax.cli import main; sys.exit(main(['inspect', {str(_relu_model(tmp_path))!r}]))"
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p.stdout.close()  # before the child (still importing jax) writes anything
+    err = p.stderr.read()
+    assert p.wait(timeout=300) == 1
+    assert "Traceback" not in err and "Exception ignored" not in err, err
