@@ -477,7 +477,8 @@ def cmd_generate(args) -> int:
         generate(model, prompts, args.max_new_tokens, **kw)
         dt = time.perf_counter() - t1
     except InputError as e:
-        raise SystemExit(f"fbjax generate: {e}") from None
+        msg = str(e)
+        raise SystemExit(f"fbjax generate: {msg.removeprefix('generate: ')}") from None
     for p, row in zip(prompts, toks):
         print(f"prompt {','.join(map(str, p))} -> {','.join(map(str, row.tolist()))}")
     n = len(prompts) * args.max_new_tokens

@@ -50,8 +50,13 @@ def llm_signatures(model, prefill: Optional[str] = None, decode: str = "decode")
     keys = list(model.signatures)
     if prefill is None:
         cands = [k for k in keys if k.startswith("prefill")]
+        if not keys:
+            raise InputError("generate: the model has no signatures; generation needs an LLM file from "
+                             "litert-torch's generative converter (prefill_N and decode signatures taking tokens, "
+                             f"input_pos and {_CACHE_PREFIX}*; `fbjax inspect MODEL` lists a file's signatures)")
         if not cands:
-            raise InputError(f"generate: no prefill signature in {keys}; pass prefill=KEY")
+            raise InputError(f"generate: no signature named prefill* among {keys}; name the prefill signature "
+                             "with prefill=KEY (CLI: --prefill KEY)")
         prefill = max(cands, key=lambda k: dict((s.name, s) for s in model.signature(k).inputs)["tokens"].shape[-1]
                       if "tokens" in {s.name for s in model.signature(k).inputs} else 0)
     pre, dec = model.signature(prefill), model.signature(decode)

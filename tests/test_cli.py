@@ -222,3 +222,11 @@ def test_output_into_a_closed_pipe_is_no_traceback(tmp_path):
     err = p.stderr.read()
     assert p.wait(timeout=300) == 1
     assert "Traceback" not in err and "Exception ignored" not in err, err
+
+
+def test_generate_on_a_model_without_signatures_says_what_it_needs(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["generate", str(_relu_model(tmp_path)), "--prompt-tokens", "1,2"])
+    msg = str(e.value.code)
+    assert msg.startswith("fbjax generate: the model has no signatures"), msg
+    assert "prefill_N and decode signatures" in msg
