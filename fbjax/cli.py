@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 import time
 from collections import Counter
@@ -61,6 +62,11 @@ def cmd_inspect(args) -> int:
     from .lower import LOWERINGS
     from .lower.build import is_param
 
+    if args.model is None:
+        from .data import DEFAULT_MODEL
+
+        args.model = DEFAULT_MODEL
+        print("no model given: inspecting the bundled default model")
     try:
         ir = read_model(args.model)
     except FbjaxError as e:  # a file that contradicts itself: nothing below can be shown
@@ -76,6 +82,10 @@ def cmd_inspect(args) -> int:
             print(f"error: {e.args[0]}", file=sys.stderr)
             return 2
         return 0
+    if getattr(args, "code", None) is not None:
+        print(f"fbjax inspect: --code reads TFLite GPU delegate .bin files; {args.model} is {ir.format}",
+              file=sys.stderr)
+        return 2
     g = ir.main_graph
     print(f"model:    {args.model}")
     print(f"format:   {ir.format}" + (f"  ({ir.description})" if ir.description else ""))
@@ -145,7 +155,7 @@ def cmd_inspect(args) -> int:
     if problem:
         print(f"fbjax cannot run this model: {problem}")
         return 1
-    print("unsupported: none (fbjax can run this model: `fbjax run MODEL`)")
+    print(f"unsupported: none (fbjax can run this model: `fbjax run {shlex.quote(str(args.model))}`)")
     return 0
 
 
@@ -503,7 +513,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"fbjax {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     pi = sub.add_parser("inspect", help="show format, inputs/outputs, op histogram, params, unsupported ops")
-    pi.add_argument("model", help="path to a model file (.tflite, .rten, stablehlo.flatbuf or a TFLite GPU delegate .bin)")
+    pi.add_argument("model", nargs="?", help="path to a model file (.tflite, .rten, stablehlo.flatbuf or a TFLite "
+                    "GPU delegate .bin); omitted: the bundled default model")
     pi.add_argument("--code", metavar="NODE", help="GPU delegate .bin: print node NODE's OpenCL source "
                     "(its position, or its name as inspect lists it, e.g. 'convolution_2d 12')")
     pi.set_defaults(func=cmd_inspect)

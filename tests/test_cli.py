@@ -230,3 +230,17 @@ def test_generate_on_a_model_without_signatures_says_what_it_needs(tmp_path, cap
     msg = str(e.value.code)
     assert msg.startswith("fbjax generate: the model has no signatures"), msg
     assert "prefill_N and decode signatures" in msg
+
+
+def test_inspect_without_model_inspects_the_bundled_one_and_names_the_run_command(capsys):
+    from fbjax.data import DEFAULT_MODEL
+
+    assert main(["inspect"]) == 0
+    out = capsys.readouterr().out
+    assert "no model given: inspecting the bundled default model" in out
+    assert f"fbjax can run this model: `fbjax run {DEFAULT_MODEL}`" in out
+
+
+def test_inspect_code_on_a_tflite_file_is_refused(tmp_path, capsys):
+    assert main(["inspect", str(_relu_model(tmp_path)), "--code", "0"]) == 2
+    assert "--code reads TFLite GPU delegate .bin files" in capsys.readouterr().err
