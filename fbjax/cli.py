@@ -231,6 +231,13 @@ def _parse_inputs(pairs: Sequence[str], model) -> tuple[list, list]:
                 given.update({k: loaded[k] for k in loaded.files})
             continue
         given[name] = loaded
+    names = [s.name for s in model.inputs]
+    unknown = [str(k) for k in given if k is not None and k not in names]
+    if unknown:  # before printing any input line
+        raise SystemExit(f"fbjax run: no model input named {', '.join(unknown)}; inputs are: {', '.join(names)}")
+    if None in given and len(names) != 1:
+        raise SystemExit(f"fbjax run: --input without NAME= is for one-input models; this one has {len(names)}: "
+                         f"give --input NAME=FILE.npy with NAME among {', '.join(names)}")
     rng = np.random.default_rng(0)
     xs = []
     n_random = 0

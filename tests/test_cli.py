@@ -244,3 +244,24 @@ def test_inspect_without_model_inspects_the_bundled_one_and_names_the_run_comman
 def test_inspect_code_on_a_tflite_file_is_refused(tmp_path, capsys):
     assert main(["inspect", str(_relu_model(tmp_path)), "--code", "0"]) == 2
     assert "--code reads TFLite GPU delegate .bin files" in capsys.readouterr().err
+
+
+def test_run_input_names_are_checked_before_anything_runs(tmp_path, capsys):
+    """An unknown NAME, or no NAME for a two-input model, is refused naming the
+    inputs, before any input line is printed."""
+    from fbjax.testing import TFLiteBuilder
+
+    b = TFLiteBuilder()
+    a, c = b.add_input((1, 4), name="a"), b.add_input((1, 4), name="c")
+    y = b.add_tensor((1, 4), name="out")
+    b.add_op("ADD", [a, c], [y])
+    b.add_output(y)
+    path = tmp_path / "add.tflite"
+    path.write_bytes(b.build())
+    np.save(tmp_path / "x.npy", np.ones((1, 4), np.float32))
+    for given, want in ((f"foo={tmp_path / 'x.npy'}", "no model input named foo; inputs are: a, c"),
+                        (str(tmp_path / "x.npy"), "without NAME= is for one-input models; this one has 2")):
+        with pytest.raises(SystemExit) as e:
+            main(["run", str(path), "--input", given, "--repeat", "0"])
+        assert want in str(e.value.code)
+        assert "input  " not in capsys.readouterr().out
