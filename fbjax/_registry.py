@@ -26,6 +26,10 @@ class OpDef:
         differentiable: False for ops whose outputs have no useful gradient
             (integer results, argmax, random draws).
         attr_names: keyword attributes the function accepts.
+        full_precision: under a reduced ``compute_dtype`` (``fbjax.load(...,
+            compute_dtype="bfloat16")``), the op still computes in float32
+            (reductions, softmax, normalisations): its float inputs are
+            widened to float32 before the call.
     """
 
     op_set: str
@@ -35,6 +39,7 @@ class OpDef:
     differentiable: bool = True
     attr_names: frozenset = field(default_factory=frozenset)
     accepts_any_attr: bool = False
+    full_precision: bool = False
 
     @property
     def key(self) -> tuple[str, str]:
@@ -56,6 +61,7 @@ class Registry:
         static_inputs: Iterable[int] = (),
         differentiable: bool = True,
         replace: bool = False,
+        full_precision: bool = False,
     ):
         """Decorator registering ``fn`` for one op name (or several names).
 
@@ -76,7 +82,7 @@ class Registry:
                 if key in self._ops and not replace:
                     raise ValueError(f"{self.kind}: {op_set}:{n} is already registered")
                 self._ops[key] = OpDef(
-                    op_set, n, fn, tuple(static_inputs), differentiable, kw, any_kw
+                    op_set, n, fn, tuple(static_inputs), differentiable, kw, any_kw, full_precision
                 )
             return fn
 

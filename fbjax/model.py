@@ -128,6 +128,8 @@ class Model:
         self.path = path
         self.format = ir.format
         self._program = program
+        #: the dtype float ops compute in (``fbjax.load(..., compute_dtype=...)``)
+        self.compute_dtype = "float32" if getattr(program, "compute_dtype", None) is None else program.compute_dtype.name
         g = ir.main_graph
         self.inputs = [TensorSpec.of(v) for v in g.inputs]
         self.outputs = [TensorSpec.of(v) for v in g.outputs]
@@ -540,7 +542,8 @@ _FILE = "file"
 
 
 def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, str] = _FILE,
-         quantized: str = "exact", while_max_iterations: Optional[int] = None) -> Model:
+         quantized: str = "exact", while_max_iterations: Optional[int] = None,
+         compute_dtype: str = "float32") -> Model:
     """Load a model file as a :class:`Model`.
 
     Args:
@@ -573,6 +576,18 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
             (integer and bool outputs keep their values after N steps), so a
             too-small N shows as NaN rather than a silently wrong result.
             Cost: N body evaluations per loop, whatever the real trip count.
+        compute_dtype: ``"float32"`` (default), ``"bfloat16"`` or
+            ``"float16"``: the dtype float activations and weights compute
+            in (accelerators run these at 2-16x float32's rate).
+            Convolutions and matrix products accumulate in float32
+            (``preferred_element_type``); reductions, softmax and
+            normalisations (ops registered ``full_precision``) compute in
+            float32; outputs come back in the file's dtypes; :attr:`Model.params`
+            stay float32 master weights (cast on use, so gradients reach
+            them in float32). Integer (quantized) kernels are unchanged.
+            Expect relative errors of about 1e-2 (bfloat16) / 1e-3
+            (float16) on the shared MediaPipe models
+            (``tests/test_compute_dtype.py``).
 
     Returns:
         a :class:`Model`, callable and jitted.
@@ -586,7 +601,7 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
             ``batch_size`` is not ``"file"``, None/``"dynamic"`` or a
             positive int, or the model cannot take another batch (the
             message names the operator); ``quantized`` is not ``"exact"`` or
-            ``"float"``.
+            ``"float"``; ``compute_dtype`` is not one of the three names.
     """
     from .cache import enable as _enable_compilation_cache
 
@@ -597,6 +612,7 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
         raise InputError(f"while_max_iterations must be None or an int >= 0, got {while_max_iterations!r}")
     if isinstance(batch_size, str) and batch_size == "dynamic":
         batch_size = None
+    compute_dtype = _compute_dtype_name(compute_dtype)
     ir = read_model(source, format)
     from .quantization import prepare as _prepare_quantized
 
@@ -607,7 +623,8 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
         from .passes import set_batch_size
 
         set_batch_size(ir, batch_size)
-    program = build(ir, options={"while_max_iterations": while_max_iterations})
+    program = build(ir, options={"while_max_iterations": while_max_iterations,
+                                 "compute_dtype": None if compute_dtype == "float32" else compute_dtype})
     if batch_size != _FILE:
         from .passes import check_batch_size
 
@@ -616,13 +633,29 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
     path = None if isinstance(source, (bytes, bytearray, memoryview)) else os.fspath(source)
     model = Model(ir, program, path)
     model.input_quantization, model.output_quantization = file_quant
-    _enable_trace_cache(model, source, (format, batch_size, quantized, while_max_iterations))
+    _enable_trace_cache(model, source, (format, batch_size, quantized, while_max_iterations, compute_dtype))
     if batch_size != _FILE and batch_size is not None:  # CPU: a large batch runs in cache-sized chunks
         from .lower.inference import attach_chunks
 
         attach_chunks(model, lambda k: load(source, format=format, batch_size=k, quantized=quantized,
-                                             while_max_iterations=while_max_iterations), batch_size)
+                                             while_max_iterations=while_max_iterations,
+                                             compute_dtype=compute_dtype), batch_size)
     return model
+
+
+_COMPUTE_DTYPES = ("float32", "bfloat16", "float16")
+
+
+def _compute_dtype_name(dtype) -> str:
+    """``"float32"``, ``"bfloat16"`` or ``"float16"`` for :func:`load`'s
+    ``compute_dtype`` (a name or a numpy/JAX dtype); InputError otherwise."""
+    try:
+        name = np.dtype(dtype).name
+    except TypeError:
+        name = None
+    if name not in _COMPUTE_DTYPES:
+        raise InputError(f"compute_dtype must be one of {list(_COMPUTE_DTYPES)}, got {dtype!r}")
+    return name
 
 
 def _enable_trace_cache(model: "Model", source, load_options: tuple) -> None:

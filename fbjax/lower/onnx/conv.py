@@ -164,7 +164,7 @@ def ConvTranspose(ctx, X, W, B=None, *, strides=None, auto_pad="NotSet", pads=No
 @register(OP_SET, "MatMul")
 def MatMul(ctx, A, B):
     """ONNX ``MatMul`` (numpy ``matmul`` semantics, float32 accumulation at full precision)."""
-    return jnp.matmul(A, B, precision=kernels.PRECISION)
+    return jnp.matmul(A, B, precision=kernels.PRECISION, preferred_element_type=kernels.accumulation_dtype(A, B))
 
 
 @register(OP_SET, "MatMulInteger", differentiable=False)
@@ -194,7 +194,8 @@ def Gemm(ctx, A, B, C=None, *, alpha=0.0, beta=0.0, transpose_a=False, transpose
         raise ctx.error(f"A{'^T' if transpose_a else ''} {tuple(A.shape)} and B{'^T' if transpose_b else ''} "
                         f"{tuple(B.shape)} do not multiply")
     # contraction dims named, not transposes: XLA:CPU copies a transposed operand per call
-    y = lax.dot_general(A, B, (((ka,), (kb,)), ((), ())), precision=kernels.PRECISION)
+    y = lax.dot_general(A, B, (((ka,), (kb,)), ((), ())), precision=kernels.PRECISION,
+                        preferred_element_type=kernels.accumulation_dtype(A, B))
     y = y * jnp.asarray(alpha, y.dtype)
     if C is not None:
         y = y + jnp.asarray(beta, y.dtype) * jnp.asarray(C, y.dtype)
@@ -206,4 +207,5 @@ def Einsum(ctx, *Inputs, equation=""):
     """ONNX ``Einsum`` (numpy einsum equation, full precision)."""
     if not equation:
         raise ctx.error("Einsum has no equation")
-    return jnp.einsum(equation.replace(" ", ""), *Inputs, precision=kernels.PRECISION)
+    return jnp.einsum(equation.replace(" ", ""), *Inputs, precision=kernels.PRECISION,
+                      preferred_element_type=kernels.accumulation_dtype(*Inputs))

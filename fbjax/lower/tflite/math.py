@@ -141,7 +141,7 @@ def GELU(ctx, x, *, approximate=False):
     return jax.nn.gelu(jnp.asarray(x), approximate=bool(approximate))
 
 
-@register("tflite", "SOFTMAX")
+@register("tflite", "SOFTMAX", full_precision=True)
 def SOFTMAX(ctx, x, *, beta=1.0):
     """TFLite SOFTMAX: ``softmax(beta * x)`` over the last axis, float."""
     require_unquantized(ctx, "SOFTMAX")
@@ -149,7 +149,7 @@ def SOFTMAX(ctx, x, *, beta=1.0):
     return jax.nn.softmax(x * jnp.asarray(beta, x.dtype), axis=-1)
 
 
-@register("tflite", "LOG_SOFTMAX")
+@register("tflite", "LOG_SOFTMAX", full_precision=True)
 def LOG_SOFTMAX(ctx, x):
     """TFLite LOG_SOFTMAX over the last axis, float."""
     require_unquantized(ctx, "LOG_SOFTMAX")

@@ -23,7 +23,7 @@ def _axes(ctx, axis, rank):
     return tuple(sorted(out))
 
 
-@register("tflite", "MEAN", static_inputs=(1,))
+@register("tflite", "MEAN", static_inputs=(1,), full_precision=True)
 def MEAN(ctx, x, axis, *, keep_dims=False):
     """TFLite MEAN (``kernels/reduce.cc``): mean over the static ``axis``
     tensor (negative axes count from the end, duplicates ignored), keeping
@@ -47,13 +47,13 @@ def _reduce(ctx, fn, x, axis, keep_dims, **kw):
     return fn(x, axis=_axes(ctx, axis, x.ndim), keepdims=bool(keep_dims), **kw)
 
 
-@register("tflite", "SUM", static_inputs=(1,))
+@register("tflite", "SUM", static_inputs=(1,), full_precision=True)
 def SUM(ctx, x, axis, *, keep_dims=False):
     """TFLite SUM over the static ``axis`` tensor (see :func:`MEAN` for axes)."""
     return _reduce(ctx, jnp.sum, x, axis, keep_dims, dtype=jnp.asarray(x).dtype)
 
 
-@register("tflite", "REDUCE_PROD", static_inputs=(1,))
+@register("tflite", "REDUCE_PROD", static_inputs=(1,), full_precision=True)
 def REDUCE_PROD(ctx, x, axis, *, keep_dims=False):
     """TFLite REDUCE_PROD: product over ``axis``."""
     return _reduce(ctx, jnp.prod, x, axis, keep_dims, dtype=jnp.asarray(x).dtype)
