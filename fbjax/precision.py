@@ -149,10 +149,12 @@ def compare(source, dtypes: Sequence[str] = ("bfloat16", "float16"), *, seed: in
     return report
 
 
-def table(paths: Sequence[str], dtypes: Sequence[str] = ("bfloat16", "float16")) -> str:
-    """A markdown table of :func:`compare` over ``paths``."""
+def table(paths: Sequence[str], dtypes: Sequence[str] = ("bfloat16", "float16"), *, echo: bool = False) -> str:
+    """A markdown table of :func:`compare` over ``paths`` (``echo``: print each row as it is done)."""
     head = "| model | depth | " + " | ".join(f"{d} max rel err (bound)" for d in dtypes) + " |"
     lines = [head, "|---|---|" + "---|" * len(dtypes)]
+    if echo:
+        print("\n".join(lines), flush=True)
     for p in paths:
         r = compare(p, dtypes)
         depth = max((dep for _, _, dep, _ in r[dtypes[0]]["outputs"]), default=0)
@@ -165,6 +167,8 @@ def table(paths: Sequence[str], dtypes: Sequence[str] = ("bfloat16", "float16"))
                 cell += f" **over: first {op} at {loc}**"
             cells.append(cell)
         lines.append(f"| {os.path.basename(p)} | {depth} | " + " | ".join(cells) + " |")
+        if echo:
+            print(lines[-1], flush=True)
     return "\n".join(lines)
 
 
@@ -172,7 +176,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m fbjax.precision", description=__doc__.split("\n")[0])
     ap.add_argument("models", nargs="+", help="model files")
     a = ap.parse_args(argv)
-    print(table(a.models))
+    table(a.models, echo=True)
     return 0
 
 

@@ -289,6 +289,7 @@ def conv_transpose(
     rhs_dilation: Optional[Sequence[int]] = None,
     feature_group_count: int = 1,
     precision=PRECISION,
+    backend: Optional[str] = None,
 ):
     """Transposed (fractionally strided) convolution, scatter semantics.
 
@@ -325,6 +326,7 @@ def conv_transpose(
         rhs_dilation=rhs_dilation,
         feature_group_count=feature_group_count,
         precision=precision,
+        backend=backend,
     )
     out_spec = dimension_numbers[2]
     for c, (start, n) in zip(spatial, crops):

@@ -69,7 +69,7 @@ def _conv(ctx, X, W, *, auto_pad, pads, groups, strides, dilations, preferred=No
         return lax.conv_general_dilated(X, W, strides, pad, rhs_dilation=dilations, dimension_numbers=dn,
                                         feature_group_count=groups, preferred_element_type=preferred)
     return kernels.conv(X, W, window_strides=strides, padding=pad, dimension_numbers=dn,
-                        rhs_dilation=dilations, feature_group_count=groups)
+                        rhs_dilation=dilations, feature_group_count=groups, backend=getattr(ctx, "backend", None))
 
 
 def _bias(y, B):
@@ -157,7 +157,7 @@ def ConvTranspose(ctx, X, W, B=None, *, strides=None, auto_pad="NotSet", pads=No
         W = W.reshape((groups, cg, mg) + tuple(ksz)).transpose((1, 0, 2) + tuple(range(3, 3 + n)))
         W = W.reshape((cg, groups * mg) + tuple(ksz))
     y = kernels.conv_transpose(X, W, strides=strides, padding=pad, output_sizes=outs,
-                               dimension_numbers=("NC" + sp, "IO" + sp, "NC" + sp), feature_group_count=groups)
+                               dimension_numbers=("NC" + sp, "IO" + sp, "NC" + sp), feature_group_count=groups, backend=getattr(ctx, "backend", None))
     return _bias(y, B)
 
 

@@ -69,7 +69,7 @@ def CONV_2D(ctx, x, w, b=None, *, padding="SAME", stride_w=1, stride_h=1,
     k_hw = (w.shape[rhs.index("H")], w.shape[rhs.index("W")])
     pads = _padding(ctx, padding, x.shape[1:3], k_hw, strides, dil)
     y = kernels.conv(x, w, window_strides=strides, padding=pads, rhs_dilation=dil,
-                     dimension_numbers=("NHWC", rhs, "NHWC"), feature_group_count=groups)
+                     dimension_numbers=("NHWC", rhs, "NHWC"), feature_group_count=groups, backend=getattr(ctx, "backend", None))
     return apply_fused(ctx, _add_bias(y, b), fused_activation_function)
 
 

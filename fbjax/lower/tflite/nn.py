@@ -87,7 +87,7 @@ def _transpose_conv(ctx, output_shape, w, x, b, padding, strides, spec, act):
     ks = [w.shape[spec[1].index(c)] for c in spec[0][1:1 + nsp]]
     pads = _pads(ctx, padding, osp, ks, strides)
     y = kernels.conv_transpose(x, w, strides=strides, padding=pads, output_sizes=osp,
-                               dimension_numbers=spec)
+                               dimension_numbers=spec, backend=getattr(ctx, "backend", None))
     if b is not None:
         y = y + b
     return apply_fused(ctx, y, act)
