@@ -1,6 +1,7 @@
 """Cold first-call time of fbjax models, each in a fresh process with an empty cache.
 
     python benchmarks/compile_time.py [--only SUBSTR] [--json out.json] [--md out.md]
+    python benchmarks/compile_time.py --hlo      # StableHLO size per op family instead
 
 For every float model in ``../shared/models/tflite``, the quantized fixtures
 in ``tests/data/quant/models`` and ``tests/data/quant_aeq``, and the first
@@ -63,6 +64,87 @@ print(json.dumps(rec))
 """
 
 
+def hlo_by_family(path: str) -> tuple:
+    """(total, Counter op name -> StableHLO ops, Counter op name -> nodes) of the
+    lowered ``Model.apply`` program of ``path`` (the file's quantized mode:
+    integer kernels): each node's lowering runs under ``jax.named_scope``
+    so its StableHLO ops carry the op's name in their locations; ``(none)``
+    counts ops outside every node (parameter casts, output tuples)."""
+    import collections
+    import dataclasses
+    import re
+
+    import jax
+    import numpy as np
+
+    from fbjax.formats import read_model
+    from fbjax.lower.build import build
+    from fbjax.lower.registry import LOWERINGS
+    from fbjax.model import _needs_x64
+    from fbjax.quantization import prepare
+
+    class Scoped:
+        def get(self, op_set, name):
+            od = LOWERINGS.get(op_set, name)
+            if od is None:
+                return None
+            fn = od.fn
+
+            def scoped(ctx, *a, **k):
+                with jax.named_scope(f"OP_{name}"):
+                    return fn(ctx, *a, **k)
+            return dataclasses.replace(od, fn=scoped)
+
+        def __getattr__(self, k):
+            return getattr(LOWERINGS, k)
+
+    ir = read_model(path, None)
+    prepare(ir, "exact")
+    prog = build(ir)
+    prog.registry = Scoped()
+    xs = [np.zeros([1 if d is None else d for d in v.shape], v.dtype) for v in ir.main_graph.inputs]
+    with jax.enable_x64(_needs_x64(ir)):
+        txt = jax.jit(prog.apply).lower(prog.params, *xs).as_text(debug_info=True)
+    locs = {}
+    for line in txt.splitlines():
+        m = re.match(r"(#loc\d+) = loc\((.*)\)$", line.strip())
+        if m:
+            locs[m.group(1)] = m.group(2)
+
+    def family(ref, depth=0):
+        v = locs.get(ref, "")
+        m = re.search(r"OP_([A-Za-z0-9_.]+)", v)
+        if m or depth > 8:
+            return m.group(1) if m else None
+        for r in re.findall(r"#loc\d+", v):
+            f = family(r, depth + 1)
+            if f:
+                return f
+        return None
+
+    count = collections.Counter()
+    for line in txt.splitlines():
+        t = line.strip()
+        if t.startswith("#") or "stablehlo." not in t or " = " not in t:
+            continue
+        m = re.search(r"OP_([A-Za-z0-9_.]+)", t)
+        r = re.search(r"loc\((#loc\d+)\)\s*$", t)
+        count[(m.group(1) if m else family(r.group(1)) if r else None) or "(none)"] += 1
+    nodes = collections.Counter(n.op_name for n in ir.main_graph.nodes)
+    return sum(count.values()), count, nodes
+
+
+def hlo_table(paths) -> str:
+    lines = ["| model | nodes | StableHLO ops | ops/node | largest families (ops / nodes) |", "|---|---|---|---|---|"]
+    for p in paths:
+        total, count, nodes = hlo_by_family(p)
+        n = sum(nodes.values())
+        top = ", ".join(f"{k} {v}/{nodes.get(k, 0)}" for k, v in count.most_common(4))
+        lines.append(f"| {os.path.basename(p)[:-7]} | {n} | {total} | {total / max(n, 1):.1f} | {top} |")
+        print(lines[-1], flush=True)
+    return "\n".join(lines)
+
+
 def cases(only=None):
     out = []
     for p in sorted(glob.glob(os.path.join(SHARED, "*.tflite"))):
@@ -94,7 +176,17 @@ def main(argv=None):
     ap.add_argument("--repeat", type=int, default=1, help="fresh processes per model (the minimum is kept)")
     ap.add_argument("--json", help="write the records here")
     ap.add_argument("--md", help="write the markdown table here")
+    ap.add_argument("--hlo", action="store_true", help="instead: StableHLO size per op family (in this process)")
     a = ap.parse_args(argv)
+    if a.hlo:
+        sys.path.insert(0, ROOT)
+        paths = [c[1] for c in cases(a.only) if c[3] == "call"]
+        print("| model | nodes | StableHLO ops | ops/node | largest families (ops / nodes) |\n|---|---|---|---|---|")
+        md = hlo_table(paths)
+        if a.md:
+            with open(a.md, "w") as f:
+                f.write(md + "\n")
+        return
     rows = []
     with open("/proc/loadavg") as f:
         load0 = f.read().split()[0]

@@ -112,8 +112,9 @@ def compare(source, dtypes: Sequence[str] = ("bfloat16", "float16"), *, seed: in
     depth = _depths(g)
     if inputs is None:
         rng = np.random.default_rng(seed)
-        inputs = [rng.random(v.shape, dtype=np.float32) if _float(v) else np.zeros(v.shape, v.dtype)
-                  for v in g.inputs]
+        shapes = [[1 if d is None else int(d) for d in v.shape] for v in g.inputs]
+        inputs = [rng.random(s, dtype=np.float32) if _float(v) else np.zeros(s, v.dtype)
+                  for s, v in zip(shapes, g.inputs)]
     producer = {id(o): n for n, o in pairs}
     # outputs: the value compared for each (logits for probabilities)
     compared = []
