@@ -499,14 +499,47 @@ def test_conformance_subset_tflite(name):
 
 
 @pytest.mark.skipif(not TESTDATA.is_dir(), reason=MISSING)
-def test_excluded_depthwise_case_passes_with_xla_convolution(monkeypatch):
-    """Keeps the depthwise exclusion honest: only the summation order differs."""
+@pytest.mark.parametrize("strategy", ["shifted", "conv"])
+def test_excluded_depthwise_case_differs_only_by_summation_order(monkeypatch, strategy):
+    """Keeps the depthwise exclusion honest: only the summation order differs.
+
+    Each output of this grouped 1-D convolution is a float32 sum of k = 3
+    products. Any summation order is within the standard bound
+    ``|fl(sum) - sum| <= gamma_k * sum|x_i w_i|`` (``gamma_k = k u / (1 - k u)``,
+    ``u = 2**-24``) of the exact float64 result, plus half an ULP for the final
+    rounding. Both of fbjax's strategies (shifted multiply-adds, the CPU
+    default, and XLA's grouped convolution, whose tiling is CPU-dependent)
+    and the test data's own expectation must lie within it; a wrong tap or
+    channel mapping would be off by whole products.
+    """
     from fbjax.lower import kernels
 
     name = "conv_general_dilated_float32_2_3_9_float32_12_1_3.mlir"
     assert excluded(TESTDATA / name)
-    monkeypatch.setattr(kernels, "DEPTHWISE_STRATEGY", "conv")
-    assert run_case(load_case(TESTDATA / name)) is None
+    case = load_case(TESTDATA / name)
+    x, w = (np.asarray(a, np.float64) for a in case.inputs)  # x [b, f, 9], w [o, 1, 3]; 3 groups, rhs_dilate 2
+    groups, k, dil = 3, w.shape[2], 2
+    per_group = w.shape[0] // groups
+    n_out = x.shape[2] - dil * (k - 1)
+    taps = np.stack([x[:, o // per_group, t * dil:t * dil + n_out] * w[o, 0, t][None, None]
+                     for o in range(w.shape[0]) for t in range(k)], axis=1).reshape(x.shape[0], w.shape[0], k, n_out)
+    exact, magnitude = taps.sum(axis=2), np.abs(taps).sum(axis=2)
+    u = 2.0 ** -24
+    bound = k * u / (1 - k * u) * magnitude + u * np.abs(exact)
+    expected = np.asarray(case.expected[0], np.float64)
+    assert np.all(np.abs(expected - exact) <= bound), "the bound does not hold for the test data's own values"
+    monkeypatch.setattr(kernels, "DEPTHWISE_STRATEGY", strategy)
+    got = np.asarray(fbjax_load_and_run(case), np.float64)
+    err = np.abs(got - exact)
+    assert np.all(err <= bound), f"{strategy}: max error {err.max():.3g}, {(err > bound).sum()} elements over the bound"
+
+
+def fbjax_load_and_run(case: Case):
+    """The first output of a case run through ``fbjax.load``."""
+    import fbjax
+
+    outs = fbjax.load(case.data)(*case.inputs)
+    return outs[0] if isinstance(outs, (tuple, list)) else outs
 
 
 @pytest.mark.slow

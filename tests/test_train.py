@@ -103,7 +103,8 @@ def test_grad_and_optax_update_only_the_trainable_part():
 
 def test_finetune_example_short(tmp_path):
     """examples/finetune.py for 5 steps: runs end to end, writes the PNG, the
-    model and a LiteRT check within the documented tolerance."""
+    model and a LiteRT check within the float32 bound the example derives
+    (logits to 1e-4 of their magnitude, through the sigmoid's slope)."""
     pytest.importorskip("optax")
     pytest.importorskip("matplotlib")
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
@@ -114,8 +115,8 @@ def test_finetune_example_short(tmp_path):
     assert (tmp_path / "finetuned.tflite").is_file()
     report = json.loads((tmp_path / "report.json").read_text())
     assert np.isfinite(report["loss_before"]) and np.isfinite(report["loss_after"])
-    if "litert_max_rel_err" in report:
-        assert report["litert_max_rel_err"] <= 1e-4
+    if "litert_max_rel_err" in report:  # the per-element float32 bound the example derives (examples/finetune.py)
+        assert report["litert_error_over_bound"] <= 1.0, report
 
 
 def test_trainable_include_matching_nothing_is_an_error():
