@@ -18,6 +18,7 @@ from .train import trainable
 from .infer import infer  # the function; the module stays importable as fbjax.infer
 from .lower.stablehlo.custom import register_custom_call
 from .custom import register_custom_op
+from . import data  # fbjax.data.DEFAULT_MODEL: the bundled model (README snippets, `fbjax run`)
 
 __version__ = "0.1.0"
 

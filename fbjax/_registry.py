@@ -26,6 +26,12 @@ class OpDef:
         differentiable: False for ops whose outputs have no useful gradient
             (integer results, argmax, random draws).
         attr_names: keyword attributes the function accepts.
+        check: ``check(node) -> reason or None``, run at load on every node
+            of this op: a reason (a string) when no kernel exists for what
+            the node's input/output specs and attributes ask for (an int16
+            variant LiteRT lacks...), so that load lists the node as
+            unsupported instead of the first call failing (see
+            :func:`kernel_gaps`).
         full_precision: under a reduced ``compute_dtype`` (``fbjax.load(...,
             compute_dtype="bfloat16")``), the op still computes in float32
             (reductions, softmax, normalisations): its float inputs are
@@ -39,6 +45,7 @@ class OpDef:
     differentiable: bool = True
     attr_names: frozenset = field(default_factory=frozenset)
     accepts_any_attr: bool = False
+    check: Optional[Callable] = None
     full_precision: bool = False
 
     @property
@@ -61,9 +68,12 @@ class Registry:
         static_inputs: Iterable[int] = (),
         differentiable: bool = True,
         replace: bool = False,
+        check: Optional[Callable] = None,
         full_precision: bool = False,
     ):
         """Decorator registering ``fn`` for one op name (or several names).
+
+        ``check``: see :attr:`OpDef.check`.
 
         Raises:
             ValueError: if the key is already registered and ``replace`` is
@@ -82,7 +92,8 @@ class Registry:
                 if key in self._ops and not replace:
                     raise ValueError(f"{self.kind}: {op_set}:{n} is already registered")
                 self._ops[key] = OpDef(
-                    op_set, n, fn, tuple(static_inputs), differentiable, kw, any_kw, full_precision
+                    op_set, n, fn, tuple(static_inputs), differentiable, kw, any_kw, check,
+                    full_precision,
                 )
             return fn
 
@@ -104,6 +115,29 @@ class Registry:
             if op_set is None or s == op_set:
                 out.setdefault(s, []).append(n)
         return {s: sorted(v) for s, v in sorted(out.items())}
+
+
+def kernel_gaps(nodes: Iterable, registry: "Registry") -> list:
+    """``[(node, reason)]`` for the nodes whose registered :attr:`OpDef.check`
+    finds no kernel for their specs (nodes without a registration are not
+    listed: that is the caller's missing-op check)."""
+    out = []
+    for node in nodes:
+        opdef = registry.get(node.op_set, node.op_name)
+        if opdef is not None and opdef.check is not None:
+            reason = opdef.check(node)
+            if reason:
+                out.append((node, reason))
+    return out
+
+
+def gap_detail(gaps: list, limit: int = 10) -> str:
+    """The message part listing :func:`kernel_gaps` (location and reason)."""
+    if not gaps:
+        return ""
+    lines = [f"{n.location} ({n.op_name}): {r}" for n, r in gaps[:limit]]
+    more = f"; and {len(gaps) - limit} more" if len(gaps) > limit else ""
+    return "No kernel for: " + "; ".join(lines) + more + "."
 
 
 def call_op(opdef: OpDef, ctx, args, attrs: dict):

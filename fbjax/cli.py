@@ -2,7 +2,7 @@
 
     fbjax inspect MODEL
     fbjax run [MODEL] [--input NAME=FILE.npy ...] [--output OUT.npz]
-    fbjax infer MODEL --inputs DIR --batch-size N --out FILE.npz
+    fbjax infer MODEL --input-dir DIR --batch-size N --out FILE.npz
     fbjax export MODEL --to stablehlo|mlir OUT
     fbjax bench MODEL... [--runs N] [--batch N] [--json OUT]
 """
@@ -40,13 +40,32 @@ def _spec_str(name: str, shape, dtype, quant=None) -> str:
     return out
 
 
+def _output_shapes(path, g) -> list:
+    """The output shapes ``fbjax.load(path).outputs`` reports (inferred at
+    static input shapes, with a warning where the file's are wrong); the
+    file's declared shapes when the model does not load."""
+    from .errors import FbjaxError
+    from .model import load
+
+    try:
+        return [s.shape for s in load(path).outputs]
+    except FbjaxError:
+        return [v.shape for v in g.outputs]
+
+
 def cmd_inspect(args) -> int:
     """``fbjax inspect MODEL``: format, inputs/outputs, op histogram, params, unsupported ops."""
+    from .errors import FbjaxError
     from .formats import read_model
     from .lower import LOWERINGS
     from .lower.build import is_param
 
-    ir = read_model(args.model)
+    try:
+        ir = read_model(args.model)
+    except FbjaxError as e:  # a file that contradicts itself: nothing below can be shown
+        print(f"model:    {args.model}")
+        print(f"fbjax cannot run this model: {type(e).__name__}: {e}")
+        return 1
     g = ir.main_graph
     print(f"model:    {args.model}")
     print(f"format:   {ir.format}" + (f"  ({ir.description})" if ir.description else ""))
@@ -55,8 +74,8 @@ def cmd_inspect(args) -> int:
     for v in g.inputs:
         print("  " + _spec_str(v.name, v.shape, v.dtype, v.quant))
     print("outputs:")
-    for v in g.outputs:
-        print("  " + _spec_str(v.name, v.shape, v.dtype, v.quant))
+    for v, shape in zip(g.outputs, _output_shapes(args.model, g)):  # inferred shapes win over declared ones
+        print("  " + _spec_str(v.name, shape, v.dtype, v.quant))
     if ir.signatures:
         print("signatures: " + ", ".join(ir.signatures))
     hist = Counter(n.key for n in ir.iter_nodes())
@@ -100,9 +119,39 @@ def cmd_inspect(args) -> int:
     if unsupported:
         print(f"unsupported: {', '.join(unsupported)}")
         print("fbjax cannot run this model yet; see `fbjax.supported_ops()` or register a custom op.")
-    else:
-        print("unsupported: none (fbjax can run this model: `fbjax run MODEL`)")
+        return 0
+    problem = _load_problem(args.model)
+    if problem:
+        print(f"fbjax cannot run this model: {problem}")
+        return 1
+    print("unsupported: none (fbjax can run this model: `fbjax run MODEL`)")
     return 0
+
+
+def _load_problem(path) -> Optional[str]:
+    """Why ``fbjax.load(path)`` or a call on inputs of the file's shapes would
+    fail, known without running: the load (kernel dtypes, region arities,
+    static inputs...) and an abstract trace of the model (``jax.eval_shape``:
+    every lowering's own checks, nothing computed). None when both pass."""
+    import jax
+
+    from .errors import FbjaxError
+    from .model import load
+
+    try:
+        model = load(path)
+    except FbjaxError as e:
+        return f"{type(e).__name__}: {e}"
+    specs = [jax.ShapeDtypeStruct(s.shape, s.dtype) for s in model.inputs
+             if s.shape is not None and None not in s.shape]
+    if len(specs) != len(model.inputs):
+        return None  # dynamic input shapes: the trace needs a size per call
+    try:
+        with jax.enable_x64(model._x64):
+            jax.eval_shape(lambda p, *x: model.apply(p, *x), model.params, *specs)
+    except FbjaxError as e:
+        return f"{type(e).__name__}: {e}"
+    return None
 
 
 def _parse_inputs(pairs: Sequence[str], model) -> list:
@@ -114,7 +163,7 @@ def _parse_inputs(pairs: Sequence[str], model) -> list:
             name, path = None, p
         if os.path.isdir(path):
             raise SystemExit(f"fbjax run: --input {p}: {path} is a directory; `fbjax run` takes one array per "
-                             "input (for a directory of samples: fbjax infer MODEL --inputs DIR --out FILE.npz)")
+                             "input (for a directory of samples: fbjax infer MODEL --input-dir DIR --out FILE.npz)")
         loaded = np.load(path)
         if isinstance(loaded, np.lib.npyio.NpzFile):  # an .npz: its arrays by input name
             with loaded:
@@ -126,6 +175,7 @@ def _parse_inputs(pairs: Sequence[str], model) -> list:
         given[name] = loaded
     rng = np.random.default_rng(0)
     xs = []
+    n_random = 0
     for i, spec in enumerate(model.inputs):
         x = given.pop(spec.name, None)
         if x is None and None in given and len(model.inputs) == 1:
@@ -140,6 +190,7 @@ def _parse_inputs(pairs: Sequence[str], model) -> list:
                 info = np.iinfo(spec.dtype)
                 x = rng.integers(max(info.min, -128), min(info.max, 127), shape, endpoint=True).astype(spec.dtype)
             src = "random [0, 1)" if np.issubdtype(spec.dtype, np.floating) else "random integers"
+            n_random += 1
         else:
             src = "file"
         print(f"input  {_spec_str(spec.name, x.shape, x.dtype)}  ({src})")
@@ -149,6 +200,9 @@ def _parse_inputs(pairs: Sequence[str], model) -> list:
         raise SystemExit(
             f"fbjax run: no model input named {names}; inputs are: {', '.join(s.name for s in model.inputs)}"
         )
+    if n_random:
+        print("(random inputs show that the model runs and how fast, not what it computes: "
+              "give real ones with --input NAME=FILE.npy)")
     return xs
 
 
@@ -172,7 +226,16 @@ def cmd_run(args) -> int:
     t0 = time.perf_counter()
     model = load(path, quantized=args.quantized)
     t_load = time.perf_counter() - t0
-    xs = _parse_inputs(args.input, model)
+    figure = None
+    if args.model is None and not args.input:  # the bundled model's job on an input that means something
+        from .data import synthetic_person
+
+        img, figure = synthetic_person(model.inputs[0].shape[1])
+        xs = [img[None]]
+        print(f"input  {_spec_str(model.inputs[0].name, xs[0].shape, xs[0].dtype)}  (a drawn person on a plain "
+              "backdrop, RGB in [0, 1]: fbjax.data.synthetic_person())")
+    else:
+        xs = _parse_inputs(args.input, model)
     t1 = time.perf_counter()
     outs = model(*xs)
     outs = outs if isinstance(outs, tuple) else (outs,)
@@ -190,6 +253,11 @@ def cmd_run(args) -> int:
             of = o.astype(np.float64)
             line += f"  min {of.min():.6g}  max {of.max():.6g}  mean {of.mean():.6g}"
         print(line)
+    if figure is not None:
+        mask = outs_np[0][0, ..., 0] > 0.5
+        iou = (mask & figure).sum() / max((mask | figure).sum(), 1)
+        print(f"the output is the probability that each pixel shows a person: > 0.5 on {mask.mean():.1%} of "
+              f"the image; intersection over union with the drawn figure (which covers {figure.mean():.1%}): {iou:.3f}")
     print(f"backend: {jax.default_backend()}  devices: {len(jax.devices())}")
     print(f"load: {t_load * 1e3:.1f} ms   first result (trace + compile + run): {t_first * 1e3:.1f} ms")
     if times:
@@ -206,7 +274,7 @@ def cmd_run(args) -> int:
 
 
 def cmd_infer(args) -> int:
-    """``fbjax infer MODEL --inputs DIR --out FILE``: :func:`fbjax.infer` over every device."""
+    """``fbjax infer MODEL --input-dir DIR --out FILE``: :func:`fbjax.infer` over every device."""
     import jax
 
     from . import infer, load
@@ -314,7 +382,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="fbjax",
         description="Run flatbuffer ML models (.tflite, .rten, stablehlo.flatbuf) as jitted JAX functions.",
         epilog="Examples:\n  fbjax run                      # bundled selfie-segmentation model\n"
-        "  fbjax inspect model.tflite\n  fbjax run model.tflite --input input_1=x.npy --output out.npz",
+        "  fbjax inspect model.tflite\n  fbjax run model.tflite --input input_1=x.npy --output out.npz\n"
+        "  fbjax infer model.tflite --input-dir samples/ --out preds.npz",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     from . import __version__
@@ -333,9 +402,10 @@ def build_parser() -> argparse.ArgumentParser:
         "steady-state latency.",
     )
     pr.add_argument("model", nargs="?", help="model file; omitted: the bundled default model")
-    pr.add_argument("--input", "--inputs", "-i", dest="input", action="append", metavar="NAME=FILE.npy",
-                    help="an input from a .npy file (repeatable; NAME may be omitted for one-input models), "
-                    "or an .npz holding inputs by name")
+    pr.add_argument("--input", "-i", dest="input", action="append", metavar="NAME=FILE.npy",
+                    help="one model input from a .npy file, with the model's full shape (batch included; "
+                    "repeatable; NAME may be omitted for one-input models), or an .npz holding inputs by name")
+    pr.add_argument("--inputs", dest="input", action="append", help=argparse.SUPPRESS)  # old spelling of --input
     pr.add_argument("--output", "-o", metavar="OUT.npz",
                     help="save the outputs to an .npz file (.npz is appended to a name without it)")
     pr.add_argument("--repeat", type=_nonnegative_int, default=20, metavar="N",
@@ -348,13 +418,16 @@ def build_parser() -> argparse.ArgumentParser:
         "infer",
         help="batch inference over every device on a directory of .npy/.npz samples",
         description="Run every sample in DIR (one .npy per sample of a single-input model, or one .npz "
-        "per sample holding one array per input) through the model, data-parallel over all devices "
+        "per sample holding one array per input; each file is ONE example WITHOUT the batch dimension, "
+        "e.g. (256, 256, 3) for a model input of (1, 256, 256, 3)) through the model, data-parallel over all devices "
         "(fbjax.infer), streaming the results to an .npy/.npz file. Results are in sorted file-name order "
         "(row i of each output is the i-th file of DIR sorted by name); an .npz output also holds those "
         "file names as the string array '__files__' (never an output's key).",
     )
     pf.add_argument("model", help="model file stored with batch 1 (loaded batch-polymorphic)")
-    pf.add_argument("--inputs", required=True, metavar="DIR", help="directory of per-sample .npy/.npz files")
+    pf.add_argument("--input-dir", "--inputs", dest="inputs", required=True, metavar="DIR",
+                    help="directory of per-example .npy/.npz files, each without the batch dimension "
+                    "(--inputs: the old spelling)")
     pf.add_argument("--batch-size", type=_positive_int, default=None, metavar="N",
                     help="examples per step (default 8 per device; rounded up to a multiple of the device count)")
     pf.add_argument("--out", required=True, metavar="FILE",
@@ -373,7 +446,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--to mlir: the StableHLO module as MLIR text.",
     )
     pe.add_argument("model", help="model file")
-    pe.add_argument("--to", required=True, choices=["stablehlo", "mlir"])
+    pe.add_argument("--to", required=True, choices=["stablehlo", "mlir"],
+                    help="'stablehlo': a serialized jax.export artifact (binary; jax.export.deserialize, "
+                    "differentiable) plus OUT's .params.npz; 'mlir': the same program as StableHLO MLIR text. "
+                    "Neither is the stablehlo.flatbuf file format fbjax reads (that one is written by "
+                    "fbjax.export.to_stablehlo_flatbuffer)")
     pe.add_argument("out", help="output file")
     pe.add_argument("--batch-size", type=_parse_batch, default="file", metavar="N|dynamic|file",
                     help="batch of the exported function: the file's (default), an int, or 'dynamic' (symbolic)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import operator
 import os
+import warnings
 from typing import Mapping, NamedTuple, Optional, Sequence, Union
 
 import jax
@@ -66,7 +67,11 @@ def _needs_x64(model: ModelIR) -> bool:
 _TRACER = jax.core.Tracer
 
 #: file extensions :meth:`Model.save` knows, -> format (a model of another format refuses them)
-_SAVE_EXT = {".tflite": "tflite", ".rten": "rten"}
+_SAVE_EXT = {".tflite": "tflite", ".rten": "rten", ".flatbuf": "stablehlo", ".onnx": "onnx", ".pb": "TensorFlow",
+             ".mlir": "MLIR text", ".npz": "numpy", ".npy": "numpy", ".h5": "Keras", ".keras": "Keras",
+             ".pt": "PyTorch", ".pth": "PyTorch", ".safetensors": "safetensors"}
+#: the file-name extensions Model.save accepts per format (no extension is accepted too)
+_FORMAT_EXTS = {"tflite": (".tflite",), "rten": (".rten",), "stablehlo": (".flatbuf",)}
 
 def _batch_hint(want: tuple, got: tuple) -> str:
     """The ``batch_size=None`` hint for a shape mismatch, only where it helps:
@@ -132,7 +137,8 @@ class Model:
         self.compute_dtype = "float32" if getattr(program, "compute_dtype", None) is None else program.compute_dtype.name
         g = ir.main_graph
         self.inputs = [TensorSpec.of(v) for v in g.inputs]
-        self.outputs = [TensorSpec.of(v) for v in g.outputs]
+        self._declared_outputs = [TensorSpec.of(v) for v in g.outputs]
+        self._outputs = None  # inferred on first use (see the outputs property)
         self.input_quantization = [_file_quant(v) for v in g.inputs]
         self.output_quantization = [_file_quant(v) for v in g.outputs]
         self.signatures = {
@@ -164,8 +170,29 @@ class Model:
         self._unchecked = not self._stateful  # __call__ may try _jitted_leaves before any check
         #: (shape, dtype) per input of the calls _check_inputs passed unchanged (bounded)
         self._accepted: dict = {}
+        self._warned_int: set = set()  # inputs already warned about integer data for a float input
         from .lower.inference import inference_apply  # __call__ on CPU: prepared once (fbjax/lower/inference.py)
         self._fast = inference_apply(program, compiler_options(program.backend), stateful=self._stateful)
+
+    @property
+    def outputs(self) -> list:
+        """The outputs' :class:`TensorSpec`, in output order.
+
+        Shapes fbjax infers win over shapes the file merely declares: when
+        every input shape is static, the first read traces the model
+        (``jax.eval_shape``, nothing runs) and takes the shapes it computes
+        (files are written with placeholder shapes, e.g. PaddlePaddle's
+        scalar ``float32()`` outputs of a graph that computes ``(1, 2)``),
+        with a ``UserWarning`` naming each output whose declared shape was
+        wrong. Dynamic inputs: the declared shapes.
+        """
+        if self._outputs is None:
+            self._outputs = _inferred_outputs(self)
+        return self._outputs
+
+    @outputs.setter
+    def outputs(self, specs) -> None:
+        self._outputs = list(specs)
 
     # -- pure function ---------------------------------------------------
     def apply(self, params: dict, *inputs, state: Optional[dict] = None):
@@ -291,7 +318,15 @@ class Model:
         out = []
         for i, (x, spec) in enumerate(zip(inputs, self.inputs)):
             if not hasattr(x, "shape") or not hasattr(x, "dtype"):
+                if isinstance(x, (str, bytes, os.PathLike)):
+                    raise InputError(
+                        f"input {i} ({spec.name!r}) is a {type(x).__name__} ({str(x)[:60]!r}), not an array: "
+                        f"the model takes {spec}; read the file into a numpy array first (np.load for .npy; "
+                        "an image library for images)")
                 x = np.asarray(x)
+            if np.dtype(x.dtype).kind in "USO":
+                raise InputError(f"input {i} ({spec.name!r}) has dtype {np.dtype(x.dtype)} (strings or objects), "
+                                 f"expected {spec}")
             shape = tuple(x.shape)
             if spec.shape is not None:
                 ok = len(shape) == len(spec.shape) and all(
@@ -317,6 +352,14 @@ class Model:
                             f"outside the {spec.dtype.name} range [{info.min}, {info.max}] the model takes"
                             + self._quant_hint(i)
                         )
+                warned = self.__dict__.setdefault("_warned_int", set())
+                if spec.dtype.kind == "f" and np.dtype(x.dtype).kind in "iub" and i not in warned:
+                    warned.add(i)  # once per input and model
+                    warnings.warn(
+                        f"input {i} ({spec.name!r}) is {spec.dtype.name} but got {np.dtype(x.dtype).name} data: "
+                        f"it is cast as is (0..255 stays 0..255). If the model expects another range (images: "
+                        f"often [0, 1] or [-1, 1]), scale it first, e.g. x.astype(np.float32) / 255",
+                        stacklevel=3)
                 x = x.astype(spec.dtype)
             out.append(x)
         if all(map(operator.is_, out, inputs)):  # the outcome depends on the shapes and dtypes only
@@ -445,9 +488,14 @@ class Model:
         """
         if path is not None:
             ext = os.path.splitext(os.fspath(path))[1].lower()
-            if _SAVE_EXT.get(ext, self.format) != self.format:
-                raise InputError(f"save: {os.fspath(path)!r} names a {_SAVE_EXT[ext]} file, but Model.save writes "
-                                 f"the model's own format ({self.format}); use a {self.format} file name")
+            allowed = _FORMAT_EXTS.get(self.format)
+            if ext and ((allowed is not None and ext not in allowed)
+                        or _SAVE_EXT.get(ext, self.format) != self.format):
+                kind = f" ({_SAVE_EXT[ext]})" if ext in _SAVE_EXT else ""
+                want = " or ".join(allowed) if allowed else f"a {self.format} extension"
+                raise InputError(f"save: {os.fspath(path)!r}: the extension {ext}{kind} is not this model's "
+                                 f"format; Model.save writes {self.format} and does not convert: use a file name "
+                                 f"ending in {want}")
         params = self.params if params is None else params
         values = {id(v): v for g in self.ir.graphs for v in g.values}
         by_name = {name: values[vid] for vid, name in self._program.param_of.items()}
@@ -541,6 +589,36 @@ def _writer(fmt: str):
 _FILE = "file"
 
 
+def _inferred_outputs(model: "Model") -> list:
+    """``model``'s output specs with the shapes tracing computes at its
+    static input shapes (see :attr:`Model.outputs`); the declared specs
+    when an input is dynamic or tracing fails (the call reports why)."""
+    import warnings
+
+    declared = model._declared_outputs
+    if any(s.shape is None or None in s.shape for s in model.inputs):
+        return list(declared)
+    structs = [jax.ShapeDtypeStruct(s.shape, s.dtype) for s in model.inputs]
+    try:
+        with jax.enable_x64(model._x64), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the call itself warns about what it meets
+            res = jax.eval_shape(lambda p, *xs: model.apply(p, *xs), model.params, *structs)
+    except Exception:  # noqa: BLE001 - best effort: calling the model reports what is wrong
+        return list(declared)
+    if model._stateful:
+        res = res[0]
+    res = res if isinstance(res, (tuple, list)) else (res,)
+    out = []
+    for spec, r in zip(declared, res):
+        shape = tuple(int(d) for d in r.shape)
+        if spec.shape is not None and (len(spec.shape) != len(shape)
+                                       or any(d is not None and d != e for d, e in zip(spec.shape, shape))):
+            warnings.warn(f"output {spec.name!r}: the file declares shape {spec.shape}, but the model computes "
+                          f"{shape}; fbjax uses the computed shape", stacklevel=3)
+        out.append(TensorSpec(spec.name, shape, spec.dtype))
+    return out
+
+
 def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, str] = _FILE,
          quantized: str = "exact", while_max_iterations: Optional[int] = None,
          compute_dtype: str = "float32") -> Model:
@@ -594,9 +672,13 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
 
     Raises:
         FileNotFoundError: no such file.
-        ModelFormatError: the file is not a valid model.
-        UnsupportedOperatorError: the model uses ops fbjax cannot lower (every
-            one of them is listed).
+        ModelFormatError: the file is not a valid model, or contradicts
+            itself (e.g. a WHILE/REDUCE region subgraph whose arity does not
+            match its operator: :mod:`fbjax.formats.regions`), or changed
+            size while it was read.
+        UnsupportedOperatorError: the model uses ops fbjax cannot lower, or
+            ops whose registered kernel check finds no kernel for their
+            dtypes (int16 SQUARED_DIFFERENCE); every one is listed.
         InputError: ``while_max_iterations`` is not None or an int >= 0;
             ``batch_size`` is not ``"file"``, None/``"dynamic"`` or a
             positive int, or the model cannot take another batch (the

@@ -101,6 +101,8 @@ PASSTHROUGH = frozenset({
     "SPLIT", "SPLIT_V", "PACK", "UNPACK", "TILE", "DEPTH_TO_SPACE", "SPACE_TO_DEPTH", "BROADCAST_TO",
     "REVERSE_V2", "SHAPE", "ARG_MAX", "ARG_MIN", "BATCH_TO_SPACE_ND", "SPACE_TO_BATCH_ND",
     "SELECT", "SELECT_V2", "REDUCE_MAX", "REDUCE_MIN", "CAST",
+    # resource variables hold raw codes: LiteRT copies the bytes in and out
+    "READ_VARIABLE", "ASSIGN_VARIABLE",
 })
 
 _Q_KINDS = (np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int16))

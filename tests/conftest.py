@@ -158,3 +158,93 @@ def shared_models_dir() -> Path:
     if not TFLITE_MODELS.is_dir():
         pytest.skip(SHARED_MISSING_REASON)
     return TFLITE_MODELS
+
+
+# --- float32 error bounds for comparing two differently compiled programs ------------
+#
+# Two programs that compute the same float32 expression (Model.__call__'s
+# CPU-prepared program vs jax.jit(Model.apply) with XLA's defaults, batch N vs
+# batch 1, an exported artifact vs the loaded model, fbjax vs onnxruntime) may
+# sum in different orders (SIMD width, tiling, FMA contraction differ with the
+# CPU). Neither is bit-exact; each lies within the standard rounding-error
+# bound of the exact result, so they differ by at most the sum of the two
+# bounds. The helpers below give those bounds; tests print the measured
+# err/bound ratio (``pytest -s``) so a bound can be seen not to be vacuous.
+
+#: unit roundoff of float32 (half an ULP of 1)
+U32 = 2.0 ** -24
+
+
+def gamma(n: int, u: float = U32) -> float:
+    """Higham's ``gamma_n = n u / (1 - n u)``: a float32 sum of ``n`` terms
+    (or dot product of length ``n``), in any order, with or without FMA, lies
+    within ``gamma_n * sum|t_i|`` of the exact sum."""
+    return n * u / (1 - n * u)
+
+
+def abs_magnitude(model, *xs, params=None) -> np.ndarray:
+    """``model.apply`` on ``|params|`` and ``|x|``: for a graph of linear ops
+    (convolutions, matmuls, bias adds, sums, average/max pools, reshapes)
+    and ReLU, each output element is then at least ``sum|a_i b_i|`` of every
+    sum leading to it, propagated through ``|W|`` (ReLU is 1-Lipschitz and
+    monotone). A chain of sums of lengths ``n_1, n_2, ...`` then has rounding
+    error at most ``gamma(n_1 + n_2 + ...) * abs_magnitude``. Not valid for
+    other nonlinearities (bound those through their slope)."""
+    p = model.params if params is None else params
+    out = model.apply({k: np.abs(np.asarray(v)) for k, v in p.items()},
+                      *[np.abs(np.asarray(x, np.float32)) for x in xs])
+    if isinstance(out, (tuple, list)):
+        return [np.asarray(o, np.float64) for o in out]
+    return np.asarray(out, np.float64)
+
+
+def softmax_bound(y, dz, n: int, exp_ulps: float = 4.0) -> np.ndarray:
+    """Elementwise bound on ``|softmax_a(z) - softmax_b(z')|`` where
+    ``|z - z'| <= dz`` (a scalar or broadcastable array: take its max over the
+    softmax axis) and the two sides evaluate softmax over ``n`` terms in
+    float32 with their own ``exp``. The slope ``dy_i/dz_j = y_i (d_ij - y_j)``
+    moves ``y_i`` by at most ``2 y_i max|dz|``; each side's own evaluation
+    (``exp`` within ``exp_ulps`` ULP, a sum of ``n`` terms, a division, the
+    max subtraction) adds ``(2 exp_ulps + n + 2) u`` relative, for both
+    sides twice that."""
+    y = np.abs(np.asarray(y, np.float64))
+    return y * (2 * np.asarray(dz, np.float64) + 2 * (2 * exp_ulps + n + 2) * U32)
+
+
+def bilinear_bound(max_abs: float, extent: float, coordinate_roundings: int = 5) -> float:
+    """Bound on two implementations of 2-D bilinear sampling (Resize, affine
+    transforms) of values up to ``max_abs``: each output is ``sum w_i x_i``
+    over 4 taps with weights in [0, 1] summing to 1, computed per axis with at
+    most 4 roundings of values up to ``max_abs`` (8 in all); the fraction
+    behind the weights comes from a source coordinate computed with up to
+    ``coordinate_roundings`` roundings of terms up to ``extent`` (the largest
+    coordinate), so a float32 side has it off by up to
+    ``coordinate_roundings * u * extent``, which moves the output by
+    ``|x1 - x0| <= 2 max_abs`` per axis. Per side
+    ``(8 + 2 * 2 * coordinate_roundings * extent) u max_abs``; twice that."""
+    return 2 * (8 + 2 * 2 * coordinate_roundings * extent) * U32 * max_abs
+
+
+def assert_within(actual, expected, bound, what: str = "") -> float:
+    """``|actual - expected| <= bound`` elementwise (shapes equal, non-finite
+    values equal where they occur); prints and returns the largest
+    ``err / bound`` so the margin of a derived bound can be read with
+    ``pytest -s``."""
+    a = np.asarray(actual, np.float64)
+    e = np.asarray(expected, np.float64)
+    assert a.shape == e.shape, f"{what}: shape {a.shape} != {e.shape}"
+    fin = np.isfinite(e)
+    assert np.array_equal(np.isfinite(a), fin) and np.array_equal(a[~fin], e[~fin], equal_nan=True), \
+        f"{what}: non-finite values differ"
+    b = np.broadcast_to(np.asarray(bound, np.float64), e.shape)
+    err = np.abs(np.where(fin, a - e, 0.0))
+    ratio = float(np.max(np.where(b > 0, err / np.where(b > 0, b, 1), np.where(err > 0, np.inf, 0)))) if e.size else 0.0
+    scale = float(np.max(np.abs(e[fin]))) if fin.any() else 0.0
+    print(f"[bound] {what}: max err {float(err.max()) if e.size else 0:.3g}, max err/bound {ratio:.3g}, "
+          f"max bound/max|expected| {float(b[fin].max()) / scale if scale else float('nan'):.2g}")
+    if ratio > 1:
+        i = np.unravel_index(int(np.argmax(err - b)), e.shape)
+        raise AssertionError(f"{what}: {int(np.sum(err > b))} of {e.size} elements over the derived bound; "
+                             f"worst at {i}: |{a[i]:.9g} - {e[i]:.9g}| = {err[i]:.3g} > {b[i]:.3g} "
+                             f"(max err/bound {ratio:.3g})")
+    return ratio

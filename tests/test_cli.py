@@ -142,3 +142,38 @@ def test_cli_export_batch_size_message_uses_cli_spelling(tmp_path, capsys):
     assert not (tmp_path / "m.mlir").exists()
     assert main(["export", model, "--to", "mlir", str(tmp_path / "m.mlir"), "--batch-size", "3"]) == 0
     assert "tensor<3x4xf32>" in (tmp_path / "m.mlir").read_text()
+
+
+def test_run_default_model_shows_its_job_on_a_drawn_person(capsys):
+    """Issue 15: ``fbjax run`` on the bundled model printed an all-zero mask
+    of random noise with nothing saying so. On the drawn figure of
+    fbjax.data.synthetic_person the person mask must match the figure
+    (intersection over union well above chance: the figure is 32 % of the
+    image) and the output must be explained."""
+    assert main(["run", "--repeat", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "fbjax.data.synthetic_person()" in out and "random" not in out
+    m = re.search(r"probability that each pixel shows a person: > 0.5 on ([0-9.]+)% of the image; "
+                  r"intersection over union with the drawn figure \(which covers ([0-9.]+)%\): ([0-9.]+)", out)
+    assert m, out
+    assert float(m.group(3)) > 0.9, out
+
+
+def test_run_with_random_inputs_says_so(tmp_path, capsys):
+    assert main(["run", str(_relu_model(tmp_path)), "--repeat", "0"]) == 0
+    assert "random inputs show that the model runs and how fast, not what it computes" in capsys.readouterr().out
+
+
+def test_help_texts_say_what_the_options_mean(capsys):
+    """infer: one example per file without the batch dimension, under
+    --input-dir (--inputs still accepted); run: --input is one full input;
+    export --to has a help text that tells its formats apart."""
+    for cmd in ("infer", "run", "export"):
+        with pytest.raises(SystemExit):
+            main([cmd, "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "each file is ONE example WITHOUT the batch dimension" in out
+    assert "--input-dir DIR, --inputs DIR" in out
+    assert "with the model's full shape (batch included" in out
+    assert "'mlir': the same program as StableHLO MLIR text" in out
+    assert "Neither is the stablehlo.flatbuf file format fbjax reads" in out

@@ -14,7 +14,7 @@ import pytest
 import fbjax
 from fbjax.testing import TFLiteBuilder, single_op_model
 
-from conftest import TFLITE_MODELS
+from conftest import TFLITE_MODELS, abs_magnitude, assert_within, gamma
 
 
 def _small_model() -> bytes:
@@ -318,7 +318,10 @@ def test_apply_checks_params_keys_shapes_and_dtypes():
     # any float dtype is accepted (mixed precision): same result up to bfloat16 rounding of the weights
     y = np.asarray(m.apply({k: v.astype(jnp.bfloat16) for k, v in m.params.items()}, x + 1), np.float32)
     ref = np.asarray(m.apply(m.params, x + 1))
-    assert y.shape == ref.shape and np.allclose(y, ref, rtol=0.05, atol=0.05)  # bf16: 8 mantissa bits
+    # bfloat16 rounds each weight by at most 2**-9 relative (8 mantissa bits), moving the 3*3*3-product
+    # sum plus bias by at most 2**-9 * (|x| * |w| + |b|); plus both programs' float32 summation error
+    mag = abs_magnitude(m, x + 1)
+    assert_within(y, ref, (2.0 ** -9 + 2 * gamma(28)) * mag, "bfloat16 weights vs float32")
 
 
 def test_batch_size_hint_only_where_it_helps():
@@ -342,9 +345,13 @@ def test_save_refuses_another_formats_extension_and_takes_bfloat16(tmp_path):
     import jax.numpy as jnp
 
     m = fbjax.load(_small_model())
-    with pytest.raises(fbjax.InputError, match="names a rten file"):
+    with pytest.raises(fbjax.InputError, match=r"extension .rten \(rten\) is not this model's format"):
         m.save(tmp_path / "tuned.rten")
     assert not (tmp_path / "tuned.rten").exists()
+    for ext in (".onnx", ".bin", ".npz"):  # issue 15: save("x.onnx") wrote TFLite bytes
+        with pytest.raises(fbjax.InputError, match=r"ending in \.tflite"):
+            m.save(tmp_path / f"tuned{ext}")
+        assert not (tmp_path / f"tuned{ext}").exists()
     w = next(k for k, v in m.params.items() if v.ndim == 4)
     new = (m.params[w] * 2).astype(jnp.bfloat16)
     m2 = fbjax.load(m.save(tmp_path / "tuned.tflite", {w: new}))
@@ -361,12 +368,19 @@ def test_model_call_inside_jax_transforms():
     m = fbjax.load(_small_model())
     x = np.random.default_rng(3).random((1, 5, 5, 3), dtype=np.float32)
     ref = np.asarray(m(x))
-    np.testing.assert_allclose(np.asarray(jax.jit(lambda v: m(v * 2.0))(x / 2.0)), ref, rtol=1e-6, atol=1e-6)
+    # the caller's jit traces Model.apply into another program (XLA's defaults, not fbjax's compile
+    # options): each sums the 3*3*3 products and the bias within gamma_28 * (|x| * |w| + |b|) of exact
+    # (v * 2.0 and x / 2.0 are exact)
+    bound = 2 * gamma(28) * abs_magnitude(m, x)
+    assert_within(jax.jit(lambda v: m(v * 2.0))(x / 2.0), ref, bound, "model(x) in the caller's jit")
     g = jax.grad(lambda v: jnp.sum(m(v)))(x)
     g_ref = jax.grad(lambda v: jnp.sum(m.apply(m.params, v)))(x)
-    np.testing.assert_allclose(np.asarray(g), np.asarray(g_ref), rtol=1e-6, atol=1e-6)
-    np.testing.assert_allclose(np.asarray(jax.lax.map(m, x[None]))[0], ref, rtol=1e-6, atol=1e-6)
-    np.testing.assert_array_equal(np.asarray(m(x)), ref)  # no tracer kept in the model
+    # d sum(y) / dx sums at most 3*3 taps * 4 output channels of w: gamma_36 * (that sum of |w|)
+    abs_p = {k: jnp.abs(v) for k, v in m.params.items()}
+    g_mag = np.asarray(jax.grad(lambda v: jnp.sum(m.apply(abs_p, v)))(x), np.float64)
+    assert_within(g, g_ref, 2 * gamma(36) * g_mag, "grad of model(x) vs grad of apply")
+    assert_within(np.asarray(jax.lax.map(m, x[None]))[0], ref, bound, "model under lax.map")
+    np.testing.assert_array_equal(np.asarray(m(x)), ref)  # the same call again (same program): no tracer kept
 
 
 def test_apply_casts_other_float_dtypes_and_grads_flow():
@@ -382,7 +396,10 @@ def test_apply_casts_other_float_dtypes_and_grads_flow():
     train, frozen = fbjax.trainable(m.params, include="*", dtype=jnp.bfloat16)
     y = np.asarray(m.apply({**frozen, **train}, x))
     rounded = {k: v.astype(jnp.bfloat16).astype(jnp.float32) for k, v in m.params.items()}
-    np.testing.assert_allclose(y, np.asarray(m.apply(rounded, x)), rtol=1e-6, atol=1e-6)
+    # the same weight values (cast inside the program vs before it): two programs, each within the
+    # float32 bound of the 3*3*3-product-plus-bias sums
+    assert_within(y, np.asarray(m.apply(rounded, x)), 2 * gamma(28) * abs_magnitude(m, x, params=rounded),
+                  "bfloat16 params vs their float32 values")
     g = jax.grad(lambda t: jnp.sum(m.apply({**frozen, **t}, x)))(train)
     assert all(v.dtype == jnp.bfloat16 for v in g.values())
 
@@ -412,3 +429,28 @@ def test_save_refuses_float16_overflow(tmp_path):
     with pytest.raises(fbjax.InputError, match="overflow the file's float16"):
         m.save(tmp_path / "big.tflite", {name: np.asarray(m.params[name]) * 1e6})
     assert not (tmp_path / "big.tflite").exists()
+
+
+def test_str_input_is_an_input_error_that_says_so():
+    """Issue 15: a path passed instead of an array reported 'has shape ()'."""
+    m = fbjax.load(_small_model())
+    with pytest.raises(fbjax.InputError, match=r"input 0 \('[^']+'\) is a str \('photo.png'\), not an array"):
+        m("photo.png")
+    with pytest.raises(fbjax.InputError, match=r"has dtype <U1 \(strings or objects\)"):
+        m(np.full(m.inputs[0].shape, "a"))
+
+
+def test_integer_data_for_a_float_input_warns_once():
+    """Issue 15: a uint8 0..255 image fed to a float input was cast silently."""
+    import warnings
+
+    m = fbjax.load(_small_model())
+    spec = m.inputs[0]
+    x8 = np.full(spec.shape, 200, np.uint8)
+    with pytest.warns(UserWarning, match=r"is float32 but got uint8 data: it is cast as is"):
+        y8 = np.asarray(m(x8))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once per input and model
+        m(x8)
+        yf = np.asarray(m(np.full(spec.shape, 200.0, np.float32)))  # float data: no warning
+    np.testing.assert_array_equal(y8, yf)  # cast as is: 200 stays 200

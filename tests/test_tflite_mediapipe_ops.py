@@ -35,6 +35,8 @@ from fbjax import reference
 from fbjax.errors import ModelFormatError
 from fbjax.testing import TFLiteBuilder
 
+from conftest import assert_within, bilinear_bound, gamma
+
 #: Custom codes this file tests (read by scripts/coverage_table.py).
 COVERED_CUSTOM_OPS = ("Landmarks2TransformMatrix", "TransformLandmarks", "TransformTensorBilinear",
                       "TransformTensor")
@@ -57,6 +59,15 @@ def _model(code, version, in_shapes, out_shape, options):
 def _both(model, *inputs):
     """(fbjax, reference) first outputs."""
     return (_as_list(fbjax.load(model)(*inputs))[0], _as_list(reference.run(model, *inputs))[0])
+
+
+def _bilinear_bound(img, m, out_hw) -> float:
+    """float32 (fbjax, the numpy twin) vs float64 (the transcription) bilinear
+    sampling of ``img`` through the affine ``m`` (``conftest.bilinear_bound``):
+    the source coordinate takes two products, two sums and the half-pixel
+    shift (6 roundings) of terms up to the largest extent times ``1 + max|m|``."""
+    extent = max(max(out_hw), max(img.shape[1:3])) * (1 + float(np.abs(m).max()))
+    return bilinear_bound(float(np.abs(img).max()), extent, coordinate_roundings=6)
 
 
 def _close(got, want, scale=1.0, label=""):
@@ -268,7 +279,8 @@ def test_transform_landmarks_v2_identity_and_translation():
     shift = eye.copy()
     shift[0, 0, 3], shift[0, 1, 3] = 3.0, -2.0
     for label, got in zip(("fbjax", "reference"), _both(model, lm, shift)):
-        np.testing.assert_allclose(got, lm + np.float32([3, -2, 0]), rtol=1e-6, atol=1e-6, err_msg=label)
+        # products by 0 and 1 and sums of zeros are exact; only + t rounds (correctly): the same bits as numpy
+        np.testing.assert_array_equal(got, lm + np.float32([3, -2, 0]), err_msg=label)
     m = _random_matrix(np.random.default_rng(4))
     for label, got in zip(("fbjax", "reference"), _both(model, lm, m)):
         _close(got, py_transform_landmarks(lm, m, 3, 1.0), scale=50, label=label)
@@ -280,7 +292,7 @@ def test_transform_landmarks_v1_scale_multiplies_translation():
     m[0, 0, 3], m[0, 1, 3] = 1.5, 2.0
     model = _model("TransformLandmarks", 1, [lm.shape, (1, 4, 4)], lm.shape, dict(dimensions=2, scale=4.0))
     for label, got in zip(("fbjax", "reference"), _both(model, lm, m)):
-        np.testing.assert_allclose(got.reshape(2), [6.0, 8.0], rtol=1e-6, err_msg=label)
+        np.testing.assert_array_equal(got.reshape(2), [6.0, 8.0], err_msg=label)  # small integers: exact
 
 
 # --- TransformTensorBilinear ------------------------------------------------------------------------
@@ -308,7 +320,7 @@ def test_transform_tensor_random_affine(version):
     assert (want == 0).any() and (want != 0).any()
     for label, got in zip(("fbjax", "reference"), _both(model, IMG, m)):
         assert got.shape == (1, 6, 7, 2)
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=f"{label} v{version}")
+        assert_within(got, want, _bilinear_bound(IMG, m, out_hw), f"{label} v{version}")
 
 
 @pytest.mark.parametrize("version", [1, 2])
@@ -317,14 +329,16 @@ def test_transform_tensor_identity_and_integer_shift(version):
     scale); an integer shift moves it, with zeros where the source is outside."""
     model = _tensor_model(version, IMG.shape[1:3])
     eye = np.eye(4, dtype=np.float32).reshape(1, 4, 4)
+    # unit scale and integer shifts: every source coordinate is an exact integer, the bilinear weights
+    # are exactly 1 and 0, so each output is an input value exactly (or 0 outside)
     for label, got in zip(("fbjax", "reference"), _both(model, IMG, eye)):
-        np.testing.assert_allclose(got, IMG, rtol=1e-6, atol=1e-7, err_msg=label)
+        np.testing.assert_array_equal(got, IMG, err_msg=label)
     shift = eye.copy()
     shift[0, 0, 3], shift[0, 1, 3] = 1.0, 2.0  # output (ox, oy) reads input (ox + 1, oy + 2)
     want = np.zeros_like(IMG)
     want[:, :2, :4] = IMG[:, 2:, 1:]
     for label, got in zip(("fbjax", "reference"), _both(model, IMG, shift)):
-        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7, err_msg=label)
+        np.testing.assert_array_equal(got, want, err_msg=label)
 
 
 def test_transform_tensor_v2_half_pixel_correction():
@@ -336,10 +350,13 @@ def test_transform_tensor_v2_half_pixel_correction():
     x = IMG[0]
     want_v1 = x[[0, 2]][:, [0, 2]]
     want_v2 = (x[[0, 2]][:, [0, 2]] + x[[0, 2]][:, [1, 3]] + x[[1, 3]][:, [0, 2]] + x[[1, 3]][:, [1, 3]]) / 4
-    for got in v1:
-        np.testing.assert_allclose(got[0], want_v1, rtol=1e-6, atol=1e-6)
+    for got in v1:  # integer source coordinates: weights 1 and 0, exact samples
+        np.testing.assert_array_equal(got[0], want_v1)
+    # four taps at weight 1/4 (exact) summed in some order: within gamma_4 * sum|tap| / 4 per side
+    mag = (np.abs(x[[0, 2]][:, [0, 2]]) + np.abs(x[[0, 2]][:, [1, 3]]) + np.abs(x[[1, 3]][:, [0, 2]])
+           + np.abs(x[[1, 3]][:, [1, 3]])) / 4
     for got in v2:
-        np.testing.assert_allclose(got[0], want_v2, rtol=1e-5, atol=1e-6)
+        assert_within(got[0], want_v2, 2 * gamma(4) * mag, "v2 half-pixel average")
 
 
 def test_crop_pipeline_landmarks_to_tensor():

@@ -40,6 +40,7 @@ from ..errors import ModelFormatError
 from ..ir import Graph, ModelIR, Node, Value
 from . import verify as _verify
 from ._mmap import open_source
+from .regions import check_regions
 from ._generated import stablehlo_generated as S
 
 OP_SET = "stablehlo"
@@ -379,4 +380,6 @@ def _to_ir(m, path) -> ModelIR:
         gname = sg.name.decode("utf-8", "replace") if isinstance(sg.name, bytes) else (sg.name or f"subgraph_{si}")
         graphs.append(Graph(gname, g_in, g_out, nodes, values))
     _verify.check_call_graph(len(graphs), calls)
-    return ModelIR("stablehlo", graphs, 0, {}, "", path, None, {"version": int(m.version)})
+    ir = ModelIR("stablehlo", graphs, 0, {}, "", path, None, {"version": int(m.version)})
+    check_regions(ir)  # region bodies' arities
+    return ir

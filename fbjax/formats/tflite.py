@@ -31,6 +31,7 @@ from ..errors import ModelFormatError
 from ..ir import Graph, ModelIR, Node, QuantParams, Signature, Value
 from . import verify as _verify
 from ._mmap import open_source
+from .regions import check_regions
 from . import tflite_stablehlo as _shlo
 from ._generated import tflite_generated as T
 
@@ -549,4 +550,6 @@ def _to_ir(m, raw, path) -> ModelIR:
 
         sigs[key] = Signature(key, gi, tmap(sd.inputs), tmap(sd.outputs))
     desc = m.description.decode("utf-8", "replace") if isinstance(m.description, bytes) else (m.description or "")
-    return ModelIR("tflite", graphs, 0, sigs, desc, path, raw, {"version": m.version})
+    ir = ModelIR("tflite", graphs, 0, sigs, desc, path, raw, {"version": m.version})
+    check_regions(ir)  # region bodies' arities (a WHILE body index aimed at a REDUCE body...)
+    return ir

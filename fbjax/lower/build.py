@@ -18,7 +18,7 @@ from typing import Optional
 import jax
 import numpy as np
 
-from .._registry import OpDef, call_op
+from .._registry import OpDef, call_op, gap_detail, kernel_gaps
 from ..errors import ModelFormatError, UnsupportedOperatorError
 from ..ir import Graph, ModelIR, Node, OpContext, Value
 from .registry import LOWERINGS
@@ -155,6 +155,7 @@ class Program:
                 return np.zeros(v.shape, v.dtype)
             raise ModelFormatError(f"graph {index}: tensor {v.index} ({v.name!r}) is read before it is written")
 
+        not_static = []  # (node key, why): every node whose static input is not known, reported together
         for node in graph.nodes:
             opdef: OpDef = self.registry.get(node.op_set, node.op_name)
             args = []
@@ -163,16 +164,23 @@ class Program:
                     if v.data is not None:
                         args.append(np.asarray(v.data))
                         continue
-                    c = _concrete(lookup(v))
+                    x = lookup(v)
+                    c = None if x is _UNKNOWN else _concrete(x)
                     if c is None:
-                        raise UnsupportedOperatorError(
-                            [node.key],
-                            detail=f"{node.location}: input {i} of {node.op_name} must be known at load time, "
-                            "but it depends on the model's inputs.",
-                        )
+                        if x is not _UNKNOWN:
+                            not_static.append((node.key, f"{node.location}: input {i} of {node.op_name} must be "
+                                               "known at load time, but it depends on the model's inputs."))
+                        args = None
+                        break
                     args.append(c)
                 else:
                     args.append(lookup(v))
+            if args is None or any(a is _UNKNOWN for a in args):
+                # downstream of a refused node: skipped, so the error can list every refused node
+                for o in node.outputs:
+                    if o is not None:
+                        env[id(o)] = _UNKNOWN
+                continue
             ctx = LowerContext(node, self.model, self)
             ctx._params = params
             if self.compute_dtype is not None:
@@ -193,6 +201,9 @@ class Program:
             for o, r in zip(node.outputs, res):
                 if o is not None:
                     env[id(o)] = r
+        if not_static:
+            raise UnsupportedOperatorError(Counter(k for k, _ in not_static),
+                                           detail=" ".join(why for _, why in not_static))
         outs = [lookup(v) for v in graph.outputs]
         if self._narrow and index != self.model.main:
             outs = [_narrowed(o, self.compute_dtype) for o in outs]
@@ -241,6 +252,10 @@ def _to_file_dtype(x, v: Value):
     return x
 
 
+#: the value of a node skipped after a refused static input (never leaves eval_graph: it raises)
+_UNKNOWN = object()
+
+
 def _as_list(res, node: Node) -> list:
     if isinstance(res, (list, tuple)):
         out = list(res)
@@ -268,10 +283,14 @@ def master_weight(data: np.ndarray) -> np.ndarray:
 
 
 def check_supported(model: ModelIR, registry=LOWERINGS) -> None:
-    """Raise UnsupportedOperatorError listing every op with no lowering."""
+    """Raise UnsupportedOperatorError listing every op with no lowering, and
+    every node whose lowering declares (``check=`` at registration) that it
+    has no kernel for the node's dtypes or attributes."""
     missing = Counter(n.key for n in model.iter_nodes() if registry.get(*n.key) is None)
-    if missing:
-        raise UnsupportedOperatorError(missing)
+    gaps = kernel_gaps(model.iter_nodes(), registry)
+    if missing or gaps:
+        missing.update(n.key for n, _ in gaps)
+        raise UnsupportedOperatorError(missing, detail=gap_detail(gaps))
 
 
 def unique_param_names(model: ModelIR) -> dict:
@@ -316,4 +335,57 @@ def build(model: ModelIR, *, backend: Optional[str] = None, options: Optional[di
     param_of = unique_param_names(model)
     values = {id(v): v for g in model.graphs for v in g.values}
     params = {name: master_weight(values[vid].data) for vid, name in param_of.items()}
-    return Program(model, params, param_of, backend or jax.default_backend(), options=dict(options or {}))
+    program = Program(model, params, param_of, backend or jax.default_backend(), options=dict(options or {}))
+    check_static_inputs(program)
+    return program
+
+
+#: ops whose output depends only on their input's shape: a value computed
+#: from a model input through one of them is still known at load time
+SHAPE_ONLY = {("tflite", "SHAPE"), ("tflite", "RANK"), ("onnx", "Shape"), ("onnx", "Size")}
+
+
+def static_input_suspects(model: ModelIR, registry=LOWERINGS) -> list:
+    """Nodes whose load-time (``static_inputs``) operand may depend on a
+    model input's values: it is not a constant and is computed, through ops
+    other than :data:`SHAPE_ONLY`, from a graph input. A cheap over-estimate
+    (a lowering may still compute such a value at trace time), confirmed by
+    :func:`check_static_inputs`."""
+    out = []
+    for g in model.graphs:
+        dynamic = {id(v) for v in g.inputs}
+        for node in g.nodes:
+            opdef = registry.get(node.op_set, node.op_name)
+            if opdef is not None and any(i < len(node.inputs) and node.inputs[i] is not None
+                                         and id(node.inputs[i]) in dynamic for i in opdef.static_inputs):
+                out.append(node)
+            if node.key not in SHAPE_ONLY and any(v is not None and id(v) in dynamic for v in node.inputs):
+                dynamic.update(id(o) for o in node.outputs if o is not None)
+    return out
+
+
+def check_static_inputs(program: Program) -> None:
+    """Raise at load what the first call would: an operand that must be
+    known at load time (a RESHAPE's shape, a PAD's paddings) but is computed
+    from the model's inputs. Only models with :func:`static_input_suspects`
+    pay for the check: an abstract trace (``jax.eval_shape``, nothing
+    computed) of the main graph on its input specs, when those are static.
+
+    Raises:
+        UnsupportedOperatorError: such an operand, naming the node and input.
+    """
+    if not static_input_suspects(program.model, program.registry):
+        return
+    g = program.model.main_graph
+    if any(v.shape is None or any(d is None for d in v.shape) for v in g.inputs):
+        return  # dynamic dims: the trace needs sizes; the first call reports it
+    specs = [jax.ShapeDtypeStruct(tuple(v.shape), v.dtype) for v in g.inputs]
+    params = {k: jax.ShapeDtypeStruct(v.shape, v.dtype) for k, v in program.params.items()}
+    try:
+        with jax.enable_x64(any(np.dtype(v.dtype).itemsize == 8 for v in g.values)):
+            jax.eval_shape(program.apply, params, *specs)
+    except UnsupportedOperatorError as e:
+        if "must be known at load time" in str(e):
+            raise
+    except Exception:  # noqa: BLE001 - anything else is the first call's to report, as before
+        pass

@@ -40,6 +40,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 for p in (str(ROOT), str(HERE)):
@@ -229,22 +231,53 @@ class Runner:
             pass
 
     def _load(self, data, fmt):
-        self.build(self.read_model(data, fmt))
+        ir = self.read_model(data, fmt)
+        self.build(ir)
+        return ir
 
-    def run(self, fmt: str, data: bytes, detect: bool, via_file: bool = False) -> tuple[str, str, float]:
+    @staticmethod
+    def rewrite_in_place(ir, path: str, data: bytes, n: int) -> None:
+        """Rewrite the file a model was loaded from in place -- truncated to
+        a prefix, emptied, or overwritten by other bytes of the same length,
+        as a hot-reloading service or a tool writing the next version to the
+        same path does -- then read everything the loaded IR holds (every
+        constant, the bytes ``Model.save`` rewrites). A reader that kept a
+        mapping of the file dies here with SIGBUS (issue 15 item 5)."""
+        kind = n % 3
+        with open(path, "r+b") as f:
+            if kind == 0:
+                f.truncate(len(data) // 3)
+            elif kind == 1:
+                f.truncate(0)
+            else:
+                f.write(bytes(len(data)))
+        total = 0
+        for g in ir.graphs:
+            for v in g.values:
+                d = getattr(v, "data", None)
+                if isinstance(d, np.ndarray) and d.size:
+                    total += int(np.frombuffer(np.ascontiguousarray(d).tobytes(), np.uint8).sum())
+        if ir.buffer is not None:
+            total += int(np.frombuffer(bytes(ir.buffer), np.uint8).sum())
+
+    def run(self, fmt: str, data: bytes, detect: bool, via_file: bool = False, n: int = 0) -> tuple[str, str, float]:
         """(outcome, detail, seconds): outcome is ok/unsupported/format/fallback/hang/crash.
 
-        ``via_file``: load from a temporary file (the mmap path) instead of bytes.
+        ``via_file``: load from a temporary file instead of bytes; after a
+        successful load the file is rewritten in place and the IR read again
+        (:meth:`rewrite_in_place`).
         """
         t0 = time.perf_counter()
         if via_file:
             path = os.path.join(tempfile.gettempdir(), f"fbjax-fuzz-{os.getpid()}.bin")
             with open(path, "wb") as f:
                 f.write(data)
-            data = path
+            raw, data = data, path
         signal.setitimer(signal.ITIMER_REAL, self.case_timeout)
         try:
-            self.load(data, None if detect else fmt)
+            ir = self.load(data, None if detect else fmt)
+            if via_file and ir is not None:
+                self.rewrite_in_place(ir, data, raw, n)
             out, detail = "ok", ""
         except Hang:
             out, detail = "hang", f"interrupted after {self.case_timeout} s"
@@ -276,7 +309,7 @@ def case_rng(seed: int, fmt: str, n: int) -> random.Random:
 
 
 def via_file(n: int) -> bool:
-    """Every 20th case loads from a file (mmap) instead of bytes."""
+    """Every 20th case loads from a file (then rewritten in place) instead of bytes."""
     return n % 20 == 7
 
 
@@ -342,7 +375,7 @@ def worker(fmt: str, seed: int, start: int, seconds: float, max_cases: int, stri
             idx, data, names, detect = make_case(mut, seed, fmt, n)
             if n in inject:
                 _inject(inject[n], runner)
-            out, detail, dt = runner.run(fmt, data, detect, via_file(n))
+            out, detail, dt = runner.run(fmt, data, detect, via_file(n), n)
             runner.load = runner._load
             counts[out] += 1
             max_dt = max(max_dt, dt)
@@ -391,8 +424,10 @@ def _watch(cmd, progress: str, budget: float, case_timeout: float):
 
 
 def fuzz(seconds: float, formats=FORMATS, seed: int = 0, strict: bool = False, chunk: float = 300.0,
-         case_timeout: float = CASE_TIMEOUT, crash_dir: str | None = None, log=None) -> dict:
-    """Fuzz each format for ``seconds / len(formats)`` in worker subprocesses.
+         case_timeout: float = CASE_TIMEOUT, crash_dir: str | None = None, log=None,
+         max_cases: int = 1 << 62) -> dict:
+    """Fuzz each format for ``seconds / len(formats)`` in worker subprocesses,
+    or until ``max_cases`` cases of it have run, whichever comes first.
 
     Returns:
         ``{format: {"cases", "counts", "max_case_s", "crashes", "classes", "seconds"}}``.
@@ -408,13 +443,13 @@ def fuzz(seconds: float, formats=FORMATS, seed: int = 0, strict: bool = False, c
                "classes": collections.Counter(), "fallbacks": collections.Counter(), "seconds": 0.0}
         n = 0
         t_fmt = time.monotonic()
-        while time.monotonic() - t_fmt < per - 1:
+        while time.monotonic() - t_fmt < per - 1 and n < max_cases:
             budget = min(chunk, per - (time.monotonic() - t_fmt))
             with tempfile.TemporaryDirectory() as td:
                 prog, out = os.path.join(td, "progress"), os.path.join(td, "result.json")
                 cmd = [sys.executable, __file__, "--worker", fmt, "--seed", str(seed), "--start", str(n),
                        "--seconds", str(budget), "--until", str(time.time() + budget), "--progress", prog,
-                       "--out", out,
+                       "--out", out, "--max-cases", str(max_cases - n),
                        "--case-timeout", str(case_timeout)] + (["--strict"] if strict else [])
                 rc, err = _watch(cmd, prog, budget, case_timeout)
                 res = json.load(open(out)) if os.path.exists(out) else None
@@ -473,7 +508,8 @@ def main(argv=None) -> int:
     # worker mode (internal)
     ap.add_argument("--worker")
     ap.add_argument("--start", type=int, default=0)
-    ap.add_argument("--max-cases", type=int, default=1 << 62)
+    ap.add_argument("--max-cases", type=int, default=1 << 62,
+                    help="stop each format after this many cases (a run bounded by work, not by time)")
     ap.add_argument("--until", type=float, default=0.0, help="wall-clock end (time.time()), startup included")
     ap.add_argument("--progress")
     ap.add_argument("--out")
@@ -505,7 +541,7 @@ def main(argv=None) -> int:
         return 0
     t0 = time.monotonic()
     report = fuzz(a.seconds, a.formats.split(","), a.seed, a.strict, a.chunk, a.case_timeout, a.crash_dir,
-                  log=lambda s: print(f"[{time.monotonic() - t0:7.0f}s] {s}", file=sys.stderr, flush=True))
+                  max_cases=a.max_cases, log=lambda s: print(f"[{time.monotonic() - t0:7.0f}s] {s}", file=sys.stderr, flush=True))
     total = sum(r["cases"] for r in report.values())
     bad = sum(r["counts"].get("crash", 0) + r["counts"].get("hang", 0) for r in report.values())
     summary = {"command": " ".join([os.path.basename(sys.executable)] + sys.argv), "total_cases": total,

@@ -6,7 +6,12 @@ body's captured outer values are the node's trailing inputs listed in
 
 * ``If``: a condition known at load time picks the branch while tracing
   (branches may then differ in shape); otherwise ``lax.cond``, which needs
-  both branches to produce the same shapes and dtypes.
+  both branches to produce the same shapes and dtypes. Branches close over
+  their captured values, so a captured constant stays static inside them.
+  Both branches are traced first: unsupported nodes of both are reported in
+  one error; a branch that cannot run at the given input shapes (onnxruntime
+  and RTen would fail if it were taken) leaves the other branch, whose float
+  outputs become NaN when the condition selects the impossible one.
 * ``Loop``: without scan outputs and with tensor state, ``lax.while_loop``
   (trip count and condition may be dynamic). With scan outputs or sequence
   state, the loop is unrolled while tracing, which needs the trip count and
@@ -18,11 +23,14 @@ return them wrapped in a one-element list (one node output).
 
 from __future__ import annotations
 
+from collections import Counter
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from ...errors import UnsupportedOperatorError
 from ..registry import register
 from ._util import OP_SET, as_bool, axis as norm_axis, concrete, ints
 
@@ -34,7 +42,17 @@ def _caps(inputs, positions):
 @register(OP_SET, "If")
 def If(ctx, cond, *captured, then_branch=-1, else_branch=-1, then_branch_captures=(),
        else_branch_captures=()):
-    """ONNX ``If``: evaluate ``then_branch`` or ``else_branch`` (graph indices)."""
+    """ONNX ``If``: evaluate ``then_branch`` or ``else_branch`` (graph indices).
+
+    Raises:
+        UnsupportedOperatorError: either branch has nodes fbjax cannot lower
+            at these shapes (those of both branches are listed).
+
+    Warns:
+        UserWarning: once per node, when the condition is only known at run
+            time and one branch cannot run at these input shapes (its float
+            outputs are then NaN if the condition selects it).
+    """
     allin = [cond, *captured]
     tcap = _caps(allin, then_branch_captures)
     ecap = _caps(allin, else_branch_captures)
@@ -43,10 +61,62 @@ def If(ctx, cond, *captured, then_branch=-1, else_branch=-1, then_branch_capture
         return ctx.call_graph(then_branch if bool(np.asarray(c).reshape(-1)[0]) else else_branch,
                               *(tcap if bool(np.asarray(c).reshape(-1)[0]) else ecap))
     arr = lambda outs: jax.tree_util.tree_map(jnp.asarray, list(outs))  # noqa: E731 (sequences stay lists)
-    return lax.cond(as_bool(jnp.asarray(cond).reshape(())),
-                    lambda ops: arr(ctx.call_graph(then_branch, *ops[0])),
-                    lambda ops: arr(ctx.call_graph(else_branch, *ops[1])),
-                    (tcap, ecap))
+    pred = as_bool(jnp.asarray(cond).reshape(()))
+    # The branches close over their captured values (not lax.cond operands):
+    # a captured constant stays numpy, so it is static inside the branch
+    # (a Pad amount, a Reshape shape) as it is in the enclosing graph.
+    branches = {"then_branch": (then_branch, tcap), "else_branch": (else_branch, ecap)}
+    failed, unsupported = {}, []
+    saved = dict(getattr(ctx.program, "_state", None) or {})  # (a probe must not leave tracers in the state)
+    for name, (g, caps) in branches.items():
+        try:
+            jax.eval_shape(lambda g=g, caps=caps: arr(ctx.call_graph(g, *caps)))
+        except UnsupportedOperatorError as e:
+            unsupported.append(e)
+        except (ValueError, TypeError, IndexError) as e:  # the branch cannot run at these shapes
+            failed[name] = e
+        finally:
+            if getattr(ctx.program, "_state", None) is not None:
+                ctx.program._state.clear()
+                ctx.program._state.update(saved)
+    if unsupported:  # every offending node of both branches, in one error
+        if len(unsupported) == 1:
+            raise unsupported[0]
+        counts = Counter()
+        for e in unsupported:
+            counts.update({tuple(k.split(":", 1)): c for k, c in e.ops.items()})
+        raise UnsupportedOperatorError(counts, detail=" ".join(e.detail for e in unsupported))
+    if len(failed) == 1:
+        # One branch cannot even be traced at these input shapes (silero-vad:
+        # the 8 kHz branch given a 16 kHz frame), so a runtime that evaluates
+        # only the taken branch (onnxruntime, RTen) would fail if it were
+        # taken. Run the other one; float outputs are NaN when the condition
+        # picks the impossible branch (as a too-short ``while_max_iterations``
+        # shows), since a jitted program cannot raise.
+        (bad, err), = failed.items()
+        good, caps = branches["else_branch" if bad == "then_branch" else "then_branch"]
+        _warn_once(ctx, f"{ctx.node.location}: the If condition is only known at run time and its {bad} cannot "
+                        f"run at these input shapes ({type(err).__name__}: {str(err).splitlines()[0][:200]}); "
+                        f"fbjax runs the other branch, and gives NaN float outputs if the condition selects "
+                        f"the {bad}")
+        outs = arr(ctx.call_graph(good, *caps))
+        taken_ok = pred if bad == "else_branch" else jnp.logical_not(pred)
+        return [jnp.where(taken_ok, o, jnp.nan).astype(o.dtype) if jnp.issubdtype(o.dtype, jnp.floating) else o
+                for o in outs]
+    return lax.cond(pred, lambda: arr(ctx.call_graph(then_branch, *tcap)),
+                    lambda: arr(ctx.call_graph(else_branch, *ecap)))
+
+
+_WARNED: set = set()
+
+
+def _warn_once(ctx, msg: str) -> None:
+    import warnings
+
+    key = (id(ctx.model), ctx.node.location)
+    if key not in _WARNED:
+        _WARNED.add(key)
+        warnings.warn(msg, stacklevel=2)
 
 
 @register(OP_SET, "Loop")

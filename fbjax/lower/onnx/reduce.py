@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from ...errors import InputError
 from ..registry import register
 from ._util import OP_SET, axis as norm_axis, ints
 
@@ -30,7 +31,8 @@ def _reduce(name, fn, doc):
 
 
 _reduce("ReduceSum", lambda x, a, k: jnp.sum(x, a, keepdims=k), "sum")
-_reduce("ReduceMean", lambda x, a, k: jnp.mean(x, a, keepdims=k), "mean")
+_reduce("ReduceMean", lambda x, a, k: jnp.mean(x, a, keepdims=k),
+        "mean (an empty set gives NaN, 0/0: the spec leaves it undefined; onnxruntime gives 0)")
 _reduce("ReduceProd", lambda x, a, k: jnp.prod(x, a, keepdims=k), "product")
 def _extreme(fn, big: bool):
     def f(x, a, k):
@@ -52,6 +54,9 @@ def _arg(name, fn):
     def op(ctx, data, *, axis=0, keep_dims=False):
         x = jnp.asarray(data)
         a = norm_axis(axis, x.ndim, ctx)
+        if x.shape[a] == 0:  # the ONNX spec defines no index over an empty axis (onnxruntime refuses it)
+            raise InputError(f"{ctx.node.location} ({ctx.node.op_name}): the input has shape {tuple(x.shape)}, "
+                             f"and there is no index of an extreme over its empty axis {a}")
         y = fn(x, axis=a).astype(jnp.int32)
         return jnp.expand_dims(y, a) if keep_dims else y
 

@@ -17,6 +17,7 @@ import numpy as np
 from jax import lax
 
 from ...ir import Node, Value
+from ..autodiff import reverse_mode_guard
 from ..registry import register
 
 
@@ -139,6 +140,8 @@ def WHILE(ctx, *xs, cond_subgraph_index=0, body_subgraph_index=0):
     except TypeError as e:
         raise ctx.error(f"loop variables change shape or dtype across iterations, which XLA cannot "
                         f"express: {str(e)[:300]}") from None
+    if max_iter is None:  # jax.grad through it: fbjax's error naming while_max_iterations, not JAX's
+        res = reverse_mode_guard(res, f"{ctx.node.location} ({ctx.node.op_name})")
     return full(res)
 
 

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from ...errors import InputError
 from ..registry import register
 
 
@@ -98,7 +99,12 @@ def TOPK_V2(ctx, x, k):
 
 def _arg(ctx, fn, x, axis):
     x = jnp.asarray(x)
-    return fn(x, axis=_axis(ctx, axis, x.ndim)).astype(ctx.out_dtype(0))
+    a = _axis(ctx, axis, x.ndim)
+    if x.shape[a] == 0:  # arg_min_max.cc: "Cannot compute ArgMin/ArgMax over an empty axis"
+        raise InputError(f"{ctx.node.location} ({ctx.node.op_name}): the input has shape {tuple(x.shape)}, and "
+                         f"there is no index of an extreme over its empty axis {a} (LiteRT refuses it too); "
+                         "call the model with a non-empty size there")
+    return fn(x, axis=a).astype(ctx.out_dtype(0))
 
 
 @register("tflite", "ARG_MAX", static_inputs=(1,), differentiable=False)

@@ -47,6 +47,20 @@ def _reduce(ctx, fn, x, axis, keep_dims, **kw):
     return fn(x, axis=_axes(ctx, axis, x.ndim), keepdims=bool(keep_dims), **kw)
 
 
+def _extreme(ctx, fn, x, axis, keep_dims, lowest: bool):
+    """REDUCE_MAX / REDUCE_MIN: ``reduce.cc`` starts from the type's
+    ``numeric_limits::lowest()`` (max) or ``max()`` (min), so an empty set
+    gives that value (-FLT_MAX, not -inf, for float32)."""
+    require_unquantized(ctx)
+    x = jnp.asarray(x)
+    axes = _axes(ctx, axis, x.ndim)
+    if any(x.shape[a] == 0 for a in axes):
+        dt = np.dtype(x.dtype)
+        info = jnp.finfo(dt) if jnp.issubdtype(dt, jnp.floating) else np.iinfo(dt)
+        return fn(x, axis=axes, keepdims=bool(keep_dims), initial=np.array(info.min if lowest else info.max, dt))
+    return fn(x, axis=axes, keepdims=bool(keep_dims))
+
+
 @register("tflite", "SUM", static_inputs=(1,), full_precision=True)
 def SUM(ctx, x, axis, *, keep_dims=False):
     """TFLite SUM over the static ``axis`` tensor (see :func:`MEAN` for axes)."""
@@ -61,14 +75,16 @@ def REDUCE_PROD(ctx, x, axis, *, keep_dims=False):
 
 @register("tflite", "REDUCE_MAX", static_inputs=(1,))
 def REDUCE_MAX(ctx, x, axis, *, keep_dims=False):
-    """TFLite REDUCE_MAX: max over ``axis`` (empty: the dtype's lowest value)."""
-    return _reduce(ctx, jnp.max, x, axis, keep_dims)
+    """TFLite REDUCE_MAX: max over ``axis`` (empty set: the dtype's lowest
+    finite value, as LiteRT's kernel)."""
+    return _extreme(ctx, jnp.max, x, axis, keep_dims, True)
 
 
 @register("tflite", "REDUCE_MIN", static_inputs=(1,))
 def REDUCE_MIN(ctx, x, axis, *, keep_dims=False):
-    """TFLite REDUCE_MIN: min over ``axis``."""
-    return _reduce(ctx, jnp.min, x, axis, keep_dims)
+    """TFLite REDUCE_MIN: min over ``axis`` (empty set: the dtype's largest
+    finite value, as LiteRT's kernel)."""
+    return _extreme(ctx, jnp.min, x, axis, keep_dims, False)
 
 
 @register("tflite", "REDUCE_ANY", static_inputs=(1,))

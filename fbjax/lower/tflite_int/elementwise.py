@@ -365,7 +365,15 @@ def MAXIMUM(ctx, a, b):
     return f(jnp.asarray(a), jnp.asarray(b)).astype(out_dtype(ctx))
 
 
-@register(OP_SET, "SQUARED_DIFFERENCE", differentiable=False)
+def _squared_difference_kernel(node) -> str | None:
+    """Load-time check: LiteRT's quantized SQUARED_DIFFERENCE is 8-bit only."""
+    if any(v is not None and np.dtype(v.dtype).itemsize != 1 for v in (*node.inputs, *node.outputs)):
+        return ("int16 SQUARED_DIFFERENCE has no kernel: LiteRT has none either (squared_difference.cc: "
+                "float32, int32, int8), so there is nothing to reproduce")
+    return None
+
+
+@register(OP_SET, "SQUARED_DIFFERENCE", differentiable=False, check=_squared_difference_kernel)
 def SQUARED_DIFFERENCE(ctx, a, b):
     """Quantized SQUARED_DIFFERENCE (8-bit): inputs shifted left by 7,
     rescaled by ``s_i / (2 max s)``, differenced, squared, rescaled by

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...errors import InputError
 from ..registry import register
 from ._util import OP_SET, axis as norm_axis, ints, out
 
@@ -41,6 +42,9 @@ def _arg(name, f):
     def op(ctx, data, *, axis=0, keep_dims=False):
         x = np.asarray(data)
         a = norm_axis(axis, x.ndim, ctx)
+        if x.shape[a] == 0:
+            raise InputError(f"{ctx.node.location} ({ctx.node.op_name}): the input has shape {tuple(x.shape)}; "
+                             f"no index of an extreme exists over its empty axis {a}")
         y = f(x, axis=a)
         return out(ctx, np.expand_dims(y, a) if keep_dims else y)
     op.__name__ = op.__qualname__ = name

@@ -253,7 +253,15 @@ def MAXIMUM(ctx, a, b):
 
 
 
-@register(OP_SET, "SQUARED_DIFFERENCE")
+def _squared_difference_kernel(node):
+    """Load-time check: quantized SQUARED_DIFFERENCE exists for 8-bit tensors
+    only (LiteRT's squared_difference.cc), as in the lowering."""
+    if any(v is not None and np.dtype(v.dtype).itemsize != 1 for v in (*node.inputs, *node.outputs)):
+        return "int16 SQUARED_DIFFERENCE has no kernel (LiteRT's squared_difference.cc: float32, int32, int8)"
+    return None
+
+
+@register(OP_SET, "SQUARED_DIFFERENCE", check=_squared_difference_kernel)
 def SQUARED_DIFFERENCE(ctx, a, b):
     """Reference quantized SQUARED_DIFFERENCE (8-bit, left shift 7)."""
     sa, za = sz(ctx, ctx.inputs[0])
