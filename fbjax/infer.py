@@ -3,8 +3,8 @@
 ::
 
     model = fbjax.load("model.tflite", batch_size=None)     # any batch
-    probs = fbjax.infer(model, images, batch_size=64)       # all local devices
-    fbjax.infer(model, "samples/", batch_size=64, out="preds.npz")   # streamed
+    probs = fbjax.infer(model, images, step_size=64)        # all local devices
+    fbjax.infer(model, "samples/", step_size=64, out="preds.npz")    # streamed
 
 Examples are cut into batches; each batch is placed on a 1-D device mesh
 (``jax.sharding.Mesh`` with axis ``"batch"``), split along its leading
@@ -60,13 +60,13 @@ def example_files(d) -> list:
     return files
 
 
-def _check_batch_size(batch_size) -> None:
+def _check_batch_size(batch_size, name: str = "step_size") -> None:
     if batch_size is None:
         return
     if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)):
-        raise InputError(f"batch_size must be a positive int or None, got {batch_size!r}")
+        raise InputError(f"{name} must be a positive int or None, got {batch_size!r}")
     if batch_size < 1:
-        raise InputError(f"batch_size must be positive, got {batch_size}")
+        raise InputError(f"{name} must be positive, got {batch_size}")
 
 
 def effective_batch_size(batch_size: Optional[int], n_devices: int) -> int:
@@ -227,12 +227,13 @@ def _output_keys(names: Sequence[str]) -> list:
 def infer(
     model,
     examples: Union[Iterable, str, os.PathLike],
-    batch_size: Optional[int] = None,
+    step_size: Optional[int] = None,
     devices: Optional[Sequence] = None,
     out: Union[None, str, os.PathLike] = None,
     *,
     params=None,
     progress: bool = True,
+    batch_size: Optional[int] = None,
 ):
     """Run ``examples`` through ``model``, data-parallel over devices.
 
@@ -240,15 +241,19 @@ def infer(
         model: a :class:`fbjax.Model` whose inputs have an unknown leading
             (batch) dimension (``fbjax.load(path, batch_size=None)``), or a
             path, loaded that way. A model loaded with the file's batch-1
-            shapes is re-loaded batch-polymorphic from its path.
+            shapes is re-loaded batch-polymorphic from its path. Or a
+            signature, ``model.signature(key)``, whose inputs have an unknown
+            leading dimension (examples in its input order).
         examples: samples shaped like the model's inputs without the batch
             dimension: an iterable of arrays (tuples of arrays for multi-input
             models), an array of shape ``(N, ...)``, or a directory of
             ``.npy``/``.npz`` files read in sorted file-name order (see
             :func:`iter_examples`).
-        batch_size: examples per step for this process, split over its
+        step_size: examples per step for this process, split over its
             devices; rounded up to a multiple of the number of this process's
-            devices in the mesh. Default: 8 per device.
+            devices in the mesh. Default: 8 per device. (Not the model's
+            ``batch_size`` of :func:`fbjax.load`: the model is loaded with
+            any batch, and each step runs ``step_size`` examples.)
         devices: the devices to use (default: ``jax.devices()``, every device
             of every process).
         out: ``None`` to return the results; a ``.npy`` (one output) or
@@ -261,6 +266,8 @@ def infer(
             ``{process}`` in the path is replaced by ``jax.process_index()``.
         params: weights to use instead of ``model.params``.
         progress: show a tqdm progress bar.
+        batch_size: deprecated spelling of ``step_size`` (a
+            ``DeprecationWarning``).
 
     Returns:
         per model output an array whose leading dimension is this process's
@@ -271,7 +278,8 @@ def infer(
     Raises:
         InputError: examples that do not match the model's inputs (naming the
             file when they come from a directory), a model that cannot be
-            made batch-polymorphic, a non-positive ``batch_size``, a bad
+            made batch-polymorphic, a non-positive ``step_size``, both
+            ``step_size`` and ``batch_size`` given, a bad
             ``out`` path (wrong suffix, missing folder).
     """
     import jax
@@ -280,8 +288,20 @@ def infer(
 
     from .model import Model, load
 
+    spelled = "step_size"
+    if batch_size is not None:
+        spelled = "batch_size"
+        if step_size is not None:
+            raise InputError("infer: give step_size only (batch_size is its deprecated spelling)")
+        import warnings
+
+        warnings.warn("fbjax.infer(batch_size=...) is deprecated: the examples per step are step_size=... "
+                      "(batch_size is the model's leading dimension in fbjax.load)", DeprecationWarning,
+                      stacklevel=2)
+        step_size = batch_size
+    batch_size = step_size
     # everything that can be checked without the model, before loading or compiling it
-    _check_batch_size(batch_size)
+    _check_batch_size(batch_size, spelled)
     me = jax.process_index()
     if out is not None:
         out = os.fspath(out)
@@ -290,12 +310,17 @@ def infer(
         check_out_path(out)
     files = example_files(examples) if isinstance(examples, (str, os.PathLike)) else None
 
-    if not isinstance(model, Model):
+    from .signature import SignatureRunner
+
+    if not isinstance(model, (Model, SignatureRunner)):
         model = load(model, batch_size=None)
     if any(s.shape is None or not s.shape or s.shape[0] is not None for s in model.inputs):
+        if isinstance(model, SignatureRunner):
+            raise InputError(f"infer needs a batch-polymorphic signature; {model.key!r} has inputs {model.inputs}")
         if model.path is None:
             raise InputError("infer needs a batch-polymorphic model: load it with fbjax.load(path, batch_size=None)")
         model = load(model.path, batch_size=None)
+    apply = model.apply_tuple if isinstance(model, SignatureRunner) else model.apply
     specs = model.inputs
     for s in specs:
         if any(d is None for d in s.shape[1:]):
@@ -326,7 +351,7 @@ def infer(
         key = tuple(d.id for d in devs)
         fn = cache.get(key)
         if fn is None:
-            fn = cache[key] = jax.jit(model.apply, out_shardings=batch_sharding)
+            fn = cache[key] = jax.jit(apply, out_shardings=batch_sharding)
 
         total = None
         if files is not None:  # (a path: len() would be its number of characters)
@@ -407,7 +432,7 @@ def infer(
             # no examples: the per-sample output shapes and dtypes, traced (not run) at batch 1
             ins = [jax.ShapeDtypeStruct((1, *shp), s.dtype) for shp, s in zip(sample_shapes, specs)]
             try:
-                res = jax.eval_shape(model.apply, model.params if params is None else params, *ins)
+                res = jax.eval_shape(apply, model.params if params is None else params, *ins)
                 res = res if isinstance(res, (tuple, list)) else (res,)
                 return [(np.dtype(r.dtype), tuple(r.shape[1:])) for r in res]
             except Exception:  # noqa: BLE001 - fall back to the declared output specs

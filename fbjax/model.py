@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import importlib
+import dataclasses
 import operator
 import os
 import warnings
@@ -13,10 +13,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from .errors import InputError
-from .formats import read_model
+from .formats import read_model, write_model
 from .ir import ModelIR, Value
 from .cache import compiler_options
-from .lower.build import Program, build
+from .lower.build import Program
+from . import pipeline
+from .options import FILE_BATCH as _FILE
+from .options import LoadOptions
+from .signature import SignatureRunner
 
 
 class TensorSpec(NamedTuple):
@@ -71,7 +75,7 @@ _SAVE_EXT = {".tflite": "tflite", ".rten": "rten", ".flatbuf": "stablehlo", ".on
              ".mlir": "MLIR text", ".npz": "numpy", ".npy": "numpy", ".h5": "Keras", ".keras": "Keras",
              ".pt": "PyTorch", ".pth": "PyTorch", ".safetensors": "safetensors"}
 #: the file-name extensions Model.save accepts per format (no extension is accepted too)
-_FORMAT_EXTS = {"tflite": (".tflite",), "rten": (".rten",), "stablehlo": (".flatbuf",)}
+_FORMAT_EXTS = {"tflite": (".tflite",), "rten": (".rten",), "stablehlo": (".flatbuf",), "gpu_cl": (".bin",)}
 
 def _batch_hint(want: tuple, got: tuple) -> str:
     """The ``batch_size=None`` hint for a shape mismatch, only where it helps:
@@ -124,7 +128,7 @@ class Model:
             ``quantized="float"`` models, whose inputs and outputs are
             float32 real values ``(q - zero_point) * scale`` instead of the
             file's integers.
-        format: ``"tflite"``, ``"rten"`` or ``"stablehlo"``.
+        format: ``"tflite"``, ``"rten"``, ``"stablehlo"`` or ``"gpu_cl"``.
         ir: the parsed :class:`~fbjax.ir.ModelIR`.
     """
 
@@ -154,8 +158,8 @@ class Model:
         with jax.enable_x64(self._x64):
             self.params = {k: jax.device_put(v) for k, v in program.params.items()}  # no per-shape compiles (jnp.asarray: ~1 s)
         # issue 3: resource variables (VAR_HANDLE ...) -> explicit state, see
-        # fbjax.lower.tflite.state; None for models without variables.
-        from .lower.tflite import state as _st
+        # fbjax.lower.state; None for models without variables.
+        from .lower import state as _st
         self._stateful = _st.has_state(ir)  # TFLite variables/random ops, ONNX random ops (issue 5)
         with jax.enable_x64(self._x64):
             self.state = _st.initial_state(program, self.params) if self._stateful else None
@@ -226,13 +230,35 @@ class Model:
             params = {k: v if getattr(v, "dtype", None) == want[k].dtype else jnp.asarray(v, want[k].dtype)
                       for k, v in params.items()}
         if self._stateful:  # models with resource variables: (outputs, new_state)
-            from .lower.tflite.state import apply_with_state
+            from .lower.state import apply_with_state
             outs, new_state = apply_with_state(self._program, params, self.state if state is None else state, *inputs)
             outs = tuple(jnp.asarray(o) for o in outs)
             return (outs[0] if len(outs) == 1 else outs), new_state
         outs = self._program.apply(params, *inputs)
         outs = tuple(jnp.asarray(o) for o in outs)
         return outs[0] if len(outs) == 1 else outs
+
+    def signature(self, key: str):
+        """The entry point named ``key`` in the file's signatures, as a
+        callable bound to its subgraph (like LiteRT's
+        ``Interpreter.get_signature_runner(key)``).
+
+        ``model.signature("decode")(tokens=t, input_pos=p, ...)`` returns
+        ``{output name: array}``; ``.apply(params, **inputs)`` is the pure
+        function over this model's one :attr:`params` dict (for
+        ``jax.grad``); ``.inputs`` / ``.outputs`` are its specs. See
+        :class:`fbjax.signature.SignatureRunner`.
+
+        Raises:
+            InputError: no signature ``key`` (the message lists the keys).
+        """
+        runners = self.__dict__.setdefault("_signature_runners", {})
+        if key not in runners:
+            if key not in self.ir.signatures:
+                raise InputError(f"the model has no signature {key!r}; its signatures are "
+                                 f"{list(self.ir.signatures) or 'none'}")
+            runners[key] = SignatureRunner(self, key)
+        return runners[key]
 
     # -- convenience -----------------------------------------------------
     def _check_params(self, params) -> None:
@@ -453,7 +479,7 @@ class Model:
 
         Everything but the updated constants is kept as the file had it
         (operators, options, names, signatures, metadata). The writer for
-        the format comes from :data:`WRITERS`. Float weights are cast to the
+        the format comes from :data:`fbjax.formats.WRITERS`. Float weights are cast to the
         dtype the file stores (float16 weights are rounded to float16).
         Quantized integer weights given as float (dequantized) values are
         re-quantized with the file's scales and zero points
@@ -498,7 +524,10 @@ class Model:
                                  f"ending in {want}")
         params = self.params if params is None else params
         values = {id(v): v for g in self.ir.graphs for v in g.values}
-        by_name = {name: values[vid] for vid, name in self._program.param_of.items()}
+        by_name, shared = {}, {}  # param name -> a Value; -> every Value (one buffer read by several subgraphs)
+        for vid, name in self._program.param_of.items():
+            by_name[name] = values[vid]
+            shared.setdefault(name, []).append(values[vid])
         quantized = {}
         for g in self.ir.graphs:
             for v in g.values:
@@ -521,8 +550,9 @@ class Model:
             if x.dtype.kind == "f" and not np.all(np.isfinite(x)):
                 raise InputError(f"save: params key {name!r} holds {int(np.sum(~np.isfinite(x)))} NaN or "
                                  "infinite value(s); the file would carry them (check the training step)")
-            updates[v] = x
-        data = _writer(self.format)(self.ir, updates, requantize=requantize)
+            for u in shared.get(name, [v]):
+                updates[u] = x
+        data = write_model(self.ir, updates, requantize=requantize)
         if path is not None:
             path = os.fspath(path)
             folder = os.path.dirname(os.path.abspath(path))
@@ -568,33 +598,10 @@ def _x64_enabled() -> bool:
     return bool(_X64.value)
 
 
-#: format -> module of :mod:`fbjax.formats` whose ``write(ir, updates,
-#: *, requantize) -> bytes`` re-writes a file of that format with the
-#: constants in ``updates`` (``{Value: array}``) replaced; see
-#: :meth:`Model.save`.
-WRITERS = {"tflite": "tflite_writer", "rten": "rten_writer", "stablehlo": "stablehlo_writer"}
-
-
-def _writer(fmt: str):
-    mod = WRITERS.get(fmt)
-    try:
-        module = importlib.import_module(f".formats.{mod}", __package__) if mod else None
-    except ModuleNotFoundError:
-        module = None
-    if module is None:
-        raise InputError(f"saving {fmt!r} models is not supported yet (writers: {sorted(WRITERS)})")
-    return module.write
-
-
-_FILE = "file"
-
-
 def _inferred_outputs(model: "Model") -> list:
     """``model``'s output specs with the shapes tracing computes at its
     static input shapes (see :attr:`Model.outputs`); the declared specs
     when an input is dynamic or tracing fails (the call reports why)."""
-    import warnings
-
     declared = model._declared_outputs
     if any(s.shape is None or None in s.shape for s in model.inputs):
         return list(declared)
@@ -625,10 +632,10 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
     """Load a model file as a :class:`Model`.
 
     Args:
-        source: path to a model file (``.tflite``, ``.rten`` or
-            ``stablehlo.flatbuf``), or its bytes.
-        format: force the format (``"tflite"``, ``"rten"`` or
-            ``"stablehlo"``); detected from the bytes when omitted.
+        source: path to a model file (``.tflite``, ``.rten``,
+            ``stablehlo.flatbuf`` or a TFLite GPU delegate ``.bin``), or its bytes.
+        format: force the format (``"tflite"``, ``"rten"``, ``"stablehlo"`` or
+            ``"gpu_cl"``); detected from the bytes when omitted.
         batch_size: ``"file"`` (default): the shapes stored in the file.
             ``None``: make a model stored with batch 1 batch-polymorphic (the
             inputs' leading dimension becomes ``None`` and ``jit`` retraces
@@ -688,59 +695,24 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
     from .cache import enable as _enable_compilation_cache
 
     _enable_compilation_cache()  # JAX's persistent compilation cache (fbjax/cache.py)
-    if while_max_iterations is not None and (isinstance(while_max_iterations, bool)
-                                             or not isinstance(while_max_iterations, (int, np.integer))
-                                             or while_max_iterations < 0):
-        raise InputError(f"while_max_iterations must be None or an int >= 0, got {while_max_iterations!r}")
-    if isinstance(batch_size, str) and batch_size == "dynamic":
-        batch_size = None
-    compute_dtype = _compute_dtype_name(compute_dtype)
-    ir = read_model(source, format)
-    from .quantization import prepare as _prepare_quantized
-
+    options = LoadOptions(format, batch_size, quantized, while_max_iterations, compute_dtype)
+    ir = read_model(source, options.format)
     g = ir.main_graph
     file_quant = ([_file_quant(v) for v in g.inputs], [_file_quant(v) for v in g.outputs])
-    _prepare_quantized(ir, quantized)
-    if batch_size != _FILE:
-        from .passes import set_batch_size
-
-        set_batch_size(ir, batch_size)
-    program = build(ir, options={"while_max_iterations": while_max_iterations,
-                                 "compute_dtype": None if compute_dtype == "float32" else compute_dtype})
-    if batch_size != _FILE:
-        from .passes import check_batch_size
-
-        with jax.enable_x64(_needs_x64(ir)):  # int16x8 kernels trace only with x64, as Model runs them
-            check_batch_size(ir, program, batch_size)
+    pipeline.prepare(ir, options)
+    program = pipeline.lower(ir, options, x64=_needs_x64(ir))
     path = None if isinstance(source, (bytes, bytearray, memoryview)) else os.fspath(source)
     model = Model(ir, program, path)
     model.input_quantization, model.output_quantization = file_quant
-    _enable_trace_cache(model, source, (format, batch_size, quantized, while_max_iterations, compute_dtype))
-    if batch_size != _FILE and batch_size is not None:  # CPU: a large batch runs in cache-sized chunks
+    _enable_trace_cache(model, source, options)
+    if options.rewrites_batch and options.batch_size is not None:  # CPU: a large batch runs in cache-sized chunks
         from .lower.inference import attach_chunks
 
-        attach_chunks(model, lambda k: load(source, format=format, batch_size=k, quantized=quantized,
-                                             while_max_iterations=while_max_iterations,
-                                             compute_dtype=compute_dtype), batch_size)
+        attach_chunks(model, lambda k: load(source, **options.replace(batch_size=k).as_kwargs()), options.batch_size)
     return model
 
 
-_COMPUTE_DTYPES = ("float32", "bfloat16", "float16")
-
-
-def _compute_dtype_name(dtype) -> str:
-    """``"float32"``, ``"bfloat16"`` or ``"float16"`` for :func:`load`'s
-    ``compute_dtype`` (a name or a numpy/JAX dtype); InputError otherwise."""
-    try:
-        name = np.dtype(dtype).name
-    except TypeError:
-        name = None
-    if name not in _COMPUTE_DTYPES:
-        raise InputError(f"compute_dtype must be one of {list(_COMPUTE_DTYPES)}, got {dtype!r}")
-    return name
-
-
-def _enable_trace_cache(model: "Model", source, load_options: tuple) -> None:
+def _enable_trace_cache(model: "Model", source, options: LoadOptions) -> None:
     """Let the CPU inference path keep its traced program in fbjax's cache
     (:func:`fbjax.cache.trace_cache_dir`) when the model's input shapes are
     static and every lowering it uses is fbjax's own (a user's custom op
@@ -760,4 +732,4 @@ def _enable_trace_cache(model: "Model", source, load_options: tuple) -> None:
             return
     digest = cache.source_digest(source)
     if digest is not None:
-        fast.trace_base = (digest, tuple(map(repr, load_options)))
+        fast.trace_base = (digest, tuple(map(repr, dataclasses.astuple(options))))

@@ -283,6 +283,8 @@ class _Reader:
                     f"{where}: inline data holds {arr.size} elements but shape {list(shape)} needs {n}"
                 )
             data = arr.view(np.uint8) if arr.dtype.itemsize == dtype.itemsize else arr.astype(dtype).view(np.uint8)
+        elif n == 0:  # a zero-element constant (shape [0], any zero dim) needs no bytes (issue 17)
+            data = np.zeros(0, np.uint8)
         else:
             raise ModelFormatError(f"{where}: constant has no data (neither inline nor data_offset)")
         if data.ctypes.data % dtype.itemsize:  # unaligned: copy once
@@ -424,7 +426,8 @@ class _Reader:
                         pos.append(len(ins))
                         ins.append(outer)
                     attrs[f"{key}_captures"] = tuple(pos)
-                nodes.append(Node(OP_SET, op_name, ins, outs, attrs, f"{loc} ({nname!r})" if nname else loc))
+                nodes.append(Node(OP_SET, op_name, ins, outs, attrs, f"{loc} ({nname!r})" if nname else loc,
+                                  regions={key: (gi,) for key, gi, _ in caps}))
                 continue
             values[ni] = v
             all_values.append(v)

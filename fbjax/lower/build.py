@@ -189,8 +189,9 @@ class Program:
             outs_float = any(
                 o is not None and np.issubdtype(np.dtype(o.dtype), np.inexact) for o in node.outputs
             )
-            # (READ_VARIABLE: static handle, but the value is state -- see lower/tflite/state.py)
-            if all(_is_static(a) for a in args) and not outs_float and node.op_name != "READ_VARIABLE":
+            # (not for ops whose result is not a function of their inputs -- state, random draws:
+            # the ``foldable`` fact; READ_VARIABLE has a static handle but its value is state)
+            if all(_is_static(a) for a in args) and not outs_float and opdef.foldable:
                 # Shape-like integer computation: evaluate now, keep numpy.
                 with jax.ensure_compile_time_eval():
                     res = call_op(opdef, ctx, args, node.attrs)
@@ -297,17 +298,25 @@ def unique_param_names(model: ModelIR) -> dict:
     """id(Value) -> unique param name for every constant :func:`is_param` accepts.
 
     Names are the tensor names from the file; repeats get ``#1``, ``#2``...
+    Values holding the very same array (tensors of several subgraphs that
+    the reader found on one buffer, e.g. the weights that an LLM's prefill
+    and decode signatures share) get one name: one param.
     """
     names: dict[int, str] = {}
     used: Counter = Counter()
+    by_data: dict[int, str] = {}  # id(v.data) -> its param name
     for g in model.graphs:
         for v in g.values:
             if id(v) in names or not is_param(v):
+                continue
+            if id(v.data) in by_data:
+                names[id(v)] = by_data[id(v.data)]
                 continue
             base = v.name or f"tensor_{v.index}"
             name = base if used[base] == 0 else f"{base}#{used[base]}"
             used[base] += 1
             names[id(v)] = name
+            by_data[id(v.data)] = name
     return names
 
 
@@ -334,7 +343,10 @@ def build(model: ModelIR, *, backend: Optional[str] = None, options: Optional[di
     check_supported(model)
     param_of = unique_param_names(model)
     values = {id(v): v for g in model.graphs for v in g.values}
-    params = {name: master_weight(values[vid].data) for vid, name in param_of.items()}
+    params = {}
+    for vid, name in param_of.items():
+        if name not in params:  # (one param for the Values of several subgraphs on one buffer)
+            params[name] = master_weight(values[vid].data)
     program = Program(model, params, param_of, backend or jax.default_backend(), options=dict(options or {}))
     check_static_inputs(program)
     return program

@@ -29,8 +29,9 @@ from .registry import REFERENCE, register
 
 # Family modules, imported for their registrations (explicitly, never by discovery).
 from .tflite import elementwise, conv, pool, shape, reduce, quant, resize, custom  # noqa: E402,F401
-from .tflite import math, array, gather, nn, control, nms, rnn, state, random, mediapipe  # noqa: E402,F401  (issue 3)
+from .tflite import math, array, gather, nn, control, nms, rnn, state, random, mediapipe  # noqa: E402,F401
 from . import stablehlo  # noqa: E402,F401  (registers the "stablehlo" ops)
+from . import gpu  # noqa: E402,F401  (registers the "gpu" ops: TFLite GPU delegate .bin files)
 
 __all__ = ["REFERENCE", "ReferenceContext", "register", "run", "supported_ops"]
 

@@ -39,7 +39,7 @@ def _caps(inputs, positions):
     return [inputs[p] for p in positions]
 
 
-@register(OP_SET, "If")
+@register(OP_SET, "If", foldable=False)
 def If(ctx, cond, *captured, then_branch=-1, else_branch=-1, then_branch_captures=(),
        else_branch_captures=()):
     """ONNX ``If``: evaluate ``then_branch`` or ``else_branch`` (graph indices).
@@ -119,7 +119,7 @@ def _warn_once(ctx, msg: str) -> None:
         warnings.warn(msg, stacklevel=2)
 
 
-@register(OP_SET, "Loop")
+@register(OP_SET, "Loop", foldable=False)
 def Loop(ctx, M=None, cond=None, *rest, body=-1, body_captures=()):
     """ONNX ``Loop``: ``for i in range(M) while cond`` over loop-carried values."""
     allin = [M, cond, *rest]
@@ -186,19 +186,19 @@ def _seq(s):
     return s
 
 
-@register(OP_SET, "SequenceEmpty")
+@register(OP_SET, "SequenceEmpty", foldable=False)
 def SequenceEmpty(ctx, *, dtype=None):
     """ONNX ``SequenceEmpty``: an empty sequence."""
     return [[]]
 
 
-@register(OP_SET, "SequenceConstruct")
+@register(OP_SET, "SequenceConstruct", foldable=False)
 def SequenceConstruct(ctx, *inputs):
     """ONNX ``SequenceConstruct``: a sequence of the inputs."""
     return [list(inputs)]
 
 
-@register(OP_SET, "SequenceLength", differentiable=False)
+@register(OP_SET, "SequenceLength", differentiable=False, foldable=False)
 def SequenceLength(ctx, input_sequence):
     """ONNX ``SequenceLength``: int32 scalar."""
     return np.int32(len(_seq(input_sequence)))
@@ -214,14 +214,14 @@ def _pos(ctx, position, n, insert=False):
     return p
 
 
-@register(OP_SET, "SequenceAt", static_inputs=(1,))
+@register(OP_SET, "SequenceAt", static_inputs=(1,), foldable=False)
 def SequenceAt(ctx, input_sequence, position):
     """ONNX ``SequenceAt`` a load-time-constant position."""
     s = _seq(input_sequence)
     return s[_pos(ctx, position, len(s))]
 
 
-@register(OP_SET, "SequenceInsert", static_inputs=(2,))
+@register(OP_SET, "SequenceInsert", static_inputs=(2,), foldable=False)
 def SequenceInsert(ctx, input_sequence, tensor, position=None):
     """ONNX ``SequenceInsert`` (at the end by default)."""
     s = list(_seq(input_sequence))
@@ -229,7 +229,7 @@ def SequenceInsert(ctx, input_sequence, tensor, position=None):
     return [s]
 
 
-@register(OP_SET, "SequenceErase", static_inputs=(1,))
+@register(OP_SET, "SequenceErase", static_inputs=(1,), foldable=False)
 def SequenceErase(ctx, input_sequence, position=None):
     """ONNX ``SequenceErase`` (the last element by default)."""
     s = list(_seq(input_sequence))
@@ -237,7 +237,7 @@ def SequenceErase(ctx, input_sequence, position=None):
     return [s]
 
 
-@register(OP_SET, "ConcatFromSequence")
+@register(OP_SET, "ConcatFromSequence", foldable=False)
 def ConcatFromSequence(ctx, input_sequence, *, axis=0, new_axis=False):
     """ONNX ``ConcatFromSequence`` (``new_axis`` stacks)."""
     s = [jnp.asarray(x) for x in _seq(input_sequence)]
@@ -246,7 +246,7 @@ def ConcatFromSequence(ctx, input_sequence, *, axis=0, new_axis=False):
     return jnp.concatenate(s, axis=norm_axis(axis, s[0].ndim, ctx))
 
 
-@register(OP_SET, "SplitToSequence", static_inputs=(1,))
+@register(OP_SET, "SplitToSequence", static_inputs=(1,), foldable=False)
 def SplitToSequence(ctx, input, split=None, *, axis=0, keep_dims=True):
     """ONNX ``SplitToSequence``: pieces of the constant ``split`` sizes (scalar:
     chunks of that size), or size-1 pieces (squeezed unless ``keep_dims``)."""

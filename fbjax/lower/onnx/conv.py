@@ -13,6 +13,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 from jax import lax
 
+from ... import batch_rules
 from .. import kernels
 from ..registry import register
 from ._util import OP_SET, ints, spatial_letters
@@ -78,7 +79,7 @@ def _bias(y, B):
     return y + jnp.reshape(B, (1, -1) + (1,) * (y.ndim - 2))
 
 
-@register(OP_SET, "Conv")
+@register(OP_SET, "Conv", weights=((1, "OIHW"), (2, "O")))
 def Conv(ctx, X, W, B=None, *, auto_pad="Same", pads=None, groups=0, strides=None, dilations=None):
     """ONNX ``Conv`` (1-3 spatial dims), NCHW input, OIHW weights, optional bias.
 
@@ -161,7 +162,7 @@ def ConvTranspose(ctx, X, W, B=None, *, strides=None, auto_pad="NotSet", pads=No
     return _bias(y, B)
 
 
-@register(OP_SET, "MatMul")
+@register(OP_SET, "MatMul", weights=((0, "MK"), (1, "KN")), batch=batch_rules.onnx_matmul)
 def MatMul(ctx, A, B):
     """ONNX ``MatMul`` (numpy ``matmul`` semantics, float32 accumulation at full precision)."""
     return jnp.matmul(A, B, precision=kernels.PRECISION, preferred_element_type=kernels.accumulation_dtype(A, B))
@@ -181,7 +182,7 @@ def MatMulInteger(ctx, A, B, a_zero_point=None, b_zero_point=None):
     return jnp.matmul(a, b, preferred_element_type=jnp.int32)
 
 
-@register(OP_SET, "Gemm")
+@register(OP_SET, "Gemm", weights=((0, "MK"), (1, "KN"), (2, "N")), batch=batch_rules.onnx_gemm)
 def Gemm(ctx, A, B, C=None, *, alpha=0.0, beta=0.0, transpose_a=False, transpose_b=False):
     """ONNX ``Gemm``: ``alpha * A' @ B' + beta * C`` (schema defaults alpha = beta = 0;
     rten-convert writes ONNX's 1.0)."""
@@ -202,7 +203,7 @@ def Gemm(ctx, A, B, C=None, *, alpha=0.0, beta=0.0, transpose_a=False, transpose
     return y
 
 
-@register(OP_SET, "Einsum")
+@register(OP_SET, "Einsum", batch=batch_rules.onnx_einsum)
 def Einsum(ctx, *Inputs, equation=""):
     """ONNX ``Einsum`` (numpy einsum equation, full precision)."""
     if not equation:

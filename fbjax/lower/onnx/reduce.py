@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from ... import batch_rules
 from ...errors import InputError
 from ..registry import register
 from ._util import OP_SET, axis as norm_axis, ints
@@ -27,7 +28,7 @@ def _reduce(name, fn, doc):
     op.__name__ = op.__qualname__ = name
     op.__doc__ = (f"ONNX ``{name}``: {doc} over ``axes`` (attribute or constant second input; all "
                   "axes when empty), keeping them as size 1 when ``keep_dims``.")
-    register(OP_SET, name, static_inputs=(1,), full_precision=True)(op)
+    register(OP_SET, name, static_inputs=(1,), batch=batch_rules.onnx_reduce, full_precision=True)(op)
 
 
 _reduce("ReduceSum", lambda x, a, k: jnp.sum(x, a, keepdims=k), "sum")
@@ -63,14 +64,14 @@ def _arg(name, fn):
     op.__name__ = op.__qualname__ = name
     op.__doc__ = (f"ONNX ``{name}``: int32 index of the first extreme along ``axis`` "
                   "(``select_last_index`` 0; rten-convert rejects 1).")
-    register(OP_SET, name, differentiable=False)(op)
+    register(OP_SET, name, differentiable=False, batch=batch_rules.onnx_axis)(op)
 
 
 _arg("ArgMax", jnp.argmax)
 _arg("ArgMin", jnp.argmin)
 
 
-@register(OP_SET, "CumSum", static_inputs=(1,), full_precision=True)
+@register(OP_SET, "CumSum", static_inputs=(1,), batch=batch_rules.onnx_cumsum, full_precision=True)
 def CumSum(ctx, x, axis):
     """ONNX ``CumSum`` along the constant ``axis`` input (inclusive, forward only:
     rten-convert rejects ``exclusive``/``reverse``)."""
@@ -78,7 +79,7 @@ def CumSum(ctx, x, axis):
     return jnp.cumsum(x, axis=norm_axis(ints(axis)[0], x.ndim, ctx), dtype=x.dtype)
 
 
-@register(OP_SET, "TopK", static_inputs=(1,))
+@register(OP_SET, "TopK", static_inputs=(1,), batch=batch_rules.onnx_axis)
 def TopK(ctx, X, K, *, axis=0, largest=False, sorted=False):
     """ONNX ``TopK``: the ``K`` (load-time constant) largest or smallest along ``axis``.
 

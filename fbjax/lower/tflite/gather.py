@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from ... import batch_rules
 from ...errors import InputError
 from ..registry import register
 
@@ -30,7 +31,7 @@ def _axis(ctx, a, rank):
     return a % max(rank, 1)
 
 
-@register("tflite", "GATHER")
+@register("tflite", "GATHER", int_passthrough=True, batch=batch_rules.tflite_gather)
 def GATHER(ctx, params, indices, *, axis=0, batch_dims=0):
     """TFLite GATHER: ``out[b.., i.., r..] = params[b.., indices[b.., i..], r..]``
     along ``axis`` with the first ``batch_dims`` dims shared (TF semantics)."""
@@ -51,7 +52,7 @@ def GATHER(ctx, params, indices, *, axis=0, batch_dims=0):
     return f(params, indices, ax - bd)
 
 
-@register("tflite", "GATHER_ND")
+@register("tflite", "GATHER_ND", int_passthrough=True)
 def GATHER_ND(ctx, params, indices):
     """TFLite GATHER_ND: ``out[i..] = params[indices[i.., :]]``, the last
     index dim addressing the leading ``k`` params dims."""
@@ -74,7 +75,7 @@ def SCATTER_ND(ctx, indices, updates, shape):
     return jnp.zeros(shape, ctx.out_dtype(0)).at[idx].add(jnp.asarray(updates), mode="drop")
 
 
-@register("tflite", "ONE_HOT", static_inputs=(1,))
+@register("tflite", "ONE_HOT", static_inputs=(1,), batch=batch_rules.tflite_axis_attr)
 def ONE_HOT(ctx, indices, depth, on_value, off_value, *, axis=-1):
     """TFLite ONE_HOT: ``on_value`` where ``indices == j``, else
     ``off_value``; the new depth dim is inserted at ``axis`` (-1 = last)."""
@@ -107,19 +108,21 @@ def _arg(ctx, fn, x, axis):
     return fn(x, axis=a).astype(ctx.out_dtype(0))
 
 
-@register("tflite", "ARG_MAX", static_inputs=(1,), differentiable=False)
+@register("tflite", "ARG_MAX", static_inputs=(1,), differentiable=False,
+          int_passthrough=True, batch=batch_rules.tflite_axis_attr)
 def ARG_MAX(ctx, x, axis, *, output_type=None):
     """TFLite ARG_MAX: index of the first maximum along ``axis``."""
     return _arg(ctx, jnp.argmax, x, axis)
 
 
-@register("tflite", "ARG_MIN", static_inputs=(1,), differentiable=False)
+@register("tflite", "ARG_MIN", static_inputs=(1,), differentiable=False,
+          int_passthrough=True, batch=batch_rules.tflite_axis_attr)
 def ARG_MIN(ctx, x, axis, *, output_type=None):
     """TFLite ARG_MIN: index of the first minimum along ``axis``."""
     return _arg(ctx, jnp.argmin, x, axis)
 
 
-@register("tflite", "CUMSUM", static_inputs=(1,))
+@register("tflite", "CUMSUM", static_inputs=(1,), batch=batch_rules.tflite_axis_attr)
 def CUMSUM(ctx, x, axis, *, exclusive=False, reverse=False):
     """TFLite CUMSUM along ``axis``; ``exclusive`` shifts by one (first
     element 0), ``reverse`` sums from the end."""

@@ -1,4 +1,4 @@
-"""TFLite neural-network ops added for issue 3, float path: batched matmul,
+"""TFLite neural-network ops, float path: batched matmul,
 normalizations, L2 pooling, transposed and 3-D convolutions, nearest resize,
 RFFT2D and REDUCE_WINDOW. Layouts stay native (NHWC / NDHWC activations,
 OHWI / DHWIO / DHWOI weights) through ``dimension_numbers``.
@@ -27,7 +27,7 @@ def _pads(ctx, padding, in_sizes, k, strides, dil=None):
         raise ctx.error(str(e)) from None
 
 
-@register("tflite", "BATCH_MATMUL")
+@register("tflite", "BATCH_MATMUL", weights=((0, "MK"), (1, "KN")))
 def BATCH_MATMUL(ctx, x, y, *, adj_x=False, adj_y=False, asymmetric_quantize_inputs=False):
     """TFLite BATCH_MATMUL: ``x @ y`` over the last two dims with numpy
     broadcasting of the batch dims; ``adj_x`` / ``adj_y`` transpose them first."""

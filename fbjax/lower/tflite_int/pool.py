@@ -18,6 +18,7 @@ from ...errors import InputError
 from .. import kernels
 from ..registry import register
 from . import fixedpoint as fp
+from . import rounding
 from ._common import activation_range, as_i32, clamp_cast, out_dtype, qrange, scale_zp
 
 OP_SET = "tflite.int"
@@ -148,7 +149,7 @@ def _mean_or_sum(ctx, x, axis, keep_dims, compute_sum):
     return _finish(ctx, y, x.shape, axes, keep_dims)
 
 
-@register(OP_SET, "MEAN", differentiable=False, static_inputs=(1,))
+@register(OP_SET, "MEAN", differentiable=False, static_inputs=(1,), fq_rounding=rounding.mean)
 def MEAN(ctx, x, axis, *, keep_dims=False):
     """Quantized MEAN (8/16-bit, ``s_in/s_out`` rescaling)."""
     return _mean_or_sum(ctx, x, axis, keep_dims, False)

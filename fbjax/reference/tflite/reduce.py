@@ -34,7 +34,7 @@ def MEAN(ctx, x, axis, *, keep_dims=False):
     return to_out(ctx, np.mean(x.astype(np.float64), axis=axes, keepdims=bool(keep_dims)))
 
 
-# --- issue 3: the other reductions -------------------------------------------
+# --- the other reductions ----------------------------------------------------
 
 def _reduce(ctx, fn, x, axis, keep_dims):
     x = np.asarray(x)
