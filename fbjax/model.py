@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import operator
 import os
 import warnings
@@ -20,6 +21,7 @@ from .lower.build import Program
 from . import pipeline
 from .options import FILE_BATCH as _FILE
 from .options import LoadOptions
+from .passes import bind_inputs
 from .signature import SignatureRunner
 
 
@@ -628,6 +630,7 @@ def _inferred_outputs(model: "Model") -> list:
 
 def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, str] = _FILE,
          quantized: str = "exact", while_max_iterations: Optional[int] = None,
+         constant_inputs: Optional[Mapping] = None, static_bounds: bool = False,
          compute_dtype: str = "float32") -> Model:
     """Load a model file as a :class:`Model`.
 
@@ -661,6 +664,31 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
             (integer and bool outputs keep their values after N steps), so a
             too-small N shows as NaN rather than a silently wrong result.
             Cost: N body evaluations per loop, whatever the real trip count.
+        constant_inputs: ``{input name: array}``: bind these graph inputs
+            to the given values at load time (:func:`fbjax.passes.bind_inputs`);
+            they leave :attr:`Model.inputs`. For inputs whose *values* fix
+            shapes (a Reduce's ``axes``, a Reshape's shape, TopK's ``k``,
+            NonZero's input) given as graph inputs, which a jitted call
+            cannot take. Arrays cast to the input's dtype (``same_kind``).
+        static_bounds: ``False`` (default): an op whose output size depends
+            on values computed by the graph (ONNX ``NonMaxSuppression``,
+            ``NonZero``, ``TopK``'s ``k``, ``Loop`` scan outputs) is refused (at load or at
+            the first call). ``True``: such ops return
+            their output padded to a bound known at load time (rows or
+            columns filled with -1) and the model gets one extra int32
+            scalar output per op, named ``"<output name>:valid_count"``,
+            the number of valid leading entries; the model stays jittable
+            and vmappable. Bounds: ``NonMaxSuppression``
+            ``[batches * classes * min(max_output_boxes_per_class, boxes), 3]``
+            (valid rows first, in ONNX's order), ``NonZero``
+            ``[rank, input size]``; ``TopK`` with a ``k`` not stored in the
+            file: the axis' size (values 0, indices -1 past ``k``); ``Loop``
+            with scan outputs and a
+            condition computed from data: scan outputs padded with zeros to
+            the (load-time) trip count, the count being the iterations run.
+            (TFLite ``NON_MAX_SUPPRESSION_V4/V5``
+            always return outputs padded to their ``max_output_size`` and a
+            count, as LiteRT does.)
         compute_dtype: ``"float32"`` (default), ``"bfloat16"`` or
             ``"float16"``: the dtype float activations and weights compute
             in (accelerators run these at 2-16x float32's rate).
@@ -690,13 +718,17 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
             ``batch_size`` is not ``"file"``, None/``"dynamic"`` or a
             positive int, or the model cannot take another batch (the
             message names the operator); ``quantized`` is not ``"exact"`` or
-            ``"float"``; ``compute_dtype`` is not one of the three names.
+            ``"float"``; a ``constant_inputs`` name that is not an input (the
+            message lists the inputs), or an array of another shape or dtype;
+            ``compute_dtype`` is not one of the three names.
     """
     from .cache import enable as _enable_compilation_cache
 
     _enable_compilation_cache()  # JAX's persistent compilation cache (fbjax/cache.py)
-    options = LoadOptions(format, batch_size, quantized, while_max_iterations, compute_dtype)
+    options = LoadOptions(format, batch_size, quantized, while_max_iterations, static_bounds, compute_dtype)
     ir = read_model(source, options.format)
+    if constant_inputs:
+        bind_inputs(ir, constant_inputs)
     g = ir.main_graph
     file_quant = ([_file_quant(v) for v in g.inputs], [_file_quant(v) for v in g.outputs])
     pipeline.prepare(ir, options)
@@ -704,11 +736,19 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
     path = None if isinstance(source, (bytes, bytearray, memoryview)) else os.fspath(source)
     model = Model(ir, program, path)
     model.input_quantization, model.output_quantization = file_quant
+    # what loading this file again with another batch needs (fbjax.infer, the chunks below)
+    model._load_kwargs = dict(options.as_kwargs(), constant_inputs=constant_inputs)
     _enable_trace_cache(model, source, options)
+    fast = getattr(model, "_fast", None)
+    if constant_inputs and getattr(fast, "trace_base", None) is not None:  # the bound values key the trace too
+        bound = tuple((k, np.asarray(v).dtype.str, np.shape(v),
+                       hashlib.sha256(np.ascontiguousarray(v).tobytes()).hexdigest())
+                      for k, v in sorted(constant_inputs.items()))
+        fast.trace_base = (fast.trace_base[0], fast.trace_base[1] + (repr(bound),))
     if options.rewrites_batch and options.batch_size is not None:  # CPU: a large batch runs in cache-sized chunks
         from .lower.inference import attach_chunks
 
-        attach_chunks(model, lambda k: load(source, **options.replace(batch_size=k).as_kwargs()), options.batch_size)
+        attach_chunks(model, lambda k: load(source, **dict(model._load_kwargs, batch_size=k)), options.batch_size)
     return model
 
 

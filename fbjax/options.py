@@ -36,6 +36,9 @@ class LoadOptions:
             None) or a positive int.
         quantized: ``"exact"`` or ``"float"``.
         while_max_iterations: None or an int >= 0.
+        static_bounds: ops whose output size depends on computed values
+            return outputs padded to a bound plus a valid count
+            (:func:`fbjax.passes.add_valid_counts`).
         compute_dtype: ``"float32"``, ``"bfloat16"`` or ``"float16"`` (a
             numpy/JAX dtype is stored as its name).
 
@@ -50,6 +53,7 @@ class LoadOptions:
     batch_size: Union[int, None, str] = FILE_BATCH
     quantized: str = "exact"
     while_max_iterations: Optional[int] = None
+    static_bounds: bool = False
     compute_dtype: str = "float32"
 
     def __post_init__(self):
