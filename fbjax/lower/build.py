@@ -61,10 +61,21 @@ class LowerContext(OpContext):
         self.options = program.options
 
     def call_graph(self, index: int, *args):
-        """Evaluate ``model.graphs[index]`` on ``args``; returns a list."""
+        """Evaluate ``model.graphs[index]`` on ``args``; returns a list.
+
+        Under a reduced ``compute_dtype`` the subgraph computes in it too
+        (its float outputs cast to it, so loop carries keep their dtype),
+        except when called from a ``full_precision`` op (reduction bodies),
+        where it computes in float32."""
         if not 0 <= index < len(self.model.graphs):
             raise self.error(f"refers to subgraph {index}, but the model has {len(self.model.graphs)}")
-        return self.program.eval_graph(index, list(args), self._params)
+        prog = self.program
+        saved = prog._narrow
+        prog._narrow = saved and not getattr(self, "_full_precision", False)
+        try:
+            return prog.eval_graph(index, list(args), self._params)
+        finally:
+            prog._narrow = saved
 
 
 def _is_static(x) -> bool:
@@ -121,9 +132,19 @@ class Program:
     registry: object = LOWERINGS
     options: dict = field(default_factory=dict)
 
+    def __post_init__(self):
+        cd = self.options.get("compute_dtype")
+        #: the reduced float dtype activations and weights compute in (None: the file's float32)
+        self.compute_dtype = None if cd is None or np.dtype(cd) == np.float32 else np.dtype(cd)
+        self._narrow = self.compute_dtype is not None  # False while a full_precision op's subgraph runs
+
     def apply(self, params: dict, *inputs):
-        """Run the main graph. Returns a tuple, one entry per graph output."""
-        return tuple(self.eval_graph(self.model.main, list(inputs), params))
+        """Run the main graph. Returns a tuple, one entry per graph output,
+        in the dtypes the file declares (also under a reduced ``compute_dtype``)."""
+        outs = self.eval_graph(self.model.main, list(inputs), params)
+        if self.compute_dtype is not None:
+            outs = [_to_file_dtype(o, v) for o, v in zip(outs, self.model.main_graph.outputs)]
+        return tuple(outs)
 
     def eval_graph(self, index: int, inputs: list, params: dict) -> list:
         graph: Graph = self.model.graphs[index]
@@ -186,6 +207,9 @@ class Program:
                 continue
             ctx = LowerContext(node, self.model, self)
             ctx._params = params
+            if self.compute_dtype is not None:
+                args = _compute_precision(args, opdef, self.compute_dtype if self._narrow else None)
+                ctx._full_precision = opdef.full_precision or opdef.op_set in _INTEGER_OP_SETS
             outs_float = any(
                 o is not None and np.issubdtype(np.dtype(o.dtype), np.inexact) for o in node.outputs
             )
@@ -205,7 +229,52 @@ class Program:
         if not_static:
             raise UnsupportedOperatorError(Counter(k for k, _ in not_static),
                                            detail=" ".join(why for _, why in not_static))
-        return [lookup(v) for v in graph.outputs]
+        outs = [lookup(v) for v in graph.outputs]
+        if self._narrow and index != self.model.main:
+            outs = [_narrowed(o, self.compute_dtype) for o in outs]
+        return outs
+
+
+#: op sets of integer (quantized) kernels: their float inputs (scales, hybrid activations) stay float32
+_INTEGER_OP_SETS = frozenset({"tflite.int", "fbjax"})
+_LOW = frozenset({np.dtype(np.float16), np.dtype(jax.numpy.bfloat16)})
+
+
+def _narrowed(x, dtype):
+    """``x`` cast to ``dtype`` when it is a float32 array (numpy stays numpy), else ``x``."""
+    dt = getattr(x, "dtype", None)
+    if dt is None or np.dtype(dt) != np.float32:
+        return x
+    return x.astype(dtype)
+
+
+def _widened(x):
+    """``x`` cast to float32 when it is a float16/bfloat16 array, else ``x``."""
+    dt = getattr(x, "dtype", None)
+    if dt is None or np.dtype(dt) not in _LOW:
+        return x
+    return x.astype(np.float32)
+
+
+def _compute_precision(args: list, opdef: OpDef, narrow) -> list:
+    """An op's arguments under a reduced compute dtype: float32 arrays cast
+    to ``narrow`` (static inputs and integer arrays untouched); for
+    ``full_precision`` ops, integer kernels, or ``narrow=None`` (inside a
+    full-precision op's subgraph), float16/bfloat16 arrays widened to
+    float32 instead."""
+    if narrow is None or opdef.full_precision or opdef.op_set in _INTEGER_OP_SETS:
+        return [a if i in opdef.static_inputs else _widened(a) for i, a in enumerate(args)]
+    return [a if i in opdef.static_inputs else _narrowed(a, narrow) for i, a in enumerate(args)]
+
+
+def _to_file_dtype(x, v: Value):
+    """A graph output computed in a reduced dtype, cast back to ``v``'s file dtype."""
+    dt = getattr(x, "dtype", None)
+    if dt is None or v.dtype is None or v.dtype == np.object_ or np.dtype(dt) == np.dtype(v.dtype):
+        return x
+    if np.dtype(dt) in _LOW and np.issubdtype(np.dtype(v.dtype), np.floating):
+        return x.astype(v.dtype)
+    return x
 
 
 #: the value of a node skipped after a refused static input (never leaves eval_graph: it raises)
@@ -282,7 +351,11 @@ def build(model: ModelIR, *, backend: Optional[str] = None, options: Optional[di
         options: lowering options read by lowerings as ``ctx.options``:
             ``while_max_iterations`` (int or None): lower TFLite WHILE to a
             bounded, reverse-differentiable ``lax.scan`` of that many steps
-            (see :func:`fbjax.load`).
+            (see :func:`fbjax.load`); ``compute_dtype`` (``"float32"``,
+            ``"bfloat16"``, ``"float16"`` or None): the dtype float ops
+            compute in (float32 arrays are cast to it before each op;
+            ``full_precision`` ops and integer kernels compute in float32;
+            graph outputs return in the file's dtypes).
 
     Returns:
         a :class:`Program` whose ``apply(params, *inputs)`` is pure and
