@@ -162,8 +162,9 @@ def generate(model, prompt_tokens, max_new_tokens: int, *, key=None, temperature
         for a single prompt given as a flat sequence).
 
     Raises:
-        InputError: no LLM signatures, an empty or too long prompt, a bad
-            ``temperature``/``top_k``/``max_new_tokens``.
+        InputError: no LLM signatures, an empty or too long prompt, a token
+            id outside the vocabulary (the decode ``logits``' last
+            dimension), a bad ``temperature``/``top_k``/``max_new_tokens``.
 
     The program is compiled once per (batch size, ``max_new_tokens``,
     sampling settings) and kept on the model.
@@ -185,6 +186,12 @@ def generate(model, prompt_tokens, max_new_tokens: int, *, key=None, temperature
         if not 1 <= len(r) <= n + 1:
             raise InputError(f"generate: prompt {i} has {len(r)} tokens; signature {pre.key!r} takes 1 to {n + 1} "
                              "(its prefill length + the first decode step)")
+    vocab = {s.name: s for s in dec.outputs}["logits"].shape[-1]
+    for i, r in enumerate(rows):
+        bad = [int(t) for t in r if not 0 <= int(t) < vocab]
+        if bad:
+            raise InputError(f"generate: prompt {i} has token ids {bad[:5]} outside 0..{vocab - 1} (the decode "
+                             f"signature's logits have {vocab} entries: the vocabulary)")
     dec_mask = {s.name: s for s in dec.inputs}.get("mask")
     if dec_mask is not None and max(map(len, rows)) - 1 + max_new_tokens > dec_mask.shape[-1]:
         raise InputError(f"generate: {max(map(len, rows))} prompt tokens + {max_new_tokens} new ones exceed the "

@@ -265,3 +265,15 @@ def test_run_input_names_are_checked_before_anything_runs(tmp_path, capsys):
             main(["run", str(path), "--input", given, "--repeat", "0"])
         assert want in str(e.value.code)
         assert "input  " not in capsys.readouterr().out
+
+
+def test_generate_refuses_token_ids_outside_the_vocabulary():
+    """The llama fixture's vocabulary is 256 (VOCAB in tests/data/llm/generate.py):
+    ids 256 and -5 are refused by name (they ran silently before)."""
+    import fbjax
+
+    model = fbjax.load(LLAMA)
+    for bad in (256, -5):
+        with pytest.raises(fbjax.InputError, match=rf"prompt 1 has token ids \[{bad}\] outside 0..255"):
+            fbjax.generate(model, [[1, 2], [3, bad]], 2)
+    assert fbjax.generate(model, [1, 255], 2).shape == (2,)
