@@ -83,6 +83,13 @@ def _div(num, const):
     return num / (const + (num - num))
 
 
+def _ints(w):
+    """Integer weights as int32: the file's constants, or in float mode
+    (:func:`fbjax.quantization.prepare`) the traced output of
+    ``fbjax:QUANTIZE_WEIGHTS``."""
+    return jnp.asarray(w).astype(jnp.int32)
+
+
 def symmetric_quantize(x2d):
     """``SymmetricQuantizeFloats`` of each row of float32 ``x2d`` [R, N]:
     ``(q int32 [R, N], scale float32 [R])``."""
@@ -190,10 +197,10 @@ def FULLY_CONNECTED(ctx, x, w, b=None, *, fused_activation_function="NONE", weig
         raise ctx.error(f"input of shape {tuple(x.shape)} does not flatten to rows of {i}")
     lead = tuple(x.shape[:-1]) if keep_num_dims else (x.size // i,)
     q, s, z = _quantize(x.reshape(-1, i), asymmetric_quantize_inputs)
-    wi = np.asarray(w).astype(np.int32)
+    wi = _ints(w)
     acc = lax.dot_general(q, jnp.asarray(wi), (((1,), (1,)), ((), ())), preferred_element_type=jnp.int32)
     if z is not None:
-        acc = acc - z[:, None] * jnp.asarray(wi.sum(axis=1, dtype=np.int64).astype(np.int32))[None, :]
+        acc = acc - z[:, None] * wi.sum(axis=1)[None, :]  # |sum| <= 128 * I: exact in int32
     scale = _rounded(s[:, None] * jnp.asarray(_weight_scales(ctx, o))[None, :])
     y = _activation(ctx, _scale_out(acc, scale, b), fused_activation_function)
     return y.reshape(lead + (o,))
@@ -231,7 +238,7 @@ def CONV_2D(ctx, x, w, b=None, *, padding="SAME", stride_w=1, stride_h=1,
     strides = (int(stride_h), int(stride_w))
     dil = (int(dilation_h_factor), int(dilation_w_factor))
     pads = _padding(ctx, padding, q.shape[1:3], np.shape(w)[1:3], strides, dil)
-    acc = lax.conv_general_dilated(q, jnp.asarray(np.asarray(w).astype(np.int32)), strides, pads,
+    acc = lax.conv_general_dilated(q, _ints(w), strides, pads,
                                    rhs_dilation=dil, dimension_numbers=_NHWC_OHWI,
                                    feature_group_count=c_in // i, preferred_element_type=jnp.int32)
     scale = _rounded(s[:, None, None, None] * jnp.asarray(_weight_scales(ctx, o)))
@@ -258,7 +265,7 @@ def DEPTHWISE_CONV_2D(ctx, x, w, b=None, *, padding="SAME", stride_w=1, stride_h
     strides = (int(stride_h), int(stride_w))
     dil = (int(dilation_h_factor), int(dilation_w_factor))
     pads = _padding(ctx, padding, q.shape[1:3], np.shape(w)[1:3], strides, dil)
-    acc = kernels.depthwise_conv(q, jnp.asarray(np.asarray(w)[0].astype(np.int32)), window_strides=strides,
+    acc = kernels.depthwise_conv(q, _ints(w)[0], window_strides=strides,
                                  padding=pads, rhs_dilation=dil, lhs_spec="NHWC",
                                  backend=getattr(ctx, "backend", None)).astype(jnp.int32)
     y = _rounded(acc.astype(jnp.float32) * jnp.asarray(_weight_scales(ctx, oc))) * s[:, None, None, None]
@@ -277,9 +284,9 @@ def BATCH_MATMUL(ctx, a, b, *, adj_x=False, adj_y=False, asymmetric_quantize_inp
     a = jnp.asarray(a, jnp.float32)
     if adj_x:
         a = jnp.swapaxes(a, -1, -2)
-    bi = np.asarray(b).astype(np.int32)
+    bi = _ints(b)
     if adj_y:
-        bi = np.swapaxes(bi, -1, -2)
+        bi = jnp.swapaxes(bi, -1, -2)
     if a.ndim < 2 or bi.ndim < 2 or a.shape[-1] != bi.shape[-2]:
         raise ctx.error(f"shapes {tuple(a.shape)} and {tuple(bi.shape)} do not contract")
     k = a.shape[-1]
@@ -287,7 +294,7 @@ def BATCH_MATMUL(ctx, a, b, *, adj_x=False, adj_y=False, asymmetric_quantize_inp
     q = q.reshape(a.shape)
     acc = jnp.matmul(q, jnp.asarray(bi), preferred_element_type=jnp.int32)
     if z is not None:
-        col_sums = jnp.asarray(bi.sum(axis=-2, dtype=np.int64).astype(np.int32))
+        col_sums = bi.sum(axis=-2)
         acc = acc - z.reshape(a.shape[:-1])[..., None] * col_sums[..., None, :]
     ws = _weight_scales(ctx, 1)[0]
     scale = _rounded(s * jnp.float32(ws)).reshape(a.shape[:-1])[..., None]
@@ -328,7 +335,7 @@ def TRANSPOSE_CONV(ctx, output_shape, w, x, b=None, *, padding="SAME", stride_w=
     pw = _padding(ctx, padding, [ow], [kw], [sw], [1])[0][0]
     ws = jnp.asarray(_weight_scales(ctx, o))
     s_img = s[:, None, None, None]
-    wi = np.asarray(w).astype(np.int32)
+    wi = _ints(w)
     out = jnp.zeros((n, oh, ow, o), jnp.float32)
     for ky in reversed(range(kh)):
         for kx in reversed(range(kw)):
