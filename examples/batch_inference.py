@@ -53,13 +53,13 @@ def run(args) -> dict:
 
     warm = np.random.default_rng(1).random((batch, *shape), dtype=np.float32)
     t0 = time.perf_counter()
-    fbjax.infer(model, warm, batch_size=batch, progress=False)  # compile once
+    fbjax.infer(model, warm, step_size=batch, progress=False)  # compile once
     t_compile = time.perf_counter() - t0
 
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "out.npz")
         t0 = time.perf_counter()
-        fbjax.infer(model, examples, batch_size=batch, out=out, progress=not args.no_progress)
+        fbjax.infer(model, examples, step_size=batch, out=out, progress=not args.no_progress)
         dt = time.perf_counter() - t0
         with np.load(out) as z:
             first = z[z.files[0]]

@@ -16,6 +16,7 @@ from .errors import FbjaxError, InputError, ModelFormatError, UnsupportedOperato
 from .model import Model, SignatureSpec, TensorSpec, load
 from .train import trainable
 from .infer import infer  # the function; the module stays importable as fbjax.infer
+from .generate import generate  # the function; the module stays importable as fbjax.generate
 from .lower.stablehlo.custom import register_custom_call
 from .custom import register_custom_op
 from . import data  # fbjax.data.DEFAULT_MODEL: the bundled model (README snippets, `fbjax run`)
@@ -31,7 +32,7 @@ def supported_ops(op_set: str | None = None) -> dict[str, list[str]]:
             ``"tflite.int"`` (the bit-exact quantized kernels),
             ``"tflite.hybrid"``, ``"tflite.custom"`` (MediaPipe and
             registered custom ops), ``"onnx"`` (``.rten``), ``"stablehlo"``,
-            ``"fbjax"`` (fbjax's own helper ops).
+            ``"gpu"`` (TFLite GPU delegate ``.bin``), ``"fbjax"`` (fbjax's own helper ops).
 
     Returns:
         ``{op_set: sorted list of op names}``, generated from the registry.
@@ -49,6 +50,6 @@ def supported_ops(op_set: str | None = None) -> dict[str, list[str]]:
 __all__ = [
     "load", "Model", "TensorSpec", "SignatureSpec", "supported_ops",
     "FbjaxError", "ModelFormatError", "UnsupportedOperatorError", "InputError",
-    "register_custom_call", "trainable", "infer",
+    "register_custom_call", "trainable", "infer", "generate",
     "register_custom_op",
 ]

@@ -31,7 +31,55 @@ class OpDef:
             the node's input/output specs and attributes ask for (an int16
             variant LiteRT lacks...), so that load lists the node as
             unsupported instead of the first call failing (see
-            :func:`kernel_gaps`).
+            :func:`kernel_gaps`). Also used for ops that dispatch on an
+            attribute (``stablehlo.custom_call`` on its target).
+
+        The fields below are what the load-time passes and the CPU inference
+        planner need to know about an op, declared at its registration
+        instead of in op tables of their own:
+
+        batch: how the op treats a leading batch dimension that its inputs
+            carry (:func:`fbjax.passes.set_batch_size`): ``None`` (it keeps
+            dimension 0 as dimension 0 of its outputs, checked on their
+            shapes), or ``rule(node, carrying, batch)``, which raises
+            :class:`~fbjax.errors.InputError` when the op moves or mixes the
+            batch and may rewrite the node's shape constants (rules:
+            :mod:`fbjax.batch_rules`). ``carrying`` is the set of
+            ``id(Value)`` that carry the batch; ``batch`` the target size
+            (``None``: any).
+        foldable: whether a node whose inputs are all load-time constants
+            may be computed once ahead of the calls (False for random draws,
+            state, control flow and sequences).
+        weights: ``((input position, file layout), ...)``: the inputs that
+            are weights, in the file's layout (``"OHWI"``, ``"OIHW"``,
+            ``"OI"``...), for the inference planner's relayout and the
+            constant operands it computes ahead.
+        int_passthrough: for TFLite builtins: the integer version only moves
+            values (input and output share quantization parameters), so a
+            quantized node keeps its ``"tflite"`` lowering.
+        fq_rounding: for integer kernels (``"tflite.int"``): ``fn(node,
+            orig) -> dict``, the ``fbjax:FAKE_QUANT`` attributes that make
+            float mode round the op's output as the kernel does
+            (:func:`fbjax.quantization.prepare`).
+        reads_input_twice: the lowering reads input 0 twice in a way that
+            must see one value (softmax's ``x - max(x)``); the inference
+            planner materialises that input once.
+        scalar_regions: the region attributes (:attr:`fbjax.ir.Node.regions`)
+            whose graphs are scalar computations (reduction bodies, sort
+            comparators): they never see a batch dimension.
+        stateful: the op reads or writes run state (resource variables, the
+            PRNG key; :mod:`fbjax.lower.state`): a bool, or ``fn(node) ->
+            bool`` when only some configurations do.
+        init_state: ``(order, fn(program, params, state))``: how a stateful
+            op's initial state is made (run once per model, in ``order``).
+        full_precision: under a reduced ``compute_dtype`` (``fbjax.load(...,
+            compute_dtype="bfloat16")``), the op still computes in float32
+            (reductions, softmax, normalisations): its float inputs are
+            widened to float32 before the call.
+        traced_weights: for hybrid kernels (``"tflite.hybrid"``): the
+            lowering also takes its integer weights as traced arrays, so
+            float mode can feed it re-quantized params
+            (:func:`fbjax.quantization.prepare`).
     """
 
     op_set: str
@@ -42,10 +90,26 @@ class OpDef:
     attr_names: frozenset = field(default_factory=frozenset)
     accepts_any_attr: bool = False
     check: Optional[Callable] = None
+    batch: Optional[Callable] = None
+    foldable: bool = True
+    weights: tuple = ()
+    int_passthrough: bool = False
+    fq_rounding: Optional[Callable] = None
+    reads_input_twice: bool = False
+    scalar_regions: tuple = ()
+    stateful: object = False
+    init_state: Optional[tuple] = None
+    full_precision: bool = False
+    traced_weights: bool = False
 
     @property
     def key(self) -> tuple[str, str]:
         return (self.op_set, self.name)
+
+
+_FACTS = frozenset({"batch", "foldable", "weights", "int_passthrough", "fq_rounding", "reads_input_twice",
+                    "scalar_regions", "check", "stateful", "init_state", "full_precision",
+                    "traced_weights"})
 
 
 class Registry:
@@ -63,16 +127,23 @@ class Registry:
         static_inputs: Iterable[int] = (),
         differentiable: bool = True,
         replace: bool = False,
-        check: Optional[Callable] = None,
+        **facts,
     ):
         """Decorator registering ``fn`` for one op name (or several names).
 
-        ``check``: see :attr:`OpDef.check`.
+        ``facts``: the :class:`OpDef` fields the passes read (``batch``,
+        ``foldable``, ``weights``, ``int_passthrough``, ``fq_rounding``,
+        ``reads_input_twice``, ``scalar_regions``, ``check``,
+        ``stateful``, ``init_state``), declared with the op.
 
         Raises:
             ValueError: if the key is already registered and ``replace`` is
                 False.
+            TypeError: an unknown fact.
         """
+        unknown = set(facts) - _FACTS
+        if unknown:
+            raise TypeError(f"{self.kind}: unknown op facts {sorted(unknown)} (known: {sorted(_FACTS)})")
         names = [name] if isinstance(name, str) else list(name)
 
         def deco(fn: Callable) -> Callable:
@@ -86,7 +157,7 @@ class Registry:
                 if key in self._ops and not replace:
                     raise ValueError(f"{self.kind}: {op_set}:{n} is already registered")
                 self._ops[key] = OpDef(
-                    op_set, n, fn, tuple(static_inputs), differentiable, kw, any_kw, check
+                    op_set, n, fn, tuple(static_inputs), differentiable, kw, any_kw, **facts
                 )
             return fn
 
@@ -94,6 +165,10 @@ class Registry:
 
     def get(self, op_set: str, name: str) -> Optional[OpDef]:
         return self._ops.get((op_set, name))
+
+    def names_with(self, op_set: str, fact: str) -> frozenset:
+        """Names of the ops of ``op_set`` whose ``fact`` is set (truthy)."""
+        return frozenset(n for (s, n), od in self._ops.items() if s == op_set and getattr(od, fact))
 
     def __contains__(self, key) -> bool:
         return tuple(key) in self._ops

@@ -3,6 +3,7 @@
     fbjax inspect MODEL
     fbjax run [MODEL] [--input NAME=FILE.npy ...] [--output OUT.npz]
     fbjax infer MODEL --input-dir DIR --batch-size N --out FILE.npz
+    fbjax generate MODEL --prompt-tokens 1,2,3 --max-new-tokens 32
     fbjax export MODEL --to stablehlo|mlir OUT
     fbjax bench MODEL... [--runs N] [--batch N] [--json OUT]
 """
@@ -40,6 +41,19 @@ def _spec_str(name: str, shape, dtype, quant=None) -> str:
     return out
 
 
+def _output_shapes(path, g) -> list:
+    """The output shapes ``fbjax.load(path).outputs`` reports (inferred at
+    static input shapes, with a warning where the file's are wrong); the
+    file's declared shapes when the model does not load."""
+    from .errors import FbjaxError
+    from .model import load
+
+    try:
+        return [s.shape for s in load(path).outputs]
+    except FbjaxError:
+        return [v.shape for v in g.outputs]
+
+
 def cmd_inspect(args) -> int:
     """``fbjax inspect MODEL``: format, inputs/outputs, op histogram, params, unsupported ops."""
     from .errors import FbjaxError
@@ -53,6 +67,15 @@ def cmd_inspect(args) -> int:
         print(f"model:    {args.model}")
         print(f"fbjax cannot run this model: {type(e).__name__}: {e}")
         return 1
+    if ir.format == "gpu_cl" and getattr(args, "code", None) is not None:
+        from .formats.gpu_cl import find_node
+
+        try:
+            print(find_node(ir, args.code).code)
+        except KeyError as e:
+            print(f"error: {e.args[0]}", file=sys.stderr)
+            return 2
+        return 0
     g = ir.main_graph
     print(f"model:    {args.model}")
     print(f"format:   {ir.format}" + (f"  ({ir.description})" if ir.description else ""))
@@ -61,10 +84,19 @@ def cmd_inspect(args) -> int:
     for v in g.inputs:
         print("  " + _spec_str(v.name, v.shape, v.dtype, v.quant))
     print("outputs:")
-    for v in g.outputs:
-        print("  " + _spec_str(v.name, v.shape, v.dtype, v.quant))
-    if ir.signatures:
-        print("signatures: " + ", ".join(ir.signatures))
+    for v, shape in zip(g.outputs, _output_shapes(args.model, g)):  # inferred shapes win over declared ones
+        print("  " + _spec_str(v.name, shape, v.dtype, v.quant))
+    if ir.signatures:  # every entry point (`fbjax run MODEL --signature KEY` runs one)
+        print(f"signatures ({len(ir.signatures)}):")
+        for key, sig in ir.signatures.items():
+            print(f"  {key}  (graph {sig.graph_index})")
+            for kind, vals in (("in ", sig.inputs), ("out", sig.outputs)):
+                for name, v in vals.items():
+                    print(f"    {kind} " + _spec_str(name, v.shape, v.dtype, v.quant))
+    if ir.format == "gpu_cl":
+        from .formats.gpu_cl import describe
+
+        print(describe(ir))
     hist = Counter(n.key for n in ir.iter_nodes())
     seen = set()
     n_params = n_bytes = 0
@@ -91,10 +123,12 @@ def cmd_inspect(args) -> int:
     print(f"operators ({sum(hist.values())}):")
     # quantized models: support is decided after fbjax.load's default
     # quantized="exact" rewrite (integer kernels live in op set tflite.int)
-    from .quantization import has_quantized_tensors, prepare
+    from .options import LoadOptions
+    from .pipeline import prepare
+    from .quantization import has_quantized_tensors
 
     if has_quantized_tensors(ir):  # (everything above has been read from the file's IR)
-        prepare(ir, "exact")
+        prepare(ir, LoadOptions())  # load's pipeline with load's defaults
     missing = {(n.op_set, n.op_name) for n in ir.iter_nodes() if LOWERINGS.get(n.op_set, n.op_name) is None}
     unsupported = []
     for (s, n), c in sorted(hist.items(), key=lambda kv: (-kv[1], kv[0])):
@@ -113,6 +147,30 @@ def cmd_inspect(args) -> int:
         return 1
     print("unsupported: none (fbjax can run this model: `fbjax run MODEL`)")
     return 0
+
+
+def _constant_inputs(args) -> dict:
+    """``--constant-input NAME=FILE.npy`` (repeatable) as ``{name: array}`` for
+    ``fbjax.load(constant_inputs=...)``."""
+    out = {}
+    for p in getattr(args, "constant_input", None) or []:
+        name, sep, path = p.partition("=")
+        if not sep or not name or not path:
+            raise SystemExit(f"fbjax {args.command}: --constant-input {p!r}: expected NAME=FILE.npy")
+        if not os.path.isfile(path):
+            raise SystemExit(f"fbjax {args.command}: --constant-input {p}: no such file {path}")
+        out[name] = np.load(path)
+    return out
+
+
+def _add_constant_input(parser) -> None:
+    parser.add_argument("--constant-input", action="append", metavar="NAME=FILE.npy",
+                        help="bind the graph input NAME to the array in FILE.npy at load time (repeatable; "
+                        "for inputs whose values fix shapes, e.g. a Reduce's axes: fbjax.load(constant_inputs=))")
+    parser.add_argument("--static-bounds", action="store_true",
+                        help="ops whose output size depends on computed values (ONNX NonMaxSuppression, NonZero, "
+                        "TopK's k, Loop scan outputs) return outputs padded to a load-time bound plus a "
+                        "'<name>:valid_count' output (fbjax.load(static_bounds=True))")
 
 
 def _load_problem(path) -> Optional[str]:
@@ -211,8 +269,17 @@ def cmd_run(args) -> int:
     if args.model is None:
         print(f"no model given: running the bundled default {os.path.basename(path)} (see fbjax/data/NOTICE)")
     t0 = time.perf_counter()
-    model = load(path, quantized=args.quantized)
+    model = load(path, quantized=args.quantized, constant_inputs=_constant_inputs(args),
+                 static_bounds=args.static_bounds)
     t_load = time.perf_counter() - t0
+    if getattr(args, "signature", None) is not None:  # one entry point: its named inputs and outputs
+        from .errors import InputError
+
+        try:
+            runner = model.signature(args.signature)
+        except InputError as e:
+            raise SystemExit(f"fbjax run: {e} (`fbjax inspect MODEL` lists them)") from None
+        model = _SignatureAsModel(runner)
     figure = None
     if args.model is None and not args.input:  # the bundled model's job on an input that means something
         from .data import synthetic_person
@@ -260,6 +327,17 @@ def cmd_run(args) -> int:
     return 0
 
 
+class _SignatureAsModel:
+    """A signature runner seen as ``fbjax run`` sees a model: ``inputs``,
+    ``outputs`` and a call returning a tuple in output order."""
+
+    def __init__(self, runner):
+        self.runner, self.inputs, self.outputs = runner, runner.inputs, runner.outputs
+
+    def __call__(self, *xs):
+        return tuple(self.runner(*xs).values())
+
+
 def cmd_infer(args) -> int:
     """``fbjax infer MODEL --input-dir DIR --out FILE``: :func:`fbjax.infer` over every device."""
     import jax
@@ -270,7 +348,8 @@ def cmd_infer(args) -> int:
     # what can be checked without the model first (infer checks again, cheaply)
     check_out_path(args.out)
     n = len(example_files(args.inputs))
-    model = load(args.model, batch_size=None, quantized=args.quantized)
+    model = load(args.model, batch_size=None, quantized=args.quantized, constant_inputs=_constant_inputs(args),
+                 static_bounds=args.static_bounds)
     n_dev = jax.local_device_count()  # infer's default mesh: every device; this process's share of the batch
     eff = effective_batch_size(args.batch_size, n_dev)
     if args.batch_size is None:
@@ -283,7 +362,7 @@ def cmd_infer(args) -> int:
     print(f"{n} examples in {args.inputs}; {len(jax.devices())} device(s) ({jax.default_backend()}); "
           f"batch size {eff} ({how})")
     t0 = time.perf_counter()
-    out = infer(model, args.inputs, batch_size=args.batch_size, out=args.out, progress=not args.no_progress)
+    out = infer(model, args.inputs, step_size=args.batch_size, out=args.out, progress=not args.no_progress)
     dt = time.perf_counter() - t0
     order = f"sorted file-name order, names in {FILE_NAMES_KEY!r}" if out.endswith(".npz") else "sorted file-name order"
     print(f"wrote {out}: {n} examples ({order}) in {dt:.2f} s ({n / dt:.1f} examples/s, including compilation)")
@@ -321,32 +400,16 @@ def _parse_batch(value: str):
     return n
 
 
-def export_model(model, to: str, *, batch_size="file"):
-    """``jax.export`` of ``model.apply(params, *inputs)``.
-
-    Returns ``(exported, serialized bytes or MLIR text)``. ``to`` is
-    ``"stablehlo"`` (the serialized artifact, with its VJP, so
-    ``jax.export.deserialize(data).call`` stays differentiable) or ``"mlir"``
-    (the StableHLO text). With ``batch_size=None`` the leading input
-    dimension is the symbolic ``b`` (:func:`fbjax.export.jax_export`; an
-    operator that cannot follow it raises ``DynamicBatchError`` naming it).
-    """
-    from .export import jax_export
-
-    exported = jax_export(model, batch_size=batch_size)
-    if to == "mlir":
-        return exported, exported.mlir_module()
-    return exported, bytes(exported.serialize(vjp_order=1))
-
-
 def cmd_export(args) -> int:
-    """``fbjax export MODEL --to stablehlo|mlir OUT``: see :func:`export_model`."""
+    """``fbjax export MODEL --to stablehlo|mlir OUT``: see :func:`fbjax.export.export_model`."""
     from . import load
+    from .export import export_model
 
     folder = os.path.dirname(os.path.abspath(args.out))
     if not os.path.isdir(folder):
         raise SystemExit(f"fbjax export: output folder {folder} does not exist (create it first)")
-    model = load(args.model, batch_size=args.batch_size, quantized=args.quantized)
+    model = load(args.model, batch_size=args.batch_size, quantized=args.quantized,
+                 constant_inputs=_constant_inputs(args), static_bounds=args.static_bounds)
     exported, data = export_model(model, args.to, batch_size=args.batch_size)
     mode = "w" if isinstance(data, str) else "wb"
     with open(args.out, mode) as f:
@@ -360,6 +423,55 @@ def cmd_export(args) -> int:
     if params_path:
         print(f"wrote {params_path} (the params argument, keyed by tensor name); load with "
               "jax.export.deserialize(open(OUT, 'rb').read()).call(dict(np.load(PARAMS)), *inputs)")
+    return 0
+
+
+def _add_quantized(parser, extra: str = "") -> None:
+    """The one ``--quantized`` option (``fbjax.load``'s ``quantized``)."""
+    from .options import QUANTIZED_MODES
+
+    parser.add_argument("--quantized", choices=list(QUANTIZED_MODES), default="exact",
+                        help="quantized TFLite models: 'exact' (default; integer in/out, LiteRT's kernels bit for "
+                        "bit) or 'float' (float32 real values in/out, weights as float params)" + extra)
+
+
+def _token_list(value: str) -> list:
+    """argparse ``type=`` for ``1,2,3`` (a prompt's token ids)."""
+    try:
+        toks = [int(t) for t in value.replace(" ", "").split(",") if t]
+    except ValueError:
+        toks = []
+    if not toks:
+        raise argparse.ArgumentTypeError(f"expected comma-separated token ids like 1,2,3, got {value!r}")
+    return toks
+
+
+def cmd_generate(args) -> int:
+    """``fbjax generate MODEL --prompt-tokens 1,2,3``: :func:`fbjax.generate` (prefill + decode, jitted)."""
+    import jax
+
+    from . import load
+    from .errors import InputError
+    from .generate import generate
+
+    model = load(args.model, quantized=args.quantized)
+    prompts = args.prompt_tokens
+    key = jax.random.key(args.seed)
+    kw = dict(temperature=args.temperature, top_k=args.top_k, key=key, prefill=args.prefill)
+    try:
+        t0 = time.perf_counter()
+        toks = generate(model, prompts, args.max_new_tokens, **kw)
+        t_first = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        generate(model, prompts, args.max_new_tokens, **kw)
+        dt = time.perf_counter() - t1
+    except InputError as e:
+        raise SystemExit(f"fbjax generate: {e}") from None
+    for p, row in zip(prompts, toks):
+        print(f"prompt {','.join(map(str, p))} -> {','.join(map(str, row.tolist()))}")
+    n = len(prompts) * args.max_new_tokens
+    print(f"first call (trace + compile + run): {t_first:.2f} s; second call: {dt * 1e3:.1f} ms for {n} new "
+          f"tokens ({n / dt:.1f} tokens/s, prefill included) on {jax.default_backend()}")
     return 0
 
 
@@ -378,7 +490,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"fbjax {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     pi = sub.add_parser("inspect", help="show format, inputs/outputs, op histogram, params, unsupported ops")
-    pi.add_argument("model", help="path to a model file (.tflite, .rten or stablehlo.flatbuf)")
+    pi.add_argument("model", help="path to a model file (.tflite, .rten, stablehlo.flatbuf or a TFLite GPU delegate .bin)")
+    pi.add_argument("--code", metavar="NODE", help="GPU delegate .bin: print node NODE's OpenCL source "
+                    "(its position, or its name as inspect lists it, e.g. 'convolution_2d 12')")
     pi.set_defaults(func=cmd_inspect)
     pr = sub.add_parser(
         "run",
@@ -397,10 +511,29 @@ def build_parser() -> argparse.ArgumentParser:
                     help="save the outputs to an .npz file (.npz is appended to a name without it)")
     pr.add_argument("--repeat", type=_nonnegative_int, default=20, metavar="N",
                     help="timed runs after the first (default 20; 0 to skip)")
-    pr.add_argument("--quantized", choices=["exact", "float"], default="exact",
-                    help="quantized TFLite models: 'exact' (default; integer in/out, LiteRT's kernels bit for bit) or "
-                    "'float' (float32 real values in/out, weights as float params)")
+    pr.add_argument("--signature", "-s", metavar="KEY", default=None,
+                    help="run this signature (entry point) of the file instead of its first subgraph; "
+                         "`fbjax inspect MODEL` lists the keys and their input names")
+    _add_quantized(pr)
+    _add_constant_input(pr)
     pr.set_defaults(func=cmd_run)
+    pg = sub.add_parser(
+        "generate",
+        help="generate tokens with an LLM file (litert-torch prefill/decode signatures)",
+        description="Prefill the prompt(s), then decode --max-new-tokens tokens in one jitted loop "
+        "(fbjax.generate): greedy by default, or sampled with --temperature/--top-k. Prints the new token ids "
+        "(no tokenizer: ids in, ids out).",
+    )
+    pg.add_argument("model", help=".tflite with prefill_N and decode signatures (e.g. from litert-torch)")
+    pg.add_argument("--prompt-tokens", "-p", dest="prompt_tokens", type=_token_list, action="append", required=True,
+                    metavar="1,2,3", help="a prompt's token ids; repeat for a batch of prompts")
+    pg.add_argument("--max-new-tokens", "-n", type=_positive_int, default=32, metavar="N", help="decode steps (32)")
+    pg.add_argument("--temperature", type=float, default=0.0, help="0 (default): greedy; > 0: sample")
+    pg.add_argument("--top-k", type=_positive_int, default=None, metavar="K", help="sample among the K best")
+    pg.add_argument("--seed", type=int, default=0, help="PRNG seed for sampling")
+    pg.add_argument("--prefill", default=None, metavar="KEY", help="prefill signature (default: the longest)")
+    _add_quantized(pg)
+    pg.set_defaults(func=cmd_generate)
     pf = sub.add_parser(
         "infer",
         help="batch inference over every device on a directory of .npy/.npz samples",
@@ -421,9 +554,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="output .npz (keys: output names, plus '__files__') or .npy (one-output models); "
                     "its folder must exist")
     pf.add_argument("--no-progress", action="store_true", help="no progress bar")
-    pf.add_argument("--quantized", choices=["exact", "float"], default="exact",
-                    help="quantized TFLite models: 'exact' (default; integer in/out, LiteRT's kernels bit for bit) or "
-                    "'float' (float32 real values in/out, weights as float params)")
+    _add_quantized(pf)
+    _add_constant_input(pf)
     pf.set_defaults(func=cmd_infer)
     pe = sub.add_parser(
         "export",
@@ -441,10 +573,8 @@ def build_parser() -> argparse.ArgumentParser:
     pe.add_argument("out", help="output file")
     pe.add_argument("--batch-size", type=_parse_batch, default="file", metavar="N|dynamic|file",
                     help="batch of the exported function: the file's (default), an int, or 'dynamic' (symbolic)")
-    pe.add_argument("--quantized", choices=["exact", "float"], default="exact",
-                    help="quantized TFLite models: 'exact' (default; integer in/out, LiteRT's kernels bit for bit) or "
-                    "'float' (float32 real values in/out, weights as float params)" + " (exact: the integer weights are constants in the artifact, the .params.npz is "
-                    "empty)")
+    _add_quantized(pe, " (exact: the integer weights are constants in the artifact, the .params.npz is empty)")
+    _add_constant_input(pe)
     pe.set_defaults(func=cmd_export)
     from .bench import add_arguments as _bench_args, run_cli as _bench_run  # `fbjax bench` (fbjax/bench.py)
 

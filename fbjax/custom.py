@@ -45,6 +45,7 @@ def register_custom_op(
     static_inputs: Iterable[int] = (),
     differentiable: bool = True,
     replace: bool = False,
+    **facts,
 ):
     """Decorator registering a JAX lowering for the TFLite custom code ``name``.
 
@@ -57,12 +58,17 @@ def register_custom_op(
         differentiable: False when gradients through the op are meaningless.
         replace: allow replacing an existing registration (including
             fbjax's own lowering of that code).
+        **facts: what the load-time passes should know about the op, as for
+            fbjax's own ops (:class:`fbjax._registry.OpDef`: ``batch``,
+            ``foldable``, ``weights``, ...); by default the op keeps a batch
+            in dimension 0 and is pure.
 
     Returns:
         the decorator; it returns the function unchanged.
 
     Raises:
         ValueError: ``name`` is already registered and ``replace`` is False.
+        TypeError: an unknown fact.
     """
     if not isinstance(name, str) or not name:
         raise ValueError("custom op name must be a non-empty string")
@@ -70,7 +76,7 @@ def register_custom_op(
 
     def deco(fn: Callable) -> Callable:
         LOWERINGS.register(CUSTOM_OP_SET, name, static_inputs=static, differentiable=differentiable,
-                           replace=replace)(fn)
+                           replace=replace, **facts)(fn)
         if reference is not None:
             REFERENCE.register(CUSTOM_OP_SET, name, static_inputs=static, replace=replace)(reference)
         return fn

@@ -31,10 +31,12 @@ class UnsupportedOperatorError(FbjaxError, NotImplementedError):
 
     Attributes:
         ops: mapping of ``"op_set:op_name"`` to its number of occurrences.
+        detail: what the message adds after the listing (where, and why).
     """
 
     def __init__(self, ops: Iterable[tuple[str, str]] | Counter, *, detail: str = ""):
         counts = Counter(ops) if not isinstance(ops, Counter) else ops
+        self.detail = detail
         self.ops = {f"{s}:{n}": c for (s, n), c in sorted(counts.items())}
         listing = ", ".join(f"{k} (x{c})" for k, c in self.ops.items())
         msg = f"fbjax cannot lower {len(self.ops)} operator type(s): {listing}."

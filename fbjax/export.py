@@ -194,6 +194,22 @@ _OPTIONS = {  # op name -> (OperatorOptions union tag, options class)
 }
 
 
+def export_model(model, to: str, *, batch_size="file"):
+    """``jax.export`` of ``model.apply(params, *inputs)`` (what ``fbjax export`` writes).
+
+    Returns ``(exported, serialized bytes or MLIR text)``. ``to`` is
+    ``"stablehlo"`` (the serialized artifact, with its VJP, so
+    ``jax.export.deserialize(data).call`` stays differentiable) or ``"mlir"``
+    (the StableHLO text). With ``batch_size=None`` the leading input
+    dimension is the symbolic ``b`` (:func:`fbjax.export.jax_export`; an
+    operator that cannot follow it raises ``DynamicBatchError`` naming it).
+    """
+    exported = jax_export(model, batch_size=batch_size)
+    if to == "mlir":
+        return exported, exported.mlir_module()
+    return exported, bytes(exported.serialize(vjp_order=1))
+
+
 def _ir():
     from jaxlib.mlir import ir
 

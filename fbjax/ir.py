@@ -20,6 +20,11 @@ import numpy as np
 
 Shape = Optional[tuple[Optional[int], ...]]
 
+#: Name suffix of the int32 count output that ``fbjax.load(static_bounds=True)``
+#: (:func:`fbjax.passes.add_valid_counts`) appends to an op whose output size
+#: depends on values; the op's lowering and numpy twin recognize it by it.
+VALID_COUNT_SUFFIX = ":valid_count"
+
 
 @dataclass(eq=False)
 class QuantParams:
@@ -27,11 +32,16 @@ class QuantParams:
 
     ``scale`` (float32) and ``zero_point`` (int64) are 1-D; length 1 means
     per-tensor, otherwise per-channel along ``quantized_dimension``.
+    Blockwise quantization (TFLite ``BlockwiseQuantization``: litert-torch's
+    ``dynamic_int4_block32``) has ``block_size > 0`` and a 2-D ``scale``
+    ``[rows, columns // block_size]``: one scale per row and block of
+    ``block_size`` consecutive values along the last axis (zero points 0).
     """
 
     scale: np.ndarray
     zero_point: np.ndarray
     quantized_dimension: int = 0
+    block_size: int = 0
 
     @property
     def per_channel(self) -> bool:
@@ -91,6 +101,11 @@ class Node:
         version: the operator version the file records (TFLite
             ``OperatorCode.version``; custom ops such as MediaPipe's change
             semantics between versions).
+        regions: the graphs the node runs, filled by the reader: attribute
+            name -> tuple of graph indices (TFLite ``*_subgraph_index``
+            fields, StableHLO ``computation``/``body``/``branches``..., ONNX
+            ``then_branch``/``else_branch``/``body``). Passes find every
+            graph a node uses here, without knowing attribute names.
     """
 
     op_set: str
@@ -100,6 +115,7 @@ class Node:
     attrs: dict = field(default_factory=dict)
     location: str = ""
     version: int = 1
+    regions: dict = field(default_factory=dict)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -118,6 +134,32 @@ class Graph:
     outputs: list
     nodes: list
     values: list = field(default_factory=list)
+
+
+def fill_zero_size_constants(graph: Graph) -> int:
+    """Make every zero-element tensor of ``graph`` that nothing writes a constant.
+
+    A tensor with a zero dimension (shape ``[0]``: the shape operand of a
+    RESHAPE to a scalar, an empty slice list) has no bytes, so formats that
+    store constants as buffers (TFLite, the StableHLO flatbuffer) give it an
+    empty buffer, which reads like "no data". LiteRT allocates such a tensor
+    with zero bytes and never reads it; it is a constant with no elements.
+    Values that are graph inputs, operator outputs or variables keep
+    ``data = None``; dimensions known only at call time are left alone.
+
+    Returns:
+        how many values became constants (``data`` = an empty array of the
+        value's dtype and shape).
+    """
+    written = {id(v) for v in graph.inputs}
+    written.update(id(o) for n in graph.nodes for o in n.outputs if o is not None)
+    count = 0
+    for v in graph.values:
+        if (v.data is None and not v.is_variable and id(v) not in written and v.static_shape
+                and 0 in v.shape and np.dtype(v.dtype) != np.object_):
+            v.data = np.zeros(v.shape, v.dtype)
+            count += 1
+    return count
 
 
 @dataclass(eq=False)

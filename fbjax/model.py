@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import importlib
+import dataclasses
+import hashlib
 import operator
 import os
 import warnings
@@ -13,10 +14,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from .errors import InputError
-from .formats import read_model
+from .formats import read_model, write_model
 from .ir import ModelIR, Value
 from .cache import compiler_options
-from .lower.build import Program, build
+from .lower.build import Program
+from . import pipeline
+from .options import FILE_BATCH as _FILE
+from .options import LoadOptions
+from .passes import bind_inputs
+from .signature import SignatureRunner
 
 
 class TensorSpec(NamedTuple):
@@ -71,7 +77,7 @@ _SAVE_EXT = {".tflite": "tflite", ".rten": "rten", ".flatbuf": "stablehlo", ".on
              ".mlir": "MLIR text", ".npz": "numpy", ".npy": "numpy", ".h5": "Keras", ".keras": "Keras",
              ".pt": "PyTorch", ".pth": "PyTorch", ".safetensors": "safetensors"}
 #: the file-name extensions Model.save accepts per format (no extension is accepted too)
-_FORMAT_EXTS = {"tflite": (".tflite",), "rten": (".rten",), "stablehlo": (".flatbuf",)}
+_FORMAT_EXTS = {"tflite": (".tflite",), "rten": (".rten",), "stablehlo": (".flatbuf",), "gpu_cl": (".bin",)}
 
 def _batch_hint(want: tuple, got: tuple) -> str:
     """The ``batch_size=None`` hint for a shape mismatch, only where it helps:
@@ -124,7 +130,7 @@ class Model:
             ``quantized="float"`` models, whose inputs and outputs are
             float32 real values ``(q - zero_point) * scale`` instead of the
             file's integers.
-        format: ``"tflite"``, ``"rten"`` or ``"stablehlo"``.
+        format: ``"tflite"``, ``"rten"``, ``"stablehlo"`` or ``"gpu_cl"``.
         ir: the parsed :class:`~fbjax.ir.ModelIR`.
     """
 
@@ -133,9 +139,12 @@ class Model:
         self.path = path
         self.format = ir.format
         self._program = program
+        #: the dtype float ops compute in (``fbjax.load(..., compute_dtype=...)``)
+        self.compute_dtype = "float32" if getattr(program, "compute_dtype", None) is None else program.compute_dtype.name
         g = ir.main_graph
         self.inputs = [TensorSpec.of(v) for v in g.inputs]
-        self.outputs = [TensorSpec.of(v) for v in g.outputs]
+        self._declared_outputs = [TensorSpec.of(v) for v in g.outputs]
+        self._outputs = None  # inferred on first use (see the outputs property)
         self.input_quantization = [_file_quant(v) for v in g.inputs]
         self.output_quantization = [_file_quant(v) for v in g.outputs]
         self.signatures = {
@@ -151,8 +160,8 @@ class Model:
         with jax.enable_x64(self._x64):
             self.params = {k: jax.device_put(v) for k, v in program.params.items()}  # no per-shape compiles (jnp.asarray: ~1 s)
         # issue 3: resource variables (VAR_HANDLE ...) -> explicit state, see
-        # fbjax.lower.tflite.state; None for models without variables.
-        from .lower.tflite import state as _st
+        # fbjax.lower.state; None for models without variables.
+        from .lower import state as _st
         self._stateful = _st.has_state(ir)  # TFLite variables/random ops, ONNX random ops (issue 5)
         with jax.enable_x64(self._x64):
             self.state = _st.initial_state(program, self.params) if self._stateful else None
@@ -170,6 +179,26 @@ class Model:
         self._warned_int: set = set()  # inputs already warned about integer data for a float input
         from .lower.inference import inference_apply  # __call__ on CPU: prepared once (fbjax/lower/inference.py)
         self._fast = inference_apply(program, compiler_options(program.backend), stateful=self._stateful)
+
+    @property
+    def outputs(self) -> list:
+        """The outputs' :class:`TensorSpec`, in output order.
+
+        Shapes fbjax infers win over shapes the file merely declares: when
+        every input shape is static, the first read traces the model
+        (``jax.eval_shape``, nothing runs) and takes the shapes it computes
+        (files are written with placeholder shapes, e.g. PaddlePaddle's
+        scalar ``float32()`` outputs of a graph that computes ``(1, 2)``),
+        with a ``UserWarning`` naming each output whose declared shape was
+        wrong. Dynamic inputs: the declared shapes.
+        """
+        if self._outputs is None:
+            self._outputs = _inferred_outputs(self)
+        return self._outputs
+
+    @outputs.setter
+    def outputs(self, specs) -> None:
+        self._outputs = list(specs)
 
     # -- pure function ---------------------------------------------------
     def apply(self, params: dict, *inputs, state: Optional[dict] = None):
@@ -203,13 +232,35 @@ class Model:
             params = {k: v if getattr(v, "dtype", None) == want[k].dtype else jnp.asarray(v, want[k].dtype)
                       for k, v in params.items()}
         if self._stateful:  # models with resource variables: (outputs, new_state)
-            from .lower.tflite.state import apply_with_state
+            from .lower.state import apply_with_state
             outs, new_state = apply_with_state(self._program, params, self.state if state is None else state, *inputs)
             outs = tuple(jnp.asarray(o) for o in outs)
             return (outs[0] if len(outs) == 1 else outs), new_state
         outs = self._program.apply(params, *inputs)
         outs = tuple(jnp.asarray(o) for o in outs)
         return outs[0] if len(outs) == 1 else outs
+
+    def signature(self, key: str):
+        """The entry point named ``key`` in the file's signatures, as a
+        callable bound to its subgraph (like LiteRT's
+        ``Interpreter.get_signature_runner(key)``).
+
+        ``model.signature("decode")(tokens=t, input_pos=p, ...)`` returns
+        ``{output name: array}``; ``.apply(params, **inputs)`` is the pure
+        function over this model's one :attr:`params` dict (for
+        ``jax.grad``); ``.inputs`` / ``.outputs`` are its specs. See
+        :class:`fbjax.signature.SignatureRunner`.
+
+        Raises:
+            InputError: no signature ``key`` (the message lists the keys).
+        """
+        runners = self.__dict__.setdefault("_signature_runners", {})
+        if key not in runners:
+            if key not in self.ir.signatures:
+                raise InputError(f"the model has no signature {key!r}; its signatures are "
+                                 f"{list(self.ir.signatures) or 'none'}")
+            runners[key] = SignatureRunner(self, key)
+        return runners[key]
 
     # -- convenience -----------------------------------------------------
     def _check_params(self, params) -> None:
@@ -430,7 +481,7 @@ class Model:
 
         Everything but the updated constants is kept as the file had it
         (operators, options, names, signatures, metadata). The writer for
-        the format comes from :data:`WRITERS`. Float weights are cast to the
+        the format comes from :data:`fbjax.formats.WRITERS`. Float weights are cast to the
         dtype the file stores (float16 weights are rounded to float16).
         Quantized integer weights given as float (dequantized) values are
         re-quantized with the file's scales and zero points
@@ -475,7 +526,10 @@ class Model:
                                  f"ending in {want}")
         params = self.params if params is None else params
         values = {id(v): v for g in self.ir.graphs for v in g.values}
-        by_name = {name: values[vid] for vid, name in self._program.param_of.items()}
+        by_name, shared = {}, {}  # param name -> a Value; -> every Value (one buffer read by several subgraphs)
+        for vid, name in self._program.param_of.items():
+            by_name[name] = values[vid]
+            shared.setdefault(name, []).append(values[vid])
         quantized = {}
         for g in self.ir.graphs:
             for v in g.values:
@@ -498,8 +552,9 @@ class Model:
             if x.dtype.kind == "f" and not np.all(np.isfinite(x)):
                 raise InputError(f"save: params key {name!r} holds {int(np.sum(~np.isfinite(x)))} NaN or "
                                  "infinite value(s); the file would carry them (check the training step)")
-            updates[v] = x
-        data = _writer(self.format)(self.ir, updates, requantize=requantize)
+            for u in shared.get(name, [v]):
+                updates[u] = x
+        data = write_model(self.ir, updates, requantize=requantize)
         if path is not None:
             path = os.fspath(path)
             folder = os.path.dirname(os.path.abspath(path))
@@ -545,36 +600,45 @@ def _x64_enabled() -> bool:
     return bool(_X64.value)
 
 
-#: format -> module of :mod:`fbjax.formats` whose ``write(ir, updates,
-#: *, requantize) -> bytes`` re-writes a file of that format with the
-#: constants in ``updates`` (``{Value: array}``) replaced; see
-#: :meth:`Model.save`.
-WRITERS = {"tflite": "tflite_writer", "rten": "rten_writer", "stablehlo": "stablehlo_writer"}
-
-
-def _writer(fmt: str):
-    mod = WRITERS.get(fmt)
+def _inferred_outputs(model: "Model") -> list:
+    """``model``'s output specs with the shapes tracing computes at its
+    static input shapes (see :attr:`Model.outputs`); the declared specs
+    when an input is dynamic or tracing fails (the call reports why)."""
+    declared = model._declared_outputs
+    if any(s.shape is None or None in s.shape for s in model.inputs):
+        return list(declared)
+    structs = [jax.ShapeDtypeStruct(s.shape, s.dtype) for s in model.inputs]
     try:
-        module = importlib.import_module(f".formats.{mod}", __package__) if mod else None
-    except ModuleNotFoundError:
-        module = None
-    if module is None:
-        raise InputError(f"saving {fmt!r} models is not supported yet (writers: {sorted(WRITERS)})")
-    return module.write
-
-
-_FILE = "file"
+        with jax.enable_x64(model._x64), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the call itself warns about what it meets
+            res = jax.eval_shape(lambda p, *xs: model.apply(p, *xs), model.params, *structs)
+    except Exception:  # noqa: BLE001 - best effort: calling the model reports what is wrong
+        return list(declared)
+    if model._stateful:
+        res = res[0]
+    res = res if isinstance(res, (tuple, list)) else (res,)
+    out = []
+    for spec, r in zip(declared, res):
+        shape = tuple(int(d) for d in r.shape)
+        if spec.shape is not None and (len(spec.shape) != len(shape)
+                                       or any(d is not None and d != e for d, e in zip(spec.shape, shape))):
+            warnings.warn(f"output {spec.name!r}: the file declares shape {spec.shape}, but the model computes "
+                          f"{shape}; fbjax uses the computed shape", stacklevel=3)
+        out.append(TensorSpec(spec.name, shape, spec.dtype))
+    return out
 
 
 def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, str] = _FILE,
-         quantized: str = "exact", while_max_iterations: Optional[int] = None) -> Model:
+         quantized: str = "exact", while_max_iterations: Optional[int] = None,
+         constant_inputs: Optional[Mapping] = None, static_bounds: bool = False,
+         compute_dtype: str = "float32") -> Model:
     """Load a model file as a :class:`Model`.
 
     Args:
-        source: path to a model file (``.tflite``, ``.rten`` or
-            ``stablehlo.flatbuf``), or its bytes.
-        format: force the format (``"tflite"``, ``"rten"`` or
-            ``"stablehlo"``); detected from the bytes when omitted.
+        source: path to a model file (``.tflite``, ``.rten``,
+            ``stablehlo.flatbuf`` or a TFLite GPU delegate ``.bin``), or its bytes.
+        format: force the format (``"tflite"``, ``"rten"``, ``"stablehlo"`` or
+            ``"gpu_cl"``); detected from the bytes when omitted.
         batch_size: ``"file"`` (default): the shapes stored in the file.
             ``None``: make a model stored with batch 1 batch-polymorphic (the
             inputs' leading dimension becomes ``None`` and ``jit`` retraces
@@ -600,6 +664,43 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
             (integer and bool outputs keep their values after N steps), so a
             too-small N shows as NaN rather than a silently wrong result.
             Cost: N body evaluations per loop, whatever the real trip count.
+        constant_inputs: ``{input name: array}``: bind these graph inputs
+            to the given values at load time (:func:`fbjax.passes.bind_inputs`);
+            they leave :attr:`Model.inputs`. For inputs whose *values* fix
+            shapes (a Reduce's ``axes``, a Reshape's shape, TopK's ``k``,
+            NonZero's input) given as graph inputs, which a jitted call
+            cannot take. Arrays cast to the input's dtype (``same_kind``).
+        static_bounds: ``False`` (default): an op whose output size depends
+            on values computed by the graph (ONNX ``NonMaxSuppression``,
+            ``NonZero``, ``TopK``'s ``k``, ``Loop`` scan outputs) is refused (at load or at
+            the first call). ``True``: such ops return
+            their output padded to a bound known at load time (rows or
+            columns filled with -1) and the model gets one extra int32
+            scalar output per op, named ``"<output name>:valid_count"``,
+            the number of valid leading entries; the model stays jittable
+            and vmappable. Bounds: ``NonMaxSuppression``
+            ``[batches * classes * min(max_output_boxes_per_class, boxes), 3]``
+            (valid rows first, in ONNX's order), ``NonZero``
+            ``[rank, input size]``; ``TopK`` with a ``k`` not stored in the
+            file: the axis' size (values 0, indices -1 past ``k``); ``Loop``
+            with scan outputs and a
+            condition computed from data: scan outputs padded with zeros to
+            the (load-time) trip count, the count being the iterations run.
+            (TFLite ``NON_MAX_SUPPRESSION_V4/V5``
+            always return outputs padded to their ``max_output_size`` and a
+            count, as LiteRT does.)
+        compute_dtype: ``"float32"`` (default), ``"bfloat16"`` or
+            ``"float16"``: the dtype float activations and weights compute
+            in (accelerators run these at 2-16x float32's rate).
+            Convolutions and matrix products accumulate in float32
+            (``preferred_element_type``); reductions, softmax and
+            normalisations (ops registered ``full_precision``) compute in
+            float32; outputs come back in the file's dtypes; :attr:`Model.params`
+            stay float32 master weights (cast on use, so gradients reach
+            them in float32). Integer (quantized) kernels are unchanged.
+            Expect relative errors of about 1e-2 (bfloat16) / 1e-3
+            (float16) on the shared MediaPipe models
+            (``tests/test_compute_dtype.py``).
 
     Returns:
         a :class:`Model`, callable and jitted.
@@ -617,46 +718,41 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
             ``batch_size`` is not ``"file"``, None/``"dynamic"`` or a
             positive int, or the model cannot take another batch (the
             message names the operator); ``quantized`` is not ``"exact"`` or
-            ``"float"``.
+            ``"float"``; a ``constant_inputs`` name that is not an input (the
+            message lists the inputs), or an array of another shape or dtype;
+            ``compute_dtype`` is not one of the three names.
     """
     from .cache import enable as _enable_compilation_cache
 
     _enable_compilation_cache()  # JAX's persistent compilation cache (fbjax/cache.py)
-    if while_max_iterations is not None and (isinstance(while_max_iterations, bool)
-                                             or not isinstance(while_max_iterations, (int, np.integer))
-                                             or while_max_iterations < 0):
-        raise InputError(f"while_max_iterations must be None or an int >= 0, got {while_max_iterations!r}")
-    if isinstance(batch_size, str) and batch_size == "dynamic":
-        batch_size = None
-    ir = read_model(source, format)
-    from .quantization import prepare as _prepare_quantized
-
+    options = LoadOptions(format, batch_size, quantized, while_max_iterations, static_bounds, compute_dtype)
+    ir = read_model(source, options.format)
+    if constant_inputs:
+        bind_inputs(ir, constant_inputs)
     g = ir.main_graph
     file_quant = ([_file_quant(v) for v in g.inputs], [_file_quant(v) for v in g.outputs])
-    _prepare_quantized(ir, quantized)
-    if batch_size != _FILE:
-        from .passes import set_batch_size
-
-        set_batch_size(ir, batch_size)
-    program = build(ir, options={"while_max_iterations": while_max_iterations})
-    if batch_size != _FILE:
-        from .passes import check_batch_size
-
-        with jax.enable_x64(_needs_x64(ir)):  # int16x8 kernels trace only with x64, as Model runs them
-            check_batch_size(ir, program, batch_size)
+    pipeline.prepare(ir, options)
+    program = pipeline.lower(ir, options, x64=_needs_x64(ir))
     path = None if isinstance(source, (bytes, bytearray, memoryview)) else os.fspath(source)
     model = Model(ir, program, path)
     model.input_quantization, model.output_quantization = file_quant
-    _enable_trace_cache(model, source, (format, batch_size, quantized, while_max_iterations))
-    if batch_size != _FILE and batch_size is not None:  # CPU: a large batch runs in cache-sized chunks
+    # what loading this file again with another batch needs (fbjax.infer, the chunks below)
+    model._load_kwargs = dict(options.as_kwargs(), constant_inputs=constant_inputs)
+    _enable_trace_cache(model, source, options)
+    fast = getattr(model, "_fast", None)
+    if constant_inputs and getattr(fast, "trace_base", None) is not None:  # the bound values key the trace too
+        bound = tuple((k, np.asarray(v).dtype.str, np.shape(v),
+                       hashlib.sha256(np.ascontiguousarray(v).tobytes()).hexdigest())
+                      for k, v in sorted(constant_inputs.items()))
+        fast.trace_base = (fast.trace_base[0], fast.trace_base[1] + (repr(bound),))
+    if options.rewrites_batch and options.batch_size is not None:  # CPU: a large batch runs in cache-sized chunks
         from .lower.inference import attach_chunks
 
-        attach_chunks(model, lambda k: load(source, format=format, batch_size=k, quantized=quantized,
-                                             while_max_iterations=while_max_iterations), batch_size)
+        attach_chunks(model, lambda k: load(source, **dict(model._load_kwargs, batch_size=k)), options.batch_size)
     return model
 
 
-def _enable_trace_cache(model: "Model", source, load_options: tuple) -> None:
+def _enable_trace_cache(model: "Model", source, options: LoadOptions) -> None:
     """Let the CPU inference path keep its traced program in fbjax's cache
     (:func:`fbjax.cache.trace_cache_dir`) when the model's input shapes are
     static and every lowering it uses is fbjax's own (a user's custom op
@@ -676,4 +772,4 @@ def _enable_trace_cache(model: "Model", source, load_options: tuple) -> None:
             return
     digest = cache.source_digest(source)
     if digest is not None:
-        fast.trace_base = (digest, tuple(map(repr, load_options)))
+        fast.trace_base = (digest, tuple(map(repr, dataclasses.astuple(options))))

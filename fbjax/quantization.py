@@ -93,18 +93,9 @@ import numpy as np
 
 from .errors import InputError
 from .ir import Graph, ModelIR, Node, QuantParams, Value
+from .quantmath import dequantize_array, requantize_weights, weights_roundtrip  # noqa: F401  (re-exported)
 
 MODES = ("exact", "float")
-
-#: Ops whose integer version only moves values around (input and output share
-#: quantization parameters in TFLite); they keep the ``"tflite"`` lowering.
-#: (Comparisons are not here: TFLite rescales quantized operands first.)
-PASSTHROUGH = frozenset({
-    "RESHAPE", "SQUEEZE", "EXPAND_DIMS", "TRANSPOSE", "GATHER", "GATHER_ND", "STRIDED_SLICE", "SLICE",
-    "SPLIT", "SPLIT_V", "PACK", "UNPACK", "TILE", "DEPTH_TO_SPACE", "SPACE_TO_DEPTH", "BROADCAST_TO",
-    "REVERSE_V2", "SHAPE", "ARG_MAX", "ARG_MIN", "BATCH_TO_SPACE_ND", "SPACE_TO_BATCH_ND",
-    "SELECT", "SELECT_V2", "REDUCE_MAX", "REDUCE_MIN", "CAST",
-})
 
 _Q_KINDS = (np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int16))
 
@@ -125,75 +116,19 @@ def has_quantized_tensors(model: ModelIR) -> bool:
     return any(is_quantized(v) or _is_quantized_const(v) for g in model.graphs for v in g.values)
 
 
-def dequantize_array(data: np.ndarray, q: QuantParams) -> np.ndarray:
-    """``(q - zero_point) * scale`` in float32, per-channel along
-    ``quantized_dimension`` (TFLite ``Dequantize``)."""
-    data = np.asarray(data)
-    scale = np.asarray(q.scale, np.float32).reshape(-1)
-    zp = np.asarray(q.zero_point).astype(np.int64).reshape(-1)
-    if zp.size == 0:
-        zp = np.zeros(1, np.int64)
-    if scale.size > 1:
-        shape = [1] * data.ndim
-        shape[q.quantized_dimension] = scale.size
-        scale = scale.reshape(shape)
-        zp = zp.reshape(shape) if zp.size == scale.size else zp.reshape(())
-    else:
-        scale, zp = scale.reshape(()), zp.reshape(())
-    return ((data.astype(np.int64) - zp).astype(np.float32) * scale).astype(np.float32)
-
-
-def _bcast_qparams(q: QuantParams, ndim: int) -> tuple[np.ndarray, np.ndarray]:
-    s = np.asarray(q.scale, np.float32).reshape(-1)
-    z = np.asarray(q.zero_point).astype(np.int64).reshape(-1)
-    z = z if z.size else np.zeros(1, np.int64)
-    shape = [1] * ndim
-    if s.size > 1:
-        shape[q.quantized_dimension] = s.size
-    return s.reshape(shape if s.size > 1 else ()), z.reshape(shape if z.size > 1 else ())
-
-
-def requantize_weights(w: np.ndarray, q: QuantParams, dtype, file_values: Optional[np.ndarray] = None
-                       ) -> np.ndarray:
-    """Float mode's weight quantization (the numpy definition that
-    ``fbjax:QUANTIZE_WEIGHTS`` computes in the forward pass, and that
-    :meth:`fbjax.Model.save` uses to write float weights back with the file's
-    scales, so that LiteRT runs the saved file exactly as float mode ran it).
-
-    ``q = clip(rint(f32(w) * f32(1 / scale)) + zero_point)`` in ``dtype``,
-    ties to even, per channel along ``quantized_dimension`` (the reciprocal
-    multiply of TFLite's builtin QUANTIZE; XLA turns a division by a constant
-    into this multiply anyway). ``file_values``: the file's integers, for
-    constants whose float32 dequantization does not give them back
-    (:func:`weights_roundtrip` false: int32/int64 biases beyond ~2^21 steps);
-    then ``q = file_values + rint(f32(w - dequantize(file_values)) * f32(1 / scale))``,
-    the file's values for unchanged weights.
-    """
-    w = np.asarray(w, np.float32)
-    s, z = _bcast_qparams(q, w.ndim)
-    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
-        r = (np.float32(1) / s).astype(np.float32)
-        if file_values is not None:
-            q0 = np.asarray(file_values).astype(np.int64)
-            w0 = ((q0 - z).astype(np.float32) * s).astype(np.float32)
-            out = q0 + np.rint(((w - w0).astype(np.float32) * r).astype(np.float32)).astype(np.int64)
-        else:
-            out = np.rint((w * r).astype(np.float32)).astype(np.int64) + z
-    info = np.iinfo(np.dtype(dtype))
-    return np.clip(out, info.min, info.max).astype(dtype)
-
-
-def weights_roundtrip(data: np.ndarray, q: QuantParams) -> bool:
-    """Whether :func:`requantize_weights` gives back the integer constant
-    ``data`` from its float32 dequantization (:func:`dequantize_array`);
-    false for int32/int64 biases beyond ~2^21 steps, where float32 cannot
-    hold the value or the reciprocal multiply moves it."""
-    data = np.asarray(data)
-    return bool(np.array_equal(requantize_weights(dequantize_array(data, q), q, data.dtype), data))
+#: during one :func:`prepare`: (id(integer data), scales, zero points, axis) -> (that data, its float32
+#: values), so a weight that several subgraphs read from one buffer stays one array, hence one param
+#: (fbjax.lower.build); emptied when prepare returns
+_DEQUANTIZED: dict = {}
 
 
 def _dequantize_const_in_place(v: Value) -> None:
-    v.data = dequantize_array(v.data, v.quant)
+    q = v.quant
+    key = (id(v.data), np.asarray(q.scale).tobytes(), np.asarray(q.zero_point).tobytes(), q.quantized_dimension)
+    hit = _DEQUANTIZED.get(key)
+    if hit is None or hit[0] is not v.data:
+        hit = _DEQUANTIZED[key] = (v.data, dequantize_array(v.data, v.quant))
+    v.data = hit[1]
     v.dtype = np.dtype(np.float32)
     v.quant = None
 
@@ -207,7 +142,7 @@ def _consumers(graph: Graph) -> dict:
     return uses
 
 
-def _dequantize_hybrid_weights(graph: Graph, hybrid_ops=None) -> int:
+def _dequantize_hybrid_weights(graph: Graph, hybrid_ops: frozenset) -> int:
     """Hybrid (dynamic-range) ops: quantized constants all of whose consumers
     compute in float.
 
@@ -217,18 +152,25 @@ def _dequantize_hybrid_weights(graph: Graph, hybrid_ops=None) -> int:
     and float32 outputs, the consumers
     move to ``"tflite.hybrid"`` and the weights stay int8 (TFLite's hybrid
     kernels). Otherwise the constant is dequantized to float32 and the
-    consumers run in float. ``hybrid_ops`` defaults to the registered
+    consumers run in float. ``hybrid_ops``: the names of the registered
     ``"tflite.hybrid"`` lowerings. Returns the number of constants handled.
     """
-    if hybrid_ops is None:
-        from .lower.registry import LOWERINGS
-
-        hybrid_ops = frozenset(LOWERINGS.ops("tflite.hybrid").get("tflite.hybrid", []))
     uses = _consumers(graph)
     count = 0
     f32 = np.dtype(np.float32)
 
+    def lookup_kernel(n, v):  # EMBEDDING_LOOKUP of a quantized table (int8; INT4 files unpacked to int8)
+        ins = list(n.inputs)
+        s = np.asarray(v.quant.scale).reshape(-1)
+        return (n.op_name == "EMBEDDING_LOOKUP" and "EMBEDDING_LOOKUP" in hybrid_ops and len(ins) == 2
+                and ins[1] is v and np.dtype(v.dtype) == np.int8 and not np.any(np.asarray(v.quant.zero_point))
+                and (s.size == 1 or v.quant.block_size > 0
+                     or (v.quant.quantized_dimension == 0 and v.shape and s.size == v.shape[0]))
+                and all(o is None or np.dtype(o.dtype) == f32 for o in n.outputs))
+
     def hybrid_kernel(n, v):
+        if n.op_name == "EMBEDDING_LOOKUP":
+            return lookup_kernel(n, v)
         ins = list(n.inputs)
         act = 2 if n.op_name == "TRANSPOSE_CONV" else 0  # (output_shape, weights, input, bias)
         rest = ins[3:] if act == 2 else ins[2:]
@@ -238,7 +180,8 @@ def _dequantize_hybrid_weights(graph: Graph, hybrid_ops=None) -> int:
                 and all(x is None or np.dtype(x.dtype) == f32 for x in rest)
                 and n.attrs.get("fused_activation_function", "NONE") in ("NONE", "RELU", "RELU6", "RELU_N1_TO_1")
                 and n.attrs.get("weights_format", "DEFAULT") == "DEFAULT"
-                and (n.op_name != "BATCH_MATMUL" or np.asarray(v.quant.scale).size == 1))
+                and (n.op_name != "BATCH_MATMUL" or np.asarray(v.quant.scale).size == 1)
+                and (not v.quant.block_size or n.op_name == "FULLY_CONNECTED"))
 
     for v in graph.values:
         if not _is_quantized_const(v):
@@ -249,7 +192,10 @@ def _dequantize_hybrid_weights(graph: Graph, hybrid_ops=None) -> int:
         float_users = all(
             n.op_set == "tflite" and n.op_name != "DEQUANTIZE"
             and not any(is_quantized(x) for x in list(n.inputs) + list(n.outputs) if x is not None and x.data is None)
-            and any(x is not None and x.data is None and np.dtype(x.dtype).kind == "f" for x in n.inputs)
+            and (any(x is not None and x.data is None and np.dtype(x.dtype).kind == "f" for x in n.inputs)
+                 # a lookup into a quantized table with float output (litert-torch's dynamic_int8 embedding)
+                 or (n.op_name == "EMBEDDING_LOOKUP" and all(o is None or np.dtype(o.dtype) == f32
+                                                             for o in n.outputs)))
             for n in users
         )
         if not float_users:
@@ -263,9 +209,16 @@ def _dequantize_hybrid_weights(graph: Graph, hybrid_ops=None) -> int:
     return count
 
 
-def _prepare_exact(model: ModelIR, int_ops: set) -> None:
+def _op_names(registry, op_set: str) -> frozenset:
+    return frozenset(registry.ops(op_set).get(op_set, []))
+
+
+def _prepare_exact(model: ModelIR, registry) -> None:
+    int_ops = _op_names(registry, "tflite.int")
+    hybrid_ops = _op_names(registry, "tflite.hybrid")
+    passthrough = registry.names_with("tflite", "int_passthrough")  # data movement: the float lowering serves
     for g in model.graphs:
-        _dequantize_hybrid_weights(g)
+        _dequantize_hybrid_weights(g, hybrid_ops)
         for n in g.nodes:
             if n.op_set != "tflite":
                 continue
@@ -274,7 +227,7 @@ def _prepare_exact(model: ModelIR, int_ops: set) -> None:
                 if n.op_name in ("DEQUANTIZE", "QUANTIZE") and any(is_quantized(v) for v in n.inputs):
                     n.op_set = "tflite.int"  # DEQUANTIZE of a quantized constant
                 continue
-            if n.op_name in PASSTHROUGH and n.op_name not in int_ops:
+            if n.op_name in passthrough and n.op_name not in int_ops:
                 continue
             n.op_set = "tflite.int"
 
@@ -291,170 +244,18 @@ def _fq_node(src: Value, q: QuantParams, dtype: np.dtype, where: str, extra: Opt
     return Node("fbjax", "FAKE_QUANT", [src], [out], attrs, location=f"{where} (fake quantization)"), out
 
 
-def _scale_zp(q: QuantParams) -> tuple[np.float32, int]:
-    zp = np.asarray(q.zero_point).reshape(-1)
-    return np.float32(np.asarray(q.scale, np.float32).reshape(-1)[0]), int(zp[0]) if zp.size else 0
-
-
-def _mean_axes(n: Node, x: Value) -> Optional[tuple]:
-    ax = n.inputs[1] if len(n.inputs) > 1 else None
-    if ax is None or ax.data is None or x.shape is None:
-        return None
-    nd = len(x.shape)
-    return tuple(sorted({int(a) % nd for a in np.asarray(ax.data).reshape(-1)}))
-
-
-def _conv_pre_shift(n: Node, qi: QuantParams, qo: QuantParams, orig: dict):
-    """Right shifts of ``QuantizeMultiplier(s_in * s_w[c] / s_out)`` per
-    output channel (0 where the multiplier shifts left): an int, or a tuple
-    along the last axis for per-channel weights."""
-    from .lower.tflite_int import fixedpoint as fp
-
-    w = n.inputs[1] if len(n.inputs) > 1 else None
-    qw = orig[id(w)][0] if w is not None and id(w) in orig else None
-    if qw is None or np.asarray(qw.scale).size == 0:
-        return 0
-    si, so = _scale_zp(qi)[0], _scale_zp(qo)[0]
-    sw = np.asarray(qw.scale, np.float32).reshape(-1)
-    if n.op_name == "FULLY_CONNECTED" and sw.size == 1:
-        reals = [float(np.float32(si) * sw[0]) / float(so)]  # float32 product (per-tensor FC)
-    else:
-        reals = [float(si) * float(c) / float(so) for c in sw]
-    shifts = tuple(max(-int(e), 0) for e in fp.quantize_multipliers(reals)[1])
-    return shifts[0] if len(shifts) == 1 or len(set(shifts)) == 1 else shifts
-
-
-def _conv16_rounding(n: Node, qi: QuantParams, qo: QuantParams, orig: dict) -> dict:
-    """16x8 CONV_2D / DEPTHWISE_CONV_2D / FULLY_CONNECTED, as the exact
-    lowerings (:mod:`fbjax.lower.tflite_int.conv`). FULLY_CONNECTED through
-    the reference kernel (int64 bias, zero points): one rounding in double,
-    half away. CONV_2D / DEPTHWISE_CONV_2D with an int64 bias: the int64
-    ``MultiplyByQuantizedMultiplier``, whose multiplier is cut to 15 bits
-    (relative error up to 2^-16, i.e. up to half a step on 16-bit outputs):
-    ``gain`` = effective / exact multiplier per channel, one rounding, ties
-    up. Otherwise the 32-bit rescale (two roundings, as 8-bit)."""
-    w = n.inputs[1] if len(n.inputs) > 1 else None
-    b = n.inputs[2] if len(n.inputs) > 2 else None
-    qw = orig[id(w)][0] if w is not None and id(w) in orig else None
-    if qw is None or np.asarray(qw.scale).size == 0:
-        return {"rounding": "half_away"}
-    int64_bias = b is not None and id(b) in orig and orig[id(b)][1] == np.int64
-    if n.op_name == "FULLY_CONNECTED":
-        qbt = n.attrs.get("quantized_bias_type")
-        zps = [np.asarray(q.zero_point) for q in (qi, qw, qo)]
-        qbt64 = qbt is not None and str(getattr(qbt, "name", qbt)).lower() == "int64"
-        if int64_bias or any(np.any(z) for z in zps) or qbt64:
-            # reference FullyConnected(PerChannel)Int16: round(acc * s_in*s_w/s_out) in double
-            return {"rounding": "half_away"}
-    if not int64_bias:
-        return {"rounding": "half_away", "pre_shift": _conv_pre_shift(n, qi, qo, orig)}
-    return {"rounding": "half_up", "gain": _gain15(n, qi, qo, orig)}
-
-
-def _gain15(n: Node, qi: QuantParams, qo: QuantParams, orig: dict):
-    """Per output channel, the int64 ``MultiplyByQuantizedMultiplier``'s
-    effective multiplier (cut to 15 bits) over ``s_in * s_w[c] / s_out``: a
-    float, a tuple along the last axis, or None without weight scales."""
-    from .lower.tflite_int import fixedpoint as fp
-
-    w = n.inputs[1] if len(n.inputs) > 1 else None
-    qw = orig[id(w)][0] if w is not None and id(w) in orig else None
-    if qw is None or np.asarray(qw.scale).size == 0:
-        return None
-    si, so = _scale_zp(qi)[0], _scale_zp(qo)[0]
-    reals = [float(si) * float(c) / float(so) for c in np.asarray(qw.scale, np.float32).reshape(-1)]
-    ms, es = fp.quantize_multipliers(reals)
-    gains = []
-    for r, m, e in zip(reals, ms.tolist(), es.tolist()):
-        reduced = (m + (1 << 15)) >> 16 if m < 0x7FFF0000 else 0x7FFF
-        gains.append(float(reduced * 2.0 ** (e - 15) / r) if r else 1.0)
-    return gains[0] if len(set(gains)) == 1 else tuple(gains)
-
-
-def _fq_rounding(n: Node, orig: dict) -> dict:
+def _fq_rounding(n: Node, orig: dict, registry) -> dict:
     """FAKE_QUANT attributes (``rounding``, ``offset``, ``pre_shift``,
     ``gain``, ``tail_away``; see :mod:`fbjax.lower.tflite_int.fake_quant`)
-    that make the rounding of the
-    float model's output of ``n`` follow TFLite's integer kernel for ``n``
-    (the exact mode's ``"tflite.int"`` lowering). ``orig``: id(value) ->
-    (QuantParams, integer dtype) of the activations and quantized constants
-    before the rewrite."""
-    op = n.op_name
-    x = n.inputs[0] if n.inputs else None
-    if op == "TRANSPOSE_CONV":  # inputs: output_shape, weights, x, bias
-        x = n.inputs[2] if len(n.inputs) > 2 else None
-    y = n.outputs[0] if n.outputs else None
-    if op == "QUANTIZE" and (x is None or id(x) not in orig):
-        return {}  # float -> int: builtin AffineQuantize rounds half to even (the default)
-    if x is None or y is None or id(x) not in orig or id(y) not in orig:
+    that make the rounding of the float model's output of ``n`` follow
+    TFLite's integer kernel for ``n``: the ``fq_rounding`` fact of the
+    ``"tflite.int"`` lowering (:mod:`fbjax.lower.tflite_int.rounding`), else
+    half away from zero. ``orig``: id(value) -> (QuantParams, integer dtype)
+    of the activations and quantized constants before the rewrite."""
+    od = registry.get("tflite.int", n.op_name)
+    if od is None or od.fq_rounding is None:
         return {"rounding": "half_away"}
-    (qi, dti), (qo, dto) = orig[id(x)], orig[id(y)]
-    eight_bit = dti.itemsize == 1 and dto.itemsize == 1
-    if op in ("CONV_2D", "FULLY_CONNECTED", "DEPTHWISE_CONV_2D") and eight_bit:
-        # builtin kernels: SRDHM (rounds to 2^shift of a step), then the
-        # output stage's right shift with ties toward +inf (fixedpoint.mbqm_gemm)
-        out = {"rounding": "half_up", "pre_shift": _conv_pre_shift(n, qi, qo, orig)}
-        c = y.shape[-1] if y.shape else None
-        if op == "DEPTHWISE_CONV_2D" and c and c % 8:
-            out["tail_away"] = int(c % 8)  # scalar tail after the 8-channel body (tflite_int.conv)
-        return out
-    if op in ("CONV_2D", "FULLY_CONNECTED", "DEPTHWISE_CONV_2D") and dti.itemsize == 2 and dto.itemsize == 2:
-        return _conv16_rounding(n, qi, qo, orig)
-    if op == "TRANSPOSE_CONV":
-        # tflite_int.conv.TRANSPOSE_CONV: 16-bit -> int64 rescale (15-bit
-        # multiplier, ties up), 8-bit -> MultiplyByQuantizedMultiplier
-        if not eight_bit:
-            g = _gain15(n, qi, qo, orig)
-            return {"rounding": "half_up", "gain": g} if g is not None else {"rounding": "half_away"}
-        return {"rounding": "half_away", "pre_shift": _conv_pre_shift(n, qi, qo, orig)}
-    if op in ("MUL", "BATCH_MATMUL") and len(n.inputs) > 1 and n.inputs[1] is not None:
-        # MultiplyByQuantizedMultiplier(acc, s_a*s_b/s_out): SRDHM rounds to
-        # 2^shift of a step, then RoundingDivideByPOT to the step
-        w = n.inputs[1]
-        qw = orig[id(w)][0] if id(w) in orig else None
-        if qw is None or np.asarray(qw.scale).size != 1:
-            return {"rounding": "half_away"}
-        from .lower.tflite_int import fixedpoint as fp
-
-        sa, sb, so = _scale_zp(qi)[0], _scale_zp(qw)[0], _scale_zp(qo)[0]
-        real = float(np.float32(np.float32(sa * sb) / so))
-        m, e = fp.quantize_multiplier(real)
-        if op == "BATCH_MATMUL" and not eight_bit:
-            # 16x8: int64 accumulator, int64 MultiplyByQuantizedMultiplier (15-bit multiplier)
-            reduced = (m + (1 << 15)) >> 16 if m < 0x7FFF0000 else 0x7FFF
-            return {"rounding": "half_up", "gain": float(reduced * 2.0 ** (e - 15) / real) if real else 1.0}
-        return {"rounding": "half_away", "pre_shift": int(-e) if e < 0 else 0}
-    if op == "QUANTIZE":
-        # int -> int requantization: MBQM(q - zp_in, s_in/s_out) + zp_out
-        from .lower.tflite_int import fixedpoint as fp
-
-        _, e = fp.quantize_multiplier(float(_scale_zp(qi)[0]) / float(_scale_zp(qo)[0]))
-        # (8-bit: the optimized Requantize's vector body shifts half up)
-        return {"rounding": "half_up" if eight_bit else "half_away", "pre_shift": int(-e) if e < 0 else 0}
-    if op == "MEAN":
-        axes = _mean_axes(n, x)
-        keep = bool(n.attrs.get("keep_dims", False))
-        if axes is None:
-            return {"rounding": "half_away"}
-        si, zi = _scale_zp(qi)
-        so, _ = _scale_zp(qo)
-        if len(x.shape) == 4 and axes == (1, 2) and keep and eight_bit:
-            # optimized_integer_ops::Mean: raw code sum, bias from a
-            # separately rounded zero-point term (tflite_int.pool._mean_or_sum)
-            f32 = np.float32
-            c = float(f32(f32(f32(zi) * si) / so))
-            return {"rounding": "half_up", "offset": c}
-        from .lower.tflite_int import fixedpoint as fp
-
-        dims = [x.shape[a] for a in axes]
-        if any(d is None for d in dims):
-            return {"rounding": "half_away"}
-        cnt = int(np.prod(dims)) if dims else 1
-        _, s = fp.quantize_multiplier(float(si) / float(so))
-        shift = min(cnt.bit_length() - 1, 32, 31 + s)
-        s = s - shift
-        return {"rounding": "half_away", "pre_shift": int(-s) if s < 0 else 0}
-    return {"rounding": "half_away"}
+    return od.fq_rounding(n, orig)
 
 
 def _int_forward_nodes(n: Node, orig: dict, orig_inputs: list, int_ops: set, orig_data: dict,
@@ -565,11 +366,7 @@ def _int_forward_nodes(n: Node, orig: dict, orig_inputs: list, int_ops: set, ori
     return nodes, vals + ints + deqs + floats
 
 
-#: Hybrid lowerings that take traced (float mode) int8 weights.
-HYBRID_FLOAT_FORWARD = frozenset({"FULLY_CONNECTED", "CONV_2D", "DEPTHWISE_CONV_2D", "BATCH_MATMUL", "TRANSPOSE_CONV"})
-
-
-def _hybrid_forward_nodes(n: Node, orig: dict, orig_data: dict) -> Optional[tuple]:
+def _hybrid_forward_nodes(n: Node, orig: dict, orig_data: dict, traced_ok: frozenset) -> Optional[tuple]:
     """``(nodes, new values)`` computing the hybrid node ``n`` (op set
     ``"tflite.hybrid"``, its int8 weights already dequantized to a float
     param) in float mode: forward by the hybrid kernel on the weights
@@ -579,9 +376,10 @@ def _hybrid_forward_nodes(n: Node, orig: dict, orig_data: dict) -> Optional[tupl
     op on the weights clipped to the int8 range (``fbjax:CLIP_WEIGHTS``),
     joined by ``fbjax:STRAIGHT_THROUGH``. None when a weight has blockwise
     scales (``QUANTIZE_WEIGHTS`` takes per-tensor/per-channel ones): the
-    node then runs in float, as do ops outside :data:`HYBRID_FLOAT_FORWARD`
-    (a hybrid EMBEDDING_LOOKUP's float op gives the same float32 products)."""
-    if n.op_name not in HYBRID_FLOAT_FORWARD:
+    node then runs in float, as do ops whose lowering does not declare
+    ``traced_weights`` (``traced_ok``; a hybrid EMBEDDING_LOOKUP's float op
+    gives the same float32 products)."""
+    if n.op_name not in traced_ok:
         return None
     where = f"{n.location} (float mode: hybrid kernel forward)"
     f32 = np.dtype(np.float32)
@@ -623,13 +421,13 @@ def _hybrid_forward_nodes(n: Node, orig: dict, orig_data: dict) -> Optional[tupl
     return nodes, vals + hs + fs
 
 
-def _prepare_float(model: ModelIR) -> None:
-    from .lower.registry import LOWERINGS
-
-    int_ops = set(LOWERINGS.ops("tflite.int").get("tflite.int", []))
+def _prepare_float(model: ModelIR, registry) -> None:
+    int_ops = _op_names(registry, "tflite.int")
+    hybrid_ops = _op_names(registry, "tflite.hybrid")
+    traced_ok = registry.names_with("tflite.hybrid", "traced_weights")
     for g in model.graphs:
         # 0. hybrid ops: found as in exact mode (then forward by their kernel, below)
-        _dequantize_hybrid_weights(g)
+        _dequantize_hybrid_weights(g, hybrid_ops)
         # 1. constants: dequantize (weights become float params).
         orig = {}  # id(value) -> (QuantParams, integer dtype) before the rewrite
         orig_data = {}  # id(constant) -> integer data from the file
@@ -658,17 +456,17 @@ def _prepare_float(model: ModelIR) -> None:
             if v is not None and id(v) in orig:
                 add_fq(v, f"graph {g.name!r} input {v.name!r}")
         for n in g.nodes:
-            extra = _fq_rounding(n, orig)  # before the inputs are replaced
+            extra = _fq_rounding(n, orig, registry)  # before the inputs are replaced
             orig_inputs = list(n.inputs)
             n.inputs = [replace.get(id(v), v) if v is not None else None for v in n.inputs]
             if n.op_set == "tflite.hybrid":
-                emu = _hybrid_forward_nodes(n, orig, orig_data)
+                emu = _hybrid_forward_nodes(n, orig, orig_data, traced_ok)
                 if emu is not None:
                     new_nodes.extend(emu[0])
                     g.values.extend(emu[1])
                     continue
                 n.op_set = "tflite"
-            emu = _int_forward_nodes(n, orig, orig_inputs, int_ops, orig_data, LOWERINGS)
+            emu = _int_forward_nodes(n, orig, orig_inputs, int_ops, orig_data, registry)
             if emu is not None:
                 nodes, vals = emu
                 new_nodes.extend(nodes)
@@ -704,10 +502,14 @@ def _prepare_float(model: ModelIR) -> None:
                 sig.outputs = {k: replace.get(id(v), v) for k, v in sig.outputs.items()}
 
 
-def prepare(model: ModelIR, quantized: str = "exact") -> ModelIR:
+def prepare(model: ModelIR, quantized: str = "exact", *, registry) -> ModelIR:
     """Rewrite ``model`` in place for ``quantized`` = ``"exact"`` or ``"float"``.
 
-    Models without quantized tensors are returned unchanged.
+    Models without quantized tensors are returned unchanged. ``registry``:
+    the lowering registry (:data:`fbjax.lower.LOWERINGS`) whose op facts
+    the rewrite follows: which ``"tflite.int"`` / ``"tflite.hybrid"``
+    kernels exist, which builtins only move values (``int_passthrough``)
+    and how each integer kernel rounds (``fq_rounding``).
 
     Raises:
         InputError: unknown mode.
@@ -716,14 +518,19 @@ def prepare(model: ModelIR, quantized: str = "exact") -> ModelIR:
         raise InputError(f"quantized must be one of {MODES}, got {quantized!r}")
     if not has_quantized_tensors(model):
         return model
-    if quantized == "exact":
-        from .lower.registry import LOWERINGS
+    try:
+        _prepare(model, quantized, registry)
+    finally:
+        _DEQUANTIZED.clear()
+    return model
 
-        _prepare_exact(model, set(LOWERINGS.ops("tflite.int").get("tflite.int", [])))
+
+def _prepare(model: ModelIR, quantized: str, registry) -> None:
+    if quantized == "exact":
+        _prepare_exact(model, registry)
         if any(is_quantized(v) and np.dtype(v.dtype) == np.int16 for g in model.graphs for v in g.values):
             # TFLite's 16x8 kernels accumulate in int64: ask fbjax.Model to
             # trace under a scoped jax.enable_x64 (see model._needs_x64).
             model.metadata["needs_x64"] = True
     else:
-        _prepare_float(model)
-    return model
+        _prepare_float(model, registry)

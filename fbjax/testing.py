@@ -473,6 +473,25 @@ class TFLiteBuilder:
         arr = np.asarray(data) if dtype is None else np.asarray(data, dtype)
         return self.add_tensor(arr.shape, arr.dtype, data=arr, name=name, quant=quant)
 
+    def add_shared_constant(self, subgraph: int, tensor: int, name: Optional[str] = None) -> int:
+        """Add to the current subgraph a constant on the same buffer as
+        constant ``tensor`` of ``subgraph`` (as converters write weights that
+        several signatures' subgraphs share). Returns its index.
+
+        Raises:
+            IndexError: no such subgraph or tensor.
+            ValueError: that tensor is not a constant.
+        """
+        src = self._subgraphs[subgraph].tensors[tensor]
+        if not src.buffer:
+            raise ValueError(f"tensor {tensor} of subgraph {subgraph} has no buffer (not a constant)")
+        t = T.TensorT()
+        t.shape, t.type, t.buffer = list(src.shape), src.type, src.buffer
+        t.name = name if name is not None else src.name
+        t.quantization = src.quantization
+        self._sg.tensors.append(t)
+        return len(self._sg.tensors) - 1
+
     def add_input(
         self,
         shape: Sequence[int],

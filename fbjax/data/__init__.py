@@ -11,6 +11,11 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 #: person probability). Apache-2.0, see NOTICE.
 DEFAULT_MODEL = os.path.join(_HERE, "mediapipe_selfie_segmentation.tflite")
 
+#: A TFLite GPU delegate (OpenCL) serialized model: TFLite Micro's sine model
+#: (input x, output about sin(x) for x in [0, 2 pi]) as TensorFlow 2.5.0's
+#: delegate wrote it (F32, BUFFER storage; 17 KiB). Apache-2.0, see NOTICE.
+SINE_GPU_CL = os.path.join(_HERE, "tflm_sine_float.gpu_cl.bin")
+
 
 def synthetic_person(size: int = 256):
     """A drawn head-and-shoulders figure for :data:`DEFAULT_MODEL`: an input

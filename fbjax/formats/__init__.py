@@ -1,7 +1,16 @@
-"""Model file formats: each module turns a file's bytes into :class:`fbjax.ir.ModelIR`.
+"""Model file formats: readers turn a file's bytes into :class:`fbjax.ir.ModelIR`
+(:func:`read_model`), writers patch new constants into a file's bytes
+(:func:`write_model`).
 
-* :mod:`fbjax.formats.tflite` -- ``.tflite`` (TFLite schema v3, ``TFL3``)
-* :mod:`fbjax.formats.rten` -- ``.rten`` (v2: ``RTEN`` header; v1: probed)
+* :mod:`fbjax.formats.tflite` -- ``.tflite`` (TFLite schema v3, ``TFL3``;
+  ``STABLEHLO_*`` builtins via :mod:`fbjax.formats.tflite_stablehlo`);
+  writer :mod:`fbjax.formats.tflite_writer`
+* :mod:`fbjax.formats.rten` -- ``.rten`` (v2: ``RTEN`` header; v1: probed);
+  writer :mod:`fbjax.formats.rten_writer`
+* :mod:`fbjax.formats.stablehlo` -- ``stablehlo.flatbuf`` (the StableHLO
+  prototype flatbuffer, probed); writer :mod:`fbjax.formats.stablehlo_writer`
+* :mod:`fbjax.formats.gpu_cl` -- TFLite GPU delegate (OpenCL) serialized
+  ``.bin`` (probed per schema generation); writer :mod:`fbjax.formats.gpu_cl_writer`
 
 ``_generated/`` holds the Python bindings ``flatc`` generated from
 ``schemas/*.fbs`` (regenerate with ``nox -s schemas``; do not edit by hand).
@@ -9,15 +18,16 @@
 
 from __future__ import annotations
 
+import importlib
 import os
-from typing import Optional
+from typing import Mapping, Optional
 
-from ..errors import ModelFormatError
+from ..errors import InputError, ModelFormatError
 from ..ir import ModelIR
-from . import rten, stablehlo, tflite
+from . import gpu_cl, rten, stablehlo, tflite
 
 #: format name -> reader(source) -> ModelIR
-READERS = {"tflite": tflite.read, "stablehlo": stablehlo.read, "rten": rten.read}
+READERS = {"tflite": tflite.read, "stablehlo": stablehlo.read, "rten": rten.read, "gpu_cl": gpu_cl.read}
 
 
 def detect_format(source) -> str:
@@ -55,7 +65,7 @@ def detect_format(source) -> str:
 
 # Extra (name, probe(source, head) -> bool) pairs for formats without a file
 # identifier; filled by the format modules that need them.
-_PROBES: list = [("rten", rten.probe), ("stablehlo", stablehlo.probe)]
+_PROBES: list = [("rten", rten.probe), ("stablehlo", stablehlo.probe), ("gpu_cl", gpu_cl.probe)]
 
 
 def read_model(source, format: Optional[str] = None) -> ModelIR:
@@ -72,3 +82,28 @@ def read_model(source, format: Optional[str] = None) -> ModelIR:
     if fmt not in READERS:
         raise ModelFormatError(f"unknown format {fmt!r}; known: {', '.join(sorted(READERS))}")
     return READERS[fmt](source)
+
+
+#: format -> module of :mod:`fbjax.formats` whose ``write(ir, updates,
+#: *, requantize) -> bytes`` re-writes a file of that format with the
+#: constants in ``updates`` (``{Value: array}``) replaced.
+WRITERS = {"tflite": "tflite_writer", "rten": "rten_writer", "stablehlo": "stablehlo_writer",
+           "gpu_cl": "gpu_cl_writer"}
+
+
+def write_model(ir: ModelIR, updates: Mapping, *, requantize: str = "file") -> bytes:
+    """The bytes of ``ir``'s file (``ir.format``) with the constants in
+    ``updates`` (``{Value: array}``) replaced; everything else as the file had
+    it. Used by :meth:`fbjax.Model.save`.
+
+    Raises:
+        InputError: no writer for the format, or values the writer refuses.
+    """
+    mod = WRITERS.get(ir.format)
+    try:
+        module = importlib.import_module(f".{mod}", __package__) if mod else None
+    except ModuleNotFoundError:
+        module = None
+    if module is None:
+        raise InputError(f"saving {ir.format!r} models is not supported yet (writers: {sorted(WRITERS)})")
+    return module.write(ir, updates, requantize=requantize)

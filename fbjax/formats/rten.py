@@ -31,7 +31,9 @@ layout rten-convert 0.22 writes: operators 0-127):
   inputs of the body graph, and the ``If``/``Loop`` node gets the matching
   outer values as extra trailing inputs (``attrs["<branch>_captures"]`` lists
   their positions in ``node.inputs``).
-* Symbolic dimensions (``Dim.name``) become dynamic (``None``) dimensions.
+* Symbolic dimensions (``Dim.name``) become dynamic (``None``) dimensions, and so
+  do unnamed 0 dims of value nodes (rten-convert's spelling of an ONNX dim
+  with neither a value nor a name).
 
 Operators get op set ``"onnx"`` and their ONNX names (``Conv``, ``MatMul``);
 attributes keep the schema's snake_case field names (``auto_pad``,
@@ -281,6 +283,8 @@ class _Reader:
                     f"{where}: inline data holds {arr.size} elements but shape {list(shape)} needs {n}"
                 )
             data = arr.view(np.uint8) if arr.dtype.itemsize == dtype.itemsize else arr.astype(dtype).view(np.uint8)
+        elif n == 0:  # a zero-element constant (shape [0], any zero dim) needs no bytes (issue 17)
+            data = np.zeros(0, np.uint8)
         else:
             raise ModelFormatError(f"{where}: constant has no data (neither inline nor data_offset)")
         if data.ctypes.data % dtype.itemsize:  # unaligned: copy once
@@ -294,7 +298,11 @@ class _Reader:
     def value(v, name: str, idx: int, where: str) -> Value:
         shape = None
         if v.shape is not None:
-            shape = tuple(None if (d.name is not None) else int(d.value) for d in v.shape)
+            # rten-convert 0.22 writes ``dim_param or dim_value``: an ONNX dim
+            # with neither (unknown, as exporters write dynamic dims) arrives
+            # as an unnamed 0. A value's declared shape is only a hint (RTen
+            # checks none), so an unnamed 0 reads as unknown too.
+            shape = tuple(None if (d.name is not None or int(d.value) == 0) else int(d.value) for d in v.shape)
             _verify.check_shape(shape, f"{where}: value shape")
         dtype = None if v.dtype is None else _dtype(int(v.dtype), f"{where}: ValueNode.dtype")
         return Value(name=name, dtype=dtype, shape=shape, index=idx)
@@ -356,10 +364,18 @@ class _Reader:
         nodes: list[Node] = []
         all_values: list[Value] = []
         capture_ids = [int(i) for i in (g.captures if g.captures is not None else [])]
+        # rten-convert 0.22 captures an omitted optional operator input (an
+        # LSTM's ``sequence_lens`` inside an If branch) as a value node named
+        # '' while writing the operator's input itself as -1: a capture with
+        # an empty name is "no value", like -1 (RTen ignores it too).
+        absent = {i for i in capture_ids
+                  if 0 <= i < len(entries) and entries[i].data is not None
+                  and NODE_KIND_NAMES.get(int(entries[i].dataType)) == "ValueNode" and not _str(entries[i].name)}
+        capture_ids = [i for i in capture_ids if i not in absent]
 
         def ref(i, what: str) -> Optional[Value]:
             i = int(i)
-            if i < 0:
+            if i < 0 or i in absent:
                 return None
             if i >= len(entries):
                 raise ModelFormatError(f"{what} refers to node {i}, but the graph has {len(entries)} nodes")
@@ -374,6 +390,8 @@ class _Reader:
             if kind is None or kind == "NONE":
                 raise ModelFormatError(f"{loc} ({nname!r}): unknown NodeKind value {int(entry.dataType)}")
             d = entry.data
+            if ni in absent:
+                continue
             if kind == "ConstantNode":
                 v = self.constant(d, nname, ni, loc)
             elif kind == "ValueNode":
@@ -408,7 +426,8 @@ class _Reader:
                         pos.append(len(ins))
                         ins.append(outer)
                     attrs[f"{key}_captures"] = tuple(pos)
-                nodes.append(Node(OP_SET, op_name, ins, outs, attrs, f"{loc} ({nname!r})" if nname else loc))
+                nodes.append(Node(OP_SET, op_name, ins, outs, attrs, f"{loc} ({nname!r})" if nname else loc,
+                                  regions={key: (gi,) for key, gi, _ in caps}))
                 continue
             values[ni] = v
             all_values.append(v)

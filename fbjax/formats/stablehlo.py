@@ -37,7 +37,7 @@ from typing import Optional
 import numpy as np
 
 from ..errors import ModelFormatError
-from ..ir import Graph, ModelIR, Node, Value
+from ..ir import Graph, ModelIR, Node, Value, fill_zero_size_constants
 from . import verify as _verify
 from ._mmap import open_source
 from .regions import check_regions
@@ -360,6 +360,7 @@ def _to_ir(m, path) -> ModelIR:
             ins = [ref(i, f"{loc} ({name}): input {k}") for k, i in enumerate(op.inputs if op.inputs is not None else [])]
             outs = [ref(i, f"{loc} ({name}): output {k}") for k, i in enumerate(op.outputs if op.outputs is not None else [])]
             attrs = options_to_attrs(op.operatorOptions, name, _spatial_rank(name, ins))
+            regions: dict = {}
             if "computation" in attrs:
                 c = int(attrs["computation"])
                 if not 0 <= c < len(m.subgraphs):
@@ -367,11 +368,12 @@ def _to_ir(m, path) -> ModelIR:
                         f"{loc} ({name}): computation {c} out of range (the model has {len(m.subgraphs)} subgraphs)"
                     )
                 calls.append((si, c, f"{loc} ({name}): computation"))
+                regions = {"computation": (c,)}
             elif name in ("stablehlo.reduce", "stablehlo.reduce_window"):
                 raise ModelFormatError(f"{loc} ({name}): has no options naming its computation subgraph")
             if any(o is None for o in outs) or not outs:
                 raise ModelFormatError(f"{loc} ({name}): every output must name a tensor")
-            nodes.append(Node(OP_SET, name, ins, outs, attrs, loc))
+            nodes.append(Node(OP_SET, name, ins, outs, attrs, loc, regions=regions))
         g_in = [ref(i, f"{where}: input") for i in (sg.inputs if sg.inputs is not None else [])]
         g_out = [ref(i, f"{where}: output") for i in (sg.outputs if sg.outputs is not None else [])]
         for kind, lst in (("input", g_in), ("output", g_out)):
@@ -379,6 +381,7 @@ def _to_ir(m, path) -> ModelIR:
                 raise ModelFormatError(f"{where}: {kind} {lst.index(None)} refers to tensor -1")
         gname = sg.name.decode("utf-8", "replace") if isinstance(sg.name, bytes) else (sg.name or f"subgraph_{si}")
         graphs.append(Graph(gname, g_in, g_out, nodes, values))
+        fill_zero_size_constants(graphs[-1])  # zero-element constants have empty buffers (issue 17)
     _verify.check_call_graph(len(graphs), calls)
     ir = ModelIR("stablehlo", graphs, 0, {}, "", path, None, {"version": int(m.version)})
     check_regions(ir)  # region bodies' arities

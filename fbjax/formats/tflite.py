@@ -28,7 +28,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from ..errors import ModelFormatError
-from ..ir import Graph, ModelIR, Node, QuantParams, Signature, Value
+from ..ir import Graph, ModelIR, Node, QuantParams, Signature, Value, fill_zero_size_constants
 from . import verify as _verify
 from ._mmap import open_source
 from .regions import check_regions
@@ -338,7 +338,7 @@ def _buffer_bytes(buffers, bidx: int, raw, where: str) -> Optional[np.ndarray]:
     return np.asarray(b.data, np.uint8)
 
 
-def _tensor_value(t, ti: int, buffers, raw, where: str) -> Value:
+def _tensor_value(t, ti: int, buffers, raw, where: str, shared: Optional[dict] = None) -> Value:
     desc = f"{where}, tensor {ti}"
     dtype = tensor_dtype(t.type)
     shape = [int(d) for d in (t.shape if t.shape is not None else [])]
@@ -358,6 +358,12 @@ def _tensor_value(t, ti: int, buffers, raw, where: str) -> Value:
             )
     v = Value(name=name, dtype=dtype, shape=tuple(shape), quant=quant,
               index=ti, is_variable=bool(t.isVariable))
+    # tensors of several subgraphs on one buffer (litert-torch's prefill and decode signatures share
+    # their weights): one array object, so fbjax.lower.build names them one param (issue 17)
+    key = (int(t.buffer), t.type, tuple(d if d is not None else 1 for d in shape))
+    if shared is not None and t.sparsity is None and key in shared:
+        v.data = shared[key]
+        return v
     data = _buffer_bytes(buffers, t.buffer, raw, desc)
     if data is not None and dtype != np.object_:
         if t.sparsity is not None:
@@ -368,7 +374,39 @@ def _tensor_value(t, ti: int, buffers, raw, where: str) -> Value:
             v.data = _unpack_int4(data, [d if d is not None else 1 for d in shape], desc)
         else:
             v.data = _view(data, dtype, tuple(d if d is not None else 1 for d in shape), desc)
+        if shared is not None and t.sparsity is None:
+            shared[key] = v.data
     return v
+
+
+def _blockwise_quant(tensors, values: list, where: str) -> None:
+    """TFLite ``BlockwiseQuantization`` details (int4 weights of litert-torch's
+    ``dynamic_int4_block32``): the scales are another tensor of the subgraph,
+    float16 ``[rows, columns / block_size]``. They become the weight's
+    :class:`QuantParams` (``block_size`` > 0, 2-D ``scale``), and the scales
+    tensor stops being a constant of its own (it is not a weight to train)."""
+    from ._generated import tflite_generated as T
+
+    for ti, t in enumerate(tensors):
+        q = t.quantization
+        if q is None or q.detailsType != T.QuantizationDetails.BlockwiseQuantization or q.details is None:
+            continue
+        d, v = q.details, values[ti]
+        desc = f"{where}, tensor {ti} ({v.name!r})"
+        si, bs = int(d.scales), int(d.blockSize)
+        if not 0 <= si < len(values) or values[si].data is None:
+            raise ModelFormatError(f"{desc}: blockwise scales tensor {si} is not a constant of the subgraph")
+        if int(d.zeroPoints) >= 0:
+            raise ModelFormatError(f"{desc}: blockwise quantization with zero points is not supported")
+        shape = v.shape or ()
+        if bs <= 0 or len(shape) != 2 or shape[1] is None or shape[1] % bs:
+            raise ModelFormatError(f"{desc}: block size {bs} does not divide the columns of shape {list(shape)}")
+        scale = np.asarray(values[si].data, np.float32)
+        if scale.shape != (shape[0], shape[1] // bs):
+            raise ModelFormatError(f"{desc}: blockwise scales of shape {list(scale.shape)}, expected "
+                                   f"{[shape[0], shape[1] // bs]}")
+        v.quant = QuantParams(scale, np.zeros(scale.shape, np.int64), 0, bs)
+        values[si].data = None
 
 
 def _unpack_int4(data: np.ndarray, shape, desc: str) -> np.ndarray:
@@ -475,10 +513,11 @@ def _to_ir(m, raw, path) -> ModelIR:
     n_sub = len(m.subgraphs)
     calls = []  # (caller, callee, location) from WHILE/IF/CALL_ONCE/STABLEHLO_* options
     graphs = []
+    shared: dict = {}  # (buffer, type, shape) -> the array read from it, for every subgraph
     for si, sg in enumerate(m.subgraphs):
         where = f"subgraph {si}"
         tensors = sg.tensors or []
-        values = [_tensor_value(t, ti, buffers, raw, where) for ti, t in enumerate(tensors)]
+        values = [_tensor_value(t, ti, buffers, raw, where, shared) for ti, t in enumerate(tensors)]
 
         def ref(i: int, what: str):
             i = int(i)
@@ -498,6 +537,7 @@ def _to_ir(m, raw, path) -> ModelIR:
             loc = f"{where}, operator {oi}"
             ins = [ref(i, f"{loc} ({name}): input {k}") for k, i in enumerate(op.inputs if op.inputs is not None else [])]
             outs = [ref(i, f"{loc} ({name}): output {k}") for k, i in enumerate(op.outputs if op.outputs is not None else [])]
+            regions: dict = {}
             if op_set == CUSTOM_OP_SET:
                 rawopt = bytes(np.asarray(op.customOptions, np.uint8)) if op.customOptions is not None else b""
                 large = int(getattr(op, "largeCustomOptionsSize", 0) or 0)
@@ -515,10 +555,12 @@ def _to_ir(m, raw, path) -> ModelIR:
                 for key, val in attrs.items():
                     if key.endswith("subgraph_index") or (key == "subgraph" and name == "CALL"):
                         calls.append((si, int(val), f"{loc} ({name}): {key}"))
+                        regions[key] = (int(val),)
                     elif key.endswith("subgraph_indices"):
                         calls.extend((si, int(x), f"{loc} ({name}): {key}[{k}]")
                                      for k, x in enumerate(np.asarray(val).reshape(-1)))
-            node = Node(op_set, name, ins, outs, attrs, loc, version=versions[op.opcodeIndex])
+                        regions[key] = tuple(int(x) for x in np.asarray(val).reshape(-1))
+            node = Node(op_set, name, ins, outs, attrs, loc, version=versions[op.opcodeIndex], regions=regions)
             if op_set == OP_SET and _shlo.is_stablehlo(name):  # -> the shared StableHLO lowering
                 node = _shlo.translate(node)
             nodes.append(node)
@@ -528,7 +570,9 @@ def _to_ir(m, raw, path) -> ModelIR:
             if any(v is None for v in lst):
                 raise ModelFormatError(f"{where}: {kind} {lst.index(None)} refers to tensor -1")
         gname = sg.name.decode("utf-8", "replace") if isinstance(sg.name, bytes) else (sg.name or f"subgraph_{si}")
+        _blockwise_quant(sg.tensors or [], values, where)
         graphs.append(Graph(gname, g_in, g_out, nodes, values))
+        fill_zero_size_constants(graphs[-1])  # empty buffers of zero-element tensors: constants (issue 17)
     _verify.check_call_graph(n_sub, calls)
 
     sigs = {}

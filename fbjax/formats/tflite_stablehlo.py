@@ -121,4 +121,7 @@ def translate(node: Node) -> Node:
     name = node.op_name
     loc = node.location if f"({name})" in node.location else f"{node.location} ({name})"
     attrs = translate_attrs(name, dict(node.attrs), loc)
-    return dataclasses.replace(node, op_set=OP_SET, op_name=stablehlo_name(name), attrs=attrs, location=loc)
+    ren = _RENAMES.get(name, {})
+    regions = {ren.get(k, k): v for k, v in node.regions.items()}
+    return dataclasses.replace(node, op_set=OP_SET, op_name=stablehlo_name(name), attrs=attrs, location=loc,
+                               regions=regions)

@@ -54,6 +54,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..ir import ModelIR, Value
+from ..quantmath import requantize_weights, weights_roundtrip
 from ._generated import tflite_generated as T
 from .tflite import FILE_IDENTIFIER, TENSOR_TYPE_NAMES, densify, opcode_name, tensor_dtype
 
@@ -234,8 +235,6 @@ class _Writer:
                     # the file's own scales: float mode's definition
                     # (fbjax:QUANTIZE_WEIGHTS), so LiteRT runs the saved file as
                     # fbjax.load(..., quantized="float") ran these weights
-                    from ..quantization import requantize_weights, weights_roundtrip
-
                     orig = self._file_ints(t, stored, shape)
                     anchor = orig if orig is not None and not weights_roundtrip(orig, qp) else None
                     q = np.clip(requantize_weights(new, qp, stored, anchor), lo, hi).astype(stored)

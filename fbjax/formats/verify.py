@@ -122,6 +122,9 @@ SCHEMAS = {
     "tflite": "tflite_schema_desc",
     "rten": "rten_schema_desc",
     "stablehlo": "stablehlo_schema_desc",
+    "gpu_cl_seed": "gpu_cl_seed_schema_desc",
+    "gpu_cl_tf25": "gpu_cl_tf25_schema_desc",
+    "gpu_cl_litert": "gpu_cl_litert_schema_desc",
 }
 
 # field kinds of the compiled plan
@@ -229,8 +232,9 @@ _FMT = {c: struct.Struct("<" + c).unpack_from for c in "bBhHiIqQfd"}
 
 
 class _Verifier:
-    def __init__(self, buf, start: int, end: int, sch: _Schema, lim: Limits):
+    def __init__(self, buf, start: int, end: int, sch: _Schema, lim: Limits, unchecked_enums=frozenset()):
         self.buf = buf
+        self.unchecked_enums = unchecked_enums
         self.start = start
         self.end = end
         self.size = end - start
@@ -357,7 +361,7 @@ class _Verifier:
             if (fp - start) & (f.align - 1):
                 self.fail(f"field {self.where()} at offset {self.rel(fp)} is misaligned")
             k = f.kind
-            if k == _K_ENUM:
+            if k == _K_ENUM and (tname, f.name) not in self.unchecked_enums:
                 val = _FMT[f.fmt](buf, fp)[0]
                 ename, vals, bits = f.arg
                 if not (val in vals or (bits and val & ~_bitmask(vals) == 0)):
@@ -414,7 +418,8 @@ def _bitmask(vals) -> int:
 
 
 def verify(buf, schema_name: str = "tflite", *, start: int = 0, size: Optional[int] = None,
-           limits: Optional[Limits] = None, label: Optional[str] = None) -> int:
+           limits: Optional[Limits] = None, label: Optional[str] = None,
+           unchecked_enums: Iterable[tuple[str, str]] = ()) -> int:
     """Check that ``buf[start:start+size]`` is a well-formed flatbuffer of ``schema_name``.
 
     Call it before ``GetRootAs``/``InitFromObj``: after it passes, every
@@ -429,6 +434,10 @@ def verify(buf, schema_name: str = "tflite", *, start: int = 0, size: Optional[i
         size: its length (default: to the end of ``buf``).
         limits: override the :func:`get_limits` in force.
         label: prefix for messages (the file's path), e.g. ``"model.rten: "``.
+        unchecked_enums: ``(table, field)`` pairs whose enum values are not
+            checked (a writer known to fill them with garbage: TF 2.5's GPU
+            delegate writes ``Texture2DDescriptor.normalized_type`` from
+            uninitialised memory).
 
     Returns:
         the number of tables and strings visited.
@@ -447,7 +456,7 @@ def verify(buf, schema_name: str = "tflite", *, start: int = 0, size: Optional[i
     end = start + size
     if size < 8:
         raise ModelFormatError(f"{pre}flatbuffer: {size} bytes is too short for a {schema_name} flatbuffer")
-    v = _Verifier(buf, start, end, sch, lim)
+    v = _Verifier(buf, start, end, sch, lim, frozenset(unchecked_enums))
     v.label = pre
     root = v.offset(start)
     v.table(root, sch.root, 0)

@@ -61,10 +61,21 @@ class LowerContext(OpContext):
         self.options = program.options
 
     def call_graph(self, index: int, *args):
-        """Evaluate ``model.graphs[index]`` on ``args``; returns a list."""
+        """Evaluate ``model.graphs[index]`` on ``args``; returns a list.
+
+        Under a reduced ``compute_dtype`` the subgraph computes in it too
+        (its float outputs cast to it, so loop carries keep their dtype),
+        except when called from a ``full_precision`` op (reduction bodies),
+        where it computes in float32."""
         if not 0 <= index < len(self.model.graphs):
             raise self.error(f"refers to subgraph {index}, but the model has {len(self.model.graphs)}")
-        return self.program.eval_graph(index, list(args), self._params)
+        prog = self.program
+        saved = prog._narrow
+        prog._narrow = saved and not getattr(self, "_full_precision", False)
+        try:
+            return prog.eval_graph(index, list(args), self._params)
+        finally:
+            prog._narrow = saved
 
 
 def _is_static(x) -> bool:
@@ -103,9 +114,19 @@ class Program:
     registry: object = LOWERINGS
     options: dict = field(default_factory=dict)
 
+    def __post_init__(self):
+        cd = self.options.get("compute_dtype")
+        #: the reduced float dtype activations and weights compute in (None: the file's float32)
+        self.compute_dtype = None if cd is None or np.dtype(cd) == np.float32 else np.dtype(cd)
+        self._narrow = self.compute_dtype is not None  # False while a full_precision op's subgraph runs
+
     def apply(self, params: dict, *inputs):
-        """Run the main graph. Returns a tuple, one entry per graph output."""
-        return tuple(self.eval_graph(self.model.main, list(inputs), params))
+        """Run the main graph. Returns a tuple, one entry per graph output,
+        in the dtypes the file declares (also under a reduced ``compute_dtype``)."""
+        outs = self.eval_graph(self.model.main, list(inputs), params)
+        if self.compute_dtype is not None:
+            outs = [_to_file_dtype(o, v) for o, v in zip(outs, self.model.main_graph.outputs)]
+        return tuple(outs)
 
     def eval_graph(self, index: int, inputs: list, params: dict) -> list:
         graph: Graph = self.model.graphs[index]
@@ -134,6 +155,7 @@ class Program:
                 return np.zeros(v.shape, v.dtype)
             raise ModelFormatError(f"graph {index}: tensor {v.index} ({v.name!r}) is read before it is written")
 
+        not_static = []  # (node key, why): every node whose static input is not known, reported together
         for node in graph.nodes:
             opdef: OpDef = self.registry.get(node.op_set, node.op_name)
             args = []
@@ -142,23 +164,34 @@ class Program:
                     if v.data is not None:
                         args.append(np.asarray(v.data))
                         continue
-                    c = _concrete(lookup(v))
+                    x = lookup(v)
+                    c = None if x is _UNKNOWN else _concrete(x)
                     if c is None:
-                        raise UnsupportedOperatorError(
-                            [node.key],
-                            detail=f"{node.location}: input {i} of {node.op_name} must be known at load time, "
-                            "but it depends on the model's inputs.",
-                        )
+                        if x is not _UNKNOWN:
+                            not_static.append((node.key, f"{node.location}: input {i} of {node.op_name} must be "
+                                               "known at load time, but it depends on the model's inputs."))
+                        args = None
+                        break
                     args.append(c)
                 else:
                     args.append(lookup(v))
+            if args is None or any(a is _UNKNOWN for a in args):
+                # downstream of a refused node: skipped, so the error can list every refused node
+                for o in node.outputs:
+                    if o is not None:
+                        env[id(o)] = _UNKNOWN
+                continue
             ctx = LowerContext(node, self.model, self)
             ctx._params = params
+            if self.compute_dtype is not None:
+                args = _compute_precision(args, opdef, self.compute_dtype if self._narrow else None)
+                ctx._full_precision = opdef.full_precision or opdef.op_set in _INTEGER_OP_SETS
             outs_float = any(
                 o is not None and np.issubdtype(np.dtype(o.dtype), np.inexact) for o in node.outputs
             )
-            # (READ_VARIABLE: static handle, but the value is state -- see lower/tflite/state.py)
-            if all(_is_static(a) for a in args) and not outs_float and node.op_name != "READ_VARIABLE":
+            # (not for ops whose result is not a function of their inputs -- state, random draws:
+            # the ``foldable`` fact; READ_VARIABLE has a static handle but its value is state)
+            if all(_is_static(a) for a in args) and not outs_float and opdef.foldable:
                 # Shape-like integer computation: evaluate now, keep numpy.
                 with jax.ensure_compile_time_eval():
                     res = call_op(opdef, ctx, args, node.attrs)
@@ -169,7 +202,59 @@ class Program:
             for o, r in zip(node.outputs, res):
                 if o is not None:
                     env[id(o)] = r
-        return [lookup(v) for v in graph.outputs]
+        if not_static:
+            raise UnsupportedOperatorError(Counter(k for k, _ in not_static),
+                                           detail=" ".join(why for _, why in not_static))
+        outs = [lookup(v) for v in graph.outputs]
+        if self._narrow and index != self.model.main:
+            outs = [_narrowed(o, self.compute_dtype) for o in outs]
+        return outs
+
+
+#: op sets of integer (quantized) kernels: their float inputs (scales, hybrid activations) stay float32
+_INTEGER_OP_SETS = frozenset({"tflite.int", "fbjax"})
+_LOW = frozenset({np.dtype(np.float16), np.dtype(jax.numpy.bfloat16)})
+
+
+def _narrowed(x, dtype):
+    """``x`` cast to ``dtype`` when it is a float32 array (numpy stays numpy), else ``x``."""
+    dt = getattr(x, "dtype", None)
+    if dt is None or np.dtype(dt) != np.float32:
+        return x
+    return x.astype(dtype)
+
+
+def _widened(x):
+    """``x`` cast to float32 when it is a float16/bfloat16 array, else ``x``."""
+    dt = getattr(x, "dtype", None)
+    if dt is None or np.dtype(dt) not in _LOW:
+        return x
+    return x.astype(np.float32)
+
+
+def _compute_precision(args: list, opdef: OpDef, narrow) -> list:
+    """An op's arguments under a reduced compute dtype: float32 arrays cast
+    to ``narrow`` (static inputs and integer arrays untouched); for
+    ``full_precision`` ops, integer kernels, or ``narrow=None`` (inside a
+    full-precision op's subgraph), float16/bfloat16 arrays widened to
+    float32 instead."""
+    if narrow is None or opdef.full_precision or opdef.op_set in _INTEGER_OP_SETS:
+        return [a if i in opdef.static_inputs else _widened(a) for i, a in enumerate(args)]
+    return [a if i in opdef.static_inputs else _narrowed(a, narrow) for i, a in enumerate(args)]
+
+
+def _to_file_dtype(x, v: Value):
+    """A graph output computed in a reduced dtype, cast back to ``v``'s file dtype."""
+    dt = getattr(x, "dtype", None)
+    if dt is None or v.dtype is None or v.dtype == np.object_ or np.dtype(dt) == np.dtype(v.dtype):
+        return x
+    if np.dtype(dt) in _LOW and np.issubdtype(np.dtype(v.dtype), np.floating):
+        return x.astype(v.dtype)
+    return x
+
+
+#: the value of a node skipped after a refused static input (never leaves eval_graph: it raises)
+_UNKNOWN = object()
 
 
 def _as_list(res, node: Node) -> list:
@@ -213,17 +298,25 @@ def unique_param_names(model: ModelIR) -> dict:
     """id(Value) -> unique param name for every constant :func:`is_param` accepts.
 
     Names are the tensor names from the file; repeats get ``#1``, ``#2``...
+    Values holding the very same array (tensors of several subgraphs that
+    the reader found on one buffer, e.g. the weights that an LLM's prefill
+    and decode signatures share) get one name: one param.
     """
     names: dict[int, str] = {}
     used: Counter = Counter()
+    by_data: dict[int, str] = {}  # id(v.data) -> its param name
     for g in model.graphs:
         for v in g.values:
             if id(v) in names or not is_param(v):
+                continue
+            if id(v.data) in by_data:
+                names[id(v)] = by_data[id(v.data)]
                 continue
             base = v.name or f"tensor_{v.index}"
             name = base if used[base] == 0 else f"{base}#{used[base]}"
             used[base] += 1
             names[id(v)] = name
+            by_data[id(v.data)] = name
     return names
 
 
@@ -234,7 +327,11 @@ def build(model: ModelIR, *, backend: Optional[str] = None, options: Optional[di
         options: lowering options read by lowerings as ``ctx.options``:
             ``while_max_iterations`` (int or None): lower TFLite WHILE to a
             bounded, reverse-differentiable ``lax.scan`` of that many steps
-            (see :func:`fbjax.load`).
+            (see :func:`fbjax.load`); ``compute_dtype`` (``"float32"``,
+            ``"bfloat16"``, ``"float16"`` or None): the dtype float ops
+            compute in (float32 arrays are cast to it before each op;
+            ``full_precision`` ops and integer kernels compute in float32;
+            graph outputs return in the file's dtypes).
 
     Returns:
         a :class:`Program` whose ``apply(params, *inputs)`` is pure and
@@ -246,7 +343,10 @@ def build(model: ModelIR, *, backend: Optional[str] = None, options: Optional[di
     check_supported(model)
     param_of = unique_param_names(model)
     values = {id(v): v for g in model.graphs for v in g.values}
-    params = {name: master_weight(values[vid].data) for vid, name in param_of.items()}
+    params = {}
+    for vid, name in param_of.items():
+        if name not in params:  # (one param for the Values of several subgraphs on one buffer)
+            params[name] = master_weight(values[vid].data)
     program = Program(model, params, param_of, backend or jax.default_backend(), options=dict(options or {}))
     check_static_inputs(program)
     return program

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import dataclasses
 import operator
-import re
 from typing import Optional
 
 import jax
@@ -53,14 +52,32 @@ __all__ = ["plan", "constant_nodes", "fan_out_values", "InferenceApply", "infere
 #: Kernel layout XLA:CPU's convolution emitter reads without a copy.
 CPU_CONV_WEIGHT_LAYOUT = "HWIO"
 
-#: (op set, op name) -> (weight input position, the file's layout).
-_CONV_WEIGHTS = {("tflite", "CONV_2D"): (1, "OHWI"), ("onnx", "Conv"): (1, "OIHW")}
+#: File layouts of convolution kernels the lowerings can read in
+#: :data:`CPU_CONV_WEIGHT_LAYOUT` instead (:func:`fbjax.lower.kernels.weight_layout`);
+#: an op's kernel is the ``weights`` entry of its registration in one of them.
+_RELAYABLE = frozenset({"OHWI", "OIHW"})
 
-#: Matrix products whose constant operands are computed ahead (see :class:`InferenceApply`).
-_MATMULS = frozenset({"MatMul", "Gemm", "FULLY_CONNECTED", "BATCH_MATMUL"})
 
-#: Ops never computed ahead: random draws, state, control flow, sequences.
-_NOT_CONSTANT = re.compile(r"random|multinomial|var|if$|loop|while|call|scan|sequence", re.I)
+def _opdef(program, node):
+    return program.registry.get(node.op_set, node.op_name)
+
+
+def _conv_weight(program, node) -> Optional[tuple]:
+    """``(input position, file layout)`` of a relayable convolution kernel."""
+    od = _opdef(program, node)
+    for pos, layout in (od.weights if od is not None else ()):
+        if layout in _RELAYABLE:
+            return pos, layout
+    return None
+
+
+def _matrix_operands(program, node) -> tuple:
+    """Declared weight positions of matrix products (ops whose ``weights``
+    hold no convolution kernel): their constant operands are computed ahead."""
+    od = _opdef(program, node)
+    if od is None or not od.weights or any(len(layout) == 4 for _, layout in od.weights):
+        return ()
+    return tuple(pos for pos, _ in od.weights)
 
 
 def _uses(graph) -> dict:
@@ -76,13 +93,15 @@ def _uses(graph) -> dict:
 
 def constant_nodes(program) -> list:
     """Main-graph nodes whose inputs are all load-time constants (non-param
-    constants, or outputs of such nodes), in graph order, except random,
-    state and control-flow ops."""
+    constants, or outputs of such nodes), in graph order, except ops
+    registered with ``foldable=False`` (random draws, state, control flow,
+    sequences)."""
     graph = program.model.graphs[program.model.main]
     known: set = set()
     out = []
     for node in graph.nodes:
-        if _NOT_CONSTANT.search(node.op_name) or not any(o is not None for o in node.outputs):
+        od = _opdef(program, node)
+        if (od is not None and not od.foldable) or not any(o is not None for o in node.outputs):
             continue
         ok = True
         for v in node.inputs:
@@ -141,7 +160,7 @@ def plan(program, backend: Optional[str] = None, constants: frozenset = frozense
         uses = _uses(g)
         producer = {id(o): n for n in g.nodes for o in n.outputs if o is not None}
         for node in g.nodes:
-            hit = _CONV_WEIGHTS.get((node.op_set, node.op_name))
+            hit = _conv_weight(program, node)
             if hit is None:
                 continue
             pos, native = hit
@@ -165,25 +184,25 @@ def plan(program, backend: Optional[str] = None, constants: frozenset = frozense
     return sources, values
 
 
-#: ops whose lowering reads their first input twice in a way that must see
-#: one value: softmax's ``x - max(x)`` is <= 0 only when the ``x`` in the
+#: Ops registered with ``reads_input_twice`` read their first input twice
+#: in a way that must see one value: softmax's ``x - max(x)`` is <= 0 only when the ``x`` in the
 #: difference is the ``x`` the max reduced. XLA:CPU may fuse ``x``'s producer
 #: into both with other summation orders; light_squeezenet (logits ~7e9, one
 #: float32 ulp = 512) on a random input then gave softmax NaN (every
 #: ``exp(x - max)`` underflowing) where ``jax.jit(Model.apply)`` with XLA's
 #: default YNNPACK fusion, which computes the producer once, did not.
-_READ_TWICE = {("onnx", "Softmax"), ("onnx", "LogSoftmax"), ("tflite", "SOFTMAX"), ("tflite", "LOG_SOFTMAX")}
 
 
 def fan_out_values(program) -> set:
     """``id(Value)`` of the float node outputs read more than once (by
-    several nodes or inputs, or also as a graph output, or as the input of a
-    :data:`_READ_TWICE` op), per graph."""
+    several nodes or inputs, or also as a graph output, or as the input of an
+    op registered with ``reads_input_twice``), per graph."""
     out = set()
     for g in program.model.graphs:
         uses = _uses(g)
         for node in g.nodes:
-            if (node.op_set, node.op_name) in _READ_TWICE and node.inputs and node.inputs[0] is not None:
+            od = _opdef(program, node)
+            if od is not None and od.reads_input_twice and node.inputs and node.inputs[0] is not None:
                 uses[id(node.inputs[0])] = uses.get(id(node.inputs[0]), 0) + 1
         for node in g.nodes:
             for v in node.outputs:
@@ -268,8 +287,8 @@ class InferenceApply:
         # product operands: computed ahead, passed as jit arguments. Others (fills feeding
         # elementwise ops) stay in the trace, where XLA fuses them into their consumers.
         # (Grouped convolutions are split per group on CPU: their weights stay in the trace too.)
-        matmul_in = {id(v) for node in graph.nodes if id(node) not in const_ids and node.op_name in _MATMULS
-                     for v in node.inputs if v is not None}
+        matmul_in = {id(node.inputs[p]) for node in graph.nodes if id(node) not in const_ids
+                     for p in _matrix_operands(program, node) if p < len(node.inputs) and node.inputs[p] is not None}
         candidates = {id(o) for n in consts for o in n.outputs
                       if o is not None and id(o) in uses_outside and np.dtype(o.dtype).kind == "f"}
         sources, values = plan(program, constants=frozenset(candidates)) if relay else ({}, {})

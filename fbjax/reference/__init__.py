@@ -29,8 +29,9 @@ from .registry import REFERENCE, register
 
 # Family modules, imported for their registrations (explicitly, never by discovery).
 from .tflite import elementwise, conv, pool, shape, reduce, quant, resize, custom  # noqa: E402,F401
-from .tflite import math, array, gather, nn, control, nms, rnn, state, random, mediapipe  # noqa: E402,F401  (issue 3)
+from .tflite import math, array, gather, nn, control, nms, rnn, state, random, mediapipe  # noqa: E402,F401
 from . import stablehlo  # noqa: E402,F401  (registers the "stablehlo" ops)
+from . import gpu  # noqa: E402,F401  (registers the "gpu" ops: TFLite GPU delegate .bin files)
 
 __all__ = ["REFERENCE", "ReferenceContext", "register", "run", "supported_ops"]
 
@@ -128,7 +129,25 @@ def _lookup(env: dict, v: Value, node) -> np.ndarray:
         "(variable tensors are not supported by the reference)")
 
 
-def _store(ctx: ReferenceContext, env: dict, results) -> None:
+#: (id(model), value name) of the declared output shapes already warned about
+_WARNED_SHAPES: set = set()
+
+
+def _declared_shape_loses(ctx: ReferenceContext, v: Value, shape: tuple) -> None:
+    """A graph output computed with another shape than the file declares:
+    the computed shape wins (files are written with placeholder shapes,
+    e.g. PaddlePaddle's scalar ``float32()`` outputs), warned once per output,
+    as :class:`fbjax.Model` does for its ``outputs``."""
+    import warnings
+
+    key = (id(ctx.model), v.name)
+    if key not in _WARNED_SHAPES:
+        _WARNED_SHAPES.add(key)
+        warnings.warn(f"output {_describe(v)} is computed with shape {tuple(shape)}; the file's declared shape is "
+                      "wrong and the computed one is used", stacklevel=3)
+
+
+def _store(ctx: ReferenceContext, env: dict, results, graph_outputs: frozenset = frozenset()) -> None:
     node: Node = ctx.node
     if isinstance(results, np.ndarray) or np.isscalar(results):
         results = [results]
@@ -142,7 +161,9 @@ def _store(ctx: ReferenceContext, env: dict, results) -> None:
             env[v] = [np.asarray(e) for e in r]
             continue
         r = np.asarray(r)
-        if r.dtype != np.dtype(v.dtype) or not _shape_matches(v.shape, r.shape):
+        if r.dtype == np.dtype(v.dtype) and not _shape_matches(v.shape, r.shape) and id(v) in graph_outputs:
+            _declared_shape_loses(ctx, v, r.shape)
+        elif r.dtype != np.dtype(v.dtype) or not _shape_matches(v.shape, r.shape):
             raise ctx.error(
                 f"output {k} computed as {r.dtype.name}{tuple(r.shape)}, but the model declares {_describe(v)}")
         env[v] = r
@@ -154,6 +175,7 @@ def _run_graph(model: ModelIR, index: int, args: list) -> list:
     for v, a in zip(graph.inputs, args):
         if v is not None:
             env[v] = a
+    outs = frozenset(id(v) for v in graph.outputs if v is not None)
     for node in graph.nodes:
         opdef = REFERENCE.get(*node.key)
         if opdef is None:  # only reachable through call_graph on unchecked models
@@ -162,7 +184,7 @@ def _run_graph(model: ModelIR, index: int, args: list) -> list:
         ins = [None if v is None else _lookup(env, v, node) for v in node.inputs]
         while ins and ins[-1] is None:  # trailing omitted optionals take the defaults
             ins.pop()
-        _store(ctx, env, call_op(opdef, ctx, ins, node.attrs))
+        _store(ctx, env, call_op(opdef, ctx, ins, node.attrs), outs)
     return [_lookup(env, v, None) for v in graph.outputs]
 
 
@@ -185,6 +207,10 @@ def run(model_or_path: Any, *inputs) -> list:
         InputError: wrong number of inputs, or a shape/dtype that does not
             match the graph's input specs (``None`` dims accept any size).
         ModelFormatError: a node has invalid attributes or shapes.
+
+    Warns:
+        UserWarning: once per output whose computed shape differs from the
+            shape the file declares (the computed array is returned).
     """
     model = _as_model(model_or_path)
     _check_supported(model)

@@ -5,7 +5,8 @@ of the file formats the small real models do not: TFLite control flow
 (WHILE/IF subgraph references), signature defs, per-channel quantization,
 sparse constants, flexbuffer custom options and the >2 GB layout (buffers
 stored after the flatbuffer via ``offset``/``size``); RTen v1 and v2 files
-written by rten-convert; StableHLO flatbuffers with a REDUCE body.
+written by rten-convert; StableHLO flatbuffers with a REDUCE body; TFLite GPU
+delegate ``.bin`` files (both schema generations).
 """
 
 from __future__ import annotations
@@ -23,6 +24,10 @@ from fbjax.formats._generated import tflite_generated as T
 SHARED_TFLITE = Path(__file__).resolve().parents[3] / "shared" / "models" / "tflite"
 #: small real models (fast enough to mutate thousands of times)
 REAL_TFLITE = ("tflm_sine_float.tflite", "mediapipe_hand_recrop.tflite")
+SHARED_GPU_CL = SHARED_TFLITE.parent / "tflite-gpu-cl"
+#: TFLite GPU delegate .bin files: TF 2.5 generation (BUFFER and IMAGE_BUFFER storage) and a seed-generation copy
+REAL_GPU_CL = ("tflm_sine_float.F32.BUFFER.bin", "mediapipe_hand_recrop.F32.API.bin",
+               "seedgen/tflm_sine_float.F32.BUFFER.seed.bin")
 
 
 # --- TFLite -----------------------------------------------------------------
@@ -353,6 +358,10 @@ def seeds() -> tuple[tuple[str, str, bytes], ...]:
     for name, data in rten_models():
         out.append((name, "rten", data))
     out.append(("synthetic_reduce", "stablehlo", stablehlo_reduce()))
+    for f in REAL_GPU_CL:
+        p = SHARED_GPU_CL / f
+        if p.is_file():
+            out.append((p.name, "gpu_cl", p.read_bytes()))
     out.append(("synthetic_conv", "stablehlo", stablehlo_conv()))
     extra = os.environ.get("FBJAX_FUZZ_SEEDS")  # more files: path[:format],...
     for item in filter(None, (extra or "").split(",")):

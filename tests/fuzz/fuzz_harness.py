@@ -48,7 +48,7 @@ for p in (str(ROOT), str(HERE)):
     if p not in sys.path:
         sys.path.insert(0, p)
 
-FORMATS = ("tflite", "rten", "stablehlo")
+FORMATS = ("tflite", "rten", "stablehlo", "gpu_cl")
 CASE_TIMEOUT = 10.0
 
 INTERESTING32 = [0, 1, 2, 3, 4, 8, 0x7F, 0x80, 0xFF, 0x100, 0x7FFF, 0x8000, 0xFFFF, 0x10000,

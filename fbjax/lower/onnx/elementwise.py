@@ -14,7 +14,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from ... import batch_rules
 from ..registry import register
+from . import random as _random
 from ._util import OP_SET, as_bool, from_bool, is_float
 
 
@@ -56,13 +58,14 @@ for _n, (_f, _d) in _UNARY.items():
     _unary(_n, _f, _d)
 
 
-@register(OP_SET, "Identity")
+@register(OP_SET, "Identity", batch=batch_rules.same_as_input)
 def Identity(ctx, input):
     """ONNX ``Identity`` (tensors and sequences)."""
     return [input] if isinstance(input, list) else input
 
 
-@register(OP_SET, "Dropout", static_inputs=(1, 2))
+@register(OP_SET, "Dropout", static_inputs=(1, 2), batch=batch_rules.same_as_input, stateful=_random.draws,
+          init_state=_random.DRAWS["init_state"])
 def Dropout(ctx, data, ratio=None, training_mode=None, *, seed=None):
     """ONNX ``Dropout``: ``(output, mask)``.
 
@@ -82,9 +85,8 @@ def Dropout(ctx, data, ratio=None, training_mode=None, *, seed=None):
         return (x, jnp.ones(x.shape, jnp.int32)) if want_mask else x
     if not 0.0 <= r < 1.0:
         raise ctx.error(f"Dropout ratio {r} is outside [0, 1)")
-    from .random import next_key
 
-    keep = jax.random.bernoulli(next_key(ctx), 1.0 - r, x.shape)
+    keep = jax.random.bernoulli(_random.next_key(ctx), 1.0 - r, x.shape)
     y = jnp.where(keep, x / jnp.asarray(1.0 - r, x.dtype), jnp.zeros((), x.dtype))
     return (y, keep.astype(jnp.int32)) if want_mask else y
 

@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ... import batch_rules
 from ..registry import register
 from ._util import OP_SET, axis as norm_axis
 
@@ -15,7 +16,7 @@ def _wrap(idx, n):
     return jnp.where(idx < 0, idx + n, idx)
 
 
-@register(OP_SET, "Gather")
+@register(OP_SET, "Gather", batch=batch_rules.onnx_gather)
 def Gather(ctx, data, indices, *, axis=0):
     """ONNX ``Gather``: ``take(data, indices, axis)``."""
     x = jnp.asarray(data)
@@ -26,7 +27,7 @@ def Gather(ctx, data, indices, *, axis=0):
     return jnp.take(x, _wrap(indices, x.shape[a]), axis=a, mode="clip")
 
 
-@register(OP_SET, "GatherElements")
+@register(OP_SET, "GatherElements", batch=batch_rules.onnx_axis)
 def GatherElements(ctx, data, indices, *, axis=0):
     """ONNX ``GatherElements``: ``take_along_axis``."""
     x = jnp.asarray(data)

@@ -2,7 +2,7 @@
 RandomUniform, RandomNormalLike, RandomUniformLike (and training-mode
 ``Dropout`` in :mod:`.elementwise`, which draws its mask the same way).
 
-The key is the one TFLite's random ops use (:mod:`fbjax.lower.tflite.random`):
+The key is the one TFLite's random ops use (:data:`fbjax.lower.state.KEY`):
 a model with random ops is stateful, and ``Model.state["prng_key"]`` holds a
 raw ``jax.random`` key (``uint32[2]``). Its initial value is
 ``jax.random.PRNGKey(seed)`` of the first drawing node's ``seed`` attribute
@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..registry import register
-from ..tflite.random import KEY
+from ..state import KEY, running
 from ._util import OP_SET
 
 #: Ops that always draw.
@@ -77,6 +77,16 @@ def initial_key(model):
     return jax.random.PRNGKey(first_seed(model))
 
 
+def _seed_state(program, params, state) -> None:
+    """Initial state: ``PRNGKey(first_seed)``, unless a TFLite seeding ran first."""
+    if KEY not in state:
+        state[KEY] = initial_key(program.model)
+
+
+#: the registration facts of every drawing op
+DRAWS = dict(foldable=False, stateful=draws, init_state=(2, _seed_state))
+
+
 def next_key(ctx):
     """A fresh key for this node from ``ctx.program._state["prng_key"]``, which
     is advanced. Inside a subgraph (If/Loop body, traced by lax.cond or
@@ -88,10 +98,7 @@ def next_key(ctx):
         ModelFormatError: the program runs without state (not through
             :class:`fbjax.Model` or ``apply_with_state``).
     """
-    st = getattr(ctx.program, "_state", None)
-    if st is None:
-        raise ctx.error("random ops need a PRNG key: run the model through fbjax.Model (Model.state) "
-                        "or fbjax.lower.tflite.state.apply_with_state with state={'prng_key': key}")
+    st = running(ctx, "random ops need a PRNG key")
     if KEY not in st:
         st[KEY] = initial_key(ctx.model)
     key = jnp.asarray(st[KEY], jnp.uint32)
@@ -103,20 +110,20 @@ def next_key(ctx):
     return sub
 
 
-@register(OP_SET, "RandomUniform", differentiable=False)
+@register(OP_SET, "RandomUniform", differentiable=False, **DRAWS)
 def RandomUniform(ctx, *, shape=(), high=0.0, low=0.0, seed=None):
     """ONNX ``RandomUniform``: float32 samples of ``U[low, high)`` of the
     attribute ``shape`` (RTen keeps float32 only), from :func:`next_key`."""
     return jax.random.uniform(next_key(ctx), tuple(int(d) for d in shape), jnp.float32, low, high)
 
 
-@register(OP_SET, "RandomUniformLike", differentiable=False)
+@register(OP_SET, "RandomUniformLike", differentiable=False, **DRAWS)
 def RandomUniformLike(ctx, input, *, high=0.0, low=0.0, seed=None):
     """ONNX ``RandomUniformLike``: like RandomUniform with ``input``'s shape."""
     return jax.random.uniform(next_key(ctx), jnp.shape(input), jnp.float32, low, high)
 
 
-@register(OP_SET, "RandomNormal", differentiable=False)
+@register(OP_SET, "RandomNormal", differentiable=False, **DRAWS)
 def RandomNormal(ctx, *, mean=0.0, scale=0.0, seed=None, shape=()):
     """ONNX ``RandomNormal``: float32 ``mean + scale * N(0, 1)`` of the attribute
     ``shape``, from :func:`next_key`."""
@@ -124,7 +131,7 @@ def RandomNormal(ctx, *, mean=0.0, scale=0.0, seed=None, shape=()):
     return jnp.float32(mean) + jnp.float32(scale) * z
 
 
-@register(OP_SET, "RandomNormalLike", differentiable=False)
+@register(OP_SET, "RandomNormalLike", differentiable=False, **DRAWS)
 def RandomNormalLike(ctx, input, *, mean=0.0, scale=0.0, seed=None):
     """ONNX ``RandomNormalLike``: like RandomNormal with ``input``'s shape."""
     z = jax.random.normal(next_key(ctx), jnp.shape(input), jnp.float32)

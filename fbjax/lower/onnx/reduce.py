@@ -12,8 +12,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from ... import batch_rules
+from ...errors import InputError
 from ..registry import register
-from ._util import OP_SET, axis as norm_axis, ints
+from ._util import OP_SET, axis as norm_axis, concrete, has_valid_count, ints, require_concrete
 
 
 def _reduce(name, fn, doc):
@@ -26,17 +28,18 @@ def _reduce(name, fn, doc):
     op.__name__ = op.__qualname__ = name
     op.__doc__ = (f"ONNX ``{name}``: {doc} over ``axes`` (attribute or constant second input; all "
                   "axes when empty), keeping them as size 1 when ``keep_dims``.")
-    register(OP_SET, name, static_inputs=(1,))(op)
+    register(OP_SET, name, static_inputs=(1,), batch=batch_rules.onnx_reduce, full_precision=True)(op)
 
 
 _reduce("ReduceSum", lambda x, a, k: jnp.sum(x, a, keepdims=k), "sum")
-_reduce("ReduceMean", lambda x, a, k: jnp.mean(x, a, keepdims=k), "mean")
+_reduce("ReduceMean", lambda x, a, k: jnp.mean(x, a, keepdims=k),
+        "mean (an empty set gives NaN, 0/0: the spec leaves it undefined; onnxruntime gives 0)")
 _reduce("ReduceProd", lambda x, a, k: jnp.prod(x, a, keepdims=k), "product")
 def _extreme(fn, big: bool):
     def f(x, a, k):
         if any(x.shape[i] == 0 for i in a):  # empty set: the identity (inf / integer limit)
             dt = np.dtype(x.dtype)
-            init = (np.inf if big else -np.inf) if dt.kind == "f" else (np.iinfo(dt).max if big else np.iinfo(dt).min)
+            init = (np.inf if big else -np.inf) if jnp.issubdtype(dt, jnp.floating) else (np.iinfo(dt).max if big else np.iinfo(dt).min)
             return fn(x, a, keepdims=k, initial=np.array(init, dt))
         return fn(x, a, keepdims=k)
     return f
@@ -52,20 +55,23 @@ def _arg(name, fn):
     def op(ctx, data, *, axis=0, keep_dims=False):
         x = jnp.asarray(data)
         a = norm_axis(axis, x.ndim, ctx)
+        if x.shape[a] == 0:  # the ONNX spec defines no index over an empty axis (onnxruntime refuses it)
+            raise InputError(f"{ctx.node.location} ({ctx.node.op_name}): the input has shape {tuple(x.shape)}, "
+                             f"and there is no index of an extreme over its empty axis {a}")
         y = fn(x, axis=a).astype(jnp.int32)
         return jnp.expand_dims(y, a) if keep_dims else y
 
     op.__name__ = op.__qualname__ = name
     op.__doc__ = (f"ONNX ``{name}``: int32 index of the first extreme along ``axis`` "
                   "(``select_last_index`` 0; rten-convert rejects 1).")
-    register(OP_SET, name, differentiable=False)(op)
+    register(OP_SET, name, differentiable=False, batch=batch_rules.onnx_axis)(op)
 
 
 _arg("ArgMax", jnp.argmax)
 _arg("ArgMin", jnp.argmin)
 
 
-@register(OP_SET, "CumSum", static_inputs=(1,))
+@register(OP_SET, "CumSum", static_inputs=(1,), batch=batch_rules.onnx_cumsum, full_precision=True)
 def CumSum(ctx, x, axis):
     """ONNX ``CumSum`` along the constant ``axis`` input (inclusive, forward only:
     rten-convert rejects ``exclusive``/``reverse``)."""
@@ -73,16 +79,28 @@ def CumSum(ctx, x, axis):
     return jnp.cumsum(x, axis=norm_axis(ints(axis)[0], x.ndim, ctx), dtype=x.dtype)
 
 
-@register(OP_SET, "TopK", static_inputs=(1,))
+@register(OP_SET, "TopK", batch=batch_rules.onnx_axis)
 def TopK(ctx, X, K, *, axis=0, largest=False, sorted=False):
-    """ONNX ``TopK``: the ``K`` (load-time constant) largest or smallest along ``axis``.
+    """ONNX ``TopK``: the ``K`` largest or smallest along ``axis``.
 
     Returns ``(Values, Indices)``, indices int32; results are always sorted
     (allowed when ``sorted`` is false); ties keep the lower index first.
+    ``K`` must be known at load time (a constant, or bound with
+    ``fbjax.load(constant_inputs=...)``), except in static-bound mode
+    (``fbjax.load(..., static_bounds=True)``: the node has a trailing
+    ``:valid_count`` output) for a ``K`` computed by the graph: then both
+    outputs have the axis' full size (the bound), entries from position
+    ``min(K, size)`` on are 0 (values) and -1 (indices), and the count is
+    ``min(K, size)``.
     """
     x = jnp.asarray(X)
     a = norm_axis(axis, x.ndim, ctx)
-    k = ints(K)[0]
+    counted = has_valid_count(ctx)
+    kc = concrete(K)
+    if kc is None and not counted:
+        require_concrete(ctx, K, "TopK's k")
+    n = x.shape[a]
+    k = n if counted else int(np.asarray(kc).reshape(-1)[0])
     xm = jnp.moveaxis(x, a, -1)
     if largest:
         v, i = lax.top_k(xm, k)
@@ -93,4 +111,11 @@ def TopK(ctx, X, K, *, axis=0, largest=False, sorted=False):
         else:  # negate in a wider range-safe way: order by (-x) via stable argsort
             i = jnp.argsort(xm, axis=-1, stable=True)[..., :k]
             v = jnp.take_along_axis(xm, i, axis=-1)
-    return jnp.moveaxis(v, -1, a), jnp.moveaxis(i.astype(jnp.int32), -1, a)
+    i = i.astype(jnp.int32)
+    if counted:
+        cnt = jnp.clip(jnp.asarray(K).reshape(-1)[0].astype(jnp.int32), 0, n)
+        keep = jnp.arange(n) < cnt
+        v = jnp.where(keep, v, jnp.zeros_like(v))
+        i = jnp.where(keep, i, -1)
+        return jnp.moveaxis(v, -1, a), jnp.moveaxis(i, -1, a), cnt
+    return jnp.moveaxis(v, -1, a), jnp.moveaxis(i, -1, a)

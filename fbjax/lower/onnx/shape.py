@@ -17,11 +17,12 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from ... import batch_rules
 from ..registry import register
 from ._util import OP_SET, axis as norm_axis, ints, require_concrete
 
 
-@register(OP_SET, "Shape", differentiable=False)
+@register(OP_SET, "Shape", differentiable=False, batch=batch_rules.onnx_shape_of)
 def Shape(ctx, data, *, start=None, end=None):
     """ONNX ``Shape``: int32 shape (optionally ``[start:end]``, clamped)."""
     shp = np.asarray(np.shape(data), np.int32)
@@ -33,7 +34,7 @@ def Shape(ctx, data, *, start=None, end=None):
     return shp[s:e]
 
 
-@register(OP_SET, "Size", differentiable=False)
+@register(OP_SET, "Size", differentiable=False, batch=batch_rules.onnx_shape_of)
 def Size(ctx, data):
     """ONNX ``Size``: number of elements, int32 scalar."""
     return np.int32(np.prod(np.shape(data), dtype=np.int64))
@@ -78,13 +79,13 @@ def _is_int(d) -> bool:
     return isinstance(d, (int, np.integer))
 
 
-@register(OP_SET, "Reshape", static_inputs=(1,))
+@register(OP_SET, "Reshape", static_inputs=(1,), batch=batch_rules.onnx_reshape)
 def Reshape(ctx, data, shape, *, allow_zero=False):
     """ONNX ``Reshape`` to a load-time-constant ``shape`` (0 copies a dim unless ``allow_zero``)."""
     return jnp.reshape(data, reshape_target(ctx, np.shape(data), shape, allow_zero))
 
 
-@register(OP_SET, "Flatten")
+@register(OP_SET, "Flatten", batch=batch_rules.onnx_flatten)
 def Flatten(ctx, input, *, axis=0):
     """ONNX ``Flatten`` to 2-D at ``axis`` (schema default 0; rten-convert writes ONNX's 1)."""
     shp = np.shape(input)
@@ -94,7 +95,7 @@ def Flatten(ctx, input, *, axis=0):
     return jnp.reshape(input, (math.prod(shp[:a]), math.prod(shp[a:])))  # dims may be symbolic (jax.export)
 
 
-@register(OP_SET, "Squeeze", static_inputs=(1,))
+@register(OP_SET, "Squeeze", static_inputs=(1,), batch=batch_rules.onnx_squeeze)
 def Squeeze(ctx, data, axes=None):
     """ONNX ``Squeeze`` the constant ``axes`` (all size-1 dims when omitted)."""
     shp = np.shape(data)
@@ -108,7 +109,7 @@ def Squeeze(ctx, data, axes=None):
     return jnp.squeeze(data, ax)
 
 
-@register(OP_SET, "Unsqueeze", static_inputs=(1,))
+@register(OP_SET, "Unsqueeze", static_inputs=(1,), batch=batch_rules.onnx_squeeze)
 def Unsqueeze(ctx, data, axes):
     """ONNX ``Unsqueeze``: insert size-1 dims at the constant ``axes`` (of the output)."""
     r = np.ndim(data) + len(ints(axes))
@@ -119,13 +120,13 @@ def Unsqueeze(ctx, data, axes):
     return jnp.reshape(data, shp)
 
 
-@register(OP_SET, "Transpose")
+@register(OP_SET, "Transpose", batch=batch_rules.onnx_transpose)
 def Transpose(ctx, data, *, perm=None):
     """ONNX ``Transpose`` by ``perm`` (reversed dims when absent)."""
     return jnp.transpose(data, None if not perm else tuple(int(p) for p in perm))
 
 
-@register(OP_SET, "Concat")
+@register(OP_SET, "Concat", batch=batch_rules.onnx_axis)
 def Concat(ctx, *inputs, axis=0):
     """ONNX ``Concat`` along ``axis``."""
     xs = [x for x in inputs if x is not None]
@@ -133,7 +134,7 @@ def Concat(ctx, *inputs, axis=0):
     return jnp.concatenate([jnp.asarray(x) for x in xs], axis=norm_axis(axis, r, ctx))
 
 
-@register(OP_SET, "Split", static_inputs=(1,))
+@register(OP_SET, "Split", static_inputs=(1,), batch=batch_rules.onnx_axis)
 def Split(ctx, input, split=None, *, axis=0, num_outputs=None):
     """ONNX ``Split`` along ``axis`` into the constant ``split`` sizes, or into
     ``num_outputs`` (default: the node's output count) parts of ``ceil(n / parts)``."""
@@ -152,7 +153,7 @@ def Split(ctx, input, split=None, *, axis=0, num_outputs=None):
     return [lax.slice_in_dim(x, int(offs[i]), int(offs[i + 1]), axis=a) for i in range(len(sizes))]
 
 
-@register(OP_SET, "Slice", static_inputs=(1, 2, 3, 4))
+@register(OP_SET, "Slice", static_inputs=(1, 2, 3, 4), batch=batch_rules.onnx_slice)
 def Slice(ctx, data, starts, ends, axes=None, steps=None):
     """ONNX ``Slice`` with constant starts/ends/axes/steps (clamped as the spec says)."""
     x = jnp.asarray(data)
@@ -182,7 +183,7 @@ def Slice(ctx, data, starts, ends, axes=None, steps=None):
 _INT32_MAX = 2 ** 31 - 1
 
 
-@register(OP_SET, "Expand", static_inputs=(1,))
+@register(OP_SET, "Expand", static_inputs=(1,), batch=batch_rules.onnx_expand)
 def Expand(ctx, input, shape):
     """ONNX ``Expand``: bidirectional broadcast of ``input`` with the constant ``shape``."""
     try:  # jnp's rules accept symbolic dims (a batch under jax.export)
@@ -192,13 +193,13 @@ def Expand(ctx, input, shape):
     return jnp.broadcast_to(input, out)
 
 
-@register(OP_SET, "Tile", static_inputs=(1,))
+@register(OP_SET, "Tile", static_inputs=(1,), batch=batch_rules.onnx_expand)
 def Tile(ctx, input, repeats):
     """ONNX ``Tile`` by the constant ``repeats``."""
     return jnp.tile(input, tuple(ints(repeats)))
 
 
-@register(OP_SET, "Pad", static_inputs=(1, 3))
+@register(OP_SET, "Pad", static_inputs=(1, 3), batch=batch_rules.onnx_pad)
 def Pad(ctx, data, pads, constant_value=None, axes=None, *, mode="Constant"):
     """ONNX ``Pad`` (``Constant``, ``Reflect``, ``Edge``, ``Wrap``) by constant
     ``pads`` ``[begin..., end...]`` over ``axes`` (all when omitted); negative
@@ -297,8 +298,17 @@ def DepthToSpace(ctx, input, *, mode="DCR", block_size=0):
 def NonZero(ctx, X):
     """ONNX ``NonZero``: int32 ``[rank, count]`` indices of nonzero elements.
 
-    The output shape depends on the values, so ``X`` must be known at load
-    time (a constant or folded from constants); otherwise this raises.
+    The output shape depends on the values, so as loaded ``X`` must be known
+    at load time (a constant or folded from constants); otherwise this
+    raises. In static-bound mode (``fbjax.load(..., static_bounds=True)``:
+    the node has a second, count output) ``X`` may be computed by the graph:
+    returns ``([rank, X.size]`` indices in row-major order, then -1 columns,
+    and the int32 number of nonzero elements)``, jittable and vmappable.
     """
+    if len(ctx.outputs) == 2:
+        xj = jnp.asarray(X)
+        idx = jnp.nonzero(xj.reshape(xj.shape or (1,)), size=max(int(np.prod(xj.shape)), 1), fill_value=-1)
+        idx = jnp.stack(idx).astype(jnp.int32)[:xj.ndim, :int(np.prod(xj.shape))]
+        return idx, jnp.sum(xj != 0, dtype=jnp.int32)
     x = require_concrete(ctx, X, "NonZero's input")
     return np.stack(np.nonzero(x)).astype(np.int32).reshape(x.ndim, -1)

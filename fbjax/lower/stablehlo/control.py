@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from ... import batch_rules
 from ._util import ints, register
 
 OP_SET = "stablehlo"
@@ -26,7 +27,7 @@ def _graph(ctx, index, what: str) -> int:
     return index
 
 
-@register(OP_SET, "stablehlo.sort")
+@register(OP_SET, "stablehlo.sort", batch=batch_rules.hlo_sort, scalar_regions=("comparator",))
 def sort(ctx, *inputs, dimension=-1, is_stable=False, comparator=-1):
     """``stablehlo.sort``: sorts N same-shape operands together along
     ``dimension`` with the ``comparator`` body (``comparator(lhs0, rhs0,
@@ -67,7 +68,7 @@ def sort(ctx, *inputs, dimension=-1, is_stable=False, comparator=-1):
     return [jnp.moveaxis(jnp.take_along_axis(x, perm, axis=-1), -1, d) for x in moved]
 
 
-@register(OP_SET, "stablehlo.while")
+@register(OP_SET, "stablehlo.while", foldable=False, batch=batch_rules.hlo_not_followed)
 def while_(ctx, *operands, cond=-1, body=-1):
     """``stablehlo.while``: runs ``body`` on the loop state while ``cond``
     (a graph returning a boolean scalar) holds (``lax.while_loop``)."""
@@ -87,7 +88,7 @@ def while_(ctx, *operands, cond=-1, body=-1):
     return list(lax.while_loop(cond_fn, body_fn, state))
 
 
-@register(OP_SET, "stablehlo.case")
+@register(OP_SET, "stablehlo.case", batch=batch_rules.hlo_not_followed)
 def case(ctx, index, *operands, branches=()):
     """``stablehlo.case``: runs branch ``index`` (an int32 scalar; out of
     range selects the last branch, as the spec says) on the remaining
@@ -111,7 +112,7 @@ def case(ctx, index, *operands, branches=()):
     return list(lax.switch(i, [branch(g) for g in br], *operands))
 
 
-@register(OP_SET, "stablehlo.composite")
+@register(OP_SET, "stablehlo.composite", batch=batch_rules.hlo_not_followed)
 def composite(ctx, *inputs, name="", decomposition=-1, composite_attributes=b"", version=0):
     """``stablehlo.composite``: runs its ``decomposition`` graph on the
     inputs (the composite's ``name`` and attributes only describe it)."""
@@ -123,7 +124,7 @@ _ALGORITHMS = {"DEFAULT": lax.RandomAlgorithm.RNG_DEFAULT, "THREEFRY": lax.Rando
                "THREE_FRY": lax.RandomAlgorithm.RNG_THREE_FRY, "PHILOX": lax.RandomAlgorithm.RNG_PHILOX}
 
 
-@register(OP_SET, "stablehlo.rng_bit_generator")
+@register(OP_SET, "stablehlo.rng_bit_generator", batch=batch_rules.hlo_not_followed)
 def rng_bit_generator(ctx, initial_state, *, rng_algorithm="DEFAULT", algorithm=None):
     """``stablehlo.rng_bit_generator``: (output_state, output) from
     ``initial_state`` with XLA's DEFAULT / THREE_FRY / PHILOX bit generator

@@ -7,13 +7,14 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from ... import batch_rules
 from .. import kernels
 from ._util import ints, out_shape, pairs, register
 
 OP_SET = "stablehlo"
 
 
-@register(OP_SET, "stablehlo.convolution")
+@register(OP_SET, "stablehlo.convolution", batch=batch_rules.hlo_convolution)
 def convolution(ctx, lhs, rhs, *, window_strides=None, padding=None, lhs_dilation=None, rhs_dilation=None,
                 window_reversal=None, input_batch_dimension=0, input_feature_dimension=1,
                 input_spatial_dimensions=(), kernel_input_feature_dimension=0,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
+from ... import batch_rules
 from ...errors import UnsupportedOperatorError
 from ._util import register
 
@@ -55,7 +56,18 @@ def topk(ctx, operand):
 BUILTIN_TARGETS: dict[str, Callable] = {"mhlo.topk": topk}
 
 
-@register(OP_SET, "stablehlo.custom_call")
+def _check_target(node) -> Optional[str]:
+    """Load-time check (``check`` fact): a handler exists for the node's
+    ``call_target_name``."""
+    target = str(node.attrs.get("call_target_name", "") or "")
+    if target in CUSTOM_CALLS or target in BUILTIN_TARGETS:
+        return None
+    return (f"no handler for custom call target {target!r}; register one with "
+            f"fbjax.register_custom_call({target!r}, fn) before fbjax.load")
+
+
+@register(OP_SET, "stablehlo.custom_call", foldable=False, batch=batch_rules.hlo_not_followed,
+          check=_check_target)
 def custom_call(ctx, *operands, call_target_name="", backend_config=b""):
     """``stablehlo.custom_call``: calls the handler registered for
     ``call_target_name``.

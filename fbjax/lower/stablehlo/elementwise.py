@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from ... import batch_rules
 from ._util import register
 
 OP_SET = "stablehlo"
@@ -88,7 +89,7 @@ def convert(ctx, operand):
     return lax.convert_element_type(operand, ctx.out_dtype(0))
 
 
-@register(OP_SET, "stablehlo.batch_norm_inference")
+@register(OP_SET, "stablehlo.batch_norm_inference", batch=batch_rules.hlo_batch_norm_inference)
 def batch_norm_inference(ctx, operand, scale, offset, mean, variance, *, epsilon=0.0, feature_index=0):
     """``stablehlo.batch_norm_inference``:
     ``scale * (x - mean) / sqrt(variance + epsilon) + offset`` with the 1-D

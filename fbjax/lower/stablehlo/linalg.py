@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 from jax import lax
 
+from ... import batch_rules
 from ._util import ints, register
 
 OP_SET = "stablehlo"
@@ -22,7 +23,7 @@ def _operands(ctx, lhs, rhs):
     return lhs, rhs
 
 
-@register(OP_SET, "stablehlo.dot")
+@register(OP_SET, "stablehlo.dot", batch=batch_rules.hlo_dot)
 def dot(ctx, lhs, rhs):
     """``stablehlo.dot`` (deprecated in the spec): vector.vector,
     matrix.vector or matrix.matrix product contracting the last dimension of
@@ -33,7 +34,7 @@ def dot(ctx, lhs, rhs):
     return lax.dot(lhs, rhs, preferred_element_type=ctx.out_dtype(0))
 
 
-@register(OP_SET, "stablehlo.dot_general")
+@register(OP_SET, "stablehlo.dot_general", batch=batch_rules.hlo_dot_general)
 def dot_general(ctx, lhs, rhs, *, lhs_batching_dimensions=(), rhs_batching_dimensions=(),
                 lhs_contracting_dimensions=(), rhs_contracting_dimensions=()):
     """``stablehlo.dot_general``: result dims are batch, lhs free, rhs free

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from ... import batch_rules
 from ._util import ints, out_shape, register
 
 OP_SET = "stablehlo"
@@ -21,7 +22,7 @@ def reshape(ctx, operand):
     return operand.reshape(shape)
 
 
-@register(OP_SET, "stablehlo.broadcast_in_dim")
+@register(OP_SET, "stablehlo.broadcast_in_dim", batch=batch_rules.hlo_broadcast_in_dim)
 def broadcast_in_dim(ctx, operand, *, broadcast_dimensions=()):
     """``stablehlo.broadcast_in_dim``: operand dim ``i`` becomes result dim
     ``broadcast_dimensions[i]`` (size equal or 1); result shape from the
@@ -33,7 +34,7 @@ def broadcast_in_dim(ctx, operand, *, broadcast_dimensions=()):
     return lax.broadcast_in_dim(operand, out_shape(ctx, batch=batch), dims)
 
 
-@register(OP_SET, "stablehlo.slice")
+@register(OP_SET, "stablehlo.slice", batch=batch_rules.hlo_slice)
 def slice(ctx, operand, *, start_indices=(), limit_indices=(), strides=None):  # noqa: A001
     """``stablehlo.slice``: static strided slice ``[start, limit)``."""
     st, li = ints(start_indices), ints(limit_indices)
@@ -43,7 +44,7 @@ def slice(ctx, operand, *, start_indices=(), limit_indices=(), strides=None):  #
     return lax.slice(operand, st, li, sd)
 
 
-@register(OP_SET, "stablehlo.concatenate")
+@register(OP_SET, "stablehlo.concatenate", batch=batch_rules.hlo_concatenate)
 def concatenate(ctx, *inputs, dimension=0):
     """``stablehlo.concatenate``: joins the inputs along ``dimension``."""
     if not inputs:
@@ -62,7 +63,7 @@ def iota(ctx, *, iota_dimension=0):
     return lax.broadcasted_iota(ctx.out_dtype(0), shape, d)
 
 
-@register(OP_SET, "stablehlo.gather")
+@register(OP_SET, "stablehlo.gather", batch=batch_rules.hlo_not_followed)
 def gather(ctx, operand, start_indices, *, offset_dims=(), collapsed_slice_dims=(), start_index_map=(),
            index_vector_dim=0, slice_sizes=(), indices_are_sorted=False, operand_batching_dims=(),
            start_indices_batching_dims=()):
@@ -91,7 +92,7 @@ def gather(ctx, operand, start_indices, *, offset_dims=(), collapsed_slice_dims=
                       mode=lax.GatherScatterMode.CLIP)
 
 
-@register(OP_SET, "stablehlo.pad")
+@register(OP_SET, "stablehlo.pad", batch=batch_rules.hlo_pad)
 def pad(ctx, operand, padding_value, *, edge_padding_low=(), edge_padding_high=(), interior_padding=()):
     """``stablehlo.pad``: ``interior_padding`` cells between elements, then
     low/high edge padding (negative values crop), filled with the scalar
@@ -106,7 +107,7 @@ def pad(ctx, operand, padding_value, *, edge_padding_low=(), edge_padding_high=(
     return lax.pad(x, jnp.asarray(padding_value, x.dtype).reshape(()), list(zip(lo, hi, it)))
 
 
-@register(OP_SET, "stablehlo.transpose")
+@register(OP_SET, "stablehlo.transpose", batch=batch_rules.hlo_transpose)
 def transpose(ctx, operand, *, permutation=()):
     """``stablehlo.transpose``: result dim ``i`` is operand dim ``permutation[i]``."""
     perm = ints(permutation)
@@ -115,7 +116,7 @@ def transpose(ctx, operand, *, permutation=()):
     return lax.transpose(operand, perm)
 
 
-@register(OP_SET, "stablehlo.reverse")
+@register(OP_SET, "stablehlo.reverse", batch=batch_rules.hlo_dimensions)
 def reverse(ctx, operand, *, dimensions=()):
     """``stablehlo.reverse``: reverses the element order along ``dimensions``."""
     dims = ints(dimensions)
@@ -141,7 +142,7 @@ def _start(ctx, indices, shape, sizes):
     return out
 
 
-@register(OP_SET, "stablehlo.dynamic_slice")
+@register(OP_SET, "stablehlo.dynamic_slice", batch=batch_rules.hlo_not_followed)
 def dynamic_slice(ctx, operand, *start_indices, slice_sizes=()):
     """``stablehlo.dynamic_slice``: a ``slice_sizes`` block at the scalar
     ``start_indices``, each clamped to ``[0, dim - size]``."""
@@ -152,7 +153,7 @@ def dynamic_slice(ctx, operand, *start_indices, slice_sizes=()):
     return lax.dynamic_slice(x, _start(ctx, start_indices, x.shape, sizes), sizes)
 
 
-@register(OP_SET, "stablehlo.dynamic_update_slice")
+@register(OP_SET, "stablehlo.dynamic_update_slice", batch=batch_rules.hlo_not_followed)
 def dynamic_update_slice(ctx, operand, update, *start_indices):
     """``stablehlo.dynamic_update_slice``: ``operand`` with ``update``
     written at the scalar ``start_indices`` (clamped so it fits)."""
@@ -221,7 +222,7 @@ def _scatter_kind(model, index: int, n: int):
     return _SCATTER_MONOIDS.get(m)
 
 
-@register(OP_SET, "stablehlo.scatter")
+@register(OP_SET, "stablehlo.scatter", batch=batch_rules.hlo_not_followed, scalar_regions=("update_computation",))
 def scatter(ctx, *args, update_window_dims=(), inserted_window_dims=(), scatter_dims_to_operand_dims=(),
             index_vector_dim=0, indices_are_sorted=False, unique_indices=False, input_batching_dims=(),
             scatter_indices_batching_dims=(), update_computation=-1):

@@ -7,7 +7,7 @@ explicitly, nothing is discovered by side effect.
 """
 
 from . import conv, custom, elementwise, pool, quant, reduce, resize, shape  # noqa: F401
-from . import math, array, gather, nn, control, nms, rnn, state, random, mediapipe  # noqa: F401,E402  (issue 3; after the above: first wins)
+from . import math, array, gather, nn, control, nms, rnn, state, random, mediapipe  # noqa: F401,E402  (a name registered twice raises)
 
 __all__ = ["conv", "custom", "elementwise", "pool", "quant", "reduce", "resize", "shape"]
-__all__ += ["math", "array", "gather", "nn", "control", "nms", "rnn", "state", "random", "mediapipe"]  # issue 3
+__all__ += ["math", "array", "gather", "nn", "control", "nms", "rnn", "state", "random", "mediapipe"]

@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from ... import batch_rules
 from ..registry import register
 
 
@@ -34,7 +35,7 @@ def _axis(ctx, a, rank):
     return a % max(rank, 1)
 
 
-@register("tflite", "TILE", static_inputs=(1,))
+@register("tflite", "TILE", static_inputs=(1,), int_passthrough=True)
 def TILE(ctx, x, multiples):
     """TFLite TILE: repeat ``x`` ``multiples[i]`` times along dim ``i``."""
     m = _ints(multiples)
@@ -43,7 +44,7 @@ def TILE(ctx, x, multiples):
     return jnp.tile(x, m)
 
 
-@register("tflite", "BROADCAST_TO", static_inputs=(1,))
+@register("tflite", "BROADCAST_TO", static_inputs=(1,), int_passthrough=True)
 def BROADCAST_TO(ctx, x, shape):
     """TFLite BROADCAST_TO: numpy broadcasting to the static ``shape``."""
     try:
@@ -62,7 +63,7 @@ def BROADCAST_ARGS(ctx, s0, s1):
     return np.asarray(out, ctx.out_dtype(0))
 
 
-@register("tflite", "SHAPE")
+@register("tflite", "SHAPE", int_passthrough=True)
 def SHAPE(ctx, x, *, out_type=None):
     """TFLite SHAPE: the input's shape as a 1-D ``out_type`` vector (static)."""
     return np.asarray(jnp.shape(x), ctx.out_dtype(0))
@@ -93,13 +94,13 @@ def RANGE(ctx, start, limit, delta):
     return (s + d * np.arange(max(n, 0))).astype(dt)
 
 
-@register("tflite", "PACK")
+@register("tflite", "PACK", int_passthrough=True, batch=batch_rules.tflite_axis_attr)
 def PACK(ctx, *xs, values_count=0, axis=0):
     """TFLite PACK: stack the inputs along a new ``axis``."""
     return jnp.stack([jnp.asarray(x) for x in xs], axis=_axis(ctx, axis, jnp.ndim(xs[0]) + 1))
 
 
-@register("tflite", "UNPACK")
+@register("tflite", "UNPACK", int_passthrough=True, batch=batch_rules.tflite_axis_attr)
 def UNPACK(ctx, x, *, num=0, axis=0):
     """TFLite UNPACK: split along ``axis`` into ``num`` tensors, dropping it."""
     x = jnp.asarray(x)
@@ -107,7 +108,7 @@ def UNPACK(ctx, x, *, num=0, axis=0):
     return [lax.index_in_dim(x, i, a, keepdims=False) for i in range(x.shape[a])]
 
 
-@register("tflite", "SPLIT", static_inputs=(0,))
+@register("tflite", "SPLIT", static_inputs=(0,), int_passthrough=True, batch=batch_rules.tflite_split)
 def SPLIT(ctx, axis, x, *, num_splits=0):
     """TFLite SPLIT (axis first): ``num_splits`` equal pieces along ``axis``."""
     x = jnp.asarray(x)
@@ -117,7 +118,7 @@ def SPLIT(ctx, axis, x, *, num_splits=0):
     return jnp.split(x, int(num_splits), axis=a)
 
 
-@register("tflite", "SPLIT_V", static_inputs=(1, 2))
+@register("tflite", "SPLIT_V", static_inputs=(1, 2), int_passthrough=True, batch=batch_rules.tflite_split_v)
 def SPLIT_V(ctx, x, size_splits, axis, *, num_splits=0):
     """TFLite SPLIT_V: pieces of ``size_splits`` along ``axis`` (one -1 inferred)."""
     x = jnp.asarray(x)
@@ -130,7 +131,7 @@ def SPLIT_V(ctx, x, size_splits, axis, *, num_splits=0):
     return jnp.split(x, np.cumsum(sizes)[:-1].tolist(), axis=a)
 
 
-@register("tflite", "SQUEEZE")
+@register("tflite", "SQUEEZE", int_passthrough=True)
 def SQUEEZE(ctx, x, *, squeeze_dims=None):
     """TFLite SQUEEZE: drop the listed size-1 dims (all size-1 dims if none)."""
     x = jnp.asarray(x)
@@ -143,13 +144,13 @@ def SQUEEZE(ctx, x, *, squeeze_dims=None):
     return lax.squeeze(x, dims)
 
 
-@register("tflite", "EXPAND_DIMS", static_inputs=(1,))
+@register("tflite", "EXPAND_DIMS", static_inputs=(1,), int_passthrough=True)
 def EXPAND_DIMS(ctx, x, axis):
     """TFLite EXPAND_DIMS: insert a size-1 dim at ``axis`` (negative from the end)."""
     return jnp.expand_dims(x, _axis(ctx, axis, jnp.ndim(x) + 1))
 
 
-@register("tflite", "TRANSPOSE", static_inputs=(1,))
+@register("tflite", "TRANSPOSE", static_inputs=(1,), int_passthrough=True, batch=batch_rules.tflite_transpose)
 def TRANSPOSE(ctx, x, perm):
     """TFLite TRANSPOSE: permute dims by ``perm``."""
     p = _ints(perm)
@@ -158,7 +159,7 @@ def TRANSPOSE(ctx, x, perm):
     return jnp.transpose(x, p)
 
 
-@register("tflite", "SLICE", static_inputs=(2,))
+@register("tflite", "SLICE", static_inputs=(2,), int_passthrough=True, batch=batch_rules.tflite_slice)
 def SLICE(ctx, x, begin, size):
     """TFLite SLICE: ``x[begin : begin + size]`` per dim; size -1 = to the end.
     ``size`` must be static; a ``begin`` computed at run time (e.g. from a
@@ -179,7 +180,7 @@ def SLICE(ctx, x, begin, size):
     return lax.slice(x, b, end)
 
 
-@register("tflite", "REVERSE_V2", static_inputs=(1,))
+@register("tflite", "REVERSE_V2", static_inputs=(1,), int_passthrough=True, batch=batch_rules.tflite_axis_attr)
 def REVERSE_V2(ctx, x, axis):
     """TFLite REVERSE_V2: reverse along the listed axes."""
     return lax.rev(jnp.asarray(x), sorted({_axis(ctx, a, jnp.ndim(x)) for a in _ints(axis)}))
@@ -220,7 +221,7 @@ def PADV2(ctx, x, paddings, constant_values=None):
     return lax.pad(x, v, [(int(a), int(b), 0) for a, b in p])
 
 
-@register("tflite", "SPACE_TO_DEPTH")
+@register("tflite", "SPACE_TO_DEPTH", int_passthrough=True)
 def SPACE_TO_DEPTH(ctx, x, *, block_size=0):
     """TFLite SPACE_TO_DEPTH, NHWC: ``out[n, h, w, (i*b + j)*C + c] = in[n, h*b+i, w*b+j, c]``."""
     b = int(block_size)
@@ -231,7 +232,7 @@ def SPACE_TO_DEPTH(ctx, x, *, block_size=0):
     return y.reshape(n, h // b, w // b, b * b * c)
 
 
-@register("tflite", "SPACE_TO_BATCH_ND", static_inputs=(1, 2))
+@register("tflite", "SPACE_TO_BATCH_ND", static_inputs=(1, 2), int_passthrough=True)
 def SPACE_TO_BATCH_ND(ctx, x, block_shape, paddings):
     """TFLite SPACE_TO_BATCH_ND: zero-pad the spatial dims, then move
     ``block_shape`` blocks into the batch (batch index = block offset * N + n)."""
@@ -256,7 +257,7 @@ def SPACE_TO_BATCH_ND(ctx, x, block_shape, paddings):
     return y.reshape([n * int(np.prod(bs))] + [s // b for s, b in zip(sp, bs)] + list(rest))
 
 
-@register("tflite", "BATCH_TO_SPACE_ND", static_inputs=(1, 2))
+@register("tflite", "BATCH_TO_SPACE_ND", static_inputs=(1, 2), int_passthrough=True)
 def BATCH_TO_SPACE_ND(ctx, x, block_shape, crops):
     """TFLite BATCH_TO_SPACE_ND: inverse of SPACE_TO_BATCH_ND, then crop."""
     x = jnp.asarray(x)

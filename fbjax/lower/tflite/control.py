@@ -89,7 +89,7 @@ def _pred(x):
     return jnp.reshape(jnp.asarray(x), (-1,))[0].astype(bool)
 
 
-@register("tflite", "WHILE")
+@register("tflite", "WHILE", foldable=False)
 def WHILE(ctx, *xs, cond_subgraph_index=0, body_subgraph_index=0):
     """TFLite WHILE: ``while cond(*v): v = body(*v)``; returns the final
     values. The condition subgraph returns one bool (any shape with one
@@ -164,7 +164,7 @@ def _bounded_while(cond, body, init, n):
                  else r for r in res)
 
 
-@register("tflite", "IF")
+@register("tflite", "IF", foldable=False)
 def IF(ctx, cond, *xs, then_subgraph_index=0, else_subgraph_index=0):
     """TFLite IF: ``then(*xs)`` if ``cond`` (a one-element bool) else
     ``else(*xs)``; both branches must give the same output shapes and dtypes
@@ -185,7 +185,7 @@ def IF(ctx, cond, *xs, then_subgraph_index=0, else_subgraph_index=0):
         raise ctx.error(f"the branches' outputs differ in shape or dtype: {str(e)[:300]}") from None
 
 
-@register("tflite", "CALL")
+@register("tflite", "CALL", foldable=False)
 def CALL(ctx, *xs, subgraph=0):
     """TFLite CALL: evaluate ``subgraph`` on the inputs (inlined)."""
     return ctx.call_graph(int(subgraph), *xs)

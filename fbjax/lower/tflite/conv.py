@@ -37,7 +37,7 @@ def _add_bias(y, b):
     return y if b is None else y + b
 
 
-@register("tflite", "CONV_2D")
+@register("tflite", "CONV_2D", weights=((1, "OHWI"), (2, "O")))
 def CONV_2D(ctx, x, w, b=None, *, padding="SAME", stride_w=1, stride_h=1,
             dilation_w_factor=1, dilation_h_factor=1, fused_activation_function="NONE"):
     """TFLite CONV_2D (``kernels/conv.cc``), float.
@@ -69,7 +69,7 @@ def CONV_2D(ctx, x, w, b=None, *, padding="SAME", stride_w=1, stride_h=1,
     k_hw = (w.shape[rhs.index("H")], w.shape[rhs.index("W")])
     pads = _padding(ctx, padding, x.shape[1:3], k_hw, strides, dil)
     y = kernels.conv(x, w, window_strides=strides, padding=pads, rhs_dilation=dil,
-                     dimension_numbers=("NHWC", rhs, "NHWC"), feature_group_count=groups)
+                     dimension_numbers=("NHWC", rhs, "NHWC"), feature_group_count=groups, backend=getattr(ctx, "backend", None))
     return apply_fused(ctx, _add_bias(y, b), fused_activation_function)
 
 
@@ -105,7 +105,7 @@ def DEPTHWISE_CONV_2D(ctx, x, w, b=None, *, padding="SAME", stride_w=1, stride_h
     return apply_fused(ctx, _add_bias(y, b), fused_activation_function)
 
 
-@register("tflite", "FULLY_CONNECTED")
+@register("tflite", "FULLY_CONNECTED", weights=((1, "OI"), (2, "O")))
 def FULLY_CONNECTED(ctx, x, w, b=None, *, fused_activation_function="NONE", weights_format="DEFAULT",
                     keep_num_dims=False, asymmetric_quantize_inputs=False):
     """TFLite FULLY_CONNECTED (``kernels/fully_connected.cc``), float.
@@ -133,6 +133,7 @@ def FULLY_CONNECTED(ctx, x, w, b=None, *, fused_activation_function="NONE", weig
         x2 = x.reshape(lead[0], i)
     if b is not None and tuple(b.shape) != (o,):
         raise ctx.error(f"bias shape {tuple(b.shape)} does not match {o} output units")
-    y = lax.dot_general(x2, w, (((1,), (1,)), ((), ())), precision=kernels.PRECISION)
+    y = lax.dot_general(x2, w, (((1,), (1,)), ((), ())), precision=kernels.PRECISION,
+                        preferred_element_type=kernels.accumulation_dtype(x2, w))
     y = _add_bias(y, b).reshape(tuple(lead) + (o,))
     return apply_fused(ctx, y, fused_activation_function, allowed=_FC_ACTIVATIONS)

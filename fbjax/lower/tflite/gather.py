@@ -19,6 +19,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from ... import batch_rules
+from ...errors import InputError
 from ..registry import register
 
 
@@ -29,7 +31,7 @@ def _axis(ctx, a, rank):
     return a % max(rank, 1)
 
 
-@register("tflite", "GATHER")
+@register("tflite", "GATHER", int_passthrough=True, batch=batch_rules.tflite_gather)
 def GATHER(ctx, params, indices, *, axis=0, batch_dims=0):
     """TFLite GATHER: ``out[b.., i.., r..] = params[b.., indices[b.., i..], r..]``
     along ``axis`` with the first ``batch_dims`` dims shared (TF semantics)."""
@@ -50,7 +52,7 @@ def GATHER(ctx, params, indices, *, axis=0, batch_dims=0):
     return f(params, indices, ax - bd)
 
 
-@register("tflite", "GATHER_ND")
+@register("tflite", "GATHER_ND", int_passthrough=True)
 def GATHER_ND(ctx, params, indices):
     """TFLite GATHER_ND: ``out[i..] = params[indices[i.., :]]``, the last
     index dim addressing the leading ``k`` params dims."""
@@ -73,7 +75,7 @@ def SCATTER_ND(ctx, indices, updates, shape):
     return jnp.zeros(shape, ctx.out_dtype(0)).at[idx].add(jnp.asarray(updates), mode="drop")
 
 
-@register("tflite", "ONE_HOT", static_inputs=(1,))
+@register("tflite", "ONE_HOT", static_inputs=(1,), batch=batch_rules.tflite_axis_attr)
 def ONE_HOT(ctx, indices, depth, on_value, off_value, *, axis=-1):
     """TFLite ONE_HOT: ``on_value`` where ``indices == j``, else
     ``off_value``; the new depth dim is inserted at ``axis`` (-1 = last)."""
@@ -98,22 +100,29 @@ def TOPK_V2(ctx, x, k):
 
 def _arg(ctx, fn, x, axis):
     x = jnp.asarray(x)
-    return fn(x, axis=_axis(ctx, axis, x.ndim)).astype(ctx.out_dtype(0))
+    a = _axis(ctx, axis, x.ndim)
+    if x.shape[a] == 0:  # arg_min_max.cc: "Cannot compute ArgMin/ArgMax over an empty axis"
+        raise InputError(f"{ctx.node.location} ({ctx.node.op_name}): the input has shape {tuple(x.shape)}, and "
+                         f"there is no index of an extreme over its empty axis {a} (LiteRT refuses it too); "
+                         "call the model with a non-empty size there")
+    return fn(x, axis=a).astype(ctx.out_dtype(0))
 
 
-@register("tflite", "ARG_MAX", static_inputs=(1,), differentiable=False)
+@register("tflite", "ARG_MAX", static_inputs=(1,), differentiable=False,
+          int_passthrough=True, batch=batch_rules.tflite_axis_attr)
 def ARG_MAX(ctx, x, axis, *, output_type=None):
     """TFLite ARG_MAX: index of the first maximum along ``axis``."""
     return _arg(ctx, jnp.argmax, x, axis)
 
 
-@register("tflite", "ARG_MIN", static_inputs=(1,), differentiable=False)
+@register("tflite", "ARG_MIN", static_inputs=(1,), differentiable=False,
+          int_passthrough=True, batch=batch_rules.tflite_axis_attr)
 def ARG_MIN(ctx, x, axis, *, output_type=None):
     """TFLite ARG_MIN: index of the first minimum along ``axis``."""
     return _arg(ctx, jnp.argmin, x, axis)
 
 
-@register("tflite", "CUMSUM", static_inputs=(1,))
+@register("tflite", "CUMSUM", static_inputs=(1,), batch=batch_rules.tflite_axis_attr)
 def CUMSUM(ctx, x, axis, *, exclusive=False, reverse=False):
     """TFLite CUMSUM along ``axis``; ``exclusive`` shifts by one (first
     element 0), ``reverse`` sums from the end."""

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from ... import batch_rules
 from ..registry import register
 from .elementwise import require_unquantized
 
@@ -141,7 +142,7 @@ def GELU(ctx, x, *, approximate=False):
     return jax.nn.gelu(jnp.asarray(x), approximate=bool(approximate))
 
 
-@register("tflite", "SOFTMAX")
+@register("tflite", "SOFTMAX", reads_input_twice=True, batch=batch_rules.tflite_axis_attr, full_precision=True)
 def SOFTMAX(ctx, x, *, beta=1.0):
     """TFLite SOFTMAX: ``softmax(beta * x)`` over the last axis, float."""
     require_unquantized(ctx, "SOFTMAX")
@@ -149,14 +150,14 @@ def SOFTMAX(ctx, x, *, beta=1.0):
     return jax.nn.softmax(x * jnp.asarray(beta, x.dtype), axis=-1)
 
 
-@register("tflite", "LOG_SOFTMAX")
+@register("tflite", "LOG_SOFTMAX", reads_input_twice=True, batch=batch_rules.tflite_axis_attr, full_precision=True)
 def LOG_SOFTMAX(ctx, x):
     """TFLite LOG_SOFTMAX over the last axis, float."""
     require_unquantized(ctx, "LOG_SOFTMAX")
     return jax.nn.log_softmax(jnp.asarray(x), axis=-1)
 
 
-@register("tflite", "CAST")
+@register("tflite", "CAST", int_passthrough=True)
 def CAST(ctx, x, *, in_data_type=None, out_data_type=None):
     """TFLite CAST (``kernels/cast.cc``) to the output tensor's dtype:
     float -> int truncates toward zero (``static_cast``), anything -> bool is
@@ -299,7 +300,7 @@ def LOGICAL_OR(ctx, a, b):
     return jnp.logical_or(a, b)
 
 
-@register("tflite", "SELECT")
+@register("tflite", "SELECT", int_passthrough=True)
 def SELECT(ctx, c, a, b):
     """TFLite SELECT: ``c ? a : b``; a 1-D ``c`` of length ``a.shape[0]``
     selects whole rows (TF1 semantics), else shapes broadcast."""
@@ -309,7 +310,7 @@ def SELECT(ctx, c, a, b):
     return jnp.where(c, a, b)
 
 
-@register("tflite", "SELECT_V2")
+@register("tflite", "SELECT_V2", int_passthrough=True)
 def SELECT_V2(ctx, c, a, b):
     """TFLite SELECT_V2: ``c ? a : b`` with numpy broadcasting of all three."""
     return jnp.where(c, a, b)

@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from ... import batch_rules
 from ..registry import register
 from .elementwise import require_unquantized
 
@@ -23,7 +24,7 @@ def _axes(ctx, axis, rank):
     return tuple(sorted(out))
 
 
-@register("tflite", "MEAN", static_inputs=(1,))
+@register("tflite", "MEAN", static_inputs=(1,), batch=batch_rules.tflite_reduce, full_precision=True)
 def MEAN(ctx, x, axis, *, keep_dims=False):
     """TFLite MEAN (``kernels/reduce.cc``): mean over the static ``axis``
     tensor (negative axes count from the end, duplicates ignored), keeping
@@ -39,7 +40,7 @@ def MEAN(ctx, x, axis, *, keep_dims=False):
     return lax.div(s, jnp.full(s.shape, max(count, 1), x.dtype))
 
 
-# --- issue 3: the other reductions (kernels/reduce.cc) ----------------------
+# --- the other reductions (kernels/reduce.cc) -------------------------------
 
 def _reduce(ctx, fn, x, axis, keep_dims, **kw):
     require_unquantized(ctx)
@@ -47,37 +48,53 @@ def _reduce(ctx, fn, x, axis, keep_dims, **kw):
     return fn(x, axis=_axes(ctx, axis, x.ndim), keepdims=bool(keep_dims), **kw)
 
 
-@register("tflite", "SUM", static_inputs=(1,))
+def _extreme(ctx, fn, x, axis, keep_dims, lowest: bool):
+    """REDUCE_MAX / REDUCE_MIN: ``reduce.cc`` starts from the type's
+    ``numeric_limits::lowest()`` (max) or ``max()`` (min), so an empty set
+    gives that value (-FLT_MAX, not -inf, for float32)."""
+    require_unquantized(ctx)
+    x = jnp.asarray(x)
+    axes = _axes(ctx, axis, x.ndim)
+    if any(x.shape[a] == 0 for a in axes):
+        dt = np.dtype(x.dtype)
+        info = jnp.finfo(dt) if jnp.issubdtype(dt, jnp.floating) else np.iinfo(dt)
+        return fn(x, axis=axes, keepdims=bool(keep_dims), initial=np.array(info.min if lowest else info.max, dt))
+    return fn(x, axis=axes, keepdims=bool(keep_dims))
+
+
+@register("tflite", "SUM", static_inputs=(1,), batch=batch_rules.tflite_reduce, full_precision=True)
 def SUM(ctx, x, axis, *, keep_dims=False):
     """TFLite SUM over the static ``axis`` tensor (see :func:`MEAN` for axes)."""
     return _reduce(ctx, jnp.sum, x, axis, keep_dims, dtype=jnp.asarray(x).dtype)
 
 
-@register("tflite", "REDUCE_PROD", static_inputs=(1,))
+@register("tflite", "REDUCE_PROD", static_inputs=(1,), batch=batch_rules.tflite_reduce, full_precision=True)
 def REDUCE_PROD(ctx, x, axis, *, keep_dims=False):
     """TFLite REDUCE_PROD: product over ``axis``."""
     return _reduce(ctx, jnp.prod, x, axis, keep_dims, dtype=jnp.asarray(x).dtype)
 
 
-@register("tflite", "REDUCE_MAX", static_inputs=(1,))
+@register("tflite", "REDUCE_MAX", static_inputs=(1,), int_passthrough=True, batch=batch_rules.tflite_reduce)
 def REDUCE_MAX(ctx, x, axis, *, keep_dims=False):
-    """TFLite REDUCE_MAX: max over ``axis`` (empty: the dtype's lowest value)."""
-    return _reduce(ctx, jnp.max, x, axis, keep_dims)
+    """TFLite REDUCE_MAX: max over ``axis`` (empty set: the dtype's lowest
+    finite value, as LiteRT's kernel)."""
+    return _extreme(ctx, jnp.max, x, axis, keep_dims, True)
 
 
-@register("tflite", "REDUCE_MIN", static_inputs=(1,))
+@register("tflite", "REDUCE_MIN", static_inputs=(1,), int_passthrough=True, batch=batch_rules.tflite_reduce)
 def REDUCE_MIN(ctx, x, axis, *, keep_dims=False):
-    """TFLite REDUCE_MIN: min over ``axis``."""
-    return _reduce(ctx, jnp.min, x, axis, keep_dims)
+    """TFLite REDUCE_MIN: min over ``axis`` (empty set: the dtype's largest
+    finite value, as LiteRT's kernel)."""
+    return _extreme(ctx, jnp.min, x, axis, keep_dims, False)
 
 
-@register("tflite", "REDUCE_ANY", static_inputs=(1,))
+@register("tflite", "REDUCE_ANY", static_inputs=(1,), batch=batch_rules.tflite_reduce)
 def REDUCE_ANY(ctx, x, axis, *, keep_dims=False):
     """TFLite REDUCE_ANY: logical or over ``axis`` (bool)."""
     return _reduce(ctx, jnp.any, x, axis, keep_dims)
 
 
-@register("tflite", "REDUCE_ALL", static_inputs=(1,))
+@register("tflite", "REDUCE_ALL", static_inputs=(1,), batch=batch_rules.tflite_reduce)
 def REDUCE_ALL(ctx, x, axis, *, keep_dims=False):
     """TFLite REDUCE_ALL: logical and over ``axis`` (bool)."""
     return _reduce(ctx, jnp.all, x, axis, keep_dims)

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from ... import batch_rules
 from ..registry import register
 
 
@@ -25,7 +26,7 @@ def _same_quant(a, b) -> bool:
             and a.quantized_dimension == b.quantized_dimension)
 
 
-@register("tflite", "CONCATENATION")
+@register("tflite", "CONCATENATION", batch=batch_rules.tflite_axis_attr)
 def CONCATENATION(ctx, *xs, axis=0, fused_activation_function="NONE"):
     """TFLite CONCATENATION (``kernels/concatenation.cc``): joins the inputs
     along ``axis`` (negative counts from the end). Like the builtin kernel,
@@ -72,7 +73,7 @@ def _resolve_shape(ctx, shape, size):
     return tuple(shape)
 
 
-@register("tflite", "RESHAPE", static_inputs=(1,))
+@register("tflite", "RESHAPE", static_inputs=(1,), int_passthrough=True, batch=batch_rules.tflite_reshape)
 def RESHAPE(ctx, x, shape=None, *, new_shape=None):
     """TFLite RESHAPE (``kernels/reshape.cc``).
 
@@ -117,7 +118,7 @@ def PAD(ctx, x, paddings):
     return lax.pad(x, jnp.array(value, x.dtype), cfg)
 
 
-@register("tflite", "DEPTH_TO_SPACE")
+@register("tflite", "DEPTH_TO_SPACE", int_passthrough=True)
 def DEPTH_TO_SPACE(ctx, x, *, block_size=0):
     """TFLite DEPTH_TO_SPACE (``reference_ops::DepthToSpace``), NHWC:
     ``out[n, h*b + i, w*b + j, c] = in[n, h, w, (i*b + j) * C_out + c]``."""
@@ -266,7 +267,8 @@ def strided_slice_plan(in_shape, begin, end, strides, *, begin_mask=0, end_mask=
     return tuple(eff_shape), plan, tuple(shrink), tuple(out_shape)
 
 
-@register("tflite", "STRIDED_SLICE", static_inputs=(1, 2, 3))
+@register("tflite", "STRIDED_SLICE", static_inputs=(1, 2, 3),
+          int_passthrough=True, batch=batch_rules.tflite_strided_slice)
 def STRIDED_SLICE(ctx, x, begin, end, strides, *, begin_mask=0, end_mask=0, ellipsis_mask=0,
                   new_axis_mask=0, shrink_axis_mask=0, offset=False):
     """TFLite STRIDED_SLICE (``kernels/strided_slice.cc``): numpy-like

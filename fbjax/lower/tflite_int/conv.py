@@ -18,6 +18,7 @@ from jax import lax
 from .. import kernels
 from ..registry import register
 from . import fixedpoint as fp
+from . import rounding
 from ._common import (activation_range, clamp_cast, conv_multipliers, mbqm64, out_dtype, qparams,
                       require_x64, scale_zp)
 
@@ -106,7 +107,7 @@ def _padding(ctx, padding, in_hw, k_hw, strides, dil):
         raise ctx.error(str(e)) from None
 
 
-@register(OP_SET, "CONV_2D", differentiable=False)
+@register(OP_SET, "CONV_2D", differentiable=False, fq_rounding=rounding.conv)
 def CONV_2D(ctx, x, w, b=None, *, padding="SAME", stride_w=1, stride_h=1,
             dilation_w_factor=1, dilation_h_factor=1, fused_activation_function="NONE"):
     """Quantized TFLite CONV_2D (``reference_integer_ops::ConvPerChannel``).
@@ -135,7 +136,7 @@ def CONV_2D(ctx, x, w, b=None, *, padding="SAME", stride_w=1, stride_h=1,
                        gemm_rounding=GEMM_ROUNDING)
 
 
-@register(OP_SET, "DEPTHWISE_CONV_2D", differentiable=False)
+@register(OP_SET, "DEPTHWISE_CONV_2D", differentiable=False, fq_rounding=rounding.conv)
 def DEPTHWISE_CONV_2D(ctx, x, w, b=None, *, padding="SAME", stride_w=1, stride_h=1, depth_multiplier=0,
                       dilation_w_factor=1, dilation_h_factor=1, fused_activation_function="NONE"):
     """Quantized TFLite DEPTHWISE_CONV_2D (``DepthwiseConvPerChannel``):
@@ -169,7 +170,7 @@ def DEPTHWISE_CONV_2D(ctx, x, w, b=None, *, padding="SAME", stride_w=1, stride_h
     return y
 
 
-@register(OP_SET, "FULLY_CONNECTED", differentiable=False)
+@register(OP_SET, "FULLY_CONNECTED", differentiable=False, fq_rounding=rounding.conv)
 def FULLY_CONNECTED(ctx, x, w, b=None, *, fused_activation_function="NONE", weights_format="DEFAULT",
                     keep_num_dims=False, asymmetric_quantize_inputs=False, quantized_bias_type=None):
     """Quantized TFLite FULLY_CONNECTED (``reference_integer_ops::FullyConnected``).
@@ -233,7 +234,7 @@ def _fc16_requant_float(ctx, acc, channels, fused):
     return clamp_cast(y + jnp.int32(z_out), lo, hi, out_dtype(ctx))
 
 
-@register(OP_SET, "TRANSPOSE_CONV", differentiable=False, static_inputs=(0,))
+@register(OP_SET, "TRANSPOSE_CONV", differentiable=False, static_inputs=(0,), fq_rounding=rounding.transpose_conv)
 def TRANSPOSE_CONV(ctx, output_shape, w, x, b=None, *, padding="SAME", stride_w=1, stride_h=1,
                    fused_activation_function="NONE"):
     """Quantized TFLite TRANSPOSE_CONV (``reference_integer_ops::TransposeConv``).
@@ -277,7 +278,7 @@ def _scaled_in(ctx, x, v, acc_t):
     return _centered(ctx, x, v, acc_t, "input")
 
 
-@register(OP_SET, "BATCH_MATMUL", differentiable=False)
+@register(OP_SET, "BATCH_MATMUL", differentiable=False, fq_rounding=rounding.product)
 def BATCH_MATMUL(ctx, a, b, *, adj_x=False, adj_y=False, asymmetric_quantize_inputs=False):
     """Quantized TFLite BATCH_MATMUL (``reference_ops::BatchMatMul``):
     ``sum((a - zp_a) * (b - zp_b))`` over the contraction, rescaled by

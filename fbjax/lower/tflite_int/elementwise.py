@@ -19,6 +19,7 @@ from jax import lax
 
 from ..registry import register
 from . import fixedpoint as fp
+from . import rounding
 from ..kernels import tail_mask
 from ._common import (activation_range, as_i32, clamp_cast, out_dtype, qparams, qrange,
                       scale_zp)
@@ -177,7 +178,7 @@ def SUB(ctx, a, b, *, fused_activation_function="NONE", pot_scale_int16=True):
     return _add_sub(ctx, a, b, fused_activation_function, -1, pot_scale_int16)
 
 
-@register(OP_SET, "MUL", differentiable=False)
+@register(OP_SET, "MUL", differentiable=False, fq_rounding=rounding.product)
 def MUL(ctx, a, b, *, fused_activation_function="NONE"):
     """Quantized TFLite MUL: ``MBQM((a - zp_a)(b - zp_b), s_a*s_b/s_out) + zp_out``."""
     sa, za = scale_zp(ctx, ctx.inputs[0], "input 1")
@@ -190,7 +191,7 @@ def MUL(ctx, a, b, *, fused_activation_function="NONE"):
     return clamp_cast(y, lo, hi, out_dtype(ctx))
 
 
-@register(OP_SET, "QUANTIZE", differentiable=False)
+@register(OP_SET, "QUANTIZE", differentiable=False, fq_rounding=rounding.quantize)
 def QUANTIZE(ctx, x):
     """TFLite QUANTIZE: float -> ``round_half_even(x * (1/s)) + zp`` (float32,
     as the builtin x86 kernel), or integer requantization

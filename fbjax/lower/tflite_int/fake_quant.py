@@ -38,6 +38,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ... import batch_rules
 from ..registry import register
 
 ROUNDINGS = ("half_even", "half_away", "half_up")
@@ -235,7 +236,7 @@ def CLIP_WEIGHTS(ctx, w, *, scale=(1.0,), zero_point=(0,), axis=0, qmin=-128, qm
     return jnp.where(inside, w, jax.lax.stop_gradient(jnp.clip(w, lo, hi)))
 
 
-@register("fbjax", "IDENTITY")
+@register("fbjax", "IDENTITY", batch=batch_rules.same_as_input)
 def IDENTITY(ctx, x):
     """Pass ``x`` through (float mode: the float op of a requantizing
     QUANTIZE, DEQUANTIZE of an already float tensor)."""

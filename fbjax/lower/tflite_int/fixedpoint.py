@@ -4,8 +4,7 @@ Everything here is exact and needs no 64-bit types (``jax_enable_x64`` stays
 off): the 64-bit product inside :func:`srdhm` is assembled from 16-bit limbs
 in ``uint32``. Load-time helpers (:func:`quantize_multiplier`) are numpy.
 
-Semantics follow TFLite's ``kernels/internal/common.h`` (see
-``FACTS.md``, "TFLite quantized arithmetic"):
+Semantics follow TFLite's ``kernels/internal/common.h``:
 
 * ``SaturatingRoundingDoublingHighMul(a, b)``: ``(a*b + nudge) / 2^31`` with
   ``nudge = 2^30`` if ``a*b >= 0`` else ``1 - 2^30``, C (truncating)
@@ -22,6 +21,14 @@ import math
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+
+from ...quantmath import (  # noqa: F401  (load-time helpers, JAX-free, shared with the passes and writers)
+    quantize_multiplier,
+    quantize_multiplier_greater_than_one,
+    quantize_multiplier_smaller_than_one,
+    quantize_multipliers,
+    round_half_away,
+)
 
 INT32_MIN = -(2**31)
 INT32_MAX = 2**31 - 1
@@ -102,44 +109,6 @@ def mbqm_greater_than_one(x, multiplier, left_shift):
 
 
 # --- load-time (numpy / Python float64) ---------------------------------------
-
-def round_half_away(x: float) -> float:
-    """``TfLiteRound``/``std::round``: half away from zero."""
-    return math.copysign(math.floor(abs(x) + 0.5), x)
-
-
-def quantize_multiplier(real: float) -> tuple[int, int]:
-    """``QuantizeMultiplier``: ``real ~= q * 2^(shift - 31)`` with ``q`` in
-    ``[2^30, 2^31)`` (or 0). Returns ``(q, shift)``."""
-    real = float(real)
-    if real == 0.0:
-        return 0, 0
-    frac, shift = math.frexp(real)
-    q = int(round_half_away(frac * (1 << 31)))
-    if q == (1 << 31):
-        q //= 2
-        shift += 1
-    if shift < -31:
-        return 0, 0
-    return q, shift
-
-
-def quantize_multipliers(reals) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`quantize_multiplier` over an iterable; int32 arrays."""
-    qs, ss = zip(*(quantize_multiplier(r) for r in np.asarray(reals, np.float64).reshape(-1)))
-    return np.asarray(qs, np.int32), np.asarray(ss, np.int32)
-
-
-def quantize_multiplier_smaller_than_one(real: float) -> tuple[int, int]:
-    """``QuantizeMultiplierSmallerThanOneExp`` (real in (0, 1)): same
-    numbers as :func:`quantize_multiplier`, shift <= 0."""
-    return quantize_multiplier(real)
-
-
-def quantize_multiplier_greater_than_one(real: float) -> tuple[int, int]:
-    """``QuantizeMultiplierGreaterThanOne`` (real > 1): ``(q, left_shift)``."""
-    return quantize_multiplier(real)
-
 
 def rounding_shift_right_half_up(x, exponent):
     """``(x + 2^(e-1)) >> e`` (ties toward +infinity), ``e`` in ``[0, 31]``."""

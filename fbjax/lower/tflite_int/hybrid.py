@@ -177,7 +177,7 @@ def _scale_out(acc, scale, bias):
     return y
 
 
-@register(OP_SET, "FULLY_CONNECTED", differentiable=False)
+@register(OP_SET, "FULLY_CONNECTED", differentiable=False, traced_weights=True)
 def FULLY_CONNECTED(ctx, x, w, b=None, *, fused_activation_function="NONE", weights_format="DEFAULT",
                     keep_num_dims=False, asymmetric_quantize_inputs=False):
     """Hybrid TFLite FULLY_CONNECTED (``fully_connected.cc`` ``EvalHybrid``).
@@ -196,6 +196,8 @@ def FULLY_CONNECTED(ctx, x, w, b=None, *, fused_activation_function="NONE", weig
     if x.ndim == 0 or i == 0 or x.size % i:
         raise ctx.error(f"input of shape {tuple(x.shape)} does not flatten to rows of {i}")
     lead = tuple(x.shape[:-1]) if keep_num_dims else (x.size // i,)
+    if ctx.inputs[1].quant.block_size:
+        return _fc_blockwise(ctx, x.reshape(-1, i), w, b).reshape(lead + (o,))
     q, s, z = _quantize(x.reshape(-1, i), asymmetric_quantize_inputs)
     wi = _ints(w)
     acc = lax.dot_general(q, jnp.asarray(wi), (((1,), (1,)), ((), ())), preferred_element_type=jnp.int32)
@@ -218,7 +220,7 @@ def _conv_input(ctx, x, asymmetric):
     return q, s
 
 
-@register(OP_SET, "CONV_2D", differentiable=False)
+@register(OP_SET, "CONV_2D", differentiable=False, traced_weights=True)
 def CONV_2D(ctx, x, w, b=None, *, padding="SAME", stride_w=1, stride_h=1,
             dilation_w_factor=1, dilation_h_factor=1, fused_activation_function="NONE"):
     """Hybrid TFLite CONV_2D (``conv.cc`` ``EvalHybrid`` / ``EvalHybridPerChannel``).
@@ -245,7 +247,7 @@ def CONV_2D(ctx, x, w, b=None, *, padding="SAME", stride_w=1, stride_h=1,
     return _activation(ctx, _scale_out(acc, scale, b), fused_activation_function)
 
 
-@register(OP_SET, "DEPTHWISE_CONV_2D", differentiable=False)
+@register(OP_SET, "DEPTHWISE_CONV_2D", differentiable=False, traced_weights=True)
 def DEPTHWISE_CONV_2D(ctx, x, w, b=None, *, padding="SAME", stride_w=1, stride_h=1, depth_multiplier=0,
                       dilation_w_factor=1, dilation_h_factor=1, fused_activation_function="NONE"):
     """Hybrid TFLite DEPTHWISE_CONV_2D (``depthwise_conv.cc``
@@ -274,7 +276,7 @@ def DEPTHWISE_CONV_2D(ctx, x, w, b=None, *, padding="SAME", stride_w=1, stride_h
     return _activation(ctx, y, fused_activation_function)
 
 
-@register(OP_SET, "BATCH_MATMUL", differentiable=False)
+@register(OP_SET, "BATCH_MATMUL", differentiable=False, traced_weights=True)
 def BATCH_MATMUL(ctx, a, b, *, adj_x=False, adj_y=False, asymmetric_quantize_inputs=False):
     """Hybrid TFLite BATCH_MATMUL (``batch_matmul.cc`` ``EvalHybrid``): float32
     lhs ``a`` ``[..., M, K]``, int8 constant rhs ``b`` ``[..., K, N]``
@@ -301,7 +303,7 @@ def BATCH_MATMUL(ctx, a, b, *, adj_x=False, adj_y=False, asymmetric_quantize_inp
     return _scale_out(acc, scale, None)
 
 
-@register(OP_SET, "TRANSPOSE_CONV", differentiable=False, static_inputs=(0,))
+@register(OP_SET, "TRANSPOSE_CONV", differentiable=False, static_inputs=(0,), traced_weights=True)
 def TRANSPOSE_CONV(ctx, output_shape, w, x, b=None, *, padding="SAME", stride_w=1, stride_h=1,
                    fused_activation_function="NONE"):
     """Hybrid TFLite TRANSPOSE_CONV (``transpose_conv.cc`` ``EvalHybrid``).
@@ -381,3 +383,68 @@ def per_channel_quantize(ctx, x):
     # Clamp in float before the int32 conversion (huge values and inf), then add zp and clamp again.
     q = jnp.clip(q, -2.0 ** 31, 2.0 ** 31 - 256).astype(jnp.int32) + jnp.asarray(zb)
     return jnp.clip(q, int(info.min), int(info.max)).astype(np.dtype(vo.dtype))
+
+
+def _fc_blockwise(ctx, x2d, w, b):
+    """FULLY_CONNECTED with blockwise-quantized int4 weights (``fully_connected.cc``
+    ``EvalBlockwise4Bit``): each input row quantized asymmetrically (``q``,
+    ``s``, ``zp``); per output channel, over the blocks in order, ``out +=
+    f32(sum_block(q * w)) * scale[o, blk]`` and ``kfsum += scale[o, blk] *
+    f32(sum_block(w))`` in float32; then ``out = (out - f32(zp) * kfsum) * s
+    + bias``. LiteRT applies no fused activation on this path; neither does
+    fbjax."""
+    v = ctx.inputs[1]
+    bs = int(v.quant.block_size)
+    o, i = np.shape(w)
+    nb = i // bs
+    scales = np.asarray(v.quant.scale, _F32).reshape(o, nb)
+    q, s, z = asymmetric_quantize(x2d)
+    wb = np.asarray(w).astype(np.int32).reshape(o, nb, bs)
+    acc = jnp.einsum("rkc,okc->rok", q.reshape(q.shape[0], nb, bs), jnp.asarray(wb),
+                     preferred_element_type=jnp.int32)  # [R, O, blocks], exact
+    ksum = wb.sum(axis=2).astype(_F32)  # [O, blocks], exact in float32
+    out = jnp.zeros((q.shape[0], o), jnp.float32)
+    kfsum = np.zeros(o, _F32)
+    for k in range(nb):  # TFLite's order of float32 additions
+        out = out + _rounded(acc[:, :, k].astype(jnp.float32) * jnp.asarray(scales[:, k])[None, :])
+        kfsum = (kfsum + (scales[:, k] * ksum[:, k]).astype(_F32)).astype(_F32)  # constants: numpy float32
+    out = out - _rounded(z.astype(jnp.float32)[:, None] * jnp.asarray(kfsum)[None, :])
+    out = _rounded(out * s[:, None])
+    if b is not None:
+        out = out + jnp.asarray(b, jnp.float32)[None, :]
+    return out
+
+
+def _row_scales(ctx, rows: int) -> np.ndarray:
+    """EMBEDDING_LOOKUP's table scales: one per tensor, or one per row
+    (``quantized_dimension`` 0), as float32 ``[rows]``."""
+    v = ctx.inputs[1]
+    s = np.asarray(v.quant.scale, _F32).reshape(-1)
+    if s.size > 1 and (v.quant.quantized_dimension != 0 or s.size != rows):
+        raise ctx.error(f"{s.size} table scales along dimension {v.quant.quantized_dimension}; "
+                        f"EMBEDDING_LOOKUP takes one scale or one per row ({rows})")
+    return np.broadcast_to(s, (rows,)).astype(_F32)
+
+
+@register(OP_SET, "EMBEDDING_LOOKUP", differentiable=False)
+def EMBEDDING_LOOKUP(ctx, ids, table):
+    """Hybrid TFLite EMBEDDING_LOOKUP (``embedding_lookup.cc`` ``EvalHybrid``).
+
+    ``ids`` int32 ``[N]``, ``table`` int8 (INT4 files: unpacked to int8)
+    ``[rows, ...]`` with a per-tensor scale or one scale per row: output
+    float32 ``[N, ...]`` = ``table[id] * scale[id]``. TFLite multiplies the
+    integer by the scale in double and stores float32; the product of an
+    8-bit integer and a float32 is exact in double, so this is the float32
+    product (one rounding). An id outside ``[0, rows)`` is an error in
+    TFLite; here it is clamped (a traced index cannot raise).
+    """
+    t = np.asarray(table)
+    rows = t.shape[0]
+    q = ctx.inputs[1].quant
+    if q.block_size:  # blockwise (int4, EvalBlockwise): row r's block k scaled by scale[r, k]
+        per = np.repeat(np.asarray(q.scale, _F32), q.block_size, axis=1).reshape(t.shape)
+    else:
+        per = np.broadcast_to(_row_scales(ctx, rows).reshape((rows,) + (1,) * (t.ndim - 1)), t.shape)
+    idx = jnp.clip(jnp.asarray(ids, jnp.int32), 0, rows - 1)
+    vals = jnp.take(jnp.asarray(t.astype(np.int32)), idx, axis=0).astype(jnp.float32)
+    return vals * jnp.take(jnp.asarray(np.ascontiguousarray(per)), idx, axis=0)

@@ -14,9 +14,11 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from ...errors import InputError
 from .. import kernels
 from ..registry import register
 from . import fixedpoint as fp
+from . import rounding
 from ._common import activation_range, as_i32, clamp_cast, out_dtype, qrange, scale_zp
 
 OP_SET = "tflite.int"
@@ -94,6 +96,12 @@ def _mean_or_sum(ctx, x, axis, keep_dims, compute_sum):
     so, zo = scale_zp(ctx, vo, "output")
     axes = _axes(ctx, x, axis)
     n = int(np.prod([x.shape[a] for a in axes])) if axes else 1
+    if n == 0:
+        # LiteRT's integer MEAN/SUM of an empty set returns what its
+        # uninitialised buffers hold (differs from run to run): no defined value
+        raise InputError(f"{ctx.node.location} ({ctx.node.op_name}): the quantized input has shape "
+                         f"{tuple(x.shape)}, and the reduction over its empty axes {list(axes)} has no defined "
+                         "value in TFLite's integer kernels; call the model with non-empty sizes there")
     m, s = fp.quantize_multiplier(float(si) / float(so))
     xi = as_i32(x)
     if not compute_sum and x.ndim == 4 and axes == (1, 2) and keep_dims and np.dtype(vi.dtype).itemsize == 1:
@@ -113,8 +121,6 @@ def _mean_or_sum(ctx, x, axis, keep_dims, compute_sum):
         if body < c:
             y = jnp.where(np.arange(c) >= body, fp.mbqm(acc, m2, s2), y)
         return _finish(ctx, y + bias, x.shape, axes, keep_dims)
-    if n == 0:
-        raise ctx.error("reduction over an empty axis")
     if compute_sum:
         # QuantizedMeanOrSum, sum branch: round(S * scale + bias) + zp_out in
         # float32, scale = s_in / s_out, bias = -zp_in * scale * n. S is an
@@ -143,7 +149,7 @@ def _mean_or_sum(ctx, x, axis, keep_dims, compute_sum):
     return _finish(ctx, y, x.shape, axes, keep_dims)
 
 
-@register(OP_SET, "MEAN", differentiable=False, static_inputs=(1,))
+@register(OP_SET, "MEAN", differentiable=False, static_inputs=(1,), fq_rounding=rounding.mean)
 def MEAN(ctx, x, axis, *, keep_dims=False):
     """Quantized MEAN (8/16-bit, ``s_in/s_out`` rescaling)."""
     return _mean_or_sum(ctx, x, axis, keep_dims, False)

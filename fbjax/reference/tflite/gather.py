@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...errors import InputError
 from ..registry import register
 
 
@@ -73,14 +74,21 @@ def TOPK_V2(ctx, x, k):
 
 @register("tflite", "ARG_MAX", static_inputs=(1,))
 def ARG_MAX(ctx, x, axis, *, output_type=None):
-    """First index of the max."""
-    return np.argmax(x, axis=_axis(ctx, axis, np.ndim(x))).astype(ctx.out_dtype(0))
+    """First index of the max (an empty axis: InputError, as LiteRT refuses it)."""
+    return np.argmax(x, axis=_nonempty(ctx, x, _axis(ctx, axis, np.ndim(x)))).astype(ctx.out_dtype(0))
 
 
 @register("tflite", "ARG_MIN", static_inputs=(1,))
 def ARG_MIN(ctx, x, axis, *, output_type=None):
-    """First index of the min."""
-    return np.argmin(x, axis=_axis(ctx, axis, np.ndim(x))).astype(ctx.out_dtype(0))
+    """First index of the min (an empty axis: InputError)."""
+    return np.argmin(x, axis=_nonempty(ctx, x, _axis(ctx, axis, np.ndim(x)))).astype(ctx.out_dtype(0))
+
+
+def _nonempty(ctx, x, a: int) -> int:
+    if np.shape(x)[a] == 0:
+        raise InputError(f"{ctx.node.location} ({ctx.node.op_name}): the input has shape {tuple(np.shape(x))}; "
+                         f"no index of an extreme exists over its empty axis {a}")
+    return a
 
 
 @register("tflite", "CUMSUM", static_inputs=(1,))

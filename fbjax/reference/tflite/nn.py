@@ -1,4 +1,4 @@
-"""Neural-network ops added for issue 3 (numpy reference): batched matmul,
+"""Neural-network ops (numpy reference): batched matmul,
 normalizations, L2 pooling, transposed / 3-D convolutions, nearest resize,
 RFFT2D and REDUCE_WINDOW. Convolutions loop over kernel taps (strided views,
 float64 accumulation), transposed convolutions scatter each input pixel.

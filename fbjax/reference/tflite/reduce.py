@@ -34,7 +34,7 @@ def MEAN(ctx, x, axis, *, keep_dims=False):
     return to_out(ctx, np.mean(x.astype(np.float64), axis=axes, keepdims=bool(keep_dims)))
 
 
-# --- issue 3: the other reductions -------------------------------------------
+# --- the other reductions ----------------------------------------------------
 
 def _reduce(ctx, fn, x, axis, keep_dims):
     x = np.asarray(x)
@@ -55,16 +55,27 @@ def REDUCE_PROD(ctx, x, axis, *, keep_dims=False):
     return _reduce(ctx, np.prod, x, axis, keep_dims)
 
 
+def _limit(x, lowest: bool):
+    info = np.finfo(x.dtype) if x.dtype.kind == "f" else np.iinfo(x.dtype)
+    return info.min if lowest else info.max
+
+
 @register("tflite", "REDUCE_MAX", static_inputs=(1,))
 def REDUCE_MAX(ctx, x, axis, *, keep_dims=False):
-    """Max over the axes."""
-    return _reduce(ctx, np.max, x, axis, keep_dims)
+    """Max over the axes; kernels/reduce.cc starts from the type's lowest
+    finite value, which an empty set returns."""
+    x = np.asarray(x)
+    return _reduce(ctx, lambda a, **k: np.max(a, initial=_limit(x, True), **k) if a.size == 0
+                   else np.max(a, **k), x, axis, keep_dims)
 
 
 @register("tflite", "REDUCE_MIN", static_inputs=(1,))
 def REDUCE_MIN(ctx, x, axis, *, keep_dims=False):
-    """Min over the axes."""
-    return _reduce(ctx, np.min, x, axis, keep_dims)
+    """Min over the axes; an empty set gives the type's largest finite value
+    (kernels/reduce.cc's initial value)."""
+    x = np.asarray(x)
+    return _reduce(ctx, lambda a, **k: np.min(a, initial=_limit(x, False), **k) if a.size == 0
+                   else np.min(a, **k), x, axis, keep_dims)
 
 
 @register("tflite", "REDUCE_ANY", static_inputs=(1,))

@@ -1,7 +1,7 @@
 """numpy twins of TFLite's fixed-point primitives, in plain int64 arithmetic.
 
-Written from the definitions in ``kernels/internal/common.h`` (see
-``FACTS.md``), independently of :mod:`fbjax.lower.tflite_int.fixedpoint`
+Written from the definitions in TFLite's ``kernels/internal/common.h``,
+independently of :mod:`fbjax.lower.tflite_int.fixedpoint`
 (which avoids 64-bit types with 16-bit limbs).
 """
 

@@ -135,6 +135,33 @@ def scale_out(acc, scale, bias):
     return y
 
 
+def fc_blockwise(ctx, x2d, w, b):
+    """FULLY_CONNECTED with blockwise int4 weights (``EvalBlockwise4Bit``),
+    element by element in float32 as the kernel loops: rows quantized
+    asymmetrically; per output channel, block by block, ``out += f32(int sum)
+    * scale`` and ``kfsum += scale * f32(sum of the block's weights)``; then
+    ``(out - zp * kfsum) * s + bias``; no fused activation."""
+    q8 = ctx.inputs[1].quant
+    bs = int(q8.block_size)
+    o, i = np.shape(w)
+    nb = i // bs
+    scales = np.asarray(q8.scale, F).reshape(o, nb)
+    q, s, z = quantize_blocks(x2d, True)
+    wi = np.asarray(w, np.int64)
+    out = np.zeros((q.shape[0], o), F)
+    for r in range(q.shape[0]):
+        for n in range(o):
+            acc, kfsum = F(0), F(0)
+            for k in range(nb):
+                blk = slice(k * bs, (k + 1) * bs)
+                acc = F(acc + F(F(int(q[r, blk] @ wi[n, blk])) * scales[n, k]))
+                kfsum = F(kfsum + F(scales[n, k] * F(int(wi[n, blk].sum()))))
+            acc = F(acc - F(F(int(z[r])) * kfsum))
+            acc = F(acc * s[r])
+            out[r, n] = acc if b is None else F(acc + F(np.asarray(b, F)[n]))
+    return out
+
+
 @register(OP_SET, "FULLY_CONNECTED")
 def FULLY_CONNECTED(ctx, x, w, b=None, *, fused_activation_function="NONE", weights_format="DEFAULT",
                     keep_num_dims=False, asymmetric_quantize_inputs=False):
@@ -143,6 +170,8 @@ def FULLY_CONNECTED(ctx, x, w, b=None, *, fused_activation_function="NONE", weig
     o, i = np.shape(w)
     x = np.asarray(x, F)
     lead = x.shape[:-1] if keep_num_dims else (x.size // i,)
+    if ctx.inputs[1].quant.block_size:
+        return fc_blockwise(ctx, x.reshape(-1, i), w, b).reshape(tuple(lead) + (o,))
     q, s, z = quantize_blocks(x.reshape(-1, i), asymmetric_quantize_inputs)
     wi = np.asarray(w, np.int64)
     acc = q @ wi.T - z[:, None] * wi.sum(1)[None, :]
@@ -284,3 +313,23 @@ def TRANSPOSE_CONV(ctx, output_shape, w, x, b=None, *, padding="SAME", stride_w=
     if b is not None:
         out = (out + np.asarray(b, F)).astype(F)
     return activation(ctx, out, fused_activation_function)
+
+
+@register(OP_SET, "EMBEDDING_LOOKUP")
+def EMBEDDING_LOOKUP(ctx, ids, table):
+    """``table[id] * scale`` per looked-up row (the row's own scale for
+    per-row scales), the integer-times-scale product in double stored as
+    float32, as ``embedding_lookup.cc`` ``EvalHybrid``. Ids outside the
+    table raise (TFLite's kernel returns an error)."""
+    t = np.asarray(table)
+    ids = np.asarray(ids).astype(np.int64)
+    if ids.size and (ids.min() < 0 or ids.max() >= t.shape[0]):
+        raise ctx.error(f"EMBEDDING_LOOKUP id out of range [0, {t.shape[0]})")
+    q = ctx.inputs[1].quant
+    if q.block_size:  # blockwise (int4 tables, EvalBlockwise): value * its row's block scale
+        per = np.repeat(np.asarray(q.scale, np.float64), q.block_size, axis=1)
+        return (t[ids].astype(np.float64) * per[ids]).astype(F)
+    s = np.asarray(q.scale, np.float64).reshape(-1)
+    row_s = s[ids] if s.size > 1 else np.full(ids.shape, s[0])
+    out = t[ids].astype(np.float64) * row_s.reshape(ids.shape + (1,) * (t.ndim - 1))
+    return out.astype(F)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...errors import InputError
 from ..registry import register
 from .fixedpoint import act_range, mbqm, multipliers, qrange, rdbpot, round_half_away, srdhm, sz
 
@@ -74,6 +75,9 @@ def _reduce(ctx, x, axis, keep_dims, compute_sum):
     x = np.asarray(x, np.int64)
     axes = tuple(sorted({int(a) % x.ndim for a in np.asarray(axis).reshape(-1)}))
     n = int(np.prod([x.shape[a] for a in axes]))
+    if n == 0:  # LiteRT leaves the result uninitialised: no defined value
+        raise InputError(f"{ctx.node.location} ({ctx.node.op_name}): the quantized input has shape "
+                         f"{tuple(x.shape)}; its reduction over the empty axes {list(axes)} has no defined value")
     lo, hi = qrange(vo.dtype)
     (m,), (s,) = multipliers([float(si) / float(so)])
     S = x.sum(axis=axes, keepdims=bool(keep_dims))

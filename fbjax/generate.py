@@ -1,0 +1,199 @@
+"""Token generation with decoder-only LLM files: :func:`generate`.
+
+litert-torch's generative converter writes a decoder-only LLM as one
+``.tflite`` with signatures ``prefill_N`` (``tokens`` int32 ``[1, N]``,
+``input_pos`` int32 ``[N]``, the KV cache ``kv_cache_k_i`` / ``kv_cache_v_i``
+per layer, optionally an attention ``mask``) and ``decode`` (one token; it
+also returns ``logits``), each returning the updated cache under the input
+names. :func:`generate` runs prefill and then ``max_new_tokens`` decode steps
+in one jitted program (a ``lax.scan``), the cache threaded through as arrays
+whatever its layout, for a batch of prompts at once (each row its own
+positions and mask: the batch-1 signatures run under ``vmap``).
+
+Padding: row ``b`` prefills its first ``len_b - 1`` tokens (padded to ``N``)
+and decodes from its last prompt token at position ``len_b - 1``. Cache
+entries that padding wrote at positions ``>= len_b - 1`` are never read:
+attention at position ``p`` sees positions ``<= p`` only (the model's causal
+mask, or the mask :func:`generate` passes), and decode step ``p`` rewrites
+entry ``p`` before any later step reads it. So each row's tokens equal those
+of the same prompt run alone.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .errors import InputError
+
+__all__ = ["generate", "llm_signatures"]
+
+_CACHE_PREFIX = "kv_cache_"
+
+
+def llm_signatures(model, prefill: Optional[str] = None, decode: str = "decode"):
+    """The (prefill, decode) :class:`~fbjax.signature.SignatureRunner` pair of an LLM file.
+
+    Args:
+        model: a :class:`~fbjax.Model` with litert-torch's generative signatures.
+        prefill: the prefill signature's key; default: the one ``prefill*``
+            signature with the longest ``tokens`` input.
+        decode: the decode signature's key.
+
+    Raises:
+        InputError: the model lacks such signatures, or they lack ``tokens``,
+            ``input_pos``, the ``kv_cache_*`` inputs or the decode ``logits``.
+    """
+    keys = list(model.signatures)
+    if prefill is None:
+        cands = [k for k in keys if k.startswith("prefill")]
+        if not cands:
+            raise InputError(f"generate: no prefill signature in {keys}; pass prefill=KEY")
+        prefill = max(cands, key=lambda k: dict((s.name, s) for s in model.signature(k).inputs)["tokens"].shape[-1]
+                      if "tokens" in {s.name for s in model.signature(k).inputs} else 0)
+    pre, dec = model.signature(prefill), model.signature(decode)
+    for r, needs in ((pre, ("tokens", "input_pos")), (dec, ("tokens", "input_pos"))):
+        names = [s.name for s in r.inputs]
+        lacking = [n for n in needs if n not in names]
+        if lacking or not any(n.startswith(_CACHE_PREFIX) for n in names):
+            raise InputError(f"generate: signature {r.key!r} has inputs {names}; an LLM signature takes "
+                             f"tokens, input_pos and {_CACHE_PREFIX}* (litert-torch's generative export)")
+    if "logits" not in [s.name for s in dec.outputs]:
+        raise InputError(f"generate: signature {dec.key!r} has no 'logits' output ({[s.name for s in dec.outputs]})")
+    return pre, dec
+
+
+def _causal_mask(spec, pos):
+    """``spec``-shaped float mask ``[1, 1, T, S]``: 0 where key position
+    ``s <= pos[t]``, else the dtype's lowest value (what litert-torch's
+    examples pass: ``-inf`` above the diagonal, written finite so that
+    ``0 * mask`` stays 0)."""
+    s = jnp.arange(spec.shape[-1])
+    lowest = jnp.finfo(spec.dtype).min
+    m = jnp.where(s[None, :] <= pos[:, None], 0.0, lowest).astype(spec.dtype)
+    return m.reshape(spec.shape)
+
+
+def _sample(logits, key, temperature: float, top_k: Optional[int]):
+    if temperature == 0.0:
+        return jnp.argmax(logits, axis=-1).astype(jnp.int32)
+    logits = logits.astype(jnp.float32) / temperature
+    if top_k is not None:
+        vals, idx = jax.lax.top_k(logits, top_k)
+        return idx[jax.random.categorical(key, vals)].astype(jnp.int32)
+    return jax.random.categorical(key, logits).astype(jnp.int32)
+
+
+def _program(pre, dec, max_new_tokens: int, temperature: float, top_k: Optional[int]):
+    """The jittable ``(params, tokens [B, N], lengths [B], keys [B]) -> [B, max_new_tokens]``."""
+    pre_in = {s.name: s for s in pre.inputs}
+    dec_in = {s.name: s for s in dec.inputs}
+    cache_names = [n for n in dec_in if n.startswith(_CACHE_PREFIX)]
+    n_prefill = pre_in["tokens"].shape[-1]
+
+    def row(params, tokens, length, key):
+        kv = {n: jnp.zeros(dec_in[n].shape, dec_in[n].dtype) for n in cache_names}
+        pos = jnp.arange(n_prefill, dtype=jnp.int32)
+        ins = dict(kv, tokens=tokens[None, :n_prefill].astype(pre_in["tokens"].dtype),
+                   input_pos=pos.astype(pre_in["input_pos"].dtype))
+        if "mask" in pre_in:
+            ins["mask"] = _causal_mask(pre_in["mask"], pos)
+        out = pre.apply(params, **ins)
+        kv = {n: out[n] for n in cache_names}
+        last = tokens[length - 1]
+
+        def step(carry, k):
+            tok, p, kv = carry
+            ins = dict(kv, tokens=tok.reshape(dec_in["tokens"].shape).astype(dec_in["tokens"].dtype),
+                       input_pos=p.reshape(dec_in["input_pos"].shape).astype(dec_in["input_pos"].dtype))
+            if "mask" in dec_in:
+                ins["mask"] = _causal_mask(dec_in["mask"], p.reshape(1))
+            out = dec.apply(params, **ins)
+            logits = out["logits"].reshape(-1, out["logits"].shape[-1])[-1]
+            nxt = _sample(logits, k, temperature, top_k)
+            return (nxt, p + 1, {n: out[n] for n in cache_names}), nxt
+
+        keys = jax.random.split(key, max_new_tokens)
+        _, toks = jax.lax.scan(step, (last.astype(jnp.int32), (length - 1).astype(jnp.int32), kv), keys)
+        return toks
+
+    def run(params, tokens, lengths, keys):
+        return jax.vmap(row, in_axes=(None, 0, 0, 0))(params, tokens, lengths, keys)
+
+    return run
+
+
+def generate(model, prompt_tokens, max_new_tokens: int, *, key=None, temperature: float = 0.0,
+             top_k: Optional[int] = None, prefill: Optional[str] = None, decode: str = "decode",
+             params: Optional[dict] = None, pad_id: int = 0) -> np.ndarray:
+    """Generate tokens: prefill, then ``max_new_tokens`` decode steps, in one jitted loop.
+
+    Args:
+        model: a :class:`~fbjax.Model` of a litert-torch generative export
+            (``prefill_N`` and ``decode`` signatures; KV cache in either
+            layout; with or without a ``mask`` input).
+        prompt_tokens: one prompt (a sequence of ints) or a batch of them
+            (a list of sequences of different lengths, or an int array
+            ``[B, T]`` of equal-length prompts). Each prompt has 1 to
+            ``N + 1`` tokens (``N``: the prefill signature's length).
+        max_new_tokens: decode steps (>= 1); prompt length + this must fit
+            the KV cache.
+        key: a JAX PRNG key for sampling (each row gets its own split);
+            default ``jax.random.key(0)``. Ignored when greedy.
+        temperature: 0 (default): greedy (argmax); > 0: sample from
+            ``softmax(logits / temperature)``.
+        top_k: with ``temperature > 0``, sample among the ``top_k`` largest
+            logits only.
+        prefill, decode: signature keys (default: the longest ``prefill*``
+            and ``"decode"``).
+        params: weights to use instead of ``model.params`` (e.g. fine-tuned).
+        pad_id: token that pads shorter prompts (never read).
+
+    Returns:
+        int32 array ``[B, max_new_tokens]`` of new tokens (``[max_new_tokens]``
+        for a single prompt given as a flat sequence).
+
+    Raises:
+        InputError: no LLM signatures, an empty or too long prompt, a bad
+            ``temperature``/``top_k``/``max_new_tokens``.
+
+    The program is compiled once per (batch size, ``max_new_tokens``,
+    sampling settings) and kept on the model.
+    """
+    pre, dec = llm_signatures(model, prefill, decode)
+    single = len(prompt_tokens) > 0 and np.ndim(prompt_tokens[0]) == 0
+    rows = [list(np.asarray(prompt_tokens).reshape(-1))] if single else [list(np.asarray(p).reshape(-1))
+                                                                         for p in prompt_tokens]
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 1:
+        raise InputError(f"generate: max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
+    if temperature < 0:
+        raise InputError(f"generate: temperature must be >= 0, got {temperature}")
+    if top_k is not None and (int(top_k) < 1 or temperature == 0):
+        raise InputError("generate: top_k needs temperature > 0 and top_k >= 1")
+    n = {s.name: s for s in pre.inputs}["tokens"].shape[-1]
+    if not rows:
+        raise InputError("generate: no prompts")
+    for i, r in enumerate(rows):
+        if not 1 <= len(r) <= n + 1:
+            raise InputError(f"generate: prompt {i} has {len(r)} tokens; signature {pre.key!r} takes 1 to {n + 1} "
+                             "(its prefill length + the first decode step)")
+    dec_mask = {s.name: s for s in dec.inputs}.get("mask")
+    if dec_mask is not None and max(map(len, rows)) - 1 + max_new_tokens > dec_mask.shape[-1]:
+        raise InputError(f"generate: {max(map(len, rows))} prompt tokens + {max_new_tokens} new ones exceed the "
+                         f"KV cache ({dec_mask.shape[-1]} positions)")
+    tokens = np.full((len(rows), n + 1), pad_id, np.int32)
+    for i, r in enumerate(rows):
+        tokens[i, :len(r)] = r
+    lengths = np.asarray([len(r) for r in rows], np.int32)
+    keys = jax.random.split(jax.random.key(0) if key is None else key, len(rows))
+    cache = model.__dict__.setdefault("_generate_jit", {})
+    ck = (pre.key, dec.key, int(max_new_tokens), float(temperature), top_k)
+    fn = cache.get(ck)
+    if fn is None:
+        fn = cache[ck] = jax.jit(_program(pre, dec, int(max_new_tokens), float(temperature), top_k))
+    with jax.enable_x64(model._x64):
+        out = np.asarray(fn(model.params if params is None else params, tokens, lengths, keys))
+    return out[0] if single else out

@@ -1,0 +1,13 @@
+"""JAX lowerings of the TFLite GPU delegate's kernels (op set ``"gpu"``).
+
+The op set of :mod:`fbjax.formats.gpu_cl`: one op per GPU operation type as
+the delegate names it (``convolution_2d``, ``depthwise_convolution``,
+``fully_connected``, ``pooling_2d``, element-wise ops...), on ``[B, H, W, C]``
+activations with the weights decoded to TFLite layouts. Linked element-wise
+ops are separate nodes. Each kernel's own semantics (TF 2.5
+``tensorflow/lite/delegates/gpu/common/tasks/*``) are noted per op.
+"""
+
+from . import ops  # noqa: F401
+
+__all__ = ["ops"]

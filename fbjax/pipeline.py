@@ -1,0 +1,55 @@
+"""The load pipeline: read IR -> rewrite passes -> lowered program.
+
+One sequence used by :func:`fbjax.load`, ``fbjax inspect`` (which reports
+support after the same rewrites a load does) and the chunked large-batch
+path (which loads the model again through :func:`fbjax.load` with another
+:class:`~fbjax.options.LoadOptions`). The passes learn what they need about
+each op from the lowering registry handed to them here.
+"""
+
+from __future__ import annotations
+
+import jax
+
+from .ir import ModelIR
+from .lower.build import Program, build
+from .lower.registry import LOWERINGS
+from .options import LoadOptions
+from .passes import add_valid_counts, check_batch_size, set_batch_size
+from .quantization import prepare as prepare_quantized
+
+__all__ = ["prepare", "lower"]
+
+
+def prepare(ir: ModelIR, options: LoadOptions, registry=LOWERINGS) -> ModelIR:
+    """Rewrite ``ir`` in place as ``options`` ask: the quantized mode
+    (:func:`fbjax.quantization.prepare`), the static-bound outputs
+    (:func:`fbjax.passes.add_valid_counts`, ``static_bounds``), then the batch
+    (:func:`fbjax.passes.set_batch_size`) unless it is the file's.
+
+    Raises:
+        InputError: the model cannot take the batch (the message names the
+            operator).
+    """
+    prepare_quantized(ir, options.quantized, registry=registry)
+    if options.static_bounds:
+        add_valid_counts(ir)
+    if options.rewrites_batch:
+        set_batch_size(ir, options.batch_size, registry=registry)
+    return ir
+
+
+def lower(ir: ModelIR, options: LoadOptions, *, x64: bool = False) -> Program:
+    """The lowered program of a prepared ``ir``; with a rewritten batch, its
+    outputs are checked to follow the batch (:func:`fbjax.passes.check_batch_size`,
+    traced under ``jax.enable_x64(x64)`` as the model will run).
+
+    Raises:
+        UnsupportedOperatorError: ops without a lowering (every one listed).
+        InputError: an output does not follow the batch.
+    """
+    program = build(ir, options=options.lowering())
+    if options.rewrites_batch:
+        with jax.enable_x64(x64):  # int16x8 kernels trace only with x64, as Model runs them
+            check_batch_size(ir, program, options.batch_size)
+    return program

@@ -1,0 +1,130 @@
+"""The package's layers point one way (developers' guide, issue 16).
+
+Every module of ``fbjax`` is read with :mod:`ast` (nothing is imported) and
+each import is resolved to the fbjax module it names. Layers, lowest first:
+
+0. ``ir``, ``errors``, ``options``, ``_registry``, ``quantmath``, ``_farmhash``,
+   ``formats`` (readers and writers): know nothing of JAX lowering;
+1. passes: ``passes``, ``batch_rules``, ``quantization`` (IR rewrites; they learn about ops
+   from the registry they are handed, not by importing the lowering);
+2. ``lower`` (the op sets, the graph builder, kernels) and ``reference``
+   (the numpy twins; separately checked never to import ``lower``);
+3. the load pipeline and executors: ``pipeline``, ``cache``,
+   ``lower.inference``, ``custom``;
+4. ``model``, and the entry points above it: ``infer``, ``export``,
+   ``train``, ``flax``, ``bench``, ``testing``, ``cli``, the package root.
+
+A module may import from its own layer or below. A module-level import from
+a higher layer is an error. A function-local import from a higher layer is
+an error unless listed in :data:`ALLOWED_UPWARD` with its reason (an import
+cycle dodged inside a function is still a cycle).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PKG = Path(__file__).resolve().parent.parent / "fbjax"
+
+#: (layer, module-name prefixes), the first matching (longest) prefix wins.
+LAYERS = {
+    "fbjax.ir": 0, "fbjax.errors": 0, "fbjax.options": 0, "fbjax._registry": 0, "fbjax.quantmath": 0, "fbjax._farmhash": 0,
+    "fbjax.formats": 0, "fbjax.data": 0,
+    "fbjax.passes": 1, "fbjax.batch_rules": 1, "fbjax.quantization": 1,
+    "fbjax.lower": 2, "fbjax.reference": 2,
+    "fbjax.lower.inference": 3, "fbjax.cache": 3, "fbjax.custom": 3, "fbjax.pipeline": 3,
+    "fbjax.model": 4, "fbjax.infer": 4, "fbjax.export": 4, "fbjax.train": 4, "fbjax.flax": 4,
+    "fbjax.bench": 4, "fbjax.testing": 4, "fbjax.cli": 4, "fbjax.__main__": 4, "fbjax": 4,
+}
+
+#: (importing module, imported module) -> why the function-local upward import stays.
+ALLOWED_UPWARD: dict = {}
+
+
+def _layer(mod: str) -> int:
+    best = max((p for p in LAYERS if mod == p or mod.startswith(p + ".")), key=len, default=None)
+    if best is None:
+        raise AssertionError(f"module {mod} is in no layer: add it to tests/test_layering.py LAYERS")
+    return LAYERS[best]
+
+
+def _modules():
+    for path in sorted(PKG.rglob("*.py")):
+        rel = path.relative_to(PKG.parent).with_suffix("")
+        parts = list(rel.parts)
+        if "_generated" in parts:
+            continue
+        is_pkg = parts[-1] == "__init__"
+        if is_pkg:
+            parts = parts[:-1]
+        yield ".".join(parts), is_pkg, path
+
+
+def _imports(mod: str, is_pkg: bool, path: Path):
+    """``(imported fbjax module, line, function-local)`` for each import."""
+    tree = ast.parse(path.read_text(), str(path))
+    package = mod if is_pkg else mod.rpartition(".")[0]
+    local: set = set()
+    for fn in ast.walk(tree):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            local.update(id(n) for n in ast.walk(fn) if isinstance(n, (ast.Import, ast.ImportFrom)))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                root = ".".join(base + ([node.module] if node.module else []))
+            else:
+                root = node.module or ""
+            # `from . import x` names a submodule; `from .m import f` names module m
+            targets = [f"{root}.{a.name}" if _is_module(f"{root}.{a.name}") else root for a in node.names]
+        else:
+            continue
+        for t in dict.fromkeys(targets):  # `from m import a, b`: one import of m
+            if t == "fbjax" or t.startswith("fbjax."):
+                yield t, node.lineno, id(node) in local
+
+
+def _is_module(name: str) -> bool:
+    p = PKG.parent.joinpath(*name.split("."))
+    return p.with_suffix(".py").exists() or (p / "__init__.py").exists()
+
+
+def _violations():
+    out = []
+    for mod, is_pkg, path in _modules():
+        lo = _layer(mod)
+        for target, line, local in _imports(mod, is_pkg, path):
+            if _layer(target) > lo and not (local and (mod, target) in ALLOWED_UPWARD):
+                kind = "function-local" if local else "module-level"
+                out.append(f"{mod}:{line} imports {target} ({kind}, layer {lo} -> {_layer(target)})")
+    return out
+
+
+def test_no_import_points_up():
+    bad = _violations()
+    assert not bad, "imports from a higher layer:\n" + "\n".join(bad)
+
+
+def test_allow_list_is_current():
+    """Every allowed upward import still exists (remove entries once fixed)."""
+    seen = {(mod, t) for mod, is_pkg, path in _modules() for t, _, local in _imports(mod, is_pkg, path) if local}
+    stale = sorted(set(ALLOWED_UPWARD) - seen)
+    assert not stale, f"stale ALLOWED_UPWARD entries: {stale}"
+
+
+def test_reference_never_imports_the_lowering():
+    bad = [f"{mod}:{line} imports {t}" for mod, is_pkg, path in _modules() if mod.startswith("fbjax.reference")
+           for t, line, _ in _imports(mod, is_pkg, path) if t.startswith("fbjax.lower")]
+    assert not bad, "\n".join(bad)
+
+
+@pytest.mark.parametrize("mod,layer", [("fbjax.lower.inference", 3), ("fbjax.lower.tflite.conv", 2),
+                                       ("fbjax.formats.tflite_writer", 0), ("fbjax", 4)])
+def test_layer_table(mod, layer):
+    assert _layer(mod) == layer
