@@ -54,7 +54,7 @@ and run in float, which agrees with LiteRT only to float tolerance. In
 that exact mode runs as a hybrid kernel computes its forward with that
 kernel on the weights re-quantized with the file's scales and its gradient
 with the float op (:func:`_hybrid_forward_nodes`), so the forward equals
-exact mode's (weights with blockwise scales: float op only).
+exact mode's.
 float16 weight models (DEQUANTIZE of float16 constants) are untouched.
 
 What "exact" reproduces: the oracle is LiteRT's builtin kernels without
@@ -374,9 +374,10 @@ def _hybrid_forward_nodes(n: Node, orig: dict, orig_data: dict, traced_ok: froze
     the forward equals ``"exact"`` mode and LiteRT, and follows fine-tuned
     weights onto the grid the saved file will hold), gradient by the float
     op on the weights clipped to the int8 range (``fbjax:CLIP_WEIGHTS``),
-    joined by ``fbjax:STRAIGHT_THROUGH``. None when a weight has blockwise
-    scales (``QUANTIZE_WEIGHTS`` takes per-tensor/per-channel ones): the
-    node then runs in float, as do ops whose lowering does not declare
+    joined by ``fbjax:STRAIGHT_THROUGH`` (blockwise int4 weights: re-quantized
+    per row and block to [-8, 7]; the float op sees them unclipped). None
+    when no input is such a weight: the node then runs in float, as do ops
+    whose lowering does not declare
     ``traced_weights`` (``traced_ok``; a hybrid EMBEDDING_LOOKUP's float op
     gives the same float32 products)."""
     if n.op_name not in traced_ok:
@@ -390,8 +391,6 @@ def _hybrid_forward_nodes(n: Node, orig: dict, orig_data: dict, traced_ok: froze
             f_ins.append(v)
             continue
         q, dt = orig[id(v)]
-        if getattr(q, "block_size", 0) or np.asarray(q.scale).ndim > 1:
-            return None
         data = orig_data[id(v)]
         wi = Value(name=f"{v.name}/int", dtype=dt, shape=v.shape, quant=q)
         ins = [v]
@@ -400,6 +399,11 @@ def _hybrid_forward_nodes(n: Node, orig: dict, orig_data: dict, traced_ok: froze
             ins.append(fv)
             vals.append(fv)
         nodes.append(Node("fbjax", "QUANTIZE_WEIGHTS", ins, [wi], {}, location=where))
+        if getattr(q, "block_size", 0):  # blockwise int4: the float op sees the weights unclipped
+            vals.append(wi)
+            h_ins.append(wi)
+            f_ins.append(v)
+            continue
         zp = np.asarray(q.zero_point).reshape(-1)
         cv = Value(name=f"{v.name}/clipped", dtype=f32, shape=v.shape)
         nodes.append(Node("fbjax", "CLIP_WEIGHTS", [v], [cv], dict(

@@ -399,16 +399,17 @@ def _fc_blockwise(ctx, x2d, w, b):
     nb = i // bs
     scales = np.asarray(v.quant.scale, _F32).reshape(o, nb)
     q, s, z = asymmetric_quantize(x2d)
-    wb = np.asarray(w).astype(np.int32).reshape(o, nb, bs)
-    acc = jnp.einsum("rkc,okc->rok", q.reshape(q.shape[0], nb, bs), jnp.asarray(wb),
+    wb = _ints(w).reshape(o, nb, bs)  # the file's constants, or traced (float mode)
+    acc = jnp.einsum("rkc,okc->rok", q.reshape(q.shape[0], nb, bs), wb,
                      preferred_element_type=jnp.int32)  # [R, O, blocks], exact
-    ksum = wb.sum(axis=2).astype(_F32)  # [O, blocks], exact in float32
+    ksum = wb.sum(axis=2).astype(jnp.float32)  # [O, blocks], exact in float32
     out = jnp.zeros((q.shape[0], o), jnp.float32)
-    kfsum = np.zeros(o, _F32)
+    kfsum = jnp.zeros(o, jnp.float32)
     for k in range(nb):  # TFLite's order of float32 additions
-        out = out + _rounded(acc[:, :, k].astype(jnp.float32) * jnp.asarray(scales[:, k])[None, :])
-        kfsum = (kfsum + (scales[:, k] * ksum[:, k]).astype(_F32)).astype(_F32)  # constants: numpy float32
-    out = out - _rounded(z.astype(jnp.float32)[:, None] * jnp.asarray(kfsum)[None, :])
+        sk = jnp.asarray(scales[:, k])
+        out = out + _rounded(acc[:, :, k].astype(jnp.float32) * sk[None, :])
+        kfsum = kfsum + _rounded(sk * ksum[:, k])
+    out = out - _rounded(z.astype(jnp.float32)[:, None] * kfsum[None, :])
     out = _rounded(out * s[:, None])
     if b is not None:
         out = out + jnp.asarray(b, jnp.float32)[None, :]
