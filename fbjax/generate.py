@@ -92,6 +92,30 @@ def _sample(logits, key, temperature: float, top_k: Optional[int]):
     return jax.random.categorical(key, logits).astype(jnp.int32)
 
 
+def _cache_positions(dec) -> Optional[int]:
+    """How many positions the decode signature's KV cache holds, from its
+    ``mask`` input when it has one, else from the ``kv_cache_k_0`` /
+    ``kv_cache_v_0`` shapes in litert-torch's two layouts: default K = V =
+    ``[B, S, heads, dim]``; transposed K ``[B, heads, S, dim]``, V
+    ``[B, heads, dim, S]``. ``None`` when neither layout fits."""
+    specs = {s.name: s for s in dec.inputs}
+    if "mask" in specs:
+        return int(specs["mask"].shape[-1])
+    k, v = specs.get(_CACHE_PREFIX + "k_0"), specs.get(_CACHE_PREFIX + "v_0")
+    if k is None or v is None or len(k.shape) != 4 or len(v.shape) != 4:
+        return None
+    ks, vs = tuple(k.shape), tuple(v.shape)
+    default = ks == vs
+    transposed = ks[:2] == vs[:2] and ks[2] == vs[3] and ks[3] == vs[2]
+    if default and transposed:  # dim == S or heads == dim: S is the larger axis in either layout
+        return int(max(ks[1], ks[2]))
+    if default:
+        return int(ks[1])
+    if transposed:
+        return int(ks[2])
+    return None
+
+
 def _program(pre, dec, max_new_tokens: int, temperature: float, top_k: Optional[int]):
     """The jittable ``(params, tokens [B, N], lengths [B], keys [B]) -> [B, max_new_tokens]``."""
     pre_in = {s.name: s for s in pre.inputs}
@@ -192,10 +216,11 @@ def generate(model, prompt_tokens, max_new_tokens: int, *, key=None, temperature
         if bad:
             raise InputError(f"generate: prompt {i} has token ids {bad[:5]} outside 0..{vocab - 1} (the decode "
                              f"signature's logits have {vocab} entries: the vocabulary)")
-    dec_mask = {s.name: s for s in dec.inputs}.get("mask")
-    if dec_mask is not None and max(map(len, rows)) - 1 + max_new_tokens > dec_mask.shape[-1]:
+    positions = _cache_positions(dec)
+    if positions is not None and max(map(len, rows)) - 1 + max_new_tokens > positions:
         raise InputError(f"generate: {max(map(len, rows))} prompt tokens + {max_new_tokens} new ones exceed the "
-                         f"KV cache ({dec_mask.shape[-1]} positions)")
+                         f"KV cache ({positions} positions): ask for at most "
+                         f"{positions - max(map(len, rows)) + 1} new tokens")
     tokens = np.full((len(rows), n + 1), pad_id, np.int32)
     for i, r in enumerate(rows):
         tokens[i, :len(r)] = r
