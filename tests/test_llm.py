@@ -268,3 +268,90 @@ def test_cli_generate():
     line = [ln for ln in res.stdout.splitlines() if ln.startswith("prompt ")][0]
     assert line.endswith("-> " + ",".join(map(str, want[0][:8])))
     assert "tokens/s" in res.stdout
+
+
+def _stored_ranges(raw: bytes) -> list:
+    """[start, end) of every buffer's bytes in a .tflite file: after the flatbuffer (offset/size) or inline."""
+    from fbjax.formats._generated import tflite_generated as T
+
+    m = T.Model.GetRootAs(raw, 0)
+    out = []
+    for i in range(m.BuffersLength()):
+        b = m.Buffers(i)
+        if b.Offset() > 1:
+            out.append((b.Offset(), b.Offset() + b.Size()))
+        elif b.DataLength():
+            start = b._tab.Vector(b._tab.Offset(4))
+            out.append((start, start + b.DataLength()))
+    return out
+
+
+_LM_HEAD = "Linear_lm_head;"  # decode's int8 lm_head weight: a buffer after the flatbuffer, read by decode only
+_SHARED = "arith.constant36"  # decode's name of an int8 weight whose buffer prefill reads as arith.constant15
+_NORM = "arith.constant12"  # a float32 RMS-norm weight
+
+
+@pytest.mark.parametrize("mode,requantize,weight", [
+    ("exact", "file", _LM_HEAD), ("float", "file", _LM_HEAD),
+    ("float", "per_channel", _LM_HEAD),  # new scales: the flatbuffer is packed again
+    ("exact", "file", _SHARED),  # decode's copy only: the shared buffer is split, a new one appended
+])
+def test_save_buffers_after_the_flatbuffer(tmp_path, mode, requantize, weight):
+    """litert-torch keeps the quantized LLM's weights after the flatbuffer (Buffer.offset/size). Model.save
+    writes them back in that layout: the new weights reload exactly, LiteRT's signature runners on the
+    saved file give fbjax's outputs, and when no size changes the bytes outside the replaced buffers are
+    the file's own."""
+    litert = pytest.importorskip("ai_edge_litert.interpreter")
+    src = _path("llama_q8")
+    raw = open(src, "rb").read()
+    assert any(a >= len(raw) // 4 for a, _ in _stored_ranges(raw)), "the fixture no longer stores buffers by offset"
+    model = fbjax.load(src, quantized=mode)
+    assert model.save(None, model.params) == raw  # (c) nothing changed: the file's own bytes
+    if mode == "exact":  # the int8 weight given as integers: stored as they are
+        head = [v for v in model.ir.graphs[1].values if v.name.endswith(weight) and v.quant is not None][0]
+        key, q = head.name, np.asarray(head.data)
+        new_head = np.clip(-q.astype(np.int16), -127, 127).astype(np.int8)
+    else:  # dequantized floats: re-quantized with the file's (or new per-channel) scales
+        key = [k for k in model.params if k.endswith(weight)][0]
+        new_head = -np.asarray(model.params[key]) * np.float32(1.5 if requantize == "per_channel" else 1.0)
+    new_norm = np.asarray(model.params[_NORM]) * np.float32(0.75)
+    path = tmp_path / "tuned.tflite"
+    out = model.save(path, {key: new_head, _NORM: new_norm}, requantize=requantize)
+    assert open(path, "rb").read() == out
+    # (a) fbjax reads the new weights back exactly
+    again = fbjax.load(path, quantized=mode)
+    np.testing.assert_array_equal(np.asarray(again.params[_NORM]), new_norm)
+    if mode == "exact":
+        got = [v for v in again.ir.graphs[1].values if v.name == head.name][0].data
+        np.testing.assert_array_equal(np.asarray(got), new_head)
+    elif requantize == "file":  # -q * s is representable: the same scales hold it exactly
+        np.testing.assert_array_equal(np.asarray(again.params[key]), new_head)
+    else:  # new symmetric scales max|x| / 127: within half a step of the given values
+        step = np.max(np.abs(new_head), axis=1, keepdims=True) / 127
+        assert np.all(np.abs(np.asarray(again.params[key]) - new_head) <= 0.5 * step * (1 + 1e-6))
+    if weight == _SHARED:  # prefill's copy keeps the file's values
+        old = [v for v in again.ir.graphs[0].values if v.name.endswith("arith.constant15")][0].data
+        np.testing.assert_array_equal(np.asarray(old), np.asarray(
+            [v for v in model.ir.graphs[0].values if v.name.endswith("arith.constant15")][0].data))
+    if requantize == "file" and weight != _SHARED:  # (c) same sizes: only the two replaced buffers' bytes differ
+        assert len(out) == len(raw)
+        diff = np.flatnonzero(np.frombuffer(out, np.uint8) != np.frombuffer(raw, np.uint8))
+        inside = np.zeros(len(raw), bool)
+        for a, b in _stored_ranges(raw):
+            inside[a:b] = True
+        assert diff.size and inside[diff].all()
+        assert len({r for r in _stored_ranges(raw) if np.any((diff >= r[0]) & (diff < r[1]))}) == 2
+    else:  # the flatbuffer is packed again, the weights still follow it by offset
+        assert max(a for a, _ in _stored_ranges(out)) > len(out) // 2
+    # (b) LiteRT's builtin kernels run the saved file as fbjax (default, exact mode) runs it
+    ref = fbjax.load(path)
+    interp = litert.Interpreter(model_path=str(path),
+                                experimental_op_resolver_type=litert.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+    for sig in SIGNATURES:
+        x, before = _io("llama_q8", sig)
+        want = interp.get_signature_runner(sig)(**x)
+        got = ref.signature(sig)(**x)
+        for k in want:
+            assert _rel_err(got[k], want[k]) <= TOL, (sig, k)
+    # the saved file carries the new weights: decode (which reads them) moves
+    assert _rel_err(want["logits"], before["logits"]) > 1e-2
