@@ -195,8 +195,8 @@ class _Writer:
         self.original = list(self.payloads)
 
     def _payload(self, b) -> Optional[bytes]:
-        if b is not None and b.offset > 1:
-            return bytes(self.raw[b.offset:b.offset + b.size])  # the reader checked the range
+        if b is not None and b.offset > 1:  # a view, not a copy: such files may be large
+            return memoryview(self.raw)[b.offset:b.offset + b.size]  # the reader checked the range
         if b is None or b.data is None:
             return None
         return np.asarray(b.data, np.uint8).tobytes()
@@ -396,16 +396,16 @@ class _Writer:
         if not large:
             return self._pack_inline()
         if not self.restructured and all(
-                p == o or len(p or b"") == len(o or b"") for p, o in zip(self.payloads, self.original)):
+                p is o or len(p or b"") == len(o or b"") for p, o in zip(self.payloads, self.original)):
             return self._patch()
         return self._pack_after()
 
     def _patch(self) -> bytes:
-        """A copy of the file with the changed buffers' bytes written over the old ones."""
-        out = bytearray(self.raw)
+        """The file's bytes with the changed buffers' bytes in place of the old ones."""
         bufs = T.Model.GetRootAs(self.raw, 0)
+        changed = []
         for bi, (p, o) in enumerate(zip(self.payloads, self.original)):
-            if p == o or not p:
+            if p is o or not p:
                 continue
             b = self.m.buffers[bi]
             if bi in self.after:
@@ -413,8 +413,13 @@ class _Writer:
             else:  # inline: where the data vector of buffer bi lies in the file
                 tab = bufs.Buffers(bi)._tab
                 start = tab.Vector(tab.Offset(4))
-            out[start:start + len(p)] = p
-        return bytes(out)
+            changed.append((start, p))
+        view, pieces, at = memoryview(self.raw), [], 0
+        for start, p in sorted(changed, key=lambda c: c[0]):
+            pieces += [view[at:start], p]
+            at = start + len(p)
+        pieces.append(view[at:])
+        return b"".join(pieces)
 
     def _pack_after(self) -> bytes:
         """The flatbuffer packed again, then the bytes it refers to by offset."""
@@ -431,7 +436,7 @@ class _Writer:
             for op in sg.operators or []:
                 if op.largeCustomOptionsSize:
                     off = int(op.largeCustomOptionsOffset)
-                    blobs.append((op, "options", bytes(self.raw[off:off + int(op.largeCustomOptionsSize)])))
+                    blobs.append((op, "options", memoryview(self.raw)[off:off + int(op.largeCustomOptionsSize)]))
         self.m.buffers = bufs
 
         def place(offsets):
@@ -453,11 +458,11 @@ class _Writer:
         head2 = self._pack_inline(keep_buffers=True)
         if len(head2) != len(head):  # a flatbuffers builder change; never expected
             raise InputError("saving: the flatbuffer changed size when its buffer offsets were filled in")
-        out = bytearray(head2)
+        pieces, at = [head2], len(head2)
         for (_, _, data), off in zip(blobs, offsets):
-            out += b"\0" * (off - len(out))
-            out += data
-        return bytes(out)
+            pieces += [b"\0" * (off - at), data]
+            at = off + len(data)
+        return b"".join(pieces)
 
     def _pack_inline(self, keep_buffers: bool = False) -> bytes:
         if not keep_buffers:
