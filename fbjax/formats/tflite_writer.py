@@ -423,7 +423,7 @@ class _Writer:
 
     def _pack_after(self) -> bytes:
         """The flatbuffer packed again, then the bytes it refers to by offset."""
-        blobs = []  # (object, attribute prefix, bytes) placed after the flatbuffer
+        blobs = []  # (BufferT or OperatorT, "buffer" or "options", bytes) placed after the flatbuffer
         bufs = []
         for bi, p in enumerate(self.payloads):
             if bi in self.after:
@@ -467,7 +467,7 @@ class _Writer:
     def _pack_inline(self, keep_buffers: bool = False) -> bytes:
         if not keep_buffers:
             self.m.buffers = [_AlignedBufferT(p) for p in self.payloads]
-        size = sum(len(p or b"") + _ALIGN for p in self.payloads) + (1 << 16)
+        size = sum(len(p or b"") + _ALIGN for bi, p in enumerate(self.payloads) if bi not in self.after) + (1 << 16)
         builder = flatbuffers.Builder(size)
         root = self.m.Pack(builder)
         builder.Finish(root, file_identifier=FILE_IDENTIFIER)
