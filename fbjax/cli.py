@@ -209,6 +209,11 @@ def _load_problem(path) -> Optional[str]:
     return None
 
 
+#: random integer inputs that are not quantized values are drawn in [0, this): in range as token ids,
+#: positions and gather indices of most models (an int32 drawn in [-128, 127] gave a decode step NaN logits)
+_RANDOM_INDEX_BOUND = 8
+
+
 def _parse_inputs(pairs: Sequence[str], model) -> tuple[list, list]:
     """``fbjax run``'s inputs in model order (from ``--input`` files, else seeded
     random), and the names of those filled with random integers."""
@@ -239,6 +244,7 @@ def _parse_inputs(pairs: Sequence[str], model) -> tuple[list, list]:
         raise SystemExit(f"fbjax run: --input without NAME= is for one-input models; this one has {len(names)}: "
                          f"give --input NAME=FILE.npy with NAME among {', '.join(names)}")
     rng = np.random.default_rng(0)
+    quant = list(getattr(model, "input_quantization", None) or [None] * len(model.inputs))
     xs = []
     n_random = 0
     for i, spec in enumerate(model.inputs):
@@ -251,10 +257,13 @@ def _parse_inputs(pairs: Sequence[str], model) -> tuple[list, list]:
                 x = rng.random(shape, dtype=np.float32).astype(spec.dtype)
             elif spec.dtype == np.bool_:
                 x = rng.random(shape) < 0.5
-            else:
+            elif quant[i] is not None:  # quantized real values: any code of the type (8 bits at most)
                 info = np.iinfo(spec.dtype)
                 x = rng.integers(max(info.min, -128), min(info.max, 127), shape, endpoint=True).astype(spec.dtype)
-            src = "random [0, 1)" if np.issubdtype(spec.dtype, np.floating) else "random integers"
+            else:  # plain integers are mostly indices (token ids, positions, gather indices): small, >= 0
+                x = rng.integers(0, _RANDOM_INDEX_BOUND, shape).astype(spec.dtype)
+            src = ("random [0, 1)" if np.issubdtype(spec.dtype, np.floating)
+                   else "random codes" if quant[i] is not None else f"random integers in [0, {_RANDOM_INDEX_BOUND})")
             n_random += 1
             if not np.issubdtype(spec.dtype, np.floating) and spec.dtype != np.bool_:
                 random_ints.append(spec.name)
@@ -529,7 +538,7 @@ def build_parser() -> argparse.ArgumentParser:
         "run",
         help="run a model on given or random inputs and print outputs and timings",
         description="Run a model jitted. Inputs not given are seeded random arrays of the right "
-        "shape and dtype (floats in [0, 1), integers in [-128, 127]). Prints output summaries, time to first "
+        "shape and dtype (floats in [0, 1); quantized inputs: any 8-bit code; other integers, mostly indices: [0, 8)). Prints output summaries, time to first "
         "result and "
         "steady-state latency.",
     )
