@@ -96,9 +96,9 @@ def test_hybrid_kernels_bit_exact_with_litert(name, key):
         args = [None if v is None else np.asarray(v.data) if v.data is not None else interp.get_tensor(v.index, gi)
                 for v in node.inputs]
         dyn = [i for i, v in enumerate(node.inputs) if v is not None and v.data is None]
-        ctx = LowerContext(node, model.ir, model._program)
+        ctx = LowerContext(node, model.ir, model.program)
         ctx._params = model.params
-        od = model._program.registry.get(node.op_set, node.op_name)
+        od = model.program.registry.get(node.op_set, node.op_name)
 
         def kernel(*d, args=args, dyn=dyn, od=od, ctx=ctx, node=node):
             a = list(args)
@@ -124,7 +124,7 @@ def test_llm_signatures_and_layouts():
     assert dec["mask"].shape == (1, 1, 1, 64)
     # the weights both signatures read are one params entry each (no '#1' copies of subgraph 1's tensors)
     assert not [k for k in llama.params if "#" in k]
-    of = llama._program.param_of
+    of = llama.program.param_of
     per_graph = [{of[id(v)] for v in llama.ir.graphs[s.graph_index].values if id(v) in of}
                  for s in llama.signatures.values()]
     # prefill (no logits: the LM head and the last block's attention output are dead there) reads a subset
@@ -171,7 +171,7 @@ def test_generate_sampling():
 def _params_read(model, graph_index: int) -> set:
     """Names of the params that graph ``graph_index`` and the bodies it calls (composite decompositions,
     control flow) read."""
-    of, todo, seen, names = model._program.param_of, [graph_index], set(), set()
+    of, todo, seen, names = model.program.param_of, [graph_index], set(), set()
     while todo:
         gi = todo.pop()
         if gi in seen:
