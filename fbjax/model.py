@@ -230,11 +230,10 @@ class Model:
             params = {k: v if getattr(v, "dtype", None) == want[k].dtype else jnp.asarray(v, want[k].dtype)
                       for k, v in params.items()}
         if self._stateful:  # models with resource variables: (outputs, new_state)
-            from .lower.state import apply_with_state
-            outs, new_state = apply_with_state(self.program, params, self.state if state is None else state, *inputs)
+            outs, new_state = self.program.apply(params, self.state if state is None else state, *inputs)
             outs = tuple(jnp.asarray(o) for o in outs)
             return (outs[0] if len(outs) == 1 else outs), new_state
-        outs = self.program.apply(params, *inputs)
+        outs, _ = self.program.apply(params, None, *inputs)
         outs = tuple(jnp.asarray(o) for o in outs)
         return outs[0] if len(outs) == 1 else outs
 

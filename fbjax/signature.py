@@ -137,7 +137,7 @@ class SignatureRunner:
                       for k, v in params.items()}
         graph_inputs = [inputs[i] for i in self._order]
         program = self.model.program
-        outs = program.eval_graph(self.graph_index, graph_inputs, params)
+        outs, _ = program.apply_graph(self.graph_index, params, None, *graph_inputs)
         res = []
         for v, k in zip(self._out_values, self._out_pos):
             if k is None:  # a signature output that is not a graph output (a constant, say)

@@ -43,6 +43,27 @@ def is_param(v: Value) -> bool:
     return data.ndim > 0 and bool(np.all(np.isfinite(data)))
 
 
+@dataclass
+class Run:
+    """One run (one trace) of a :class:`Program`: what its lowerings read
+    besides their operands, handed to each as ``ctx.run``.
+
+    Attributes:
+        params: param name -> array (jit arguments or tracers).
+        state: the run state (:mod:`fbjax.lower.state`: resource variables,
+            the PRNG key), updated in trace order; None when the program
+            runs without state (stateful ops then raise).
+        initialised: False while the initial state is made (initialisers
+            such as TFLite CALL_ONCE run then, and only then).
+        var_names: TFLite VAR_HANDLE handles -> variable names, in trace order.
+    """
+
+    params: dict
+    state: Optional[dict] = None
+    initialised: bool = True
+    var_names: list = field(default_factory=list)
+
+
 class LowerContext(OpContext):
     """Context handed to lowerings.
 
@@ -52,19 +73,21 @@ class LowerContext(OpContext):
             backend.
         options: the lowering options given to :func:`build` (e.g.
             ``while_max_iterations``).
+        run: the :class:`Run` the node is evaluated in.
     """
 
-    def __init__(self, node: Node, model: ModelIR, program: "Program"):
+    def __init__(self, node: Node, model: ModelIR, program: "Program", run: Run):
         super().__init__(node, model)
         self.program = program
         self.backend = program.backend
         self.options = program.options
+        self.run = run
 
     def call_graph(self, index: int, *args):
-        """Evaluate ``model.graphs[index]`` on ``args``; returns a list."""
+        """Evaluate ``model.graphs[index]`` on ``args`` in this run; returns a list."""
         if not 0 <= index < len(self.model.graphs):
             raise self.error(f"refers to subgraph {index}, but the model has {len(self.model.graphs)}")
-        return self.program.eval_graph(index, list(args), self._params)
+        return self.program.eval_graph(index, list(args), self.run)
 
 
 def _is_static(x) -> bool:
@@ -103,11 +126,36 @@ class Program:
     registry: object = LOWERINGS
     options: dict = field(default_factory=dict)
 
-    def apply(self, params: dict, *inputs):
-        """Run the main graph. Returns a tuple, one entry per graph output."""
-        return tuple(self.eval_graph(self.model.main, list(inputs), params))
+    def apply(self, params: dict, state: Optional[dict], *inputs) -> tuple:
+        """Run the main graph: pure and traceable.
 
-    def eval_graph(self, index: int, inputs: list, params: dict) -> list:
+        Args:
+            params: param name -> array (every name of :attr:`params`).
+            state: the run state before the call (:mod:`fbjax.lower.state`),
+                or None for a program without state.
+
+        Returns:
+            ``(outputs, new_state)``: a tuple with one entry per graph
+            output, and the state after the call (None when ``state`` is).
+
+        Raises:
+            ModelFormatError: ``state`` is None but an op needs it.
+        """
+        return self.apply_graph(self.model.main, params, state, *inputs)
+
+    def apply_graph(self, index: int, params: dict, state: Optional[dict], *inputs,
+                    initialise: bool = False) -> tuple:
+        """:meth:`apply` for ``model.graphs[index]`` (a signature's
+        subgraph); ``initialise=True`` runs initialisers (making the initial
+        state, :func:`fbjax.lower.state.initial_state`)."""
+        run = Run(params, None if state is None else dict(state), initialised=not initialise)
+        outs = tuple(self.eval_graph(index, list(inputs), run))
+        return outs, run.state
+
+    def eval_graph(self, index: int, inputs: list, run: Run) -> list:
+        """The outputs of ``model.graphs[index]`` on ``inputs`` within ``run``
+        (for control-flow lowerings: :meth:`LowerContext.call_graph`)."""
+        params = run.params
         graph: Graph = self.model.graphs[index]
         if len(inputs) != len(graph.inputs):
             raise ModelFormatError(
@@ -160,8 +208,7 @@ class Program:
                     if o is not None:
                         env[id(o)] = _UNKNOWN
                 continue
-            ctx = LowerContext(node, self.model, self)
-            ctx._params = params
+            ctx = LowerContext(node, self.model, self, run)
             outs_float = any(
                 o is not None and np.issubdtype(np.dtype(o.dtype), np.inexact) for o in node.outputs
             )
@@ -322,7 +369,7 @@ def check_static_inputs(program: Program) -> None:
     params = {k: jax.ShapeDtypeStruct(v.shape, v.dtype) for k, v in program.params.items()}
     try:
         with jax.enable_x64(any(np.dtype(v.dtype).itemsize == 8 for v in g.values)):
-            jax.eval_shape(program.apply, params, *specs)
+            jax.eval_shape(lambda p, *xs: program.apply(p, None, *xs)[0], params, *specs)
     except UnsupportedOperatorError as e:
         if "must be known at load time" in str(e):
             raise

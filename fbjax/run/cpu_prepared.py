@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._registry import call_op
-from ..lower.build import LowerContext, _as_list
+from ..lower.build import LowerContext, Run, _as_list
 from ..lower.inference import constant_nodes, fan_out_values, matrix_operands, plan
 from .jit import leaves_getter
 
@@ -144,7 +144,7 @@ class CpuPrepared:
             params = dict(zip(names, used))
             params.update(zip(relay_names, relaid))
             try:
-                outs = tuple(jnp.asarray(o) for o in prog.apply(params, *inputs))
+                outs = tuple(jnp.asarray(o) for o in prog.apply(params, None, *inputs)[0])
             finally:
                 reg.one = reg.ahead = None
             return outs[0] if len(outs) == 1 else outs
@@ -189,8 +189,7 @@ class CpuPrepared:
                         args.append(env[id(v)])
                     else:
                         args.append(np.asarray(v.data))
-                ctx = LowerContext(node, prog.model, prog)
-                ctx._params = {}
+                ctx = LowerContext(node, prog.model, prog, Run({}))
                 floats = any(o is not None and np.dtype(o.dtype).kind == "f" for o in node.outputs)
                 if floats:
                     res = _as_list(call_op(opdef, ctx, args, node.attrs), node)
