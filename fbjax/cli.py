@@ -149,6 +149,30 @@ def cmd_inspect(args) -> int:
     return 0
 
 
+def _constant_inputs(args) -> dict:
+    """``--constant-input NAME=FILE.npy`` (repeatable) as ``{name: array}`` for
+    ``fbjax.load(constant_inputs=...)``."""
+    out = {}
+    for p in getattr(args, "constant_input", None) or []:
+        name, sep, path = p.partition("=")
+        if not sep or not name or not path:
+            raise SystemExit(f"fbjax {args.command}: --constant-input {p!r}: expected NAME=FILE.npy")
+        if not os.path.isfile(path):
+            raise SystemExit(f"fbjax {args.command}: --constant-input {p}: no such file {path}")
+        out[name] = np.load(path)
+    return out
+
+
+def _add_constant_input(parser) -> None:
+    parser.add_argument("--constant-input", action="append", metavar="NAME=FILE.npy",
+                        help="bind the graph input NAME to the array in FILE.npy at load time (repeatable; "
+                        "for inputs whose values fix shapes, e.g. a Reduce's axes: fbjax.load(constant_inputs=))")
+    parser.add_argument("--static-bounds", action="store_true",
+                        help="ops whose output size depends on computed values (ONNX NonMaxSuppression, NonZero, "
+                        "TopK's k, Loop scan outputs) return outputs padded to a load-time bound plus a "
+                        "'<name>:valid_count' output (fbjax.load(static_bounds=True))")
+
+
 def _load_problem(path) -> Optional[str]:
     """Why ``fbjax.load(path)`` or a call on inputs of the file's shapes would
     fail, known without running: the load (kernel dtypes, region arities,
@@ -245,7 +269,8 @@ def cmd_run(args) -> int:
     if args.model is None:
         print(f"no model given: running the bundled default {os.path.basename(path)} (see fbjax/data/NOTICE)")
     t0 = time.perf_counter()
-    model = load(path, quantized=args.quantized)
+    model = load(path, quantized=args.quantized, constant_inputs=_constant_inputs(args),
+                 static_bounds=args.static_bounds)
     t_load = time.perf_counter() - t0
     if getattr(args, "signature", None) is not None:  # one entry point: its named inputs and outputs
         from .errors import InputError
@@ -323,7 +348,8 @@ def cmd_infer(args) -> int:
     # what can be checked without the model first (infer checks again, cheaply)
     check_out_path(args.out)
     n = len(example_files(args.inputs))
-    model = load(args.model, batch_size=None, quantized=args.quantized)
+    model = load(args.model, batch_size=None, quantized=args.quantized, constant_inputs=_constant_inputs(args),
+                 static_bounds=args.static_bounds)
     n_dev = jax.local_device_count()  # infer's default mesh: every device; this process's share of the batch
     eff = effective_batch_size(args.batch_size, n_dev)
     if args.batch_size is None:
@@ -382,7 +408,8 @@ def cmd_export(args) -> int:
     folder = os.path.dirname(os.path.abspath(args.out))
     if not os.path.isdir(folder):
         raise SystemExit(f"fbjax export: output folder {folder} does not exist (create it first)")
-    model = load(args.model, batch_size=args.batch_size, quantized=args.quantized)
+    model = load(args.model, batch_size=args.batch_size, quantized=args.quantized,
+                 constant_inputs=_constant_inputs(args), static_bounds=args.static_bounds)
     exported, data = export_model(model, args.to, batch_size=args.batch_size)
     mode = "w" if isinstance(data, str) else "wb"
     with open(args.out, mode) as f:
@@ -488,6 +515,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="run this signature (entry point) of the file instead of its first subgraph; "
                          "`fbjax inspect MODEL` lists the keys and their input names")
     _add_quantized(pr)
+    _add_constant_input(pr)
     pr.set_defaults(func=cmd_run)
     pg = sub.add_parser(
         "generate",
@@ -527,6 +555,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "its folder must exist")
     pf.add_argument("--no-progress", action="store_true", help="no progress bar")
     _add_quantized(pf)
+    _add_constant_input(pf)
     pf.set_defaults(func=cmd_infer)
     pe = sub.add_parser(
         "export",
@@ -545,6 +574,7 @@ def build_parser() -> argparse.ArgumentParser:
     pe.add_argument("--batch-size", type=_parse_batch, default="file", metavar="N|dynamic|file",
                     help="batch of the exported function: the file's (default), an int, or 'dynamic' (symbolic)")
     _add_quantized(pe, " (exact: the integer weights are constants in the artifact, the .params.npz is empty)")
+    _add_constant_input(pe)
     pe.set_defaults(func=cmd_export)
     from .bench import add_arguments as _bench_args, run_cli as _bench_run  # `fbjax bench` (fbjax/bench.py)
 

@@ -6,15 +6,26 @@
     probs = fbjax.infer(model, images, step_size=64)        # all local devices
     fbjax.infer(model, "samples/", step_size=64, out="preds.npz")    # streamed
 
-Examples are cut into batches; each batch is placed on a 1-D device mesh
-(``jax.sharding.Mesh`` with axis ``"batch"``), split along its leading
-dimension with ``NamedSharding(mesh, P("batch"))``, and run by one jitted
-``model.apply`` whose weights are replicated on every device. The last
-partial batch is padded with zeros to the full batch and the padding is
-trimmed from the results. The next batch is dispatched before the previous
-results are copied back, so host-side loading overlaps device work; results
-go either to memory or, batch by batch, to an ``.npy``/``.npz`` file, so the
-dataset never has to fit in memory.
+Examples are cut into batches, read and assembled in a background thread
+two batches ahead of the device. On one CPU device each batch runs as
+calls of the prepared program ``Model.__call__`` uses
+(:mod:`fbjax.lower.inference`: weights relaid once, values read twice
+materialized) on chunks of examples whose activations fit in cache (the
+largest divisor of the batch under ``inference.CHUNK_BYTES``; 1 for the
+MediaPipe detectors, whose batched program is slower per example than
+batch-1 calls): so ``infer`` is at least as fast as a loop of ``model(x)``
+and as the batched program (``benchmarks/infer.py``). Otherwise each batch
+is placed on a 1-D device mesh (``jax.sharding.Mesh`` with axis
+``"batch"``; the next batch is put while the current one runs), split along
+its leading dimension with ``NamedSharding(mesh, P("batch"))``, and run by
+one jitted ``model.apply`` whose weights are replicated on every device.
+The last partial batch is padded with zeros to the full batch (one shape:
+no recompilation) and the padding is trimmed from the results. Steps are
+dispatched asynchronously and results are copied back only once ~32
+examples (at least two steps) are queued behind them, so the host never
+waits on the device per step; results go either to memory or, batch by
+batch, to an ``.npy``/``.npz`` file, so the dataset never has to fit in
+memory.
 
 Multi-host: under ``jax.distributed.initialize()`` the mesh spans the
 devices of all processes. Each process passes *its own share* of the
@@ -224,6 +235,103 @@ def _output_keys(names: Sequence[str]) -> list:
             for i, n in enumerate(names)]
 
 
+class _Prefetch:
+    """``produce()`` called in a background thread, up to ``depth`` results
+    ahead of :meth:`get`, so that reading files and assembling batches
+    overlaps the device's work. ``produce`` returns ``(buffers, n)``;
+    after the first ``n == 0`` (examples exhausted) it is not called again
+    and :meth:`get` keeps returning that result. An exception raised by
+    ``produce`` is raised by the :meth:`get` that would have returned its
+    result."""
+
+    def __init__(self, produce, depth: int = 2):
+        import queue
+        import threading
+
+        self._last = None
+        self._queue = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._work, args=(produce,), name="fbjax-infer-reader",
+                                        daemon=True)
+        self._thread.start()
+
+    def _work(self, produce) -> None:
+        import queue
+
+        while not self._stop.is_set():
+            try:
+                item = (produce(), None)
+            except BaseException as e:  # noqa: BLE001 - handed to the consumer
+                item = (None, e)
+            while not self._stop.is_set():
+                try:
+                    self._queue.put(item, timeout=0.05)
+                    break
+                except queue.Full:
+                    continue
+            if item[1] is not None or item[0][1] == 0:
+                return
+
+    def get(self):
+        import queue
+
+        if self._last is not None:
+            return self._last
+        while True:
+            try:
+                value, err = self._queue.get(timeout=0.05)
+                break
+            except queue.Empty:
+                if not self._thread.is_alive() and self._queue.empty():
+                    raise RuntimeError("fbjax.infer: the example reader stopped") from None
+        if err is not None:
+            self._last = None
+            raise err
+        if value[1] == 0:
+            self._last = value
+        return value
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def _example_bytes(model) -> int:
+    """Largest activation set of one example: max over the main graph's nodes
+    of their non-constant input + output bytes, an unknown (batch) dimension
+    counted as 1."""
+    g = model.ir.main_graph
+    best = 0
+    for node in g.nodes:
+        total = 0
+        for v in list(node.inputs) + list(node.outputs):
+            if v is None or v.data is not None or v.shape is None:
+                continue
+            total += int(np.prod([1 if d is None else d for d in v.shape])) * np.dtype(v.dtype).itemsize
+        best = max(best, total)
+    return best
+
+
+def _chunk(model, batch: int) -> int:
+    """Examples per call on a CPU device: the largest divisor of ``batch``
+    whose activations fit :data:`fbjax.lower.inference.CHUNK_BYTES` (about
+    what stays in cache from one layer to the next), at least 1. XLA:CPU runs
+    a batch layer by layer, so a batch whose activations do not fit in cache
+    streams each from memory and runs slower per example than smaller calls
+    (``benchmarks/infer.py``)."""
+    from .lower.inference import CHUNK_BYTES
+
+    cache = model.__dict__.setdefault("_infer_example_bytes", [])
+    if not cache:
+        cache.append(max(_example_bytes(model), 1))
+    per = cache[0]
+    best = 1
+    for k in range(1, batch + 1):
+        if batch % k == 0 and k * per <= CHUNK_BYTES:
+            best = k
+    return best
+
+
 def infer(
     model,
     examples: Union[Iterable, str, os.PathLike],
@@ -319,7 +427,7 @@ def infer(
             raise InputError(f"infer needs a batch-polymorphic signature; {model.key!r} has inputs {model.inputs}")
         if model.path is None:
             raise InputError("infer needs a batch-polymorphic model: load it with fbjax.load(path, batch_size=None)")
-        model = load(model.path, batch_size=None)
+        model = load(model.path, **dict(getattr(model, "_load_kwargs", {}), batch_size=None))
     apply = model.apply_tuple if isinstance(model, SignatureRunner) else model.apply
     specs = model.inputs
     for s in specs:
@@ -343,16 +451,6 @@ def infer(
 
     x64 = getattr(model, "_x64", False)
     with jax.enable_x64(x64):
-        p = model.params if params is None else params
-        p = {k: jax.make_array_from_callback(np.shape(v), replicated, lambda idx, v=v: np.asarray(v)[idx])
-             for k, v in p.items()}
-        # one jitted function per model and mesh, so repeated calls reuse the compilation
-        cache = model.__dict__.setdefault("_infer_jit", {})
-        key = tuple(d.id for d in devs)
-        fn = cache.get(key)
-        if fn is None:
-            fn = cache[key] = jax.jit(apply, out_shardings=batch_sharding)
-
         total = None
         if files is not None:  # (a path: len() would be its number of characters)
             total = len(files)
@@ -369,8 +467,15 @@ def infer(
         it = _iter_sourced(examples, len(specs), [s.name for s in specs], files)
         n_read = [0]  # examples taken from `it` so far (sink.count lags by the batch in flight)
 
+        # One CPU device: each step is one call of k examples (see below), the steps of a batch
+        # dispatched as they are read; else a step is the batch, split over the mesh.
+        k = _chunk(model, local_batch) if (isinstance(model, Model) and n_proc == 1 and n_local == 1
+                                           and devs[0].platform == "cpu"
+                                           and not getattr(model, "_stateful", False)) else None
+        per_step = local_batch if k is None else k
+
         def next_batch():
-            bufs = [np.zeros((local_batch, *shp), s.dtype) for shp, s in zip(sample_shapes, specs)]
+            bufs = [np.zeros((per_step, *shp), s.dtype) for shp, s in zip(sample_shapes, specs)]
             n = 0
             for xs, src in it:
                 i = n_read[0]
@@ -386,7 +491,7 @@ def infer(
                         raise InputError(f"{where}: input {k} ({s.name!r}) has dtype {x.dtype}, expected {s.dtype}")
                     bufs[k][n] = x
                 n += 1
-                if n == local_batch:
+                if n == per_step:
                     break
             return bufs, n
 
@@ -400,31 +505,85 @@ def infer(
                 res = multihost_utils.global_array_to_host_local_array(res, mesh, batch_spec)
             return [np.asarray(r) for r in res]
 
-        pending = None  # (device results, n valid)
-        try:
-            while True:
-                bufs, n = next_batch()
-                if n_proc > 1:
-                    counts = np.asarray(multihost_utils.process_allgather(np.int32(n)))
-                    done = not counts.any()
-                else:
-                    done = n == 0
-                if done:
-                    break
-                res = fn(p, *[to_global(b) for b in bufs])
-                if pending is not None:
-                    sink.add(fetch(pending[0]), pending[1])
-                    if bar is not None:
-                        bar.update(pending[1])
-                pending = (res, n)
-            if pending is not None:
-                sink.add(fetch(pending[0]), pending[1])
+        # How one step runs. One CPU device: the prepared program Model.__call__ runs
+        # (fbjax.run.cpu_prepared: weights relaid once, residuals materialized; jit(model.apply)
+        # has none of that) on steps of `k` examples whose activations stay in cache (the largest
+        # divisor of the batch that fits) -- for the MediaPipe detectors k = 1, as the batched
+        # program is slower per example than batch-1 calls; a step is dispatched as soon as its k
+        # examples are read, so reading overlaps computing at any batch size (a batch of 64 that
+        # waited for its 64 files measured 0.7x a loop). Otherwise: one jitted model.apply of the
+        # whole batch over the mesh.
+        if k is not None:
+            run1 = model.executor  # the executor Model.__call__ runs (fbjax.run), without its input checks
+
+            def put(bufs):
+                # numpy, copied by the call itself: on CPU an explicit device_put queues behind
+                # the running executions (measured ~3 ms each on a busy 2-core machine)
+                return bufs
+
+            p_host = model.params if params is None else params  # (its relaid copies are cached per array)
+
+            def dispatch(placed):
+                return run1(p_host, *placed)
+
+            fetch_step = fetch
+        else:
+            p = model.params if params is None else params
+            p = {name: jax.make_array_from_callback(np.shape(v), replicated, lambda idx, v=v: np.asarray(v)[idx])
+                 for name, v in p.items()}
+            # one jitted function per model and mesh, so repeated calls reuse the compilation
+            cache = model.__dict__.setdefault("_infer_jit", {})
+            key = tuple(d.id for d in devs)
+            fn = cache.get(key)
+            if fn is None:
+                fn = cache[key] = jax.jit(apply, out_shardings=batch_sharding)
+
+            def put(bufs):  # double buffering: the next batch goes to the devices before we wait
+                return [to_global(b) for b in bufs]
+
+            def dispatch(placed):
+                return fn(p, *placed)
+
+            fetch_step = fetch
+
+        # Steps in flight: results are fetched (the only wait) once more than `ahead` steps are
+        # queued, so the device always has work queued behind the running step, whatever the
+        # Python overhead or scheduling hiccups between steps (at least ~32 examples ahead).
+        from collections import deque
+
+        pending: deque = deque()  # (device results, n valid) per step dispatched, oldest first
+        ahead = max(2, -(-32 // per_step)) if n_proc == 1 else 1
+        # examples read and batched in a thread, at least 2 steps (~16 examples) ahead
+        reader = _Prefetch(next_batch, depth=max(2, -(-16 // per_step)))
+
+        def drain(keep: int) -> None:
+            while len(pending) > keep:
+                res_old, n_old = pending.popleft()
+                sink.add(fetch_step(res_old), n_old)
                 if bar is not None:
-                    bar.update(pending[1])
+                    bar.update(n_old)
+
+        try:
+            bufs, n = reader.get()
+            placed = None  # the batch already on its way to the device
+            while True:
+                if n_proc > 1:  # one small all-gather per step: stop when every process is done
+                    counts = np.asarray(multihost_utils.process_allgather(np.int32(n)))
+                    if not counts.any():
+                        break
+                elif n == 0:
+                    break
+                pending.append((dispatch(placed if placed is not None else put(bufs)), n))  # asynchronous
+                bufs, n = reader.get()
+                # double buffering: the next batch is copied to the device while this one computes
+                placed = put(bufs) if n_proc == 1 and n else None
+                drain(ahead)
+            drain(0)
         except BaseException:
             sink.close()
             raise
         finally:
+            reader.close()
             if bar is not None:
                 bar.close()
 

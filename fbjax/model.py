@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import operator
 import os
 import warnings
@@ -23,6 +24,7 @@ from . import run
 from . import pipeline
 from .options import FILE_BATCH as _FILE
 from .options import LoadOptions
+from .passes import bind_inputs
 from .signature import SignatureRunner
 
 
@@ -626,7 +628,8 @@ def _inferred_outputs(model: "Model") -> list:
 
 
 def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, str] = _FILE,
-         quantized: str = "exact", while_max_iterations: Optional[int] = None) -> Model:
+         quantized: str = "exact", while_max_iterations: Optional[int] = None,
+         constant_inputs: Optional[Mapping] = None, static_bounds: bool = False) -> Model:
     """Load a model file as a :class:`Model`.
 
     Args:
@@ -659,6 +662,31 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
             (integer and bool outputs keep their values after N steps), so a
             too-small N shows as NaN rather than a silently wrong result.
             Cost: N body evaluations per loop, whatever the real trip count.
+        constant_inputs: ``{input name: array}``: bind these graph inputs
+            to the given values at load time (:func:`fbjax.passes.bind_inputs`);
+            they leave :attr:`Model.inputs`. For inputs whose *values* fix
+            shapes (a Reduce's ``axes``, a Reshape's shape, TopK's ``k``,
+            NonZero's input) given as graph inputs, which a jitted call
+            cannot take. Arrays cast to the input's dtype (``same_kind``).
+        static_bounds: ``False`` (default): an op whose output size depends
+            on values computed by the graph (ONNX ``NonMaxSuppression``,
+            ``NonZero``, ``TopK``'s ``k``, ``Loop`` scan outputs) is refused (at load or at
+            the first call). ``True``: such ops return
+            their output padded to a bound known at load time (rows or
+            columns filled with -1) and the model gets one extra int32
+            scalar output per op, named ``"<output name>:valid_count"``,
+            the number of valid leading entries; the model stays jittable
+            and vmappable. Bounds: ``NonMaxSuppression``
+            ``[batches * classes * min(max_output_boxes_per_class, boxes), 3]``
+            (valid rows first, in ONNX's order), ``NonZero``
+            ``[rank, input size]``; ``TopK`` with a ``k`` not stored in the
+            file: the axis' size (values 0, indices -1 past ``k``); ``Loop``
+            with scan outputs and a
+            condition computed from data: scan outputs padded with zeros to
+            the (load-time) trip count, the count being the iterations run.
+            (TFLite ``NON_MAX_SUPPRESSION_V4/V5``
+            always return outputs padded to their ``max_output_size`` and a
+            count, as LiteRT does.)
 
     Returns:
         a :class:`Model`, callable and jitted.
@@ -676,27 +704,34 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
             ``batch_size`` is not ``"file"``, None/``"dynamic"`` or a
             positive int, or the model cannot take another batch (the
             message names the operator); ``quantized`` is not ``"exact"`` or
-            ``"float"``.
+            ``"float"``; a ``constant_inputs`` name that is not an input (the
+            message lists the inputs), or an array of another shape or dtype.
     """
     cache.enable()  # JAX's persistent compilation cache (fbjax/cache.py)
-    options = LoadOptions(format, batch_size, quantized, while_max_iterations)
+    options = LoadOptions(format, batch_size, quantized, while_max_iterations, static_bounds)
     ir = read_model(source, options.format)
+    if constant_inputs:
+        bind_inputs(ir, constant_inputs)
     g = ir.main_graph
     file_quant = ([_file_quant(v) for v in g.inputs], [_file_quant(v) for v in g.outputs])
     pipeline.prepare(ir, options)
     program = pipeline.lower(ir, options, x64=_needs_x64(ir))
     path = None if isinstance(source, (bytes, bytearray, memoryview)) else os.fspath(source)
+    # what loading this file again with another batch needs (fbjax.infer, the chunks below)
+    load_kwargs = dict(options.as_kwargs(), constant_inputs=constant_inputs)
     chunks = None
     if options.rewrites_batch and options.batch_size is not None:  # CPU: a large batch runs in cache-sized chunks
         def chunks(model):
             return run.select_chunks(model.program, model.inputs, model.outputs,
-                               lambda k: load(source, **options.replace(batch_size=k).as_kwargs()), options.batch_size)
-    model = Model(ir, program, path, trace_base=lambda prog: _trace_base(prog, source, options), chunks=chunks)
+                                     lambda k: load(source, **dict(load_kwargs, batch_size=k)), options.batch_size)
+    model = Model(ir, program, path, chunks=chunks,
+                  trace_base=lambda prog: _trace_base(prog, source, options, constant_inputs))
     model.input_quantization, model.output_quantization = file_quant
+    model._load_kwargs = load_kwargs
     return model
 
 
-def _trace_base(program: Program, source, options: LoadOptions) -> Optional[tuple]:
+def _trace_base(program: Program, source, options: LoadOptions, constant_inputs=None) -> Optional[tuple]:
     """The key under which the CPU inference path may keep its traced
     program in fbjax's cache (:func:`fbjax.cache.trace_cache_dir`):
     ``(model digest, load options)`` when the model's input shapes are
@@ -713,4 +748,10 @@ def _trace_base(program: Program, source, options: LoadOptions) -> Optional[tupl
     digest = cache.source_digest(source)
     if digest is None:
         return None
-    return digest, tuple(map(repr, dataclasses.astuple(options)))
+    key = tuple(map(repr, dataclasses.astuple(options)))
+    if constant_inputs:  # the bound values key the trace too
+        bound = tuple((k, np.asarray(v).dtype.str, np.shape(v),
+                       hashlib.sha256(np.ascontiguousarray(v).tobytes()).hexdigest())
+                      for k, v in sorted(constant_inputs.items()))
+        key += (repr(bound),)
+    return digest, key

@@ -34,6 +34,9 @@ class LoadOptions:
             None) or a positive int.
         quantized: ``"exact"`` or ``"float"``.
         while_max_iterations: None or an int >= 0.
+        static_bounds: ops whose output size depends on computed values
+            return outputs padded to a bound plus a valid count
+            (:func:`fbjax.passes.add_valid_counts`).
 
     Raises:
         InputError: ``while_max_iterations`` is not None or an int >= 0,
@@ -45,6 +48,7 @@ class LoadOptions:
     batch_size: Union[int, None, str] = FILE_BATCH
     quantized: str = "exact"
     while_max_iterations: Optional[int] = None
+    static_bounds: bool = False
 
     def __post_init__(self):
         w = self.while_max_iterations

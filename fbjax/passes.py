@@ -75,7 +75,7 @@ import numpy as np
 
 from .errors import InputError
 from .batch_rules import refusal
-from .ir import ModelIR, Node
+from .ir import VALID_COUNT_SUFFIX, ModelIR, Node, Value
 
 __all__ = ["set_batch_size", "check_batch_size"]
 
@@ -200,3 +200,120 @@ def check_batch_size(ir: ModelIR, program, batch: Optional[int]) -> None:
                     f"expected ({n}, {', '.join(str(d) for d in want[1:])}); the model does not carry "
                     "its batch in the leading dimension everywhere"
                 )
+
+
+# --- constant_inputs= (issue 15 item 6) ------------------------------------------------------
+
+
+def bind_inputs(ir: ModelIR, constants) -> None:
+    """Bind named inputs of the main graph to constant values, in place:
+    each becomes a constant :class:`~fbjax.ir.Value` (its ``data`` set, its
+    shape the array's) and leaves ``Graph.inputs`` (and the inputs of the
+    signatures that list it), so the lowering sees it at load time, as it
+    sees values stored in the file (shape-like integers static, floats
+    params).
+
+    Args:
+        ir: the model, as read from the file.
+        constants: ``{input name: array-like}``; each array must have the
+            input's shape (``None`` dimensions take the array's size) and a
+            dtype that casts to the input's (``same_kind``, e.g. int64 to
+            int32; a float array is not taken for an integer input).
+
+    Raises:
+        InputError: a name that is not an input of the model (the message
+            lists them), an array of another shape or of a dtype that does
+            not cast.
+    """
+    if not constants:
+        return
+    g = ir.main_graph
+    by_name = {v.name: v for v in g.inputs}
+    unknown = [n for n in constants if n not in by_name]
+    if unknown:
+        raise InputError(f"constant_inputs: {unknown} are not inputs of the model; its inputs are "
+                         f"{[v.name for v in g.inputs]}")
+    for name, x in constants.items():
+        v = by_name[name]
+        a = np.asarray(x)
+        want = np.dtype(v.dtype)
+        if a.dtype != want and not np.can_cast(a.dtype, want, "same_kind"):
+            raise InputError(f"constant_inputs[{name!r}]: dtype {a.dtype} does not cast to the input's {want}")
+        if v.shape is not None and (a.ndim != len(v.shape) or any(
+                d is not None and d != s for d, s in zip(v.shape, a.shape))):
+            dims = ", ".join("?" if d is None else str(d) for d in v.shape) + ("," if len(v.shape) == 1 else "")
+            raise InputError(f"constant_inputs[{name!r}]: shape {a.shape}, the input is ({dims})")
+        v.data = np.ascontiguousarray(a.astype(want, copy=False))
+        v.shape = tuple(a.shape)
+    bound = {id(by_name[n]) for n in constants}
+    g.inputs = [v for v in g.inputs if id(v) not in bound]
+    for sig in ir.signatures.values():
+        for k in [k for k, v in sig.inputs.items() if id(v) in bound]:
+            del sig.inputs[k]
+
+
+#: Ops whose output size depends on the values of their inputs, and which
+#: ``static_bounds=True`` pads to a bound: ``(op set, op name)``.
+VALUE_SIZED_OPS = frozenset({("onnx", "NonMaxSuppression"), ("onnx", "NonZero"), ("onnx", "Loop"), ("onnx", "TopK")})
+
+
+def add_valid_counts(ir: ModelIR) -> None:
+    """Static-bound mode (``fbjax.load(..., static_bounds=True)``), in place:
+    every :data:`VALUE_SIZED_OPS` node of the main graph (for ``Loop``: one
+    with scan outputs) gets a trailing output, an int32 scalar
+    ``"<output name>:valid_count"``, appended to the graph's outputs; its
+    lowering (and the numpy reference) then returns the output padded to its
+    bound (see :func:`fbjax.load`) plus that count (for ``Loop``: the
+    iterations run; scan outputs padded to the trip count; ``TopK``: only
+    where ``k`` is not stored in the file, outputs of the axis' full
+    size)."""
+    g = ir.main_graph
+    for node in g.nodes:
+        if (node.op_set, node.op_name) not in VALUE_SIZED_OPS:
+            continue
+        if node.op_name == "Loop":
+            n_state = len(node.inputs) - 2 - len(node.attrs.get("body_captures", ()))
+            if len(node.outputs) <= n_state:
+                continue
+            out = next((o for o in node.outputs[n_state:] if o is not None), None)
+        elif node.op_name == "TopK":  # only a k the file does not store (computed by the graph)
+            k = node.inputs[1] if len(node.inputs) > 1 else None
+            if k is None or k.data is not None or len(node.outputs) != 2:
+                continue
+            x = node.inputs[0]
+            out = node.outputs[0]
+            for o in node.outputs:
+                if o is not None and x.shape is not None:
+                    o.shape = tuple(x.shape)  # the bound: the axis' full size
+            if out is None:
+                out = node.outputs[1]
+        else:
+            if len(node.outputs) != 1 or node.outputs[0] is None:
+                continue
+            out = node.outputs[0]
+            out.shape = _value_sized_bound(node) or out.shape
+        if out is None:
+            continue
+        count = Value(out.name + VALID_COUNT_SUFFIX, np.dtype(np.int32), ())
+        node.outputs = list(node.outputs) + [count]
+        g.outputs = list(g.outputs) + [count]
+
+
+def _value_sized_bound(node: Node):
+    """The padded output shape of a :data:`VALUE_SIZED_OPS` node where the
+    input shapes (and NMS's constant ``max_output_boxes_per_class``) give it,
+    else None."""
+    x = node.inputs[0] if node.inputs else None
+    if x is None or not x.static_shape:
+        return None
+    if node.op_name == "NonZero":
+        return (len(x.shape), int(np.prod(x.shape, dtype=np.int64)))
+    scores = node.inputs[1] if len(node.inputs) > 1 else None
+    mx = node.inputs[2] if len(node.inputs) > 2 else None
+    if scores is None or not scores.static_shape or len(scores.shape) != 3:
+        return None
+    per = 0 if mx is None else (None if mx.data is None else int(np.asarray(mx.data).reshape(-1)[0]))
+    if per is None:
+        return None
+    b, c, n = scores.shape
+    return (b * c * min(max(per, 0), n), 3)

@@ -15,7 +15,7 @@ from .ir import ModelIR
 from .lower.build import Program, build
 from .lower.registry import LOWERINGS
 from .options import LoadOptions
-from .passes import check_batch_size, set_batch_size
+from .passes import add_valid_counts, check_batch_size, set_batch_size
 from .quantization import prepare as prepare_quantized
 
 __all__ = ["prepare", "lower"]
@@ -23,7 +23,8 @@ __all__ = ["prepare", "lower"]
 
 def prepare(ir: ModelIR, options: LoadOptions, registry=LOWERINGS) -> ModelIR:
     """Rewrite ``ir`` in place as ``options`` ask: the quantized mode
-    (:func:`fbjax.quantization.prepare`), then the batch
+    (:func:`fbjax.quantization.prepare`), the static-bound outputs
+    (:func:`fbjax.passes.add_valid_counts`, ``static_bounds``), then the batch
     (:func:`fbjax.passes.set_batch_size`) unless it is the file's.
 
     Raises:
@@ -31,6 +32,8 @@ def prepare(ir: ModelIR, options: LoadOptions, registry=LOWERINGS) -> ModelIR:
             operator).
     """
     prepare_quantized(ir, options.quantized, registry=registry)
+    if options.static_bounds:
+        add_valid_counts(ir)
     if options.rewrites_batch:
         set_batch_size(ir, options.batch_size, registry=registry)
     return ir

@@ -512,3 +512,43 @@ def test_infer_empty_examples_match_the_nonempty_return_type():
     two = fbjax.load(two_input_model(), batch_size=None)
     got2 = fbjax.infer(two, [], progress=False)
     assert isinstance(got2, list) and [(g.shape, g.dtype) for g in got2] == [((0, 3), F32)] * 2
+
+
+@pytest.mark.skipif(not TFLITE_MODELS.is_dir(), reason="needs ../shared/models/tflite")
+def test_infer_runs_cache_sized_chunks_of_the_prepared_program_on_cpu():
+    """Issue 15 item 4: on one CPU device infer runs the prepared program of
+    model(x) on chunks whose activations fit inference.CHUNK_BYTES (one
+    example for palm detection, 3.5 MB per example), padding the last batch:
+    results within the shared-model bound of per-example calls."""
+    from fbjax.infer import _chunk
+
+    path = TFLITE_MODELS / "mediapipe_face_detection_short_range.tflite"
+    model = fbjax.load(path, batch_size=None)
+    palm = fbjax.load(TFLITE_MODELS / "mediapipe_palm_detection_lite.tflite", batch_size=None)
+    assert _chunk(palm, 8) == 1 and _chunk(palm, 64) == 1
+    k = _chunk(model, 6)
+    assert 1 <= k < 6 and 6 % k == 0  # 1.3 MB per example: more than one chunk per batch of 6
+    xs = np.random.default_rng(5).random((7, 128, 128, 3), dtype=F32)  # 6 + 1 padded
+    got = fbjax.infer(model, xs, batch_size=6, progress=False)
+    single = fbjax.load(path)
+    for i in range(7):
+        for j, (g, w) in enumerate(zip(got, single(xs[i:i + 1]))):
+            assert_close(np.asarray(g)[i:i + 1], np.asarray(w), 2 * MODEL_RTOL, f"example {i} output {j}")
+
+
+def test_infer_reader_errors_reach_the_caller_and_the_reader_stops():
+    import threading
+
+    src = conv_reshape_fc()
+    model = fbjax.load(src, batch_size=None)
+
+    def examples():
+        rng = np.random.default_rng(6)
+        for i in range(9):
+            if i == 5:
+                raise ValueError("broken example source")
+            yield rng.standard_normal((6, 6, 3)).astype(F32)
+
+    with pytest.raises(ValueError, match="broken example source"):
+        fbjax.infer(model, examples(), batch_size=2, progress=False)
+    assert not [t for t in threading.enumerate() if t.name == "fbjax-infer-reader"]

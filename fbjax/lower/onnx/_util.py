@@ -42,13 +42,24 @@ def concrete(x) -> Optional[np.ndarray]:
         return None
 
 
+from ...ir import VALID_COUNT_SUFFIX  # noqa: E402 (the static-bound count output's name suffix)
+
+
+def has_valid_count(ctx) -> bool:
+    """The node was given a trailing valid-count output (static-bound mode)."""
+    o = ctx.outputs[-1] if ctx.outputs else None
+    return o is not None and o.name.endswith(VALID_COUNT_SUFFIX) and o.shape == ()
+
+
 def require_concrete(ctx, x, what: str) -> np.ndarray:
     """numpy value of ``x``, or an error explaining the output shape would depend on it."""
     c = concrete(x)
     if c is None:
         raise ctx.error(
             f"{what} must be known at load time (the output shape depends on its values), "
-            "but it is computed from the model's inputs"
+            "but it is computed from the model's inputs: bind such graph inputs with "
+            "fbjax.load(path, constant_inputs={name: array}), or, for NonMaxSuppression, NonZero, TopK and Loop, "
+            "load with static_bounds=True (outputs padded to a bound, plus a valid count)"
         )
     return c
 

@@ -13,9 +13,15 @@ body's captured outer values are the node's trailing inputs listed in
   and RTen would fail if it were taken) leaves the other branch, whose float
   outputs become NaN when the condition selects the impossible one.
 * ``Loop``: without scan outputs and with tensor state, ``lax.while_loop``
-  (trip count and condition may be dynamic). With scan outputs or sequence
-  state, the loop is unrolled while tracing, which needs the trip count and
-  every iteration's condition known at load time; otherwise it raises.
+  (trip count and condition may be dynamic). With scan outputs, tensor
+  state and a trip count known at load time, ``lax.scan`` over the trip
+  count when the body passes its condition through unchanged (every
+  iteration runs: exact), or in static-bound mode (``fbjax.load(...,
+  static_bounds=True)``: the node has a trailing ``:valid_count`` output)
+  whatever the condition: scan outputs padded with zeros to the trip count,
+  plus the number of iterations run. Otherwise (sequence state, a dynamic
+  trip count) the loop is unrolled while tracing, which needs the trip
+  count and every iteration's condition known at load time, or it raises.
 
 Sequences are Python lists of arrays (their length is static); sequence ops
 return them wrapped in a one-element list (one node output).
@@ -32,7 +38,7 @@ from jax import lax
 
 from ...errors import UnsupportedOperatorError
 from ..registry import register
-from ._util import OP_SET, as_bool, axis as norm_axis, concrete, ints
+from ._util import OP_SET, as_bool, axis as norm_axis, concrete, has_valid_count, ints
 
 
 def _caps(inputs, positions):
@@ -121,14 +127,20 @@ def _warn_once(ctx, msg: str) -> None:
 
 @register(OP_SET, "Loop", foldable=False)
 def Loop(ctx, M=None, cond=None, *rest, body=-1, body_captures=()):
-    """ONNX ``Loop``: ``for i in range(M) while cond`` over loop-carried values."""
+    """ONNX ``Loop``: ``for i in range(M) while cond`` over loop-carried values
+    (strategies: see the module docstring)."""
     allin = [M, cond, *rest]
     caps = _caps(allin, body_captures)
     n_state = len(rest) - len(body_captures)
     state = list(rest[:n_state])
-    n_scan = len(ctx.outputs) - n_state
+    counted = has_valid_count(ctx)
+    n_scan = len(ctx.outputs) - n_state - counted
     m_c = concrete(M) if M is not None else None
     has_seq = any(isinstance(s, list) for s in state)
+    if n_scan and not has_seq and m_c is not None and (counted or (
+            _passes_condition_through(ctx.model.graphs[body]) and (cond is None or (
+                concrete(cond) is not None and bool(np.asarray(concrete(cond)).reshape(-1)[0]))))):
+        return _scan_loop(ctx, int(np.asarray(m_c).reshape(())), cond, state, caps, body, n_scan, counted)
     if n_scan == 0 and not has_seq:
         big = np.int32(np.iinfo(np.int32).max)
         m = jnp.asarray(M).reshape(()).astype(jnp.int32) if M is not None else big
@@ -150,7 +162,8 @@ def Loop(ctx, M=None, cond=None, *rest, body=-1, body_captures=()):
         return list(out[2:])
     # Unrolled: trip count and conditions must be known while tracing.
     if M is not None and m_c is None:
-        raise ctx.error("Loop with scan outputs or sequence state needs a trip count known at load time")
+        raise ctx.error("Loop with scan outputs or sequence state needs a trip count known at load time "
+                        "(bind it with fbjax.load(path, constant_inputs={name: value}))")
     m = int(np.asarray(m_c).reshape(())) if m_c is not None else None
     c = True
     if cond is not None:
@@ -164,7 +177,8 @@ def Loop(ctx, M=None, cond=None, *rest, body=-1, body_captures=()):
         outs = ctx.call_graph(body, np.int32(i), np.int32(c), *state, *caps)
         cc = concrete(outs[0])
         if cc is None:
-            raise ctx.error("Loop with scan outputs needs every iteration's condition known at load time")
+            raise ctx.error("Loop with scan outputs needs every iteration's condition known at load time, "
+                            "or fbjax.load(path, static_bounds=True) (scan outputs padded to the trip count)")
         c = bool(np.asarray(cc).reshape(-1)[0])
         state = list(outs[1:1 + n_state])
         for k in range(n_scan):
@@ -177,6 +191,48 @@ def Loop(ctx, M=None, cond=None, *rest, body=-1, body_captures=()):
         if not scans[k]:
             raise ctx.error("Loop ran zero iterations; the scan output's shape is unknown")
         res.append(jnp.stack(scans[k]))
+    return res
+
+
+def _passes_condition_through(g) -> bool:
+    """True when the body graph's condition output is its condition input
+    (directly or through ``Identity``) or a constant true: then a loop that
+    starts with a true condition runs its full trip count."""
+    producer = {id(o): n for n in g.nodes for o in n.outputs if o is not None}
+    v = g.outputs[0] if g.outputs else None
+    while v is not None and id(v) in producer and producer[id(v)].op_name == "Identity":
+        v = producer[id(v)].inputs[0]
+    if v is None:
+        return False
+    if v.data is not None:
+        return bool(np.all(np.asarray(v.data)))
+    return len(g.inputs) > 1 and v is g.inputs[1]
+
+
+def _scan_loop(ctx, m, cond, state, caps, body, n_scan, counted):
+    """``Loop`` as ``lax.scan`` over its trip count ``m``: each step runs the
+    body and keeps its results while the condition holds (state unchanged,
+    scan outputs zero once it is false). Returns the final state, the scan
+    outputs ``[m, ...]`` and, when ``counted``, the int32 iterations run."""
+    c0 = as_bool(jnp.asarray(cond).reshape(())) if cond is not None else jnp.asarray(True)
+    st0 = [jnp.asarray(v) for v in state]
+
+    def step(carry, i):
+        c, vs = carry
+        outs = ctx.call_graph(body, i, c.astype(jnp.int32), *vs, *caps)
+        new = [jnp.where(c, jnp.asarray(o).astype(v.dtype).reshape(v.shape), v)
+               for o, v in zip(outs[1:1 + len(vs)], vs)]
+        ys = [jnp.asarray(y) for y in outs[1 + len(vs):1 + len(vs) + n_scan]]
+        ys = [jnp.where(c, y, jnp.zeros_like(y)) for y in ys]
+        c_next = jnp.logical_and(c, as_bool(jnp.asarray(outs[0]).reshape(())))
+        return (c_next, new), (ys, c)
+
+    if m == 0:
+        raise ctx.error("Loop runs zero iterations; its scan outputs' shapes are unknown")
+    (_, final), (ys, ran) = lax.scan(step, (c0, st0), jnp.arange(m, dtype=jnp.int32))
+    res = list(final) + list(ys)
+    if counted:
+        res.append(jnp.sum(ran, dtype=jnp.int32))
     return res
 
 

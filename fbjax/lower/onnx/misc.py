@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
 from .. import kernels
 from ..registry import register
+from ..tflite.nms import nms as _greedy_nms
 from ._util import OP_SET, ints, require_concrete
 
 
@@ -63,9 +65,18 @@ def NonMaxSuppression(ctx, boxes, scores, max_output_boxes_per_class=None, iou_t
                       score_threshold=None, *, box_order="TopLeftBottomRight"):
     """ONNX ``NonMaxSuppression``: int32 ``[selected, 3]`` (batch, class, box).
 
-    The output length depends on the values, so boxes and scores must be
-    known at load time (constants); otherwise this raises.
+    The output length depends on the values: as loaded, boxes and scores
+    must be known at load time (constants; else this raises). In
+    static-bound mode (``fbjax.load(..., static_bounds=True)``: the node has
+    a second, count output) boxes and scores may be computed by the graph:
+    returns ``([batches * classes * min(max_output_boxes_per_class, boxes),
+    3]`` with the selected triples first, in ONNX's order (batch, class,
+    descending score), the rest -1, and the int32 number of selected
+    triples)``, jittable and vmappable (a greedy selection per batch and
+    class, :func:`fbjax.lower.tflite.nms.nms`).
     """
+    if len(ctx.outputs) == 2:
+        return _nms_padded(boxes, scores, max_output_boxes_per_class, iou_threshold, score_threshold, box_order)
     b = require_concrete(ctx, boxes, "NonMaxSuppression's boxes").astype(np.float32)
     s = require_concrete(ctx, scores, "NonMaxSuppression's scores").astype(np.float32)
     mx = ints(max_output_boxes_per_class)[0] if max_output_boxes_per_class is not None else 0
@@ -91,3 +102,33 @@ def NonMaxSuppression(ctx, boxes, scores, max_output_boxes_per_class=None, iou_t
                     keep.append(i)
             out += [[n, c, i] for i in keep]
     return np.asarray(out, np.int32).reshape(-1, 3)
+
+
+def _nms_padded(boxes, scores, max_output_boxes_per_class, iou_threshold, score_threshold, box_order):
+    """Static-bound ``NonMaxSuppression``: (padded triples, count), see above."""
+    b = jnp.asarray(boxes, jnp.float32)
+    s = jnp.asarray(scores, jnp.float32)
+    nb, nc, n = s.shape
+    mx = ints(max_output_boxes_per_class)[0] if max_output_boxes_per_class is not None else 0
+    per = min(max(mx, 0), n)
+    thr = float(np.asarray(iou_threshold).reshape(-1)[0]) if iou_threshold is not None else 0.0
+    sth = float(np.asarray(score_threshold).reshape(-1)[0]) if score_threshold is not None else -np.inf
+    if box_order == "CenterWidthHeight":  # [x_center, y_center, width, height] -> [y1, x1, y2, x2]
+        cx, cy, w, h = b[..., 0], b[..., 1], b[..., 2], b[..., 3]
+        b = jnp.stack([cy - h / 2, cx - w / 2, cy + h / 2, cx + w / 2], -1)
+    total = nb * nc * per
+    if total == 0:
+        return jnp.full((0, 3), -1, jnp.int32), jnp.zeros((), jnp.int32)
+
+    def one(bx, sc):  # one batch and class: indices [per], count
+        idx, _, cnt = _greedy_nms(bx, sc, per, thr, sth, 0.0)
+        return idx, cnt
+
+    idx, cnt = jax.vmap(lambda bx, sc: jax.vmap(lambda c: one(bx, c))(sc))(b, s)  # [B, C, per], [B, C]
+    bi = jnp.broadcast_to(jnp.arange(nb, dtype=jnp.int32)[:, None, None], idx.shape)
+    ci = jnp.broadcast_to(jnp.arange(nc, dtype=jnp.int32)[None, :, None], idx.shape)
+    rows = jnp.stack([bi, ci, idx], -1).reshape(total, 3)
+    valid = (jnp.arange(per)[None, None, :] < cnt[..., None]).reshape(total)
+    pos = jnp.where(valid, jnp.cumsum(valid) - 1, total)  # selected rows packed to the front
+    out = jnp.full((total, 3), -1, jnp.int32).at[pos].set(rows, mode="drop")
+    return out, jnp.sum(valid, dtype=jnp.int32)

@@ -15,7 +15,7 @@ from jax import lax
 from ... import batch_rules
 from ...errors import InputError
 from ..registry import register
-from ._util import OP_SET, axis as norm_axis, ints
+from ._util import OP_SET, axis as norm_axis, concrete, has_valid_count, ints, require_concrete
 
 
 def _reduce(name, fn, doc):
@@ -79,16 +79,28 @@ def CumSum(ctx, x, axis):
     return jnp.cumsum(x, axis=norm_axis(ints(axis)[0], x.ndim, ctx), dtype=x.dtype)
 
 
-@register(OP_SET, "TopK", static_inputs=(1,), batch=batch_rules.onnx_axis)
+@register(OP_SET, "TopK", batch=batch_rules.onnx_axis)
 def TopK(ctx, X, K, *, axis=0, largest=False, sorted=False):
-    """ONNX ``TopK``: the ``K`` (load-time constant) largest or smallest along ``axis``.
+    """ONNX ``TopK``: the ``K`` largest or smallest along ``axis``.
 
     Returns ``(Values, Indices)``, indices int32; results are always sorted
     (allowed when ``sorted`` is false); ties keep the lower index first.
+    ``K`` must be known at load time (a constant, or bound with
+    ``fbjax.load(constant_inputs=...)``), except in static-bound mode
+    (``fbjax.load(..., static_bounds=True)``: the node has a trailing
+    ``:valid_count`` output) for a ``K`` computed by the graph: then both
+    outputs have the axis' full size (the bound), entries from position
+    ``min(K, size)`` on are 0 (values) and -1 (indices), and the count is
+    ``min(K, size)``.
     """
     x = jnp.asarray(X)
     a = norm_axis(axis, x.ndim, ctx)
-    k = ints(K)[0]
+    counted = has_valid_count(ctx)
+    kc = concrete(K)
+    if kc is None and not counted:
+        require_concrete(ctx, K, "TopK's k")
+    n = x.shape[a]
+    k = n if counted else int(np.asarray(kc).reshape(-1)[0])
     xm = jnp.moveaxis(x, a, -1)
     if largest:
         v, i = lax.top_k(xm, k)
@@ -99,4 +111,11 @@ def TopK(ctx, X, K, *, axis=0, largest=False, sorted=False):
         else:  # negate in a wider range-safe way: order by (-x) via stable argsort
             i = jnp.argsort(xm, axis=-1, stable=True)[..., :k]
             v = jnp.take_along_axis(xm, i, axis=-1)
-    return jnp.moveaxis(v, -1, a), jnp.moveaxis(i.astype(jnp.int32), -1, a)
+    i = i.astype(jnp.int32)
+    if counted:
+        cnt = jnp.clip(jnp.asarray(K).reshape(-1)[0].astype(jnp.int32), 0, n)
+        keep = jnp.arange(n) < cnt
+        v = jnp.where(keep, v, jnp.zeros_like(v))
+        i = jnp.where(keep, i, -1)
+        return jnp.moveaxis(v, -1, a), jnp.moveaxis(i, -1, a), cnt
+    return jnp.moveaxis(v, -1, a), jnp.moveaxis(i, -1, a)

@@ -87,7 +87,7 @@ def resize_plan(ctx, shape, scales, sizes):
     return out, sc
 
 
-@register(OP_SET, "Resize", static_inputs=(1, 2, 3), batch=batch_rules.onnx_resize)
+@register(OP_SET, "Resize", static_inputs=(2, 3), batch=batch_rules.onnx_resize)
 def Resize(ctx, X, roi=None, scales=None, sizes=None, *, mode="Nearest", coord_mode="HalfPixel",
            nearest_mode="Floor"):
     """ONNX ``Resize`` of any axes whose size changes (RTen: the H, W axes).

@@ -298,8 +298,17 @@ def DepthToSpace(ctx, input, *, mode="DCR", block_size=0):
 def NonZero(ctx, X):
     """ONNX ``NonZero``: int32 ``[rank, count]`` indices of nonzero elements.
 
-    The output shape depends on the values, so ``X`` must be known at load
-    time (a constant or folded from constants); otherwise this raises.
+    The output shape depends on the values, so as loaded ``X`` must be known
+    at load time (a constant or folded from constants); otherwise this
+    raises. In static-bound mode (``fbjax.load(..., static_bounds=True)``:
+    the node has a second, count output) ``X`` may be computed by the graph:
+    returns ``([rank, X.size]`` indices in row-major order, then -1 columns,
+    and the int32 number of nonzero elements)``, jittable and vmappable.
     """
+    if len(ctx.outputs) == 2:
+        xj = jnp.asarray(X)
+        idx = jnp.nonzero(xj.reshape(xj.shape or (1,)), size=max(int(np.prod(xj.shape)), 1), fill_value=-1)
+        idx = jnp.stack(idx).astype(jnp.int32)[:xj.ndim, :int(np.prod(xj.shape))]
+        return idx, jnp.sum(xj != 0, dtype=jnp.int32)
     x = require_concrete(ctx, X, "NonZero's input")
     return np.stack(np.nonzero(x)).astype(np.int32).reshape(x.ndim, -1)

@@ -21,12 +21,16 @@ def If(ctx, cond, *captured, then_branch=-1, else_branch=-1, then_branch_capture
 
 @register(OP_SET, "Loop")
 def Loop(ctx, M=None, cond=None, *rest, body=-1, body_captures=()):
-    """numpy ONNX ``Loop``."""
+    """numpy ONNX ``Loop``. In static-bound mode (a trailing ``:valid_count``
+    output) the scan outputs are padded with zeros to the trip count ``M``
+    and the iterations run are returned last."""
     allin = [M, cond, *rest]
     caps = [allin[p] for p in body_captures]
     n_state = len(rest) - len(body_captures)
     state = list(rest[:n_state])
-    n_scan = len(ctx.outputs) - n_state
+    last = ctx.outputs[-1] if ctx.outputs else None
+    counted = last is not None and last.name.endswith(":valid_count") and last.shape == ()
+    n_scan = len(ctx.outputs) - n_state - counted
     m = int(np.asarray(M).reshape(())) if M is not None else None
     c = bool(np.asarray(cond).reshape(-1)[0]) if cond is not None else True
     scans = [[] for _ in range(n_scan)]
@@ -38,6 +42,13 @@ def Loop(ctx, M=None, cond=None, *rest, body=-1, body_captures=()):
         for k in range(n_scan):
             scans[k].append(outs[1 + n_state + k])
         i += 1
+    if counted:
+        padded = []
+        for s in scans:
+            a = np.zeros((m, *np.shape(s[0])), np.asarray(s[0]).dtype)
+            a[:len(s)] = np.stack(s)
+            padded.append(a)
+        return state + padded + [np.int32(i)]
     return state + [np.stack(s) for s in scans]
 
 

@@ -55,7 +55,13 @@ def NonMaxSuppression(ctx, boxes, scores, max_output_boxes_per_class=None, iou_t
                 if all(iou(n, i, j) <= thr for j in keep):
                     keep.append(i)
             res += [[n, c, i] for i in keep]
-    return out(ctx, np.array(res, np.int64).reshape(-1, 3))
+    res = np.array(res, np.int64).reshape(-1, 3)
+    if len(ctx.outputs) == 2:  # static-bound mode: padded with -1 rows to the bound, and the count
+        bound = s.shape[0] * s.shape[1] * min(max(mx, 0), s.shape[2])
+        padded = np.full((bound, 3), -1, np.int64)
+        padded[:len(res)] = res
+        return out(ctx, padded), out(ctx, np.int32(len(res)), 1)
+    return out(ctx, res)
 
 
 def _rng(ctx, seed):

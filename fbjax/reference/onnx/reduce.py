@@ -65,12 +65,23 @@ def CumSum(ctx, x, axis):
 
 @register(OP_SET, "TopK")
 def TopK(ctx, X, K, *, axis=0, largest=False, sorted=False):
-    """numpy ONNX ``TopK`` (stable: ties keep the lower index first)."""
+    """numpy ONNX ``TopK`` (stable: ties keep the lower index first). In
+    static-bound mode (a trailing ``:valid_count`` output) both outputs have
+    the axis' size, 0 / -1 from position ``min(K, size)`` on, and the count
+    comes last."""
     x = np.asarray(X)
     a = norm_axis(axis, x.ndim, ctx)
     k = ints(K)[0]
     key = -x if largest else x
     if largest and x.dtype.kind in "iu":
         key = -x.astype(np.int64)
+    last = ctx.outputs[-1] if ctx.outputs else None
+    if last is not None and last.name.endswith(":valid_count") and last.shape == ():
+        n = x.shape[a]
+        c = min(max(k, 0), n)
+        idx = np.argsort(key, axis=a, kind="stable")
+        vals = np.take_along_axis(x, idx, a)
+        keep = (np.arange(n) < c).reshape([-1 if d == a else 1 for d in range(x.ndim)])
+        return [out(ctx, np.where(keep, vals, 0), 0), out(ctx, np.where(keep, idx, -1), 1), out(ctx, np.int32(c), 2)]
     idx = np.argsort(key, axis=a, kind="stable").take(np.arange(k), axis=a)
     return [out(ctx, np.take_along_axis(x, idx, a), 0), out(ctx, idx, 1)]

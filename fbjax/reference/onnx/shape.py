@@ -193,4 +193,9 @@ def DepthToSpace(ctx, input, *, mode="DCR", block_size=0):
 def NonZero(ctx, X):
     """numpy ONNX ``NonZero``."""
     x = np.asarray(X)
-    return out(ctx, np.array(np.nonzero(x)).reshape(x.ndim, -1))
+    idx = np.array(np.nonzero(x)).reshape(x.ndim, -1)
+    if len(ctx.outputs) == 2:  # static-bound mode: padded with -1 columns to X.size, and the count
+        padded = np.full((x.ndim, x.size), -1, np.int64)
+        padded[:, :idx.shape[1]] = idx
+        return out(ctx, padded), out(ctx, np.int32(idx.shape[1]), 1)
+    return out(ctx, idx)
