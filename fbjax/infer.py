@@ -9,9 +9,9 @@
 Examples are cut into batches, read and assembled in a background thread
 two batches ahead of the device. On one CPU device each batch runs as
 calls of the prepared program ``Model.__call__`` uses
-(:mod:`fbjax.lower.inference`: weights relaid once, values read twice
+(:mod:`fbjax.run.cpu_prepared`: weights relaid once, values read twice
 materialized) on chunks of examples whose activations fit in cache (the
-largest divisor of the batch under ``inference.CHUNK_BYTES``; 1 for the
+largest divisor of the batch under ``fbjax.run.chunked.CHUNK_BYTES``; 1 for the
 MediaPipe detectors, whose batched program is slower per example than
 batch-1 calls): so ``infer`` is at least as fast as a loop of ``model(x)``
 and as the batched program (``benchmarks/infer.py``). Otherwise each batch
@@ -45,6 +45,7 @@ from typing import Iterable, Iterator, Optional, Sequence, Union
 import numpy as np
 
 from .errors import InputError
+from .run import chunked as _chunked
 
 __all__ = ["infer", "iter_examples", "FILE_NAMES_KEY"]
 
@@ -314,20 +315,18 @@ def _example_bytes(model) -> int:
 
 def _chunk(model, batch: int) -> int:
     """Examples per call on a CPU device: the largest divisor of ``batch``
-    whose activations fit :data:`fbjax.lower.inference.CHUNK_BYTES` (about
+    whose activations fit :data:`fbjax.run.chunked.CHUNK_BYTES` (about
     what stays in cache from one layer to the next), at least 1. XLA:CPU runs
     a batch layer by layer, so a batch whose activations do not fit in cache
     streams each from memory and runs slower per example than smaller calls
     (``benchmarks/infer.py``)."""
-    from .lower.inference import CHUNK_BYTES
-
     cache = model.__dict__.setdefault("_infer_example_bytes", [])
     if not cache:
         cache.append(max(_example_bytes(model), 1))
     per = cache[0]
     best = 1
     for k in range(1, batch + 1):
-        if batch % k == 0 and k * per <= CHUNK_BYTES:
+        if batch % k == 0 and k * per <= _chunked.CHUNK_BYTES:
             best = k
     return best
 

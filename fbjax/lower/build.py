@@ -155,35 +155,52 @@ class Program:
     def eval_graph(self, index: int, inputs: list, run: Run) -> list:
         """The outputs of ``model.graphs[index]`` on ``inputs`` within ``run``
         (for control-flow lowerings: :meth:`LowerContext.call_graph`)."""
-        params = run.params
         graph: Graph = self.model.graphs[index]
         if len(inputs) != len(graph.inputs):
             raise ModelFormatError(
                 f"graph {index} ({graph.name}) takes {len(graph.inputs)} inputs, got {len(inputs)}"
             )
-        env: dict[int, object] = {}
-        for v, x in zip(graph.inputs, inputs):
-            env[id(v)] = x
+        env: dict = {id(v): x for v, x in zip(graph.inputs, inputs)}
+        self.eval_nodes(graph.nodes, env, run, where=f"graph {index}")
+        return [self._read(env, v, run, f"graph {index}") for v in graph.outputs]
 
-        def lookup(v: Optional[Value]):
-            if v is None:
-                return None
-            key = id(v)
-            if key in env:
-                return env[key]
-            if v.data is not None:
-                name = self.param_of.get(key)
-                val = params[name] if name is not None else v.data
-                env[key] = val
-                return val
-            if v.is_variable and v.static_shape:
-                # TFLite variable tensor (RNN/LSTM state): zeros, as LiteRT
-                # holds after allocate_tensors; in-kernel writes are not kept.
-                return np.zeros(v.shape, v.dtype)
-            raise ModelFormatError(f"graph {index}: tensor {v.index} ({v.name!r}) is read before it is written")
+    def _read(self, env: dict, v: Optional[Value], run: Run, where: str):
+        """``v``'s value: computed (``env``), a param (``run.params``), a constant, or a TFLite variable's zeros."""
+        if v is None:
+            return None
+        key = id(v)
+        if key in env:
+            return env[key]
+        if v.data is not None:
+            name = self.param_of.get(key)
+            val = run.params[name] if name is not None else v.data
+            env[key] = val
+            return val
+        if v.is_variable and v.static_shape:
+            # TFLite variable tensor (RNN/LSTM state): zeros, as LiteRT
+            # holds after allocate_tensors; in-kernel writes are not kept.
+            return np.zeros(v.shape, v.dtype)
+        raise ModelFormatError(f"{where}: tensor {v.index} ({v.name!r}) is read before it is written")
 
+    def eval_nodes(self, nodes, env: dict, run: Run, *, where: str = "graph") -> dict:
+        """Evaluate ``nodes`` in order, each through its registered lowering
+        (the one graph walker: :meth:`eval_graph` and the CPU executor's
+        computed-ahead values use it; the registry is the hook, see
+        :class:`fbjax.run.cpu_prepared.CpuPrepared`).
+
+        ``env`` (``id(Value) -> value``) holds the values known before and
+        receives every node output. Operands in an op's ``static_inputs``
+        must be known at trace time; integer results of ``foldable`` ops on
+        static operands are computed now and kept as numpy (shape-like
+        values), everything else is traced.
+
+        Raises:
+            UnsupportedOperatorError: static operands that depend on the
+                model's inputs (every such node listed).
+        """
+        lookup = lambda v: self._read(env, v, run, where)  # noqa: E731
         not_static = []  # (node key, why): every node whose static input is not known, reported together
-        for node in graph.nodes:
+        for node in nodes:
             opdef: OpDef = self.registry.get(node.op_set, node.op_name)
             args = []
             for i, v in enumerate(node.inputs):
@@ -228,7 +245,7 @@ class Program:
         if not_static:
             raise UnsupportedOperatorError(Counter(k for k, _ in not_static),
                                            detail=" ".join(why for _, why in not_static))
-        return [lookup(v) for v in graph.outputs]
+        return env
 
 
 #: the value of a node skipped after a refused static input (never leaves eval_graph: it raises)

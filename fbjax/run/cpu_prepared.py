@@ -14,8 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._registry import call_op
-from ..lower.build import LowerContext, Run, _as_list
+from ..lower.build import Run
 from ..lower.inference import constant_nodes, fan_out_values, matrix_operands, plan
 from .jit import leaves_getter
 
@@ -160,8 +159,8 @@ class CpuPrepared:
         """Evaluate the :func:`constant_nodes` the computed-ahead values need,
         once, as one jitted function (one compile, which the persistent
         cache keeps; op-by-op evaluation compiled one tiny program per op and
-        shape). Integer results are evaluated at trace time, as the graph
-        builder does; relaid values are transposed in the same function."""
+        shape), by the graph builder's walker (integer results folded at
+        trace time); relaid values are transposed in the same function."""
 
         prog = self.base
         replaced = self.registry.constant
@@ -178,28 +177,8 @@ class CpuPrepared:
         static: dict = {}
 
         def compute():
-            env: dict = {}
-            for node in nodes:
-                opdef = prog.registry.get(node.op_set, node.op_name)
-                args = []
-                for i, v in enumerate(node.inputs):
-                    if v is None:
-                        args.append(None)
-                    elif id(v) in env:
-                        args.append(env[id(v)])
-                    else:
-                        args.append(np.asarray(v.data))
-                ctx = LowerContext(node, prog.model, prog, Run({}))
-                floats = any(o is not None and np.dtype(o.dtype).kind == "f" for o in node.outputs)
-                if floats:
-                    res = _as_list(call_op(opdef, ctx, args, node.attrs), node)
-                else:
-                    with jax.ensure_compile_time_eval():  # shape-like: numpy, as the graph builder keeps them
-                        res = [None if r is None else np.asarray(r)
-                               for r in _as_list(call_op(opdef, ctx, args, node.attrs), node)]
-                for o, r in zip(node.outputs, res):
-                    if o is not None:
-                        env[id(o)] = r
+            # the one graph walker (Program.eval_nodes): constant nodes have no param operands
+            env = prog.eval_nodes(nodes, {}, Run({}), where="computed-ahead values")
             out = {}
             for node in replaced.values():
                 for o in node.outputs:
@@ -212,7 +191,7 @@ class CpuPrepared:
                             x = jnp.transpose(x, [src.index(c) for c in dst])
                         out[key] = jnp.asarray(x)
                     else:
-                        static[key] = x
+                        static[key] = np.asarray(x)  # shape-like: numpy, as the walker folds them
             return out
 
         ahead = jax.jit(compute)() if replaced else {}
