@@ -72,6 +72,10 @@ class OpDef:
             bool`` when only some configurations do.
         init_state: ``(order, fn(program, params, state))``: how a stateful
             op's initial state is made (run once per model, in ``order``).
+        full_precision: under a reduced ``compute_dtype`` (``fbjax.load(...,
+            compute_dtype="bfloat16")``), the op still computes in float32
+            (reductions, softmax, normalisations): its float inputs are
+            widened to float32 before the call.
     """
 
     op_set: str
@@ -91,6 +95,7 @@ class OpDef:
     scalar_regions: tuple = ()
     stateful: object = False
     init_state: Optional[tuple] = None
+    full_precision: bool = False
 
     @property
     def key(self) -> tuple[str, str]:
@@ -98,7 +103,7 @@ class OpDef:
 
 
 _FACTS = frozenset({"batch", "foldable", "weights", "int_passthrough", "fq_rounding", "reads_input_twice",
-                    "scalar_regions", "check", "stateful", "init_state"})
+                    "scalar_regions", "check", "stateful", "init_state", "full_precision"})
 
 
 class Registry:

@@ -144,6 +144,8 @@ class Model:
         self.format = ir.format
         #: the lowered :class:`~fbjax.lower.build.Program` (``program.params``: the file's weights as numpy)
         self.program = program
+        #: the dtype float ops compute in (``fbjax.load(..., compute_dtype=...)``)
+        self.compute_dtype = "float32" if getattr(program, "compute_dtype", None) is None else program.compute_dtype.name
         g = ir.main_graph
         self.inputs = [TensorSpec.of(v) for v in g.inputs]
         self._declared_outputs = [TensorSpec.of(v) for v in g.outputs]
@@ -629,7 +631,8 @@ def _inferred_outputs(model: "Model") -> list:
 
 def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, str] = _FILE,
          quantized: str = "exact", while_max_iterations: Optional[int] = None,
-         constant_inputs: Optional[Mapping] = None, static_bounds: bool = False) -> Model:
+         constant_inputs: Optional[Mapping] = None, static_bounds: bool = False,
+         compute_dtype: str = "float32") -> Model:
     """Load a model file as a :class:`Model`.
 
     Args:
@@ -687,6 +690,18 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
             (TFLite ``NON_MAX_SUPPRESSION_V4/V5``
             always return outputs padded to their ``max_output_size`` and a
             count, as LiteRT does.)
+        compute_dtype: ``"float32"`` (default), ``"bfloat16"`` or
+            ``"float16"``: the dtype float activations and weights compute
+            in (accelerators run these at 2-16x float32's rate).
+            Convolutions and matrix products accumulate in float32
+            (``preferred_element_type``); reductions, softmax and
+            normalisations (ops registered ``full_precision``) compute in
+            float32; outputs come back in the file's dtypes; :attr:`Model.params`
+            stay float32 master weights (cast on use, so gradients reach
+            them in float32). Integer (quantized) kernels are unchanged.
+            Expect relative errors of about 1e-2 (bfloat16) / 1e-3
+            (float16) on the shared MediaPipe models
+            (``tests/test_compute_dtype.py``).
 
     Returns:
         a :class:`Model`, callable and jitted.
@@ -705,10 +720,11 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
             positive int, or the model cannot take another batch (the
             message names the operator); ``quantized`` is not ``"exact"`` or
             ``"float"``; a ``constant_inputs`` name that is not an input (the
-            message lists the inputs), or an array of another shape or dtype.
+            message lists the inputs), or an array of another shape or dtype;
+            ``compute_dtype`` is not one of the three names.
     """
     cache.enable()  # JAX's persistent compilation cache (fbjax/cache.py)
-    options = LoadOptions(format, batch_size, quantized, while_max_iterations, static_bounds)
+    options = LoadOptions(format, batch_size, quantized, while_max_iterations, static_bounds, compute_dtype)
     ir = read_model(source, options.format)
     if constant_inputs:
         bind_inputs(ir, constant_inputs)

@@ -16,12 +16,14 @@ import numpy as np
 
 from .errors import InputError
 
-__all__ = ["LoadOptions", "FILE_BATCH", "QUANTIZED_MODES"]
+__all__ = ["LoadOptions", "FILE_BATCH", "QUANTIZED_MODES", "COMPUTE_DTYPES"]
 
 #: ``batch_size`` value meaning "the shapes stored in the file".
 FILE_BATCH = "file"
 #: ``quantized`` values (see :mod:`fbjax.quantization`).
 QUANTIZED_MODES = ("exact", "float")
+#: ``compute_dtype`` values (see :func:`fbjax.load`).
+COMPUTE_DTYPES = ("float32", "bfloat16", "float16")
 
 
 @dataclass(frozen=True)
@@ -37,11 +39,14 @@ class LoadOptions:
         static_bounds: ops whose output size depends on computed values
             return outputs padded to a bound plus a valid count
             (:func:`fbjax.passes.add_valid_counts`).
+        compute_dtype: ``"float32"``, ``"bfloat16"`` or ``"float16"`` (a
+            numpy/JAX dtype is stored as its name).
 
     Raises:
         InputError: ``while_max_iterations`` is not None or an int >= 0,
-            ``quantized`` is not a known mode, or ``batch_size`` is not
-            ``"file"``, None/``"dynamic"`` or a positive int.
+            ``quantized`` is not a known mode, ``batch_size`` is not
+            ``"file"``, None/``"dynamic"`` or a positive int, or
+            ``compute_dtype`` is not one of :data:`COMPUTE_DTYPES`.
     """
 
     format: Optional[str] = None
@@ -49,6 +54,7 @@ class LoadOptions:
     quantized: str = "exact"
     while_max_iterations: Optional[int] = None
     static_bounds: bool = False
+    compute_dtype: str = "float32"
 
     def __post_init__(self):
         w = self.while_max_iterations
@@ -62,6 +68,13 @@ class LoadOptions:
             raise InputError(f"batch_size must be None (or 'dynamic'), a positive int or 'file', got {b!r}")
         if self.quantized not in QUANTIZED_MODES:
             raise InputError(f"quantized must be one of {QUANTIZED_MODES}, got {self.quantized!r}")
+        try:
+            cd = np.dtype(self.compute_dtype).name
+        except TypeError:
+            cd = None
+        if cd not in COMPUTE_DTYPES:
+            raise InputError(f"compute_dtype must be one of {list(COMPUTE_DTYPES)}, got {self.compute_dtype!r}")
+        object.__setattr__(self, "compute_dtype", cd)
 
     @property
     def rewrites_batch(self) -> bool:
@@ -70,7 +83,8 @@ class LoadOptions:
 
     def lowering(self) -> dict:
         """The lowering options (``ctx.options`` of the lowerings)."""
-        return {"while_max_iterations": self.while_max_iterations}
+        return {"while_max_iterations": self.while_max_iterations,
+                "compute_dtype": None if self.compute_dtype == "float32" else self.compute_dtype}
 
     def replace(self, **changes) -> "LoadOptions":
         """A copy with ``changes`` (validated again)."""

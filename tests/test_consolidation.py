@@ -83,7 +83,11 @@ def test_load_options_validate_once():
     assert LoadOptions(batch_size="dynamic").batch_size is None
     assert not LoadOptions().rewrites_batch and LoadOptions(batch_size=None).rewrites_batch
     assert LoadOptions(batch_size=4).replace(batch_size=2).as_kwargs() == dict(
-        format=None, batch_size=2, quantized="exact", while_max_iterations=None)
+        format=None, batch_size=2, quantized="exact", while_max_iterations=None, static_bounds=False,
+        compute_dtype="float32")
+    assert LoadOptions(compute_dtype=np.dtype("float16")).compute_dtype == "float16"
+    with pytest.raises(InputError, match="compute_dtype must be one of"):
+        LoadOptions(compute_dtype="float64")
     with pytest.raises(InputError, match="batch_size must be"):
         LoadOptions(batch_size=0)
     with pytest.raises(InputError, match="quantized must be one of"):

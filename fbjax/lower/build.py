@@ -56,12 +56,16 @@ class Run:
         initialised: False while the initial state is made (initialisers
             such as TFLite CALL_ONCE run then, and only then).
         var_names: TFLite VAR_HANDLE handles -> variable names, in trace order.
+        narrow: whether float ops compute in the program's reduced
+            ``compute_dtype`` here (False inside a ``full_precision`` op's
+            subgraph, and for programs computing in float32).
     """
 
     params: dict
     state: Optional[dict] = None
     initialised: bool = True
     var_names: list = field(default_factory=list)
+    narrow: bool = False
 
 
 class LowerContext(OpContext):
@@ -74,20 +78,36 @@ class LowerContext(OpContext):
         options: the lowering options given to :func:`build` (e.g.
             ``while_max_iterations``).
         run: the :class:`Run` the node is evaluated in.
+        full_precision: the op computes in float32 under a reduced
+            ``compute_dtype`` (its registration's ``full_precision``, or an
+            integer kernel), and so do the subgraphs it calls.
     """
 
-    def __init__(self, node: Node, model: ModelIR, program: "Program", run: Run):
+    def __init__(self, node: Node, model: ModelIR, program: "Program", run: Run, *,
+                 full_precision: bool = False):
         super().__init__(node, model)
         self.program = program
         self.backend = program.backend
         self.options = program.options
         self.run = run
+        self.full_precision = full_precision
 
     def call_graph(self, index: int, *args):
-        """Evaluate ``model.graphs[index]`` on ``args`` in this run; returns a list."""
+        """Evaluate ``model.graphs[index]`` on ``args`` in this run; returns a list.
+
+        Under a reduced ``compute_dtype`` the subgraph computes in it too
+        (its float outputs cast to it, so loop carries keep their dtype),
+        except when called from a ``full_precision`` op (reduction bodies),
+        where it computes in float32."""
         if not 0 <= index < len(self.model.graphs):
             raise self.error(f"refers to subgraph {index}, but the model has {len(self.model.graphs)}")
-        return self.program.eval_graph(index, list(args), self.run)
+        run = self.run
+        saved = run.narrow
+        run.narrow = saved and not self.full_precision
+        try:
+            return self.program.eval_graph(index, list(args), run)
+        finally:
+            run.narrow = saved
 
 
 def _is_static(x) -> bool:
@@ -126,6 +146,11 @@ class Program:
     registry: object = LOWERINGS
     options: dict = field(default_factory=dict)
 
+    def __post_init__(self):
+        cd = self.options.get("compute_dtype")
+        #: the reduced float dtype activations and weights compute in (None: the file's float32)
+        self.compute_dtype = None if cd is None or np.dtype(cd) == np.float32 else np.dtype(cd)
+
     def apply(self, params: dict, state: Optional[dict], *inputs) -> tuple:
         """Run the main graph: pure and traceable.
 
@@ -148,9 +173,12 @@ class Program:
         """:meth:`apply` for ``model.graphs[index]`` (a signature's
         subgraph); ``initialise=True`` runs initialisers (making the initial
         state, :func:`fbjax.lower.state.initial_state`)."""
-        run = Run(params, None if state is None else dict(state), initialised=not initialise)
-        outs = tuple(self.eval_graph(index, list(inputs), run))
-        return outs, run.state
+        run = Run(params, None if state is None else dict(state), initialised=not initialise,
+                  narrow=self.compute_dtype is not None)
+        outs = self.eval_graph(index, list(inputs), run)
+        if self.compute_dtype is not None and index == self.model.main:  # the file's dtypes
+            outs = [_to_file_dtype(o, v) for o, v in zip(outs, self.model.main_graph.outputs)]
+        return tuple(outs), run.state
 
     def eval_graph(self, index: int, inputs: list, run: Run) -> list:
         """The outputs of ``model.graphs[index]`` on ``inputs`` within ``run``
@@ -162,7 +190,10 @@ class Program:
             )
         env: dict = {id(v): x for v, x in zip(graph.inputs, inputs)}
         self.eval_nodes(graph.nodes, env, run, where=f"graph {index}")
-        return [self._read(env, v, run, f"graph {index}") for v in graph.outputs]
+        outs = [self._read(env, v, run, f"graph {index}") for v in graph.outputs]
+        if run.narrow and index != self.model.main:
+            outs = [_narrowed(o, self.compute_dtype) for o in outs]
+        return outs
 
     def _read(self, env: dict, v: Optional[Value], run: Run, where: str):
         """``v``'s value: computed (``env``), a param (``run.params``), a constant, or a TFLite variable's zeros."""
@@ -225,7 +256,11 @@ class Program:
                     if o is not None:
                         env[id(o)] = _UNKNOWN
                 continue
-            ctx = LowerContext(node, self.model, self, run)
+            full = False
+            if self.compute_dtype is not None:
+                args = _compute_precision(args, opdef, self.compute_dtype if run.narrow else None)
+                full = opdef.full_precision or opdef.op_set in _INTEGER_OP_SETS
+            ctx = LowerContext(node, self.model, self, run, full_precision=full)
             outs_float = any(
                 o is not None and np.issubdtype(np.dtype(o.dtype), np.inexact) for o in node.outputs
             )
@@ -246,6 +281,48 @@ class Program:
             raise UnsupportedOperatorError(Counter(k for k, _ in not_static),
                                            detail=" ".join(why for _, why in not_static))
         return env
+
+
+#: op sets of integer (quantized) kernels: their float inputs (scales, hybrid activations) stay float32
+_INTEGER_OP_SETS = frozenset({"tflite.int", "fbjax"})
+_LOW = frozenset({np.dtype(np.float16), np.dtype(jax.numpy.bfloat16)})
+
+
+def _narrowed(x, dtype):
+    """``x`` cast to ``dtype`` when it is a float32 array (numpy stays numpy), else ``x``."""
+    dt = getattr(x, "dtype", None)
+    if dt is None or np.dtype(dt) != np.float32:
+        return x
+    return x.astype(dtype)
+
+
+def _widened(x):
+    """``x`` cast to float32 when it is a float16/bfloat16 array, else ``x``."""
+    dt = getattr(x, "dtype", None)
+    if dt is None or np.dtype(dt) not in _LOW:
+        return x
+    return x.astype(np.float32)
+
+
+def _compute_precision(args: list, opdef: OpDef, narrow) -> list:
+    """An op's arguments under a reduced compute dtype: float32 arrays cast
+    to ``narrow`` (static inputs and integer arrays untouched); for
+    ``full_precision`` ops, integer kernels, or ``narrow=None`` (inside a
+    full-precision op's subgraph), float16/bfloat16 arrays widened to
+    float32 instead."""
+    if narrow is None or opdef.full_precision or opdef.op_set in _INTEGER_OP_SETS:
+        return [a if i in opdef.static_inputs else _widened(a) for i, a in enumerate(args)]
+    return [a if i in opdef.static_inputs else _narrowed(a, narrow) for i, a in enumerate(args)]
+
+
+def _to_file_dtype(x, v: Value):
+    """A graph output computed in a reduced dtype, cast back to ``v``'s file dtype."""
+    dt = getattr(x, "dtype", None)
+    if dt is None or v.dtype is None or v.dtype == np.object_ or np.dtype(dt) == np.dtype(v.dtype):
+        return x
+    if np.dtype(dt) in _LOW and np.issubdtype(np.dtype(v.dtype), np.floating):
+        return x.astype(v.dtype)
+    return x
 
 
 #: the value of a node skipped after a refused static input (never leaves eval_graph: it raises)
@@ -322,7 +399,11 @@ def build(model: ModelIR, *, backend: Optional[str] = None, options: Optional[di
         options: lowering options read by lowerings as ``ctx.options``:
             ``while_max_iterations`` (int or None): lower TFLite WHILE to a
             bounded, reverse-differentiable ``lax.scan`` of that many steps
-            (see :func:`fbjax.load`).
+            (see :func:`fbjax.load`); ``compute_dtype`` (``"float32"``,
+            ``"bfloat16"``, ``"float16"`` or None): the dtype float ops
+            compute in (float32 arrays are cast to it before each op;
+            ``full_precision`` ops and integer kernels compute in float32;
+            graph outputs return in the file's dtypes).
 
     Returns:
         a :class:`Program` whose ``apply(params, *inputs)`` is pure and

@@ -66,6 +66,19 @@ _ACTIVATIONS = ("NONE", "RELU", "RELU_N1_TO_1", "RELU6", "TANH", "SIGN_BIT")
 
 # --- padding -----------------------------------------------------------------
 
+_LOW_FLOATS = frozenset({np.dtype(np.float16), np.dtype(jnp.bfloat16)})
+
+
+def accumulation_dtype(*operands):
+    """``preferred_element_type`` for a contraction: float32 when an operand is
+    float16/bfloat16 (``fbjax.load(..., compute_dtype=...)``: products
+    accumulate in float32, the result is float32), else ``None`` (the
+    operands' own type)."""
+    if any(np.dtype(getattr(o, "dtype", np.float32)) in _LOW_FLOATS for o in operands):
+        return jnp.float32
+    return None
+
+
 def same_padding(in_size: int, kernel: int, stride: int = 1, dilation: int = 1) -> tuple[int, int]:
     """TF/TFLite ``SAME`` padding of one spatial dimension.
 
@@ -166,6 +179,7 @@ def conv(
         dimension_numbers=dimension_numbers,
         feature_group_count=int(feature_group_count),
         precision=precision,
+        preferred_element_type=accumulation_dtype(x, w),
     )
 
 
@@ -184,6 +198,8 @@ def _taps_conv(x, w, window_strides, padding, rhs_dilation, rhs_spec):
     input channel); ``w`` in any ``OHWI`` permutation. Same result as
     ``lax.conv_general_dilated`` up to float32 summation order."""
     w = jnp.transpose(w, [rhs_spec.index(c) for c in "HWIO"])
+    if accumulation_dtype(x, w) is not None:  # reduced compute dtype: multiply-add in float32
+        x, w = x.astype(jnp.float32), w.astype(jnp.float32)
     kh, kw, ci, co = w.shape
     n, h, wd, _ = x.shape
     (pt, pb), (pl, pr) = [(int(a), int(b)) for a, b in padding]
@@ -227,6 +243,7 @@ def _grouped_conv_cpu(x, w, groups, window_strides, padding, dimension_numbers, 
             rhs_dilation=None if rhs_dilation is None else tuple(int(d) for d in rhs_dilation),
             dimension_numbers=dimension_numbers,
             precision=precision,
+            preferred_element_type=accumulation_dtype(xg, wg),
         )
         for xg, wg in zip(xs, ws)
     ]
@@ -248,11 +265,13 @@ def _grouped_pointwise(x, w, groups, dimension_numbers, precision):
     xs = x.reshape(x.shape[:c_axis] + (groups, i) + x.shape[c_axis + 1:])
     if c_axis == 1:
         # channels-first: [G, O/G, N, *spatial], already [N, O, *spatial] in memory when N == 1
-        y = lax.dot_general(wk, xs, (((2,), (2,)), ((0,), (1,))), precision=precision)
+        y = lax.dot_general(wk, xs, (((2,), (2,)), ((0,), (1,))), precision=precision,
+                            preferred_element_type=accumulation_dtype(x, w))
         perm = [2, 0, 1] + list(range(3, y.ndim))
         return jnp.transpose(y, perm).reshape(x.shape[:1] + (o,) + x.shape[2:])
     # dot_general: batch G, contract I -> [G, *other x dims, O/G]
-    y = lax.dot_general(xs, wk, (((c_axis + 1,), (2,)), ((c_axis,), (0,))), precision=precision)
+    y = lax.dot_general(xs, wk, (((c_axis + 1,), (2,)), ((c_axis,), (0,))), precision=precision,
+                        preferred_element_type=accumulation_dtype(x, w))
     # -> x's layout with the channel axis (G, O/G) in place of C
     perm = list(range(1, c_axis + 1)) + [0, y.ndim - 1] + list(range(c_axis + 1, y.ndim - 1))
     y = jnp.transpose(y, perm)
@@ -270,6 +289,7 @@ def conv_transpose(
     rhs_dilation: Optional[Sequence[int]] = None,
     feature_group_count: int = 1,
     precision=PRECISION,
+    backend: Optional[str] = None,
 ):
     """Transposed (fractionally strided) convolution, scatter semantics.
 
@@ -306,6 +326,7 @@ def conv_transpose(
         rhs_dilation=rhs_dilation,
         feature_group_count=feature_group_count,
         precision=precision,
+        backend=backend,
     )
     out_spec = dimension_numbers[2]
     for c, (start, n) in zip(spatial, crops):
@@ -378,6 +399,7 @@ def depthwise_conv(
             dimension_numbers=(lhs_spec, rhs_spec, lhs_spec),
             feature_group_count=in_ch,
             precision=PRECISION,
+            preferred_element_type=accumulation_dtype(x, w),
         )
     # Shifted multiply-add: out = sum_taps slice(pad(x), tap) * w[tap].
     if mult > 1:  # channel c*M+m reads input channel c
@@ -396,7 +418,7 @@ def depthwise_conv(
     out_shape = list(x.shape)
     for ax, o in zip(sp_axes, out_sz):
         out_shape[ax] = o
-    dtype = jnp.result_type(x, w)
+    dtype = accumulation_dtype(x, w) or jnp.result_type(x, w)  # reduced compute dtype: multiply-add in float32
     if 0 in out_sz:
         return jnp.zeros(out_shape, dtype)
     # lax calls only (no jnp indexing or operators): a 3x3 depthwise conv is
@@ -451,7 +473,7 @@ def max_pool(x, *, window: Sequence[int], strides: Sequence[int], padding, spati
     """Max over windows; padded positions never win (``lax.reduce_window``
     with ``-inf`` / the integer minimum as identity)."""
     dt = np.dtype(x.dtype)
-    init = np.array(-np.inf if dt.kind == "f" else np.iinfo(dt).min, dt)
+    init = np.array(-np.inf if jnp.issubdtype(dt, jnp.floating) else np.iinfo(dt).min, dt)
     return lax.reduce_window(
         x, init, lax.max, _window(x, spatial_axes, window), _window(x, spatial_axes, strides),
         _pads(x, spatial_axes, padding),
@@ -693,3 +715,54 @@ def tail_mask(shape, k: int):
         return None
     n = math.prod(shape)
     return (jnp.arange(n) >= jnp.asarray(n - n % k)).reshape(shape)
+
+
+def _iou_matrix(boxes):
+    y1 = jnp.minimum(boxes[:, 0], boxes[:, 2])
+    y2 = jnp.maximum(boxes[:, 0], boxes[:, 2])
+    x1 = jnp.minimum(boxes[:, 1], boxes[:, 3])
+    x2 = jnp.maximum(boxes[:, 1], boxes[:, 3])
+    area = (y2 - y1) * (x2 - x1)
+    iy = jnp.maximum(jnp.minimum(y2[:, None], y2[None]) - jnp.maximum(y1[:, None], y1[None]), 0)
+    ix = jnp.maximum(jnp.minimum(x2[:, None], x2[None]) - jnp.maximum(x1[:, None], x1[None]), 0)
+    inter = iy * ix
+    union = area[:, None] + area[None] - inter
+    ok = (area[:, None] > 0) & (area[None] > 0)
+    return jnp.where(ok, inter / jnp.where(ok, union, 1), 0)
+
+
+def nms(boxes, scores, max_out, iou_threshold, score_threshold, sigma, inclusive=False):
+    """Greedy (soft-)non-max suppression shared by TFLite NMS V4/V5, detection
+    post-processing and ONNX NonMaxSuppression (``non_max_suppression.cc``):
+    boxes ``[N, 4]`` as ``[y1, x1, y2, x2]`` (either corner order), scores ``[N]``.
+
+    Returns ``(indices int32 [max_out], scores [max_out], count int32)``;
+    ``inclusive`` keeps scores equal to the threshold (detection
+    post-processing's rule) instead of requiring them to exceed it."""
+    boxes = jnp.asarray(boxes)
+    scores = jnp.asarray(scores)
+    iou = _iou_matrix(boxes)
+    neg = jnp.asarray(-jnp.inf, scores.dtype)
+    above = (lambda v: v >= score_threshold) if inclusive else (lambda v: v > score_threshold)
+    cur = jnp.where(above(scores), scores, neg)
+    scale = -0.5 / sigma if sigma > 0 else 0.0
+
+    def step(k, st):
+        cur, idx, sc, n, done = st
+        i = jnp.argmax(cur)
+        s = cur[i]
+        take = (~done) & above(s)
+        idx = idx.at[k].set(jnp.where(take, i, 0).astype(jnp.int32))
+        sc = sc.at[k].set(jnp.where(take, s, 0).astype(sc.dtype))
+        n = n + take.astype(jnp.int32)
+        row = iou[i]
+        f = jnp.where(row <= iou_threshold, jnp.exp(scale * row * row), 0).astype(cur.dtype)
+        new = jnp.where(cur > neg, cur * f, neg)
+        new = jnp.where(above(new), new, neg).at[i].set(neg)
+        cur = jnp.where(take, new, cur)
+        return cur, idx, sc, n, done | ~take
+
+    init = (cur, jnp.zeros((max_out,), jnp.int32), jnp.zeros((max_out,), scores.dtype),
+            jnp.zeros((), jnp.int32), jnp.zeros((), bool))
+    _, idx, sc, n, _ = lax.fori_loop(0, max_out, step, init)
+    return idx, sc, n

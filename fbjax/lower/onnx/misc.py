@@ -8,7 +8,6 @@ import numpy as np
 
 from .. import kernels
 from ..registry import register
-from ..tflite.nms import nms as _greedy_nms
 from ._util import OP_SET, ints, require_concrete
 
 
@@ -73,7 +72,7 @@ def NonMaxSuppression(ctx, boxes, scores, max_output_boxes_per_class=None, iou_t
     3]`` with the selected triples first, in ONNX's order (batch, class,
     descending score), the rest -1, and the int32 number of selected
     triples)``, jittable and vmappable (a greedy selection per batch and
-    class, :func:`fbjax.lower.tflite.nms.nms`).
+    class, :func:`fbjax.lower.kernels.nms`).
     """
     if len(ctx.outputs) == 2:
         return _nms_padded(boxes, scores, max_output_boxes_per_class, iou_threshold, score_threshold, box_order)
@@ -121,7 +120,7 @@ def _nms_padded(boxes, scores, max_output_boxes_per_class, iou_threshold, score_
         return jnp.full((0, 3), -1, jnp.int32), jnp.zeros((), jnp.int32)
 
     def one(bx, sc):  # one batch and class: indices [per], count
-        idx, _, cnt = _greedy_nms(bx, sc, per, thr, sth, 0.0)
+        idx, _, cnt = kernels.nms(bx, sc, per, thr, sth, 0.0)
         return idx, cnt
 
     idx, cnt = jax.vmap(lambda bx, sc: jax.vmap(lambda c: one(bx, c))(sc))(b, s)  # [B, C, per], [B, C]

@@ -19,7 +19,7 @@ def _chan(v, ndim):
     return jnp.reshape(v, (1, -1) + (1,) * (ndim - 2))
 
 
-@register(OP_SET, "BatchNormalization")
+@register(OP_SET, "BatchNormalization", full_precision=True)
 def BatchNormalization(ctx, X, scale, B, input_mean, input_var, *, epsilon=0.0):
     """ONNX ``BatchNormalization`` (inference): ``(x - mean) / sqrt(var + eps) * scale + B`` on axis 1."""
     X = jnp.asarray(X)
@@ -28,7 +28,7 @@ def BatchNormalization(ctx, X, scale, B, input_mean, input_var, *, epsilon=0.0):
     return (X - _chan(input_mean, nd)) * inv * _chan(scale, nd) + _chan(B, nd)
 
 
-@register(OP_SET, "InstanceNormalization")
+@register(OP_SET, "InstanceNormalization", full_precision=True)
 def InstanceNormalization(ctx, input, scale, B, *, epsilon=0.0):
     """ONNX ``InstanceNormalization``: per (N, C) mean/variance over spatial dims."""
     X = jnp.asarray(input)
@@ -39,7 +39,7 @@ def InstanceNormalization(ctx, input, scale, B, *, epsilon=0.0):
     return y * _chan(scale, X.ndim) + _chan(B, X.ndim)
 
 
-@register(OP_SET, "LayerNormalization", batch=batch_rules.onnx_axis)
+@register(OP_SET, "LayerNormalization", batch=batch_rules.onnx_axis, full_precision=True)
 def LayerNormalization(ctx, X, Scale, B=None, *, axis=0, epsilon=0.0):
     """ONNX ``LayerNormalization`` over dims ``axis..rank-1``.
 
@@ -71,7 +71,7 @@ def _shifted(x, a):
     return d, jnp.exp(jnp.where(d > 0, jnp.zeros((), d.dtype), d))
 
 
-@register(OP_SET, "Softmax", reads_input_twice=True, batch=batch_rules.onnx_axis)
+@register(OP_SET, "Softmax", reads_input_twice=True, batch=batch_rules.onnx_axis, full_precision=True)
 def Softmax(ctx, input, *, axis=0):
     """ONNX ``Softmax`` along ``axis`` (schema default 0; rten-convert 0.22 writes
     a missing ONNX axis as 0). float32 in and out; ``exp(x - max) / sum``."""
@@ -80,7 +80,7 @@ def Softmax(ctx, input, *, axis=0):
     return e / jnp.sum(e, axis=norm_axis(axis, x.ndim, ctx), keepdims=True)
 
 
-@register(OP_SET, "LogSoftmax", reads_input_twice=True, batch=batch_rules.onnx_axis)
+@register(OP_SET, "LogSoftmax", reads_input_twice=True, batch=batch_rules.onnx_axis, full_precision=True)
 def LogSoftmax(ctx, input, *, axis=0):
     """ONNX ``LogSoftmax`` along ``axis`` (schema default 0, as Softmax):
     ``x - max - log(sum(exp(x - max)))``."""

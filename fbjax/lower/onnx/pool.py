@@ -60,13 +60,13 @@ def MaxPool(ctx, X, *, kernel_size=(), auto_pad="Same", pads=None, strides=None,
     if not (len(ctx.outputs) > 1 and ctx.outputs[1] is not None):
         if kernels.use_shifted_window(getattr(ctx, "backend", None), k):
             dt = np.dtype(X.dtype)
-            lowest = np.array(-np.inf if dt.kind == "f" else np.iinfo(dt).min, dt)
+            lowest = np.array(-np.inf if jnp.issubdtype(dt, jnp.floating) else np.iinfo(dt).min, dt)
             return kernels.shifted_window_reduce(X, lowest, jnp.maximum, window=k, strides=s, padding=full,
                                                  spatial_axes=range(2, X.ndim))
         return kernels.max_pool(X, window=k, strides=s, padding=full, spatial_axes=range(2, X.ndim))
     idx = jnp.arange(X.size, dtype=jnp.int32).reshape(X.shape)
     dt = np.dtype(X.dtype)
-    lowest = np.array(-np.inf if dt.kind == "f" else np.iinfo(dt).min, dt)
+    lowest = np.array(-np.inf if jnp.issubdtype(dt, jnp.floating) else np.iinfo(dt).min, dt)
 
     def pick(a, b):
         (av, ai), (bv, bi) = a, b
@@ -78,7 +78,7 @@ def MaxPool(ctx, X, *, kernel_size=(), auto_pad="Same", pads=None, strides=None,
     return vals, inds
 
 
-@register(OP_SET, "AveragePool")
+@register(OP_SET, "AveragePool", full_precision=True)
 def AveragePool(ctx, X, *, kernel_size=(), auto_pad="Same", pads=None, strides=None, count_include_pad=False,
                 ceil_mode=False):
     """ONNX ``AveragePool`` (1-D/2-D). See the module docstring for the divisor."""
@@ -104,7 +104,7 @@ def AveragePool(ctx, X, *, kernel_size=(), auto_pad="Same", pads=None, strides=N
     return total / np.maximum(count, 1).astype(dt)
 
 
-@register(OP_SET, "GlobalAveragePool")
+@register(OP_SET, "GlobalAveragePool", full_precision=True)
 def GlobalAveragePool(ctx, X):
     """ONNX ``GlobalAveragePool``: mean over all spatial dims, kept as size 1."""
     X = jnp.asarray(X)

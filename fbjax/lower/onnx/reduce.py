@@ -28,7 +28,7 @@ def _reduce(name, fn, doc):
     op.__name__ = op.__qualname__ = name
     op.__doc__ = (f"ONNX ``{name}``: {doc} over ``axes`` (attribute or constant second input; all "
                   "axes when empty), keeping them as size 1 when ``keep_dims``.")
-    register(OP_SET, name, static_inputs=(1,), batch=batch_rules.onnx_reduce)(op)
+    register(OP_SET, name, static_inputs=(1,), batch=batch_rules.onnx_reduce, full_precision=True)(op)
 
 
 _reduce("ReduceSum", lambda x, a, k: jnp.sum(x, a, keepdims=k), "sum")
@@ -39,7 +39,7 @@ def _extreme(fn, big: bool):
     def f(x, a, k):
         if any(x.shape[i] == 0 for i in a):  # empty set: the identity (inf / integer limit)
             dt = np.dtype(x.dtype)
-            init = (np.inf if big else -np.inf) if dt.kind == "f" else (np.iinfo(dt).max if big else np.iinfo(dt).min)
+            init = (np.inf if big else -np.inf) if jnp.issubdtype(dt, jnp.floating) else (np.iinfo(dt).max if big else np.iinfo(dt).min)
             return fn(x, a, keepdims=k, initial=np.array(init, dt))
         return fn(x, a, keepdims=k)
     return f
@@ -71,7 +71,7 @@ _arg("ArgMax", jnp.argmax)
 _arg("ArgMin", jnp.argmin)
 
 
-@register(OP_SET, "CumSum", static_inputs=(1,), batch=batch_rules.onnx_cumsum)
+@register(OP_SET, "CumSum", static_inputs=(1,), batch=batch_rules.onnx_cumsum, full_precision=True)
 def CumSum(ctx, x, axis):
     """ONNX ``CumSum`` along the constant ``axis`` input (inclusive, forward only:
     rten-convert rejects ``exclusive``/``reverse``)."""

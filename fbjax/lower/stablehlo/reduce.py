@@ -109,7 +109,7 @@ def _body(ctx, computation: int):
     return fn
 
 
-@register(OP_SET, "stablehlo.reduce", batch=batch_rules.hlo_dimensions, scalar_regions=("computation",))
+@register(OP_SET, "stablehlo.reduce", batch=batch_rules.hlo_dimensions, scalar_regions=("computation",), full_precision=True)
 def reduce(ctx, *args, dimensions=(), computation=-1):
     """``stablehlo.reduce``: reduces N operands over ``dimensions`` with the
     body graph ``computation`` (accumulators first), starting from N scalar
@@ -138,7 +138,7 @@ def reduce(ctx, *args, dimensions=(), computation=-1):
     return list(lax.reduce(tuple(operands), tuple(inits), _body(ctx, computation), dims))
 
 
-@register(OP_SET, "stablehlo.reduce_window", batch=batch_rules.hlo_reduce_window, scalar_regions=("computation",))
+@register(OP_SET, "stablehlo.reduce_window", batch=batch_rules.hlo_reduce_window, scalar_regions=("computation",), full_precision=True)
 def reduce_window(ctx, *args, window_dimensions=(), window_strides=None, base_dilations=None,
                   window_dilations=None, padding=None, computation=-1):
     """``stablehlo.reduce_window``: windowed reduction of N operands with the

@@ -142,7 +142,7 @@ def GELU(ctx, x, *, approximate=False):
     return jax.nn.gelu(jnp.asarray(x), approximate=bool(approximate))
 
 
-@register("tflite", "SOFTMAX", reads_input_twice=True, batch=batch_rules.tflite_axis_attr)
+@register("tflite", "SOFTMAX", reads_input_twice=True, batch=batch_rules.tflite_axis_attr, full_precision=True)
 def SOFTMAX(ctx, x, *, beta=1.0):
     """TFLite SOFTMAX: ``softmax(beta * x)`` over the last axis, float."""
     require_unquantized(ctx, "SOFTMAX")
@@ -150,7 +150,7 @@ def SOFTMAX(ctx, x, *, beta=1.0):
     return jax.nn.softmax(x * jnp.asarray(beta, x.dtype), axis=-1)
 
 
-@register("tflite", "LOG_SOFTMAX", reads_input_twice=True, batch=batch_rules.tflite_axis_attr)
+@register("tflite", "LOG_SOFTMAX", reads_input_twice=True, batch=batch_rules.tflite_axis_attr, full_precision=True)
 def LOG_SOFTMAX(ctx, x):
     """TFLite LOG_SOFTMAX over the last axis, float."""
     require_unquantized(ctx, "LOG_SOFTMAX")

@@ -16,54 +16,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from ..kernels import nms
 from ..registry import register
-
-
-def _iou_matrix(boxes):
-    y1 = jnp.minimum(boxes[:, 0], boxes[:, 2])
-    y2 = jnp.maximum(boxes[:, 0], boxes[:, 2])
-    x1 = jnp.minimum(boxes[:, 1], boxes[:, 3])
-    x2 = jnp.maximum(boxes[:, 1], boxes[:, 3])
-    area = (y2 - y1) * (x2 - x1)
-    iy = jnp.maximum(jnp.minimum(y2[:, None], y2[None]) - jnp.maximum(y1[:, None], y1[None]), 0)
-    ix = jnp.maximum(jnp.minimum(x2[:, None], x2[None]) - jnp.maximum(x1[:, None], x1[None]), 0)
-    inter = iy * ix
-    union = area[:, None] + area[None] - inter
-    ok = (area[:, None] > 0) & (area[None] > 0)
-    return jnp.where(ok, inter / jnp.where(ok, union, 1), 0)
-
-
-def nms(boxes, scores, max_out, iou_threshold, score_threshold, sigma, inclusive=False):
-    """Returns ``(indices int32 [max_out], scores [max_out], count int32)``;
-    ``inclusive`` keeps scores equal to the threshold (detection
-    post-processing's rule) instead of requiring them to exceed it."""
-    boxes = jnp.asarray(boxes)
-    scores = jnp.asarray(scores)
-    iou = _iou_matrix(boxes)
-    neg = jnp.asarray(-jnp.inf, scores.dtype)
-    above = (lambda v: v >= score_threshold) if inclusive else (lambda v: v > score_threshold)
-    cur = jnp.where(above(scores), scores, neg)
-    scale = -0.5 / sigma if sigma > 0 else 0.0
-
-    def step(k, st):
-        cur, idx, sc, n, done = st
-        i = jnp.argmax(cur)
-        s = cur[i]
-        take = (~done) & above(s)
-        idx = idx.at[k].set(jnp.where(take, i, 0).astype(jnp.int32))
-        sc = sc.at[k].set(jnp.where(take, s, 0).astype(sc.dtype))
-        n = n + take.astype(jnp.int32)
-        row = iou[i]
-        f = jnp.where(row <= iou_threshold, jnp.exp(scale * row * row), 0).astype(cur.dtype)
-        new = jnp.where(cur > neg, cur * f, neg)
-        new = jnp.where(above(new), new, neg).at[i].set(neg)
-        cur = jnp.where(take, new, cur)
-        return cur, idx, sc, n, done | ~take
-
-    init = (cur, jnp.zeros((max_out,), jnp.int32), jnp.zeros((max_out,), scores.dtype),
-            jnp.zeros((), jnp.int32), jnp.zeros((), bool))
-    _, idx, sc, n, _ = lax.fori_loop(0, max_out, step, init)
-    return idx, sc, n
 
 
 def _scalar(v):

@@ -37,10 +37,10 @@ def BATCH_MATMUL(ctx, x, y, *, adj_x=False, adj_y=False, asymmetric_quantize_inp
         x = jnp.swapaxes(x, -1, -2)
     if adj_y:
         y = jnp.swapaxes(y, -1, -2)
-    return jnp.matmul(x, y, precision=kernels.PRECISION)
+    return jnp.matmul(x, y, precision=kernels.PRECISION, preferred_element_type=kernels.accumulation_dtype(x, y))
 
 
-@register("tflite", "L2_NORMALIZATION")
+@register("tflite", "L2_NORMALIZATION", full_precision=True)
 def L2_NORMALIZATION(ctx, x, *, fused_activation_function="NONE"):
     """TFLite L2_NORMALIZATION over the last axis:
     ``x / max(sqrt(sum(x^2)), 1e-6)``."""
@@ -50,7 +50,7 @@ def L2_NORMALIZATION(ctx, x, *, fused_activation_function="NONE"):
     return apply_fused(ctx, x / jnp.maximum(n, jnp.asarray(1e-6, x.dtype)), fused_activation_function)
 
 
-@register("tflite", "LOCAL_RESPONSE_NORMALIZATION")
+@register("tflite", "LOCAL_RESPONSE_NORMALIZATION", full_precision=True)
 def LOCAL_RESPONSE_NORMALIZATION(ctx, x, *, radius=0, bias=0.0, alpha=0.0, beta=0.0):
     """TFLite LOCAL_RESPONSE_NORMALIZATION over the last (channel) axis:
     ``x / (bias + alpha * sum_{|d| <= radius} x[c + d]^2) ** beta``."""
@@ -65,7 +65,7 @@ def LOCAL_RESPONSE_NORMALIZATION(ctx, x, *, radius=0, bias=0.0, alpha=0.0, beta=
     return x / jnp.power(jnp.asarray(bias, dt) + jnp.asarray(alpha, dt) * s, jnp.asarray(beta, dt))
 
 
-@register("tflite", "L2_POOL_2D")
+@register("tflite", "L2_POOL_2D", full_precision=True)
 def L2_POOL_2D(ctx, x, *, padding="SAME", stride_w=1, stride_h=1, filter_width=1, filter_height=1,
                fused_activation_function="NONE"):
     """TFLite L2_POOL_2D, NHWC: ``sqrt(mean of x^2)`` over each window, the
@@ -87,7 +87,7 @@ def _transpose_conv(ctx, output_shape, w, x, b, padding, strides, spec, act):
     ks = [w.shape[spec[1].index(c)] for c in spec[0][1:1 + nsp]]
     pads = _pads(ctx, padding, osp, ks, strides)
     y = kernels.conv_transpose(x, w, strides=strides, padding=pads, output_sizes=osp,
-                               dimension_numbers=spec)
+                               dimension_numbers=spec, backend=getattr(ctx, "backend", None))
     if b is not None:
         y = y + b
     return apply_fused(ctx, y, act)

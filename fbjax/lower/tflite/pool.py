@@ -33,7 +33,7 @@ def MAX_POOL_2D(ctx, x, *, padding="SAME", stride_w=1, stride_h=1, filter_width=
     return apply_fused(ctx, kernels.max_pool(x, **g), fused_activation_function)
 
 
-@register("tflite", "AVERAGE_POOL_2D")
+@register("tflite", "AVERAGE_POOL_2D", full_precision=True)
 def AVERAGE_POOL_2D(ctx, x, *, padding="SAME", stride_w=1, stride_h=1, filter_width=1, filter_height=1,
                     fused_activation_function="NONE"):
     """TFLite AVERAGE_POOL_2D (``reference_ops::AveragePool``): NHWC mean over

@@ -24,7 +24,7 @@ def _axes(ctx, axis, rank):
     return tuple(sorted(out))
 
 
-@register("tflite", "MEAN", static_inputs=(1,), batch=batch_rules.tflite_reduce)
+@register("tflite", "MEAN", static_inputs=(1,), batch=batch_rules.tflite_reduce, full_precision=True)
 def MEAN(ctx, x, axis, *, keep_dims=False):
     """TFLite MEAN (``kernels/reduce.cc``): mean over the static ``axis``
     tensor (negative axes count from the end, duplicates ignored), keeping
@@ -57,18 +57,18 @@ def _extreme(ctx, fn, x, axis, keep_dims, lowest: bool):
     axes = _axes(ctx, axis, x.ndim)
     if any(x.shape[a] == 0 for a in axes):
         dt = np.dtype(x.dtype)
-        info = np.finfo(dt) if dt.kind == "f" else np.iinfo(dt)
+        info = jnp.finfo(dt) if jnp.issubdtype(dt, jnp.floating) else np.iinfo(dt)
         return fn(x, axis=axes, keepdims=bool(keep_dims), initial=np.array(info.min if lowest else info.max, dt))
     return fn(x, axis=axes, keepdims=bool(keep_dims))
 
 
-@register("tflite", "SUM", static_inputs=(1,), batch=batch_rules.tflite_reduce)
+@register("tflite", "SUM", static_inputs=(1,), batch=batch_rules.tflite_reduce, full_precision=True)
 def SUM(ctx, x, axis, *, keep_dims=False):
     """TFLite SUM over the static ``axis`` tensor (see :func:`MEAN` for axes)."""
     return _reduce(ctx, jnp.sum, x, axis, keep_dims, dtype=jnp.asarray(x).dtype)
 
 
-@register("tflite", "REDUCE_PROD", static_inputs=(1,), batch=batch_rules.tflite_reduce)
+@register("tflite", "REDUCE_PROD", static_inputs=(1,), batch=batch_rules.tflite_reduce, full_precision=True)
 def REDUCE_PROD(ctx, x, axis, *, keep_dims=False):
     """TFLite REDUCE_PROD: product over ``axis``."""
     return _reduce(ctx, jnp.prod, x, axis, keep_dims, dtype=jnp.asarray(x).dtype)

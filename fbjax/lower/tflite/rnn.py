@@ -49,7 +49,8 @@ def activation(ctx, x, name):
 
 
 def _mm(x, w):  # x [B, K] @ w[N, K]^T
-    return lax.dot_general(x, w, (((1,), (1,)), ((), ())), precision=kernels.PRECISION)
+    return lax.dot_general(x, w, (((1,), (1,)), ((), ())), precision=kernels.PRECISION,
+                           preferred_element_type=kernels.accumulation_dtype(x, w))
 
 
 def _ln(x, coef):

@@ -1,0 +1,222 @@
+"""Cold first-call time of fbjax models, each in a fresh process with an empty cache.
+
+    python benchmarks/compile_time.py [--only SUBSTR] [--json out.json] [--md out.md]
+    python benchmarks/compile_time.py --hlo      # StableHLO size per op family instead
+
+For every float model in ``../shared/models/tflite``, the quantized fixtures
+in ``tests/data/quant/models`` and ``tests/data/quant_aeq``, and the first
+``jax.jit(jax.grad(loss))`` step of ``mediapipe_hand_landmark_lite``, a child
+process (``FBJAX_CACHE_DIR`` pointing at a new empty directory, so neither
+JAX's persistent compilation cache nor fbjax's trace cache holds anything)
+times ``fbjax.load`` + the first call, split with JAX's own monitoring
+events into tracing (jaxpr), lowering to StableHLO and XLA's backend
+compile; the rest (parsing, building, running) is ``other``. It also
+records the StableHLO size (ops in the lowered module) of the program.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHARED = os.path.join(ROOT, "..", "shared", "models", "tflite")
+
+_CHILD = r"""
+import json, sys, time
+t0 = time.perf_counter()
+import jax, numpy as np
+import jax.monitoring as mon
+import fbjax
+from fbjax.bench import _inputs
+dur = {}
+def listen(event, secs, **kw):
+    dur[event] = dur.get(event, 0.0) + secs
+mon.register_event_duration_secs_listener(listen)
+t_import = time.perf_counter() - t0
+path, kind = sys.argv[1], sys.argv[2]
+t1 = time.perf_counter()
+m = fbjax.load(path)
+t_load = time.perf_counter() - t1
+xs = _inputs(m.inputs)
+t2 = time.perf_counter()
+if kind == "grad":
+    import jax.numpy as jnp
+    def loss(p):
+        out = m.apply(p, *xs)
+        out = out if isinstance(out, tuple) else (out,)
+        return sum(jnp.mean(jnp.square(o.astype(jnp.float32))) for o in out)
+    jax.block_until_ready(jax.jit(jax.grad(loss))(m.params))
+else:
+    jax.block_until_ready(m(*xs))
+t_call = time.perf_counter() - t2
+ev = lambda k: sum(v for e, v in dur.items() if e.endswith(k))
+rec = {"first_call_s": t_load + t_call, "load_s": t_load, "call_s": t_call,
+       "trace_s": ev("jaxpr_trace_duration"), "lower_s": ev("jaxpr_to_mlir_module_duration"),
+       "compile_s": ev("backend_compile_duration"), "import_s": t_import}
+print(json.dumps(rec))
+"""
+
+
+def hlo_by_family(path: str) -> tuple:
+    """(total, Counter op name -> StableHLO ops, Counter op name -> nodes) of the
+    lowered ``Model.apply`` program of ``path`` (the file's quantized mode:
+    integer kernels): each node's lowering runs under ``jax.named_scope``
+    so its StableHLO ops carry the op's name in their locations; ``(none)``
+    counts ops outside every node (parameter casts, output tuples)."""
+    import collections
+    import dataclasses
+    import re
+
+    import jax
+    import numpy as np
+
+    from fbjax.formats import read_model
+    from fbjax.lower.build import build
+    from fbjax.lower.registry import LOWERINGS
+    from fbjax.model import _needs_x64
+    from fbjax.quantization import prepare
+
+    class Scoped:
+        def get(self, op_set, name):
+            od = LOWERINGS.get(op_set, name)
+            if od is None:
+                return None
+            fn = od.fn
+
+            def scoped(ctx, *a, **k):
+                with jax.named_scope(f"OP_{name}"):
+                    return fn(ctx, *a, **k)
+            return dataclasses.replace(od, fn=scoped)
+
+        def __getattr__(self, k):
+            return getattr(LOWERINGS, k)
+
+    ir = read_model(path, None)
+    prepare(ir, "exact")
+    prog = build(ir)
+    prog.registry = Scoped()
+    xs = [np.zeros([1 if d is None else d for d in v.shape], v.dtype) for v in ir.main_graph.inputs]
+    with jax.enable_x64(_needs_x64(ir)):
+        txt = jax.jit(prog.apply).lower(prog.params, *xs).as_text(debug_info=True)
+    locs = {}
+    for line in txt.splitlines():
+        m = re.match(r"(#loc\d+) = loc\((.*)\)$", line.strip())
+        if m:
+            locs[m.group(1)] = m.group(2)
+
+    def family(ref, depth=0):
+        v = locs.get(ref, "")
+        m = re.search(r"OP_([A-Za-z0-9_.]+)", v)
+        if m or depth > 8:
+            return m.group(1) if m else None
+        for r in re.findall(r"#loc\d+", v):
+            f = family(r, depth + 1)
+            if f:
+                return f
+        return None
+
+    count = collections.Counter()
+    for line in txt.splitlines():
+        t = line.strip()
+        if t.startswith("#") or "stablehlo." not in t or " = " not in t:
+            continue
+        m = re.search(r"OP_([A-Za-z0-9_.]+)", t)
+        r = re.search(r"loc\((#loc\d+)\)\s*$", t)
+        count[(m.group(1) if m else family(r.group(1)) if r else None) or "(none)"] += 1
+    nodes = collections.Counter(n.op_name for n in ir.main_graph.nodes)
+    return sum(count.values()), count, nodes
+
+
+def hlo_table(paths) -> str:
+    lines = ["| model | nodes | StableHLO ops | ops/node | largest families (ops / nodes) |", "|---|---|---|---|---|"]
+    for p in paths:
+        total, count, nodes = hlo_by_family(p)
+        n = sum(nodes.values())
+        top = ", ".join(f"{k} {v}/{nodes.get(k, 0)}" for k, v in count.most_common(4))
+        lines.append(f"| {os.path.basename(p)[:-7]} | {n} | {total} | {total / max(n, 1):.1f} | {top} |")
+        print(lines[-1], flush=True)
+    return "\n".join(lines)
+
+
+def cases(only=None):
+    out = []
+    for p in sorted(glob.glob(os.path.join(SHARED, "*.tflite"))):
+        out.append((os.path.basename(p)[:-7], p, "float", "call"))
+    for p in sorted(glob.glob(os.path.join(ROOT, "tests/data/quant/models/*.tflite"))
+                    + glob.glob(os.path.join(ROOT, "tests/data/quant_aeq/*.tflite"))):
+        out.append((os.path.basename(p)[:-7], p, "quantized", "call"))
+    hl = os.path.join(SHARED, "mediapipe_hand_landmark_lite.tflite")
+    if os.path.exists(hl):
+        out.append(("mediapipe_hand_landmark_lite (grad step)", hl, "grad", "grad"))
+    return [c for c in out if not only or any(o in c[0] for o in only)]
+
+
+def run_one(path, kind, timeout=600):
+    with tempfile.TemporaryDirectory() as d:
+        env = dict(os.environ, FBJAX_CACHE_DIR=os.path.join(d, "jax"), PYTHONPATH=ROOT)
+        env.pop("FBJAX_NO_CACHE", None)
+        env.pop("JAX_COMPILATION_CACHE_DIR", None)
+        p = subprocess.run([sys.executable, "-c", _CHILD, path, kind], env=env, capture_output=True,
+                           text=True, timeout=timeout)
+    if p.returncode != 0:
+        return {"error": p.stderr.strip()[-500:]}
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--only", nargs="*", help="substrings of model names")
+    ap.add_argument("--repeat", type=int, default=1, help="fresh processes per model (the minimum is kept)")
+    ap.add_argument("--json", help="write the records here")
+    ap.add_argument("--md", help="write the markdown table here")
+    ap.add_argument("--hlo", action="store_true", help="instead: StableHLO size per op family (in this process)")
+    a = ap.parse_args(argv)
+    if a.hlo:
+        sys.path.insert(0, ROOT)
+        paths = [c[1] for c in cases(a.only) if c[3] == "call"]
+        print("| model | nodes | StableHLO ops | ops/node | largest families (ops / nodes) |\n|---|---|---|---|---|")
+        md = hlo_table(paths)
+        if a.md:
+            with open(a.md, "w") as f:
+                f.write(md + "\n")
+        return
+    rows = []
+    with open("/proc/loadavg") as f:
+        load0 = f.read().split()[0]
+    for name, path, group, kind in cases(a.only):
+        recs = [run_one(path, kind) for _ in range(a.repeat)]
+        ok = [r for r in recs if "error" not in r]
+        rec = min(ok, key=lambda r: r["first_call_s"]) if ok else recs[0]
+        rec.update(model=name, group=group)
+        rows.append(rec)
+        print(json.dumps(rec), flush=True)
+    with open("/proc/loadavg") as f:
+        load1 = f.read().split()[0]
+    lines = ["| model | group | first call s | load s | trace s | lower s | XLA compile s |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['model']} | {r['group']} | error: {r['error'][-80:]} | | | | |")
+            continue
+        lines.append(f"| {r['model']} | {r['group']} | {r['first_call_s']:.2f} | {r['load_s']:.2f} | "
+                     f"{r['trace_s']:.2f} | {r['lower_s']:.2f} | {r['compile_s']:.2f} |")
+    lines.append(f"\nload average {load0} -> {load1} (1 min); command: python benchmarks/compile_time.py"
+                 + (f" --only {' '.join(a.only)}" if a.only else "") + f" --repeat {a.repeat}")
+    md = "\n".join(lines)
+    print(md)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    if a.md:
+        with open(a.md, "w") as f:
+            f.write(md + "\n")
+
+
+if __name__ == "__main__":
+    main()
