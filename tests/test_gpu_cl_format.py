@@ -492,3 +492,19 @@ def test_bundled_sample_is_the_shared_file():
     import fbjax.data
 
     assert Path(fbjax.data.SINE_GPU_CL).read_bytes() == (GPU / "tflm_sine_float.F32.BUFFER.bin").read_bytes()
+
+
+@pytest.mark.parametrize("f", ["mediapipe_hand_recrop.F32.API.bin"])
+def test_compute_in_float16_as_the_device_can(f):
+    """``compute_dtype="float16"`` (the delegate's F16 precision) on a .bin:
+    every output within :func:`fbjax.precision.error_bound` of the float32
+    run for its depth in the graph (``fbjax.precision.compare``, the same
+    check the shared .tflite models get), and float32 outputs."""
+    from fbjax import precision
+
+    res = precision.compare(GPU / f, ("float16",))["float16"]
+    assert res["ok"], res
+    assert all(err <= bound for _, err, _, bound in res["outputs"]), res["outputs"]
+    m = fbjax.load(GPU / f, compute_dtype="float16")
+    out = m(*_inputs(GPU / f, [(s.name, s.shape) for s in m.inputs]))
+    assert all(np.asarray(o).dtype == np.float32 for o in (out if isinstance(out, tuple) else (out,)))
