@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
 import operator
 import os
 import warnings
@@ -735,39 +733,13 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
     path = None if isinstance(source, (bytes, bytearray, memoryview)) else os.fspath(source)
     # what loading this file again with another batch needs (fbjax.infer, the chunks below)
     load_kwargs = dict(options.as_kwargs(), constant_inputs=constant_inputs)
-    chunks = None
-    if options.rewrites_batch and options.batch_size is not None:  # CPU: a large batch runs in cache-sized chunks
-        def chunks(model):
-            return run.select_chunks(model.program, model.inputs, model.outputs,
-                                     lambda k: load(source, **dict(load_kwargs, batch_size=k)), options.batch_size)
-    model = Model(ir, program, path, chunks=chunks,
-                  trace_base=lambda prog: _trace_base(prog, source, options, constant_inputs))
+    def chunks(model):  # CPU: a large fixed batch runs in cache-sized chunks (fbjax.run.chunked)
+        return run.select_chunks(model.program, model.inputs, model.outputs,
+                                 lambda k: load(source, **dict(load_kwargs, batch_size=k)), options.batch_size)
+
+    fixed_batch = options.rewrites_batch and options.batch_size is not None
+    model = Model(ir, program, path, chunks=chunks if fixed_batch else None,
+                  trace_base=lambda prog: run.trace_base(prog, source, options, constant_inputs))
     model.input_quantization, model.output_quantization = file_quant
     model._load_kwargs = load_kwargs
     return model
-
-
-def _trace_base(program: Program, source, options: LoadOptions, constant_inputs=None) -> Optional[tuple]:
-    """The key under which the CPU inference path may keep its traced
-    program in fbjax's cache (:func:`fbjax.cache.trace_cache_dir`):
-    ``(model digest, load options)`` when the model's input shapes are
-    static and every lowering it uses is fbjax's own (a user's custom op
-    could change without fbjax's code changing); else None."""
-    if cache.trace_cache_dir() is None:
-        return None
-    if any(v.shape is None or None in v.shape for v in program.model.main_graph.inputs):
-        return None
-    for node in program.model.iter_nodes():
-        od = program.registry.get(node.op_set, node.op_name)
-        if od is None or not getattr(od.fn, "__module__", "").startswith("fbjax."):
-            return None
-    digest = cache.source_digest(source)
-    if digest is None:
-        return None
-    key = tuple(map(repr, dataclasses.astuple(options)))
-    if constant_inputs:  # the bound values key the trace too
-        bound = tuple((k, np.asarray(v).dtype.str, np.shape(v),
-                       hashlib.sha256(np.ascontiguousarray(v).tobytes()).hexdigest())
-                      for k, v in sorted(constant_inputs.items()))
-        key += (repr(bound),)
-    return digest, key

@@ -30,9 +30,9 @@ from ..lower.inference import worth_preparing
 from .chunked import ChunkedCall, select_chunks
 from .cpu_prepared import CpuPrepared
 from .jit import Jit, Stateful, leaves_getter
-from .trace_cache import TraceCached
+from .trace_cache import TraceCached, trace_base
 
-__all__ = ["select", "Jit", "Stateful", "CpuPrepared", "TraceCached", "ChunkedCall", "select_chunks", "leaves_getter", "KINDS"]
+__all__ = ["select", "Jit", "Stateful", "CpuPrepared", "TraceCached", "ChunkedCall", "select_chunks", "trace_base", "leaves_getter", "KINDS"]
 
 #: the executor names, in the order :func:`select` considers them
 KINDS = ("stateful", "chunked", "trace_cache", "cpu_prepared", "jit")

@@ -8,13 +8,18 @@ exports it and stores it there; later processes skip tracing the graph.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+from typing import Optional
+
 import jax
+import numpy as np
 from jax import export
 
 from .. import cache
 from .cpu_prepared import CpuPrepared
 
-__all__ = ["TraceCached"]
+__all__ = ["TraceCached", "trace_base"]
 
 
 class TraceCached(CpuPrepared):
@@ -77,3 +82,32 @@ class TraceCached(CpuPrepared):
             except (TypeError, ValueError):  # other shapes/dtypes than the cached program's: trace them
                 self._call = self.jitted
         return self.jitted(*args, *inputs)
+
+
+def trace_base(program, source, options, constant_inputs=None) -> Optional[tuple]:
+    """The key under which :class:`TraceCached` may keep the traced
+    program of the model read from ``source`` (a path or bytes) in fbjax's
+    cache (:func:`fbjax.cache.trace_cache_dir`): ``(model digest, load
+    options)`` (``options``: the :class:`~fbjax.options.LoadOptions`; the
+    values of ``constant_inputs``, ``{name: array}``, key it too) when the
+    cache is on, the model's input shapes are static and every lowering it
+    uses is fbjax's own (a user's custom op could change without fbjax's
+    code changing); else None."""
+    if cache.trace_cache_dir() is None:
+        return None
+    if any(v.shape is None or None in v.shape for v in program.model.main_graph.inputs):
+        return None
+    for node in program.model.iter_nodes():
+        od = program.registry.get(node.op_set, node.op_name)
+        if od is None or not getattr(od.fn, "__module__", "").startswith("fbjax."):
+            return None
+    digest = cache.source_digest(source)
+    if digest is None:
+        return None
+    key = tuple(map(repr, dataclasses.astuple(options)))
+    if constant_inputs:  # the bound values key the trace too
+        bound = tuple((k, np.asarray(v).dtype.str, np.shape(v),
+                       hashlib.sha256(np.ascontiguousarray(v).tobytes()).hexdigest())
+                      for k, v in sorted(constant_inputs.items()))
+        key += (repr(bound),)
+    return digest, key
