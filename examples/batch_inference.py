@@ -83,7 +83,7 @@ def main(argv=None) -> int:
     ap.add_argument("--batch-size", type=int, help="examples per step (default 8 per device)")
     ap.add_argument("--host-devices", metavar="N,M,...",
                     help="CPU: run once per forced host-device count and compare")
-    ap.add_argument("--no-progress", action="store_true")
+    ap.add_argument("--no-progress", action="store_true", help="no progress bar")
     ap.add_argument("--json", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if not args.host_devices:

@@ -68,14 +68,14 @@ HEAD = ["segment/*", "conv2d_41/*", "conv2d_42/*", "depthwise_conv2d_10/*"]
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", help="path to mediapipe_selfie_segmentation.tflite (default: the bundled copy)")
-    ap.add_argument("--steps", type=int, default=300)
-    ap.add_argument("--batch", type=int, default=2)
-    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--steps", type=int, default=300, help="Adam steps (default 300; e.g. 3 for a quick check)")
+    ap.add_argument("--batch", type=int, default=2, help="examples per step (default 2)")
+    ap.add_argument("--lr", type=float, default=3e-3, help="Adam learning rate (default 3e-3)")
     ap.add_argument("--eval", type=int, default=8, help="held-out examples for the before/after loss")
     ap.add_argument("--train", action="append", metavar="GLOB",
                     help=f"tensor-name glob of the weights to train (repeatable; default {HEAD})")
-    ap.add_argument("--out-dir", default="finetune_out")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out-dir", default="finetune_out", help="where loss.png and finetuned.tflite go (default finetune_out)")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the synthetic data (default 0)")
     args = ap.parse_args(argv)
 
     import jax

@@ -51,9 +51,9 @@ def batch(rng, n):
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--steps", type=int, default=150)
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--steps", type=int, default=150, help="Adam steps (default 150; e.g. 3 for a quick check)")
+    ap.add_argument("--batch", type=int, default=8, help="sequences per step (default 8)")
+    ap.add_argument("--lr", type=float, default=3e-3, help="Adam learning rate (default 3e-3)")
     ap.add_argument("--plot", default=None, metavar="PNG", help="write the loss curve here")
     args = ap.parse_args()
 
@@ -112,7 +112,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "tuned.tflite")
         model.save(path, {k: np.asarray(v) for k, v in params.items()})
-        print(f"saved {os.path.getsize(path)} bytes")
+        print(f"saved the tuned model ({os.path.getsize(path)} bytes, in a temporary folder)")
         try:
             from ai_edge_litert import interpreter as litert
         except ImportError:

@@ -34,10 +34,11 @@ DEFAULT = os.path.join(HERE, "..", "tests", "data", "llm", "llama_f32.tflite")
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("model", nargs="?", default=DEFAULT)
+    ap.add_argument("model", nargs="?", default=DEFAULT,
+                    help="a .tflite with prefill_N and decode signatures (default: tests/data/llm/llama_f32.tflite)")
     ap.add_argument("--prompt", action="append", default=None, metavar="1,2,3",
                     help="a prompt's token ids (repeat for a batch); default: three prompts")
-    ap.add_argument("--max-new-tokens", type=int, default=32)
+    ap.add_argument("--max-new-tokens", type=int, default=32, help="decode steps (default 32)")
     args = ap.parse_args()
     prompts = [[int(t) for t in p.split(",")] for p in args.prompt] if args.prompt else \
         [[5, 17, 99, 3, 42, 7], [200], [77, 31, 9]]

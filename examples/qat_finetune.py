@@ -125,12 +125,12 @@ def score_range(path) -> tuple:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default=DEFAULT_MODEL, help="ssd_head_int8.tflite (default: the test fixture)")
-    ap.add_argument("--steps", type=int, default=300)
-    ap.add_argument("--batch", type=int, default=16)
-    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--steps", type=int, default=300, help="Adam steps (default 300; e.g. 3 for a quick check)")
+    ap.add_argument("--batch", type=int, default=16, help="examples per step (default 16)")
+    ap.add_argument("--lr", type=float, default=3e-3, help="Adam learning rate (default 3e-3)")
     ap.add_argument("--eval", type=int, default=32, help="held-out examples for the before/after loss")
-    ap.add_argument("--out-dir", default="qat_out")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out-dir", default="qat_out", help="where qat_finetuned.tflite goes (default qat_out)")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the synthetic data (default 0)")
     args = ap.parse_args(argv)
 
     import jax

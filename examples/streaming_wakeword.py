@@ -60,8 +60,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="okay_nabu", help="alexa, hey_jarvis, hey_mycroft, okay_nabu, or a path")
     ap.add_argument("--features", help="a .npy of float features, shape (frames, 40)")
-    ap.add_argument("--cutoff", type=float, default=0.85)
-    ap.add_argument("--window", type=int, default=5)
+    ap.add_argument("--cutoff", type=float, default=0.85, help="detection threshold on the mean probability (default 0.85)")
+    ap.add_argument("--window", type=int, default=5, help="chunks averaged for a detection (default 5)")
     args = ap.parse_args()
 
     path = Path(args.model) if args.model.endswith(".tflite") else MODELS / f"{args.model}.tflite"
@@ -101,6 +101,9 @@ def main() -> int:
 
     print(f"{n} chunks ({n * stride * 10 / 1000:.1f} s of audio): max probability {max(probs):.3f}, "
           f"detections at {detections or 'none'} ms")
+    if not args.features:
+        print("(a synthetic stream, on which the detector stays low: it shows the mechanics, not a detection; "
+              "give real microfrontend features with --features F.npy)")
     print(f"lax.scan over the stream == stateful calls: {same}")
     return 0 if same else 1
 

@@ -76,6 +76,10 @@ class OpDef:
             compute_dtype="bfloat16")``), the op still computes in float32
             (reductions, softmax, normalisations): its float inputs are
             widened to float32 before the call.
+        traced_weights: for hybrid kernels (``"tflite.hybrid"``): the
+            lowering also takes its integer weights as traced arrays, so
+            float mode can feed it re-quantized params
+            (:func:`fbjax.quantization.prepare`).
     """
 
     op_set: str
@@ -96,6 +100,7 @@ class OpDef:
     stateful: object = False
     init_state: Optional[tuple] = None
     full_precision: bool = False
+    traced_weights: bool = False
 
     @property
     def key(self) -> tuple[str, str]:
@@ -103,7 +108,8 @@ class OpDef:
 
 
 _FACTS = frozenset({"batch", "foldable", "weights", "int_passthrough", "fq_rounding", "reads_input_twice",
-                    "scalar_regions", "check", "stateful", "init_state", "full_precision"})
+                    "scalar_regions", "check", "stateful", "init_state", "full_precision",
+                    "traced_weights"})
 
 
 class Registry:

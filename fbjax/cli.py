@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 import time
 from collections import Counter
@@ -61,6 +62,11 @@ def cmd_inspect(args) -> int:
     from .lower import LOWERINGS
     from .lower.build import is_param
 
+    if args.model is None:
+        from .data import DEFAULT_MODEL
+
+        args.model = DEFAULT_MODEL
+        print("no model given: inspecting the bundled default model")
     try:
         ir = read_model(args.model)
     except FbjaxError as e:  # a file that contradicts itself: nothing below can be shown
@@ -76,6 +82,10 @@ def cmd_inspect(args) -> int:
             print(f"error: {e.args[0]}", file=sys.stderr)
             return 2
         return 0
+    if getattr(args, "code", None) is not None:
+        print(f"fbjax inspect: --code reads TFLite GPU delegate .bin files; {args.model} is {ir.format}",
+              file=sys.stderr)
+        return 2
     g = ir.main_graph
     print(f"model:    {args.model}")
     print(f"format:   {ir.format}" + (f"  ({ir.description})" if ir.description else ""))
@@ -145,7 +155,7 @@ def cmd_inspect(args) -> int:
     if problem:
         print(f"fbjax cannot run this model: {problem}")
         return 1
-    print("unsupported: none (fbjax can run this model: `fbjax run MODEL`)")
+    print(f"unsupported: none (fbjax can run this model: `fbjax run {shlex.quote(str(args.model))}`)")
     return 0
 
 
@@ -199,7 +209,15 @@ def _load_problem(path) -> Optional[str]:
     return None
 
 
-def _parse_inputs(pairs: Sequence[str], model) -> list:
+#: random integer inputs that are not quantized values are drawn in [0, this): in range as token ids,
+#: positions and gather indices of most models (an int32 drawn in [-128, 127] gave a decode step NaN logits)
+_RANDOM_INDEX_BOUND = 8
+
+
+def _parse_inputs(pairs: Sequence[str], model) -> tuple[list, list]:
+    """``fbjax run``'s inputs in model order (from ``--input`` files, else seeded
+    random), and the names of those filled with random integers."""
+    random_ints = []
     given = {}
     for p in pairs or []:
         if "=" in p:
@@ -218,7 +236,15 @@ def _parse_inputs(pairs: Sequence[str], model) -> list:
                 given.update({k: loaded[k] for k in loaded.files})
             continue
         given[name] = loaded
+    names = [s.name for s in model.inputs]
+    unknown = [str(k) for k in given if k is not None and k not in names]
+    if unknown:  # before printing any input line
+        raise SystemExit(f"fbjax run: no model input named {', '.join(unknown)}; inputs are: {', '.join(names)}")
+    if None in given and len(names) != 1:
+        raise SystemExit(f"fbjax run: --input without NAME= is for one-input models; this one has {len(names)}: "
+                         f"give --input NAME=FILE.npy with NAME among {', '.join(names)}")
     rng = np.random.default_rng(0)
+    quant = list(getattr(model, "input_quantization", None) or [None] * len(model.inputs))
     xs = []
     n_random = 0
     for i, spec in enumerate(model.inputs):
@@ -231,11 +257,16 @@ def _parse_inputs(pairs: Sequence[str], model) -> list:
                 x = rng.random(shape, dtype=np.float32).astype(spec.dtype)
             elif spec.dtype == np.bool_:
                 x = rng.random(shape) < 0.5
-            else:
+            elif quant[i] is not None:  # quantized real values: any code of the type (8 bits at most)
                 info = np.iinfo(spec.dtype)
                 x = rng.integers(max(info.min, -128), min(info.max, 127), shape, endpoint=True).astype(spec.dtype)
-            src = "random [0, 1)" if np.issubdtype(spec.dtype, np.floating) else "random integers"
+            else:  # plain integers are mostly indices (token ids, positions, gather indices): small, >= 0
+                x = rng.integers(0, _RANDOM_INDEX_BOUND, shape).astype(spec.dtype)
+            src = ("random [0, 1)" if np.issubdtype(spec.dtype, np.floating)
+                   else "random codes" if quant[i] is not None else f"random integers in [0, {_RANDOM_INDEX_BOUND})")
             n_random += 1
+            if not np.issubdtype(spec.dtype, np.floating) and spec.dtype != np.bool_:
+                random_ints.append(spec.name)
         else:
             src = "file"
         print(f"input  {_spec_str(spec.name, x.shape, x.dtype)}  ({src})")
@@ -248,7 +279,7 @@ def _parse_inputs(pairs: Sequence[str], model) -> list:
     if n_random:
         print("(random inputs show that the model runs and how fast, not what it computes: "
               "give real ones with --input NAME=FILE.npy)")
-    return xs
+    return xs, random_ints
 
 
 def cmd_run(args) -> int:
@@ -280,7 +311,7 @@ def cmd_run(args) -> int:
         except InputError as e:
             raise SystemExit(f"fbjax run: {e} (`fbjax inspect MODEL` lists them)") from None
         model = _SignatureAsModel(runner)
-    figure = None
+    figure, random_ints = None, []
     if args.model is None and not args.input:  # the bundled model's job on an input that means something
         from .data import synthetic_person
 
@@ -289,7 +320,7 @@ def cmd_run(args) -> int:
         print(f"input  {_spec_str(model.inputs[0].name, xs[0].shape, xs[0].dtype)}  (a drawn person on a plain "
               "backdrop, RGB in [0, 1]: fbjax.data.synthetic_person())")
     else:
-        xs = _parse_inputs(args.input, model)
+        xs, random_ints = _parse_inputs(args.input, model)
     t1 = time.perf_counter()
     outs = model(*xs)
     outs = outs if isinstance(outs, tuple) else (outs,)
@@ -307,6 +338,12 @@ def cmd_run(args) -> int:
             of = o.astype(np.float64)
             line += f"  min {of.min():.6g}  max {of.max():.6g}  mean {of.mean():.6g}"
         print(line)
+    nan_outputs = [s.name for s, o in zip(model.outputs, outs_np)
+                   if o.size and np.issubdtype(o.dtype, np.inexact) and np.isnan(o).any()]
+    if nan_outputs and random_ints:  # e.g. an LLM's decode signature on random token ids and positions
+        print(f"(NaN in {', '.join(nan_outputs)}: the random integer inputs ({', '.join(random_ints)}) may be "
+              "out of range where the model uses them as indices (token ids, positions, gather indices): "
+              "give real ones with --input NAME=FILE.npy)")
     if figure is not None:
         mask = outs_np[0][0, ..., 0] > 0.5
         iou = (mask & figure).sum() / max((mask | figure).sum(), 1)
@@ -466,7 +503,8 @@ def cmd_generate(args) -> int:
         generate(model, prompts, args.max_new_tokens, **kw)
         dt = time.perf_counter() - t1
     except InputError as e:
-        raise SystemExit(f"fbjax generate: {e}") from None
+        msg = str(e)
+        raise SystemExit(f"fbjax generate: {msg.removeprefix('generate: ')}") from None
     for p, row in zip(prompts, toks):
         print(f"prompt {','.join(map(str, p))} -> {','.join(map(str, row.tolist()))}")
     n = len(prompts) * args.max_new_tokens
@@ -479,7 +517,8 @@ def build_parser() -> argparse.ArgumentParser:
     """The ``fbjax`` command-line parser (subcommands inspect, run, infer, export, bench)."""
     p = argparse.ArgumentParser(
         prog="fbjax",
-        description="Run flatbuffer ML models (.tflite, .rten, stablehlo.flatbuf) as jitted JAX functions.",
+        description="Run flatbuffer ML models (.tflite, .rten, stablehlo.flatbuf, TFLite GPU delegate .bin) as "
+        "jitted JAX functions.",
         epilog="Examples:\n  fbjax run                      # bundled selfie-segmentation model\n"
         "  fbjax inspect model.tflite\n  fbjax run model.tflite --input input_1=x.npy --output out.npz\n"
         "  fbjax infer model.tflite --input-dir samples/ --out preds.npz",
@@ -490,7 +529,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"fbjax {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     pi = sub.add_parser("inspect", help="show format, inputs/outputs, op histogram, params, unsupported ops")
-    pi.add_argument("model", help="path to a model file (.tflite, .rten, stablehlo.flatbuf or a TFLite GPU delegate .bin)")
+    pi.add_argument("model", nargs="?", help="path to a model file (.tflite, .rten, stablehlo.flatbuf or a TFLite "
+                    "GPU delegate .bin); omitted: the bundled default model")
     pi.add_argument("--code", metavar="NODE", help="GPU delegate .bin: print node NODE's OpenCL source "
                     "(its position, or its name as inspect lists it, e.g. 'convolution_2d 12')")
     pi.set_defaults(func=cmd_inspect)
@@ -498,7 +538,7 @@ def build_parser() -> argparse.ArgumentParser:
         "run",
         help="run a model on given or random inputs and print outputs and timings",
         description="Run a model jitted. Inputs not given are seeded random arrays of the right "
-        "shape and dtype (floats in [0, 1), integers in [-128, 127]). Prints output summaries, time to first "
+        "shape and dtype (floats in [0, 1); quantized inputs: any 8-bit code; other integers, mostly indices: [0, 8)). Prints output summaries, time to first "
         "result and "
         "steady-state latency.",
     )
@@ -602,12 +642,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         parser.print_help()
         return 2
     try:
-        return args.func(args)
+        rc = args.func(args)
+        sys.stdout.flush()  # here, so that a closed pipe is the BrokenPipeError below, not one at exit
+        return rc
     except FbjaxError as e:
         print(f"fbjax {args.command}: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
     except FileNotFoundError as e:
         print(f"fbjax {args.command}: {e}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:  # `fbjax inspect M --code N | head`: the reader left; no traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (the exit's flush would raise again)
         return 1
 
 

@@ -50,8 +50,13 @@ def llm_signatures(model, prefill: Optional[str] = None, decode: str = "decode")
     keys = list(model.signatures)
     if prefill is None:
         cands = [k for k in keys if k.startswith("prefill")]
+        if not keys:
+            raise InputError("generate: the model has no signatures; generation needs an LLM file from "
+                             "litert-torch's generative converter (prefill_N and decode signatures taking tokens, "
+                             f"input_pos and {_CACHE_PREFIX}*; `fbjax inspect MODEL` lists a file's signatures)")
         if not cands:
-            raise InputError(f"generate: no prefill signature in {keys}; pass prefill=KEY")
+            raise InputError(f"generate: no signature named prefill* among {keys}; name the prefill signature "
+                             "with prefill=KEY (CLI: --prefill KEY)")
         prefill = max(cands, key=lambda k: dict((s.name, s) for s in model.signature(k).inputs)["tokens"].shape[-1]
                       if "tokens" in {s.name for s in model.signature(k).inputs} else 0)
     pre, dec = model.signature(prefill), model.signature(decode)
@@ -85,6 +90,30 @@ def _sample(logits, key, temperature: float, top_k: Optional[int]):
         vals, idx = jax.lax.top_k(logits, top_k)
         return idx[jax.random.categorical(key, vals)].astype(jnp.int32)
     return jax.random.categorical(key, logits).astype(jnp.int32)
+
+
+def _cache_positions(dec) -> Optional[int]:
+    """How many positions the decode signature's KV cache holds, from its
+    ``mask`` input when it has one, else from the ``kv_cache_k_0`` /
+    ``kv_cache_v_0`` shapes in litert-torch's two layouts: default K = V =
+    ``[B, S, heads, dim]``; transposed K ``[B, heads, S, dim]``, V
+    ``[B, heads, dim, S]``. ``None`` when neither layout fits."""
+    specs = {s.name: s for s in dec.inputs}
+    if "mask" in specs:
+        return int(specs["mask"].shape[-1])
+    k, v = specs.get(_CACHE_PREFIX + "k_0"), specs.get(_CACHE_PREFIX + "v_0")
+    if k is None or v is None or len(k.shape) != 4 or len(v.shape) != 4:
+        return None
+    ks, vs = tuple(k.shape), tuple(v.shape)
+    default = ks == vs
+    transposed = ks[:2] == vs[:2] and ks[2] == vs[3] and ks[3] == vs[2]
+    if default and transposed:  # dim == S or heads == dim: S is the larger axis in either layout
+        return int(max(ks[1], ks[2]))
+    if default:
+        return int(ks[1])
+    if transposed:
+        return int(ks[2])
+    return None
 
 
 def _program(pre, dec, max_new_tokens: int, temperature: float, top_k: Optional[int]):
@@ -157,8 +186,9 @@ def generate(model, prompt_tokens, max_new_tokens: int, *, key=None, temperature
         for a single prompt given as a flat sequence).
 
     Raises:
-        InputError: no LLM signatures, an empty or too long prompt, a bad
-            ``temperature``/``top_k``/``max_new_tokens``.
+        InputError: no LLM signatures, an empty or too long prompt, a token
+            id outside the vocabulary (the decode ``logits``' last
+            dimension), a bad ``temperature``/``top_k``/``max_new_tokens``.
 
     The program is compiled once per (batch size, ``max_new_tokens``,
     sampling settings) and kept on the model.
@@ -180,10 +210,17 @@ def generate(model, prompt_tokens, max_new_tokens: int, *, key=None, temperature
         if not 1 <= len(r) <= n + 1:
             raise InputError(f"generate: prompt {i} has {len(r)} tokens; signature {pre.key!r} takes 1 to {n + 1} "
                              "(its prefill length + the first decode step)")
-    dec_mask = {s.name: s for s in dec.inputs}.get("mask")
-    if dec_mask is not None and max(map(len, rows)) - 1 + max_new_tokens > dec_mask.shape[-1]:
+    vocab = {s.name: s for s in dec.outputs}["logits"].shape[-1]
+    for i, r in enumerate(rows):
+        bad = [int(t) for t in r if not 0 <= int(t) < vocab]
+        if bad:
+            raise InputError(f"generate: prompt {i} has token ids {bad[:5]} outside 0..{vocab - 1} (the decode "
+                             f"signature's logits have {vocab} entries: the vocabulary)")
+    positions = _cache_positions(dec)
+    if positions is not None and max(map(len, rows)) - 1 + max_new_tokens > positions:
         raise InputError(f"generate: {max(map(len, rows))} prompt tokens + {max_new_tokens} new ones exceed the "
-                         f"KV cache ({dec_mask.shape[-1]} positions)")
+                         f"KV cache ({positions} positions): ask for at most "
+                         f"{positions - max(map(len, rows)) + 1} new tokens")
     tokens = np.full((len(rows), n + 1), pad_id, np.int32)
     for i, r in enumerate(rows):
         tokens[i, :len(r)] = r

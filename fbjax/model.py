@@ -83,7 +83,11 @@ _FORMAT_EXTS = {"tflite": (".tflite",), "rten": (".rten",), "stablehlo": (".flat
 def _batch_hint(want: tuple, got: tuple) -> str:
     """The ``batch_size=None`` hint for a shape mismatch, only where it helps:
     the file has a fixed batch of 1 (what :func:`fbjax.load`'s batch
-    rewrite needs) and only the leading dimension differs."""
+    rewrite needs) and only the leading dimension differs; or the input
+    lacks the leading batch dimension of 1."""
+    if (len(want) == len(got) + 1 and want and want[0] == 1
+            and all(d is None or d == g for d, g in zip(want[1:], got))):
+        return " (the batch dimension is missing: pass x[None], or np.expand_dims(x, 0))"
     if len(got) != len(want) or not want or want[0] != 1 or got[0] == 1:
         return ""
     if any(d is not None and isinstance(g, (int, np.integer)) and d != g for d, g in zip(want[1:], got[1:])):

@@ -50,8 +50,11 @@ chooses), products are summed in int32 and scaled back to float32 with
 TFLite's rounding order. Other consumers of int8 weights (hybrid LSTM, RNN,
 SVDF, EMBEDDING_LOOKUP, GATHER, ...) get the weights dequantized at load time
 and run in float, which agrees with LiteRT only to float tolerance. In
-``"float"`` mode all weights are dequantized (trainable params) and every
-hybrid op runs in float.
+``"float"`` mode all weights are dequantized (trainable params); each node
+that exact mode runs as a hybrid kernel computes its forward with that
+kernel on the weights re-quantized with the file's scales and its gradient
+with the float op (:func:`_hybrid_forward_nodes`), so the forward equals
+exact mode's.
 float16 weight models (DEQUANTIZE of float16 constants) are untouched.
 
 What "exact" reproduces: the oracle is LiteRT's builtin kernels without
@@ -363,9 +366,72 @@ def _int_forward_nodes(n: Node, orig: dict, orig_inputs: list, int_ops: set, ori
     return nodes, vals + ints + deqs + floats
 
 
+def _hybrid_forward_nodes(n: Node, orig: dict, orig_data: dict, traced_ok: frozenset) -> Optional[tuple]:
+    """``(nodes, new values)`` computing the hybrid node ``n`` (op set
+    ``"tflite.hybrid"``, its int8 weights already dequantized to a float
+    param) in float mode: forward by the hybrid kernel on the weights
+    re-quantized with the file's scales (``fbjax:QUANTIZE_WEIGHTS``, so
+    the forward equals ``"exact"`` mode and LiteRT, and follows fine-tuned
+    weights onto the grid the saved file will hold), gradient by the float
+    op on the weights clipped to the int8 range (``fbjax:CLIP_WEIGHTS``),
+    joined by ``fbjax:STRAIGHT_THROUGH`` (blockwise int4 weights: re-quantized
+    per row and block to [-8, 7]; the float op sees them unclipped). None
+    when no input is such a weight: the node then runs in float, as do ops
+    whose lowering does not declare
+    ``traced_weights`` (``traced_ok``; a hybrid EMBEDDING_LOOKUP's float op
+    gives the same float32 products)."""
+    if n.op_name not in traced_ok:
+        return None
+    where = f"{n.location} (float mode: hybrid kernel forward)"
+    f32 = np.dtype(np.float32)
+    nodes, vals, h_ins, f_ins = [], [], [], []
+    for v in n.inputs:
+        if v is None or v.data is None or id(v) not in orig:
+            h_ins.append(v)
+            f_ins.append(v)
+            continue
+        q, dt = orig[id(v)]
+        data = orig_data[id(v)]
+        wi = Value(name=f"{v.name}/int", dtype=dt, shape=v.shape, quant=q)
+        ins = [v]
+        if not weights_roundtrip(data, q):
+            fv = Value(name=f"{v.name}/file_values", dtype=dt, shape=v.shape, data=data)
+            ins.append(fv)
+            vals.append(fv)
+        nodes.append(Node("fbjax", "QUANTIZE_WEIGHTS", ins, [wi], {}, location=where))
+        if getattr(q, "block_size", 0):  # blockwise int4: the float op sees the weights unclipped
+            vals.append(wi)
+            h_ins.append(wi)
+            f_ins.append(v)
+            continue
+        zp = np.asarray(q.zero_point).reshape(-1)
+        cv = Value(name=f"{v.name}/clipped", dtype=f32, shape=v.shape)
+        nodes.append(Node("fbjax", "CLIP_WEIGHTS", [v], [cv], dict(
+            scale=tuple(float(x) for x in np.asarray(q.scale, np.float32).reshape(-1)),
+            zero_point=tuple(int(x) for x in zp) if zp.size else (0,),
+            axis=int(q.quantized_dimension), qmin=int(np.iinfo(dt).min), qmax=int(np.iinfo(dt).max)),
+            location=where))
+        vals += [wi, cv]
+        h_ins.append(wi)
+        f_ins.append(cv)
+    if not vals:
+        return None
+    hs = [Value(name=f"{o.name}/hybrid", dtype=o.dtype, shape=o.shape) for o in n.outputs]
+    fs = [Value(name=f"{o.name}/float", dtype=o.dtype, shape=o.shape) for o in n.outputs]
+    nodes.append(Node("tflite.hybrid", n.op_name, h_ins, hs, dict(n.attrs), location=where))
+    nodes.append(Node("tflite", n.op_name, f_ins, fs, dict(n.attrs), location=n.location))
+    nodes += [Node("fbjax", "STRAIGHT_THROUGH", [f, h], [o], {}, location=where)
+              for f, h, o in zip(fs, hs, n.outputs)]
+    return nodes, vals + hs + fs
+
+
 def _prepare_float(model: ModelIR, registry) -> None:
     int_ops = _op_names(registry, "tflite.int")
+    hybrid_ops = _op_names(registry, "tflite.hybrid")
+    traced_ok = registry.names_with("tflite.hybrid", "traced_weights")
     for g in model.graphs:
+        # 0. hybrid ops: found as in exact mode (then forward by their kernel, below)
+        _dequantize_hybrid_weights(g, hybrid_ops)
         # 1. constants: dequantize (weights become float params).
         orig = {}  # id(value) -> (QuantParams, integer dtype) before the rewrite
         orig_data = {}  # id(constant) -> integer data from the file
@@ -397,6 +463,13 @@ def _prepare_float(model: ModelIR, registry) -> None:
             extra = _fq_rounding(n, orig, registry)  # before the inputs are replaced
             orig_inputs = list(n.inputs)
             n.inputs = [replace.get(id(v), v) if v is not None else None for v in n.inputs]
+            if n.op_set == "tflite.hybrid":
+                emu = _hybrid_forward_nodes(n, orig, orig_data, traced_ok)
+                if emu is not None:
+                    new_nodes.extend(emu[0])
+                    g.values.extend(emu[1])
+                    continue
+                n.op_set = "tflite"
             emu = _int_forward_nodes(n, orig, orig_inputs, int_ops, orig_data, registry)
             if emu is not None:
                 nodes, vals = emu

@@ -102,7 +102,8 @@ def requantize_weights(w: np.ndarray, q: QuantParams, dtype, file_values: Option
     scales, so that LiteRT runs the saved file exactly as float mode ran it).
 
     ``q = clip(rint(f32(w) * f32(1 / scale)) + zero_point)`` in ``dtype``,
-    ties to even, per channel along ``quantized_dimension`` (the reciprocal
+    ties to even, per channel along ``quantized_dimension`` (blockwise int4
+    weights: per row and block, clipped to [-8, 7]) (the reciprocal
     multiply of TFLite's builtin QUANTIZE; XLA turns a division by a constant
     into this multiply anyway). ``file_values``: the file's integers, for
     constants whose float32 dequantization does not give them back
@@ -111,7 +112,12 @@ def requantize_weights(w: np.ndarray, q: QuantParams, dtype, file_values: Option
     the file's values for unchanged weights.
     """
     w = np.asarray(w, np.float32)
-    s, z = _bcast_qparams(q, w.ndim)
+    lo, hi = np.iinfo(np.dtype(dtype)).min, np.iinfo(np.dtype(dtype)).max
+    if getattr(q, "block_size", 0):  # blockwise int4 (held as int8): per row and block, [-8, 7]
+        s = np.repeat(np.asarray(q.scale, np.float32), q.block_size, axis=-1).reshape(w.shape)
+        z, lo, hi = np.zeros((), np.int64), -8, 7
+    else:
+        s, z = _bcast_qparams(q, w.ndim)
     with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
         r = (np.float32(1) / s).astype(np.float32)
         if file_values is not None:
@@ -120,8 +126,7 @@ def requantize_weights(w: np.ndarray, q: QuantParams, dtype, file_values: Option
             out = q0 + np.rint(((w - w0).astype(np.float32) * r).astype(np.float32)).astype(np.int64)
         else:
             out = np.rint((w * r).astype(np.float32)).astype(np.int64) + z
-    info = np.iinfo(np.dtype(dtype))
-    return np.clip(out, info.min, info.max).astype(dtype)
+    return np.clip(out, lo, hi).astype(dtype)
 
 
 def weights_roundtrip(data: np.ndarray, q: QuantParams) -> bool:

@@ -75,7 +75,7 @@ def test_matching_inputs_skip_the_python_checks(fc_bytes, monkeypatch):
     ((np.zeros((2, 4), np.complex64),), "dtype"),
     ((np.zeros((2, 4), F32), np.zeros((2, 4), F32)), "input"),
     ((), "input"),
-    (("abc",), "shape"),
+    (("abc",), "is a str"),  # named as a str, not "has shape ()" (issue 15)
 ])
 def test_bad_inputs_raise_input_error_every_time(fc_bytes, bad, match):
     m = fbjax.load(fc_bytes)

@@ -177,3 +177,110 @@ def test_help_texts_say_what_the_options_mean(capsys):
     assert "with the model's full shape (batch included" in out
     assert "'mlir': the same program as StableHLO MLIR text" in out
     assert "Neither is the stablehlo.flatbuf file format fbjax reads" in out
+
+
+def test_run_input_without_batch_dimension_says_so(tmp_path, capsys):
+    """A (4,) array for a (1, 4) input: the error says the batch dimension is missing."""
+    np.save(tmp_path / "x.npy", np.ones(4, np.float32))
+    assert main(["run", str(_relu_model(tmp_path)), "--input", f"x={tmp_path / 'x.npy'}", "--repeat", "0"]) == 1
+    err = capsys.readouterr().err
+    assert "has shape (4,)" in err and "the batch dimension is missing" in err
+
+
+LLAMA = Path(__file__).parent / "data" / "llm" / "llama_f32.tflite"
+
+
+def test_run_nan_outputs_on_random_integer_inputs_name_them(tmp_path, capsys, monkeypatch):
+    """Random integer inputs that are not quantized values are drawn small and
+    non-negative (indices): the decode signature's outputs are finite. Where
+    random integers still give NaN (here forced: drawn up to 1000, outside a
+    256-token vocabulary and a 64-slot cache), `fbjax run` says which random
+    integer inputs may be the cause; with in-range inputs from a file (token
+    5 at position 0, empty cache) there is no such line."""
+    import fbjax.cli
+
+    assert main(["run", str(LLAMA), "--signature", "decode", "--repeat", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "random integers in [0, 8)" in out and "nan" not in out and "may be out of range" not in out
+    monkeypatch.setattr(fbjax.cli, "_RANDOM_INDEX_BOUND", 1000)
+    assert main(["run", str(LLAMA), "--signature", "decode", "--repeat", "0"]) == 0
+    out = capsys.readouterr().out
+    nan_lines = [ln for ln in out.splitlines() if "min nan" in ln]
+    assert nan_lines, out  # the premise: random indices give NaN somewhere
+    assert "the random integer inputs (input_pos, tokens) may be out of range" in out
+    ins = {"tokens": np.array([[5]], np.int32), "input_pos": np.array([0], np.int32)}
+    ins.update({f"kv_cache_{a}_{i}": np.zeros((1, 64, 2, 32), np.float32) for a in "kv" for i in (0, 1)})
+    np.savez(tmp_path / "ins.npz", **ins)
+    assert main(["run", str(LLAMA), "--signature", "decode", "--input", str(tmp_path / "ins.npz"),
+                 "--repeat", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "nan" not in out and "NaN in" not in out
+
+
+def test_output_into_a_closed_pipe_is_no_traceback(tmp_path):
+    """`fbjax inspect M | head`: the reader closing the pipe early ends the
+    command quietly (exit 1), not with a BrokenPipeError traceback."""
+    import subprocess
+    import sys
+
+    code = f"import sys; from fbjax.cli import main; sys.exit(main(['inspect', {str(_relu_model(tmp_path))!r}]))"
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p.stdout.close()  # before the child (still importing jax) writes anything
+    err = p.stderr.read()
+    assert p.wait(timeout=300) == 1
+    assert "Traceback" not in err and "Exception ignored" not in err, err
+
+
+def test_generate_on_a_model_without_signatures_says_what_it_needs(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["generate", str(_relu_model(tmp_path)), "--prompt-tokens", "1,2"])
+    msg = str(e.value.code)
+    assert msg.startswith("fbjax generate: the model has no signatures"), msg
+    assert "prefill_N and decode signatures" in msg
+
+
+def test_inspect_without_model_inspects_the_bundled_one_and_names_the_run_command(capsys):
+    from fbjax.data import DEFAULT_MODEL
+
+    assert main(["inspect"]) == 0
+    out = capsys.readouterr().out
+    assert "no model given: inspecting the bundled default model" in out
+    assert f"fbjax can run this model: `fbjax run {DEFAULT_MODEL}`" in out
+
+
+def test_inspect_code_on_a_tflite_file_is_refused(tmp_path, capsys):
+    assert main(["inspect", str(_relu_model(tmp_path)), "--code", "0"]) == 2
+    assert "--code reads TFLite GPU delegate .bin files" in capsys.readouterr().err
+
+
+def test_run_input_names_are_checked_before_anything_runs(tmp_path, capsys):
+    """An unknown NAME, or no NAME for a two-input model, is refused naming the
+    inputs, before any input line is printed."""
+    from fbjax.testing import TFLiteBuilder
+
+    b = TFLiteBuilder()
+    a, c = b.add_input((1, 4), name="a"), b.add_input((1, 4), name="c")
+    y = b.add_tensor((1, 4), name="out")
+    b.add_op("ADD", [a, c], [y])
+    b.add_output(y)
+    path = tmp_path / "add.tflite"
+    path.write_bytes(b.build())
+    np.save(tmp_path / "x.npy", np.ones((1, 4), np.float32))
+    for given, want in ((f"foo={tmp_path / 'x.npy'}", "no model input named foo; inputs are: a, c"),
+                        (str(tmp_path / "x.npy"), "without NAME= is for one-input models; this one has 2")):
+        with pytest.raises(SystemExit) as e:
+            main(["run", str(path), "--input", given, "--repeat", "0"])
+        assert want in str(e.value.code)
+        assert "input  " not in capsys.readouterr().out
+
+
+def test_generate_refuses_token_ids_outside_the_vocabulary():
+    """The llama fixture's vocabulary is 256 (VOCAB in tests/data/llm/generate.py):
+    ids 256 and -5 are refused by name (they ran silently before)."""
+    import fbjax
+
+    model = fbjax.load(LLAMA)
+    for bad in (256, -5):
+        with pytest.raises(fbjax.InputError, match=rf"prompt 1 has token ids \[{bad}\] outside 0..255"):
+            fbjax.generate(model, [[1, 2], [3, bad]], 2)
+    assert fbjax.generate(model, [1, 255], 2).shape == (2,)

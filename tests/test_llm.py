@@ -167,6 +167,19 @@ def test_generate_sampling():
         fbjax.generate(model, [1, 2], 4, top_k=3)
 
 
+@pytest.mark.parametrize("arch", ARCHS)
+def test_generate_refuses_to_run_past_the_kv_cache(arch):
+    """Both fixtures hold 64 cache positions (llama: default layout, no mask
+    input; gemma: transposed layout with a mask). A 2-token prompt decodes
+    from position 1: 63 new tokens fill the cache, 64 would write past it
+    (llama returned 100 tokens, the last ones 0, before the check read the
+    cache shapes)."""
+    model = _model(f"{arch}_f32")
+    with pytest.raises(fbjax.InputError, match=r"exceed the KV cache \(64 positions\): ask for at most 63"):
+        fbjax.generate(model, [1, 2], 64)
+    assert fbjax.generate(model, [1, 2], 63).shape == (63,)
+
+
 def _params_read(model, graph_index: int) -> set:
     """Names of the params that graph ``graph_index`` and the bodies it calls (composite decompositions,
     control flow) read."""

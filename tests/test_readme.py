@@ -41,9 +41,20 @@ def test_readme_has_code_blocks():
 
 @pytest.mark.parametrize("code", [c for _, c in PY], ids=[f"line{n}" for n, _ in PY])
 def test_python_block_runs(code, tmp_path):
+    # the folder stands for the clone's root: the blocks may read the committed tests/data
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "data").symlink_to(ROOT / "tests" / "data")
     proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode == 0, f"README block failed:\n{code}\n--- stderr ---\n{proc.stderr[-4000:]}"
+
+
+def test_python_blocks_do_not_find_the_clone_through_the_package():
+    """`pip install .` (the Quick start) puts fbjax in site-packages, where
+    ``fbjax.__file__`` has no ``../tests`` beside it: a block that finds a
+    fixture that way fails for that user (and passes in an editable install)."""
+    for n, code in PY:
+        assert "__file__" not in code, f"README line {n}: a block locates files through __file__"
 
 
 def _commands(code: str) -> list[list[str]]:

@@ -182,6 +182,11 @@ def test_constant_inputs_bind_reduce_axes():
         fbjax.load(rten, constant_inputs={"axes": np.array([1.0], np.float32)})
     with pytest.raises(fbjax.InputError, match=r"shape \(2,\), the input is \(1,\)"):
         fbjax.load(rten, constant_inputs={"axes": np.array([1, 2])})
+    # unbound, the error names the graph input to bind and how (API and CLI)
+    with pytest.raises(fbjax.UnsupportedOperatorError) as e:
+        fbjax.load(rten)
+    assert "depends on the model's inputs ('axes')" in str(e.value)
+    assert "constant_inputs={'axes': array}" in str(e.value) and "--constant-input axes=FILE.npy" in str(e.value)
 
 
 def test_cli_run_constant_input(tmp_path, capsys):

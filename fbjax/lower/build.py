@@ -114,6 +114,24 @@ def _is_static(x) -> bool:
     return x is None or isinstance(x, (np.ndarray, np.generic))
 
 
+def _feeding_inputs(graph: Graph, v: Value) -> list:
+    """Names of ``graph``'s inputs that ``v`` is computed from (for the
+    "must be known at load time" error, which says what to bind)."""
+    producer = {id(o): n for n in graph.nodes for o in n.outputs if o is not None}
+    graph_inputs = {id(g): g for g in graph.inputs}
+    names, seen, todo = [], set(), [v]
+    while todo:
+        u = todo.pop()
+        if u is None or id(u) in seen:
+            continue
+        seen.add(id(u))
+        if id(u) in graph_inputs:
+            names.append(u.name)
+        elif id(u) in producer:
+            todo.extend(producer[id(u)].inputs)
+    return sorted(names)
+
+
 def _concrete(x):
     """numpy value of x if known at trace time, else None."""
     if x is None or isinstance(x, np.ndarray):
@@ -243,8 +261,14 @@ class Program:
                     c = None if x is _UNKNOWN else _concrete(x)
                     if c is None:
                         if x is not _UNKNOWN:
+                            feed = _feeding_inputs(graph, v)
+                            bind = (f"; bind {', '.join(map(repr, feed))} at load with fbjax.load(path, "
+                                    f"constant_inputs={{{feed[0]!r}: array}}) (CLI: --constant-input "
+                                    f"{feed[0]}=FILE.npy)") if feed else ""
                             not_static.append((node.key, f"{node.location}: input {i} of {node.op_name} must be "
-                                               "known at load time, but it depends on the model's inputs."))
+                                               "known at load time, but it depends on the model's inputs"
+                                               + (f" ({', '.join(map(repr, feed))})" if feed else "")
+                                               + bind + "."))
                         args = None
                         break
                     args.append(c)

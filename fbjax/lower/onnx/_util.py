@@ -59,7 +59,8 @@ def require_concrete(ctx, x, what: str) -> np.ndarray:
             f"{what} must be known at load time (the output shape depends on its values), "
             "but it is computed from the model's inputs: bind such graph inputs with "
             "fbjax.load(path, constant_inputs={name: array}), or, for NonMaxSuppression, NonZero, TopK and Loop, "
-            "load with static_bounds=True (outputs padded to a bound, plus a valid count)"
+            "load with static_bounds=True (outputs padded to a bound, plus a valid count); "
+            "CLI: --constant-input NAME=FILE.npy, --static-bounds"
         )
     return c
 

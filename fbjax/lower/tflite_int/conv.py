@@ -63,8 +63,12 @@ def _weights(ctx, w, v, acc):
 
 
 def _requantize(ctx, acc, channels, fused, *, float_product=False, channel_axis=-1, int64_rescale=True,
-                gemm_rounding=False):
-    """acc (int32/int64, channels along ``channel_axis``) -> output dtype."""
+                gemm_rounding=False, wide_gemm=False):
+    """acc (int32/int64, channels along ``channel_axis``) -> output dtype.
+
+    ``wide_gemm``: a 16x8 accumulator without an int64 bias is rescaled by
+    the gemm output stage (ties of the final shift up) rather than
+    ``RoundingDivideByPOT`` (LiteRT's int16 FULLY_CONNECTED)."""
     in_v, w_v, out_v = ctx.inputs[0], ctx.inputs[1], ctx.outputs[0]
     mult, shift = conv_multipliers(ctx, in_v, w_v, out_v, channels, float_product=float_product)
     if channel_axis != -1:
@@ -73,8 +77,11 @@ def _requantize(ctx, acc, channels, fused, *, float_product=False, channel_axis=
         y = mbqm64(acc, mult, shift)
     elif acc.dtype == jnp.int64:
         # 16x8 without an int64 bias: TFLite accumulates in int32 and uses
-        # the 32-bit (double rounding) rescale (verified on FULLY_CONNECTED).
-        y = fp.mbqm(acc.astype(jnp.int32), mult, shift)
+        # the 32-bit (double rounding) rescale; FULLY_CONNECTED's goes
+        # through the gemm output stage, whose final shift rounds ties up
+        # (verified on the a16w8 encoder: ties away were one step off on
+        # -0.5 ties)
+        y = (fp.mbqm_gemm if wide_gemm else fp.mbqm)(acc.astype(jnp.int32), mult, shift)
     elif gemm_rounding:
         y = fp.mbqm_gemm(acc, mult, shift)
     else:
@@ -196,7 +203,7 @@ def FULLY_CONNECTED(ctx, x, w, b=None, *, fused_activation_function="NONE", weig
     per_tensor = (ctx.inputs[1].quant is not None and not ctx.inputs[1].quant.per_channel
                   and acc_t == jnp.int32)
     y = _requantize(ctx, acc, o, fused_activation_function, float_product=per_tensor,
-                    int64_rescale=_int64_bias(ctx, 2), gemm_rounding=GEMM_ROUNDING)
+                    int64_rescale=_int64_bias(ctx, 2), gemm_rounding=GEMM_ROUNDING, wide_gemm=GEMM_ROUNDING)
     return y.reshape(lead + (o,))
 
 

@@ -258,6 +258,18 @@ def DEQUANTIZE(ctx, x):
         if in_tail is not None:
             y = jnp.where(in_tail, jnp.take(jnp.asarray(tail), idx), y)
         return y.astype(out_dtype(ctx))
+    if s.size == 1 and np.dtype(v.dtype) == np.int16:
+        # Tabulated too (65536 float32 values): XLA:CPU drops the barrier
+        # below when it duplicates this multiply into a consumer's fusion,
+        # and LLVM then contracts it with a following add or subtract into
+        # one FMA (also through a float64 product: it narrows that back to a
+        # float32 multiply). Seen on the DEQUANTIZE -> SQUARED_DIFFERENCE ->
+        # QUANTIZE layer norms of ai-edge-quantizer's a16w8 encoders: one-step
+        # differences after the QUANTIZE on ~1% of the outputs.
+        lo, hi = qrange(v.dtype)
+        codes = np.arange(lo, hi + 1, dtype=np.int64) - np.int64(z.reshape(()))
+        table = (codes.astype(np.float32) * np.float32(s.reshape(()))).astype(np.float32)
+        return jnp.take(jnp.asarray(table), as_i32(x) - lo).astype(out_dtype(ctx))
     y = ((as_i32(x) - jnp.asarray(z)).astype(jnp.float32) * jnp.asarray(s)).astype(out_dtype(ctx))
     # The product is rounded to float32 before any consumer sees it; without
     # the barrier XLA:CPU fuses it into a following add as one FMA (float

@@ -151,9 +151,13 @@ def STRAIGHT_THROUGH(ctx, a, b):
     return straight_through(jnp.asarray(a, jnp.float32), jnp.asarray(b, jnp.float32))
 
 
-def _broadcast_qparams(v, ndim):
+def _broadcast_qparams(v, ndim, shape=None):
     """Scale (float32) and zero point (int64) of constant ``v``, shaped to
-    broadcast along its ``quantized_dimension`` (rank ``ndim``)."""
+    broadcast along its ``quantized_dimension`` (rank ``ndim``); blockwise
+    scales (``block_size``, 2-D ``[rows, blocks]``) expanded to ``shape``."""
+    if getattr(v.quant, "block_size", 0):
+        s = np.repeat(np.asarray(v.quant.scale, np.float32), v.quant.block_size, axis=-1)
+        return s.reshape(shape), np.zeros((), np.int64)
     s = np.asarray(v.quant.scale, np.float32).reshape(-1)
     z = np.asarray(v.quant.zero_point).astype(np.int64).reshape(-1)
     if z.size == 0:
@@ -168,13 +172,29 @@ def _broadcast_qparams(v, ndim):
     return s, z
 
 
+class _Range:
+    def __init__(self, lo, hi):
+        self.min, self.max = lo, hi
+
+
+def _int_range(v):
+    """The integer range of constant ``v``: its dtype's, or [-8, 7] for
+    blockwise weights (TFLite's BlockwiseQuantization is for INT4, held as
+    int8 here)."""
+    if getattr(v.quant, "block_size", 0):
+        return _Range(-8, 7)
+    i = np.iinfo(np.dtype(v.dtype))
+    return _Range(int(i.min), int(i.max))
+
+
 @register("fbjax", "QUANTIZE_WEIGHTS", differentiable=False, static_inputs=(1,))
 def QUANTIZE_WEIGHTS(ctx, w, file_values=None):
     """Quantize float weights ``w`` (a float mode param: the file's integer
     weights dequantized, possibly fine-tuned since) back onto the integer grid
     of the file: ``clip(rint(w * f32(1 / scale)) + zero_point)`` (ties to
     even) to the output's dtype (int8/uint8/int16 weights, int32/int64
-    biases), per channel along ``quantized_dimension``. Float mode feeds the
+    biases), per channel along ``quantized_dimension`` (blockwise int4
+    weights: per row and block, clipped to [-8, 7]). Float mode feeds the
     result to the integer kernels (:func:`fbjax.quantization.prepare`);
     :func:`fbjax.quantization.requantize_weights` is the same definition in
     numpy, which :meth:`fbjax.Model.save` uses, so a saved file runs in
@@ -193,10 +213,10 @@ def QUANTIZE_WEIGHTS(ctx, w, file_values=None):
     if vo.quant is None or np.asarray(vo.quant.scale).size == 0:
         raise ctx.error(f"output {vo.name!r} has no quantization parameters")
     w = jnp.asarray(w, jnp.float32)
-    s, z = _broadcast_qparams(vo, w.ndim)
+    s, z = _broadcast_qparams(vo, w.ndim, w.shape)
     with np.errstate(divide="ignore", over="ignore"):
         r = jnp.asarray((np.float32(1) / s).astype(np.float32))
-    info = np.iinfo(np.dtype(vo.dtype))
+    info = _int_range(vo)
     dt = np.dtype(vo.dtype)
     if file_values is not None:
         q0 = np.asarray(file_values).astype(np.int64)

@@ -83,6 +83,13 @@ def _div(num, const):
     return num / (const + (num - num))
 
 
+def _ints(w):
+    """Integer weights as int32: the file's constants, or in float mode
+    (:func:`fbjax.quantization.prepare`) the traced output of
+    ``fbjax:QUANTIZE_WEIGHTS``."""
+    return jnp.asarray(w).astype(jnp.int32)
+
+
 def symmetric_quantize(x2d):
     """``SymmetricQuantizeFloats`` of each row of float32 ``x2d`` [R, N]:
     ``(q int32 [R, N], scale float32 [R])``."""
@@ -170,7 +177,7 @@ def _scale_out(acc, scale, bias):
     return y
 
 
-@register(OP_SET, "FULLY_CONNECTED", differentiable=False)
+@register(OP_SET, "FULLY_CONNECTED", differentiable=False, traced_weights=True)
 def FULLY_CONNECTED(ctx, x, w, b=None, *, fused_activation_function="NONE", weights_format="DEFAULT",
                     keep_num_dims=False, asymmetric_quantize_inputs=False):
     """Hybrid TFLite FULLY_CONNECTED (``fully_connected.cc`` ``EvalHybrid``).
@@ -192,10 +199,10 @@ def FULLY_CONNECTED(ctx, x, w, b=None, *, fused_activation_function="NONE", weig
     if ctx.inputs[1].quant.block_size:
         return _fc_blockwise(ctx, x.reshape(-1, i), w, b).reshape(lead + (o,))
     q, s, z = _quantize(x.reshape(-1, i), asymmetric_quantize_inputs)
-    wi = np.asarray(w).astype(np.int32)
+    wi = _ints(w)
     acc = lax.dot_general(q, jnp.asarray(wi), (((1,), (1,)), ((), ())), preferred_element_type=jnp.int32)
     if z is not None:
-        acc = acc - z[:, None] * jnp.asarray(wi.sum(axis=1, dtype=np.int64).astype(np.int32))[None, :]
+        acc = acc - z[:, None] * wi.sum(axis=1)[None, :]  # |sum| <= 128 * I: exact in int32
     scale = _rounded(s[:, None] * jnp.asarray(_weight_scales(ctx, o))[None, :])
     y = _activation(ctx, _scale_out(acc, scale, b), fused_activation_function)
     return y.reshape(lead + (o,))
@@ -213,7 +220,7 @@ def _conv_input(ctx, x, asymmetric):
     return q, s
 
 
-@register(OP_SET, "CONV_2D", differentiable=False)
+@register(OP_SET, "CONV_2D", differentiable=False, traced_weights=True)
 def CONV_2D(ctx, x, w, b=None, *, padding="SAME", stride_w=1, stride_h=1,
             dilation_w_factor=1, dilation_h_factor=1, fused_activation_function="NONE"):
     """Hybrid TFLite CONV_2D (``conv.cc`` ``EvalHybrid`` / ``EvalHybridPerChannel``).
@@ -233,14 +240,14 @@ def CONV_2D(ctx, x, w, b=None, *, padding="SAME", stride_w=1, stride_h=1,
     strides = (int(stride_h), int(stride_w))
     dil = (int(dilation_h_factor), int(dilation_w_factor))
     pads = _padding(ctx, padding, q.shape[1:3], np.shape(w)[1:3], strides, dil)
-    acc = lax.conv_general_dilated(q, jnp.asarray(np.asarray(w).astype(np.int32)), strides, pads,
+    acc = lax.conv_general_dilated(q, _ints(w), strides, pads,
                                    rhs_dilation=dil, dimension_numbers=_NHWC_OHWI,
                                    feature_group_count=c_in // i, preferred_element_type=jnp.int32)
     scale = _rounded(s[:, None, None, None] * jnp.asarray(_weight_scales(ctx, o)))
     return _activation(ctx, _scale_out(acc, scale, b), fused_activation_function)
 
 
-@register(OP_SET, "DEPTHWISE_CONV_2D", differentiable=False)
+@register(OP_SET, "DEPTHWISE_CONV_2D", differentiable=False, traced_weights=True)
 def DEPTHWISE_CONV_2D(ctx, x, w, b=None, *, padding="SAME", stride_w=1, stride_h=1, depth_multiplier=0,
                       dilation_w_factor=1, dilation_h_factor=1, fused_activation_function="NONE"):
     """Hybrid TFLite DEPTHWISE_CONV_2D (``depthwise_conv.cc``
@@ -260,7 +267,7 @@ def DEPTHWISE_CONV_2D(ctx, x, w, b=None, *, padding="SAME", stride_w=1, stride_h
     strides = (int(stride_h), int(stride_w))
     dil = (int(dilation_h_factor), int(dilation_w_factor))
     pads = _padding(ctx, padding, q.shape[1:3], np.shape(w)[1:3], strides, dil)
-    acc = kernels.depthwise_conv(q, jnp.asarray(np.asarray(w)[0].astype(np.int32)), window_strides=strides,
+    acc = kernels.depthwise_conv(q, _ints(w)[0], window_strides=strides,
                                  padding=pads, rhs_dilation=dil, lhs_spec="NHWC",
                                  backend=getattr(ctx, "backend", None)).astype(jnp.int32)
     y = _rounded(acc.astype(jnp.float32) * jnp.asarray(_weight_scales(ctx, oc))) * s[:, None, None, None]
@@ -269,7 +276,7 @@ def DEPTHWISE_CONV_2D(ctx, x, w, b=None, *, padding="SAME", stride_w=1, stride_h
     return _activation(ctx, y, fused_activation_function)
 
 
-@register(OP_SET, "BATCH_MATMUL", differentiable=False)
+@register(OP_SET, "BATCH_MATMUL", differentiable=False, traced_weights=True)
 def BATCH_MATMUL(ctx, a, b, *, adj_x=False, adj_y=False, asymmetric_quantize_inputs=False):
     """Hybrid TFLite BATCH_MATMUL (``batch_matmul.cc`` ``EvalHybrid``): float32
     lhs ``a`` ``[..., M, K]``, int8 constant rhs ``b`` ``[..., K, N]``
@@ -279,9 +286,9 @@ def BATCH_MATMUL(ctx, a, b, *, adj_x=False, adj_y=False, asymmetric_quantize_inp
     a = jnp.asarray(a, jnp.float32)
     if adj_x:
         a = jnp.swapaxes(a, -1, -2)
-    bi = np.asarray(b).astype(np.int32)
+    bi = _ints(b)
     if adj_y:
-        bi = np.swapaxes(bi, -1, -2)
+        bi = jnp.swapaxes(bi, -1, -2)
     if a.ndim < 2 or bi.ndim < 2 or a.shape[-1] != bi.shape[-2]:
         raise ctx.error(f"shapes {tuple(a.shape)} and {tuple(bi.shape)} do not contract")
     k = a.shape[-1]
@@ -289,14 +296,14 @@ def BATCH_MATMUL(ctx, a, b, *, adj_x=False, adj_y=False, asymmetric_quantize_inp
     q = q.reshape(a.shape)
     acc = jnp.matmul(q, jnp.asarray(bi), preferred_element_type=jnp.int32)
     if z is not None:
-        col_sums = jnp.asarray(bi.sum(axis=-2, dtype=np.int64).astype(np.int32))
+        col_sums = bi.sum(axis=-2)
         acc = acc - z.reshape(a.shape[:-1])[..., None] * col_sums[..., None, :]
     ws = _weight_scales(ctx, 1)[0]
     scale = _rounded(s * jnp.float32(ws)).reshape(a.shape[:-1])[..., None]
     return _scale_out(acc, scale, None)
 
 
-@register(OP_SET, "TRANSPOSE_CONV", differentiable=False, static_inputs=(0,))
+@register(OP_SET, "TRANSPOSE_CONV", differentiable=False, static_inputs=(0,), traced_weights=True)
 def TRANSPOSE_CONV(ctx, output_shape, w, x, b=None, *, padding="SAME", stride_w=1, stride_h=1,
                    fused_activation_function="NONE"):
     """Hybrid TFLite TRANSPOSE_CONV (``transpose_conv.cc`` ``EvalHybrid``).
@@ -330,7 +337,7 @@ def TRANSPOSE_CONV(ctx, output_shape, w, x, b=None, *, padding="SAME", stride_w=
     pw = _padding(ctx, padding, [ow], [kw], [sw], [1])[0][0]
     ws = jnp.asarray(_weight_scales(ctx, o))
     s_img = s[:, None, None, None]
-    wi = np.asarray(w).astype(np.int32)
+    wi = _ints(w)
     out = jnp.zeros((n, oh, ow, o), jnp.float32)
     for ky in reversed(range(kh)):
         for kx in reversed(range(kw)):
@@ -392,16 +399,17 @@ def _fc_blockwise(ctx, x2d, w, b):
     nb = i // bs
     scales = np.asarray(v.quant.scale, _F32).reshape(o, nb)
     q, s, z = asymmetric_quantize(x2d)
-    wb = np.asarray(w).astype(np.int32).reshape(o, nb, bs)
-    acc = jnp.einsum("rkc,okc->rok", q.reshape(q.shape[0], nb, bs), jnp.asarray(wb),
+    wb = _ints(w).reshape(o, nb, bs)  # the file's constants, or traced (float mode)
+    acc = jnp.einsum("rkc,okc->rok", q.reshape(q.shape[0], nb, bs), wb,
                      preferred_element_type=jnp.int32)  # [R, O, blocks], exact
-    ksum = wb.sum(axis=2).astype(_F32)  # [O, blocks], exact in float32
+    ksum = wb.sum(axis=2).astype(jnp.float32)  # [O, blocks], exact in float32
     out = jnp.zeros((q.shape[0], o), jnp.float32)
-    kfsum = np.zeros(o, _F32)
+    kfsum = jnp.zeros(o, jnp.float32)
     for k in range(nb):  # TFLite's order of float32 additions
-        out = out + _rounded(acc[:, :, k].astype(jnp.float32) * jnp.asarray(scales[:, k])[None, :])
-        kfsum = (kfsum + (scales[:, k] * ksum[:, k]).astype(_F32)).astype(_F32)  # constants: numpy float32
-    out = out - _rounded(z.astype(jnp.float32)[:, None] * jnp.asarray(kfsum)[None, :])
+        sk = jnp.asarray(scales[:, k])
+        out = out + _rounded(acc[:, :, k].astype(jnp.float32) * sk[None, :])
+        kfsum = kfsum + _rounded(sk * ksum[:, k])
+    out = out - _rounded(z.astype(jnp.float32)[:, None] * kfsum[None, :])
     out = _rounded(out * s[:, None])
     if b is not None:
         out = out + jnp.asarray(b, jnp.float32)[None, :]

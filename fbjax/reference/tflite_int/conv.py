@@ -63,14 +63,15 @@ def gemm_rescale(x, m, shift):
     return (y + np.where(right > 0, np.int64(1) << np.maximum(right - 1, 0), 0)) >> right
 
 
-def _finish(ctx, acc, n, fused, bias_pos, float_product=False, force64=False, gemm=False):
+def _finish(ctx, acc, n, fused, bias_pos, float_product=False, force64=False, gemm=False, wide_gemm=False):
     m, s = _mults(ctx, n, float_product)
     bv = ctx.inputs[bias_pos] if len(ctx.inputs) > bias_pos else None
     wide = np.dtype(ctx.outputs[0].dtype) == np.int16
     if wide and (force64 or (bv is not None and np.dtype(bv.dtype) == np.int64)):
         y = mbqm64(acc, m, s)
-    elif gemm and not wide:
-        y = gemm_rescale(acc, m, s)
+    elif gemm and (not wide or wide_gemm):
+        # (16x8 FULLY_CONNECTED without an int64 bias: int32 accumulator, gemm output stage)
+        y = gemm_rescale(wrap32(np.asarray(acc, np.int64)) if wide else acc, m, s)
     else:
         y = mbqm(acc, m, s)
     _, zo = sz(ctx, ctx.outputs[0])
@@ -167,7 +168,8 @@ def FULLY_CONNECTED(ctx, x, w, b=None, *, fused_activation_function="NONE", weig
             return np.clip(out, lo, hi).astype(np.int16).reshape(tuple(lead) + (o,))
     wq = ctx.inputs[1].quant
     fprod = wq is not None and np.asarray(wq.scale).size == 1 and np.dtype(ctx.inputs[0].dtype) != np.int16
-    return _finish(ctx, acc, o, fused_activation_function, 2, float_product=fprod, gemm=True).reshape(tuple(lead) + (o,))
+    return _finish(ctx, acc, o, fused_activation_function, 2, float_product=fprod, gemm=True,
+                   wide_gemm=True).reshape(tuple(lead) + (o,))
 
 
 @register(OP_SET, "TRANSPOSE_CONV")

@@ -70,7 +70,10 @@ def QUANTIZE_WEIGHTS(ctx, w, file_values=None):
         shape[vo.quant.quantized_dimension] = s.size
     s = s.reshape(shape if s.size > 1 else ())
     z = z.reshape(shape if z.size > 1 else ())
-    info = np.iinfo(np.dtype(vo.dtype))
+    lo, hi = np.iinfo(np.dtype(vo.dtype)).min, np.iinfo(np.dtype(vo.dtype)).max
+    if getattr(vo.quant, "block_size", 0):  # blockwise int4: per row and block, [-8, 7]
+        s = np.repeat(np.asarray(vo.quant.scale, F), vo.quant.block_size, axis=-1).reshape(w.shape)
+        z, lo, hi = np.zeros((), np.int64), -8, 7
     r = (F(1) / s).astype(F)
     if file_values is not None:
         q0 = np.asarray(file_values).astype(np.int64)
@@ -78,7 +81,7 @@ def QUANTIZE_WEIGHTS(ctx, w, file_values=None):
         q = q0 + np.rint(((w - w0).astype(F) * r).astype(F)).astype(np.int64)
     else:
         q = np.rint((w * r).astype(F)).astype(np.int64) + z
-    return np.clip(q, info.min, info.max).astype(vo.dtype)
+    return np.clip(q, lo, hi).astype(vo.dtype)
 
 
 @register("fbjax", "CLIP_WEIGHTS")
