@@ -426,7 +426,7 @@ def infer(
             raise InputError(f"infer needs a batch-polymorphic signature; {model.key!r} has inputs {model.inputs}")
         if model.path is None:
             raise InputError("infer needs a batch-polymorphic model: load it with fbjax.load(path, batch_size=None)")
-        model = load(model.path, **dict(getattr(model, "_load_kwargs", {}), batch_size=None))
+        model = load(model.path, **dict(model._load_kwargs, batch_size=None))
     apply = model.apply_tuple if isinstance(model, SignatureRunner) else model.apply
     specs = model.inputs
     for s in specs:

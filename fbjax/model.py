@@ -140,12 +140,14 @@ class Model:
     """
 
     def __init__(self, ir: ModelIR, program: Program, path: Optional[str] = None, *,
-                 trace_base=None, chunks=None):
+                 trace_base=None, chunks=None, load_kwargs: Optional[dict] = None):
         self.ir = ir
         self.path = path
         self.format = ir.format
         #: the lowered :class:`~fbjax.lower.build.Program` (``program.params``: the file's weights as numpy)
         self.program = program
+        #: the fbjax.load keyword arguments that made this model (to load it again with another batch)
+        self._load_kwargs = dict(load_kwargs or {})
         #: the dtype float ops compute in (``fbjax.load(..., compute_dtype=...)``)
         self.compute_dtype = "float32" if getattr(program, "compute_dtype", None) is None else program.compute_dtype.name
         g = ir.main_graph
@@ -737,13 +739,13 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
     path = None if isinstance(source, (bytes, bytearray, memoryview)) else os.fspath(source)
     # what loading this file again with another batch needs (fbjax.infer, the chunks below)
     load_kwargs = dict(options.as_kwargs(), constant_inputs=constant_inputs)
+
     def chunks(model):  # CPU: a large fixed batch runs in cache-sized chunks (fbjax.run.chunked)
         return run.select_chunks(model.program, model.inputs, model.outputs,
                                  lambda k: load(source, **dict(load_kwargs, batch_size=k)), options.batch_size)
 
     fixed_batch = options.rewrites_batch and options.batch_size is not None
-    model = Model(ir, program, path, chunks=chunks if fixed_batch else None,
+    model = Model(ir, program, path, chunks=chunks if fixed_batch else None, load_kwargs=load_kwargs,
                   trace_base=lambda prog: run.trace_base(prog, source, options, constant_inputs))
     model.input_quantization, model.output_quantization = file_quant
-    model._load_kwargs = load_kwargs
     return model
