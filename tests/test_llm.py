@@ -79,8 +79,8 @@ def test_hybrid_kernels_bit_exact_with_litert(name, key):
     jitted, and so does its numpy twin in fbjax.reference."""
     litert = pytest.importorskip("ai_edge_litert.interpreter")
     from fbjax._registry import call_op
-    from fbjax.lower.build import LowerContext
-    from fbjax.reference import REFERENCE, ReferenceContext
+    from fbjax.lower.build import LowerContext, Run
+    from fbjax.reference import REFERENCE, ReferenceContext, ReferenceRun
 
     model = _model(name)
     ins, _ = _io(name, key)
@@ -96,9 +96,8 @@ def test_hybrid_kernels_bit_exact_with_litert(name, key):
         args = [None if v is None else np.asarray(v.data) if v.data is not None else interp.get_tensor(v.index, gi)
                 for v in node.inputs]
         dyn = [i for i, v in enumerate(node.inputs) if v is not None and v.data is None]
-        ctx = LowerContext(node, model.ir, model._program)
-        ctx._params = model.params
-        od = model._program.registry.get(node.op_set, node.op_name)
+        ctx = LowerContext(node, model.ir, model.program, Run(model.params))
+        od = model.program.registry.get(node.op_set, node.op_name)
 
         def kernel(*d, args=args, dyn=dyn, od=od, ctx=ctx, node=node):
             a = list(args)
@@ -109,7 +108,7 @@ def test_hybrid_kernels_bit_exact_with_litert(name, key):
         want = interp.get_tensor(node.outputs[0].index, gi)
         got = np.asarray(jax.jit(kernel)(*[args[i] for i in dyn])).reshape(want.shape)
         np.testing.assert_array_equal(got, want, err_msg=node.location)
-        ref = call_op(REFERENCE.get(node.op_set, node.op_name), ReferenceContext(node, model.ir), args, node.attrs)
+        ref = call_op(REFERENCE.get(node.op_set, node.op_name), ReferenceContext(node, model.ir, ReferenceRun()), args, node.attrs)
         np.testing.assert_array_equal(np.asarray(ref).reshape(want.shape), want, err_msg=node.location)
     assert seen == {"FULLY_CONNECTED", "EMBEDDING_LOOKUP"}
 
@@ -124,7 +123,7 @@ def test_llm_signatures_and_layouts():
     assert dec["mask"].shape == (1, 1, 1, 64)
     # the weights both signatures read are one params entry each (no '#1' copies of subgraph 1's tensors)
     assert not [k for k in llama.params if "#" in k]
-    of = llama._program.param_of
+    of = llama.program.param_of
     per_graph = [{of[id(v)] for v in llama.ir.graphs[s.graph_index].values if id(v) in of}
                  for s in llama.signatures.values()]
     # prefill (no logits: the LM head and the last block's attention output are dead there) reads a subset
@@ -184,7 +183,7 @@ def test_generate_refuses_to_run_past_the_kv_cache(arch):
 def _params_read(model, graph_index: int) -> set:
     """Names of the params that graph ``graph_index`` and the bodies it calls (composite decompositions,
     control flow) read."""
-    of, todo, seen, names = model._program.param_of, [graph_index], set(), set()
+    of, todo, seen, names = model.program.param_of, [graph_index], set(), set()
     while todo:
         gi = todo.pop()
         if gi in seen:
