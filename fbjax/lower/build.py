@@ -207,7 +207,7 @@ class Program:
                 f"graph {index} ({graph.name}) takes {len(graph.inputs)} inputs, got {len(inputs)}"
             )
         env: dict = {id(v): x for v, x in zip(graph.inputs, inputs)}
-        self.eval_nodes(graph.nodes, env, run, where=f"graph {index}")
+        self.eval_nodes(graph.nodes, env, run, where=f"graph {index}", graph=graph)
         outs = [self._read(env, v, run, f"graph {index}") for v in graph.outputs]
         if run.narrow and index != self.model.main:
             outs = [_narrowed(o, self.compute_dtype) for o in outs]
@@ -231,14 +231,16 @@ class Program:
             return np.zeros(v.shape, v.dtype)
         raise ModelFormatError(f"{where}: tensor {v.index} ({v.name!r}) is read before it is written")
 
-    def eval_nodes(self, nodes, env: dict, run: Run, *, where: str = "graph") -> dict:
+    def eval_nodes(self, nodes, env: dict, run: Run, *, where: str = "graph", graph: Optional[Graph] = None) -> dict:
         """Evaluate ``nodes`` in order, each through its registered lowering
         (the one graph walker: :meth:`eval_graph` and the CPU executor's
         computed-ahead values use it; the registry is the hook, see
         :class:`fbjax.run.cpu_prepared.CpuPrepared`).
 
         ``env`` (``id(Value) -> value``) holds the values known before and
-        receives every node output. Operands in an op's ``static_inputs``
+        receives every node output; ``graph``, when given, is the graph the
+        nodes belong to (errors then name the graph inputs to bind). Operands
+        in an op's ``static_inputs``
         must be known at trace time; integer results of ``foldable`` ops on
         static operands are computed now and kept as numpy (shape-like
         values), everything else is traced.
@@ -261,7 +263,7 @@ class Program:
                     c = None if x is _UNKNOWN else _concrete(x)
                     if c is None:
                         if x is not _UNKNOWN:
-                            feed = _feeding_inputs(graph, v)
+                            feed = _feeding_inputs(graph, v) if graph is not None else []
                             bind = (f"; bind {', '.join(map(repr, feed))} at load with fbjax.load(path, "
                                     f"constant_inputs={{{feed[0]!r}: array}}) (CLI: --constant-input "
                                     f"{feed[0]}=FILE.npy)") if feed else ""
