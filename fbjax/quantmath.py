@@ -12,6 +12,8 @@ builtin ``QUANTIZE`` kernel (reciprocal multiply, ties to even).
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import math
 from typing import Optional
 
@@ -136,3 +138,23 @@ def weights_roundtrip(data: np.ndarray, q: QuantParams) -> bool:
     hold the value or the reciprocal multiply moves it."""
     data = np.asarray(data)
     return bool(np.array_equal(requantize_weights(dequantize_array(data, q), q, data.dtype), data))
+
+
+def libm_f32(name, fallback):
+    """The C math library's float32 ``name`` (``tanhf``, ``erfcf``), which
+    LiteRT's int16 GELU table calls: glibc's is not correctly rounded (its
+    ``tanhf`` is one ulp off the rounded double ``tanh`` for some inputs,
+    which moves an entry of the table by one step); the integer kernels and
+    their numpy twins build their tables with the same functions. Falls back to
+    ``float32(fallback(double))`` where no C math library loads."""
+    try:
+        lib = ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
+        fn = getattr(lib, name)
+        fn.restype, fn.argtypes = ctypes.c_float, [ctypes.c_float]
+        return lambda v: np.float32(fn(float(v)))
+    except (OSError, AttributeError):
+        return lambda v: np.float32(fallback(float(v)))
+
+
+tanhf = libm_f32("tanhf", math.tanh)
+erfcf = libm_f32("erfcf", math.erfc)

@@ -57,7 +57,8 @@ def _all_tensors(path, seed):
     xs = _inputs(m.inputs, seed)
     _, it = litert_builtin(path, xs, preserve=True)
     with jax.enable_x64(m._x64):
-        res = jax.jit(build(m.ir).apply)(m.params, *xs)
+        prog = build(m.ir)
+        res = jax.jit(lambda p, *x: prog.apply(p, None, *x)[0])(m.params, *xs)  # (outs, state) -> outs
     return [(o, np.asarray(r), it.get_tensor(o.index)) for o, r in zip(outs, res)]
 
 

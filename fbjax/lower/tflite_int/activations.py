@@ -17,36 +17,18 @@ gemmlowp's fixed-point ``logistic``/``tanh`` (Q3.12 in, Q0.15 out); SOFTMAX is
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import math
 
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from ...quantmath import erfcf, tanhf
 from ..registry import register
 from . import fixedpoint as fp
 from ._common import as_i32, out_dtype, qrange, round_half_away, scale_zp
 
 
-def _libm_f32(name, fallback):
-    """The C math library's float32 ``name`` (``tanhf``, ``erfcf``), which
-    LiteRT's int16 GELU table calls: glibc's is not correctly rounded (its
-    ``tanhf`` is one ulp off the rounded double ``tanh`` for some inputs,
-    which moves an entry of the table by one step). Falls back to
-    ``float32(fallback(double))`` where no C math library loads."""
-    try:
-        lib = ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
-        fn = getattr(lib, name)
-        fn.restype, fn.argtypes = ctypes.c_float, [ctypes.c_float]
-        return lambda v: np.float32(fn(float(v)))
-    except (OSError, AttributeError):
-        return lambda v: np.float32(fallback(float(v)))
-
-
-_tanhf = _libm_f32("tanhf", math.tanh)
-_erfcf = _libm_f32("erfcf", math.erfc)
 
 OP_SET = "tflite.int"
 
@@ -605,7 +587,7 @@ def gelu_f32(v):
     (``erfcf`` from the C math library, as LiteRT calls it)."""
     v = np.float32(v)
     t = np.float32(v * np.float32(-math.sqrt(0.5)))
-    return np.float32(np.float32(np.float32(0.5) * v) * _erfcf(t))
+    return np.float32(np.float32(np.float32(0.5) * v) * erfcf(t))
 
 
 def gelu_tanh_f32(v):
@@ -614,7 +596,7 @@ def gelu_tanh_f32(v):
     k = np.float32(1.12837916709551257390 * 0.70710678118654752440)  # M_2_SQRTPI * M_SQRT1_2
     cube = np.float32(np.float32(np.float32(np.float32(0.044715) * v) * v) * v)
     inner = np.float32(k * np.float32(v + cube))
-    one_plus = np.float32(np.float32(1.0) + _tanhf(inner))
+    one_plus = np.float32(np.float32(1.0) + tanhf(inner))
     return np.float32(np.float32(np.float32(0.5) * v) * one_plus)
 
 

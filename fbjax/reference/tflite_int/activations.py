@@ -3,33 +3,15 @@ LOGISTIC/TANH/SOFTMAX/GELU/RSQRT kernels of 16x8 models)."""
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import math
 
 import numpy as np
 
+from ...quantmath import erfcf, tanhf
 from ..registry import register
 from .fixedpoint import multipliers, qrange, round_half_away, sz
 
 
-def _libm_f32(name, fallback):
-    """The C math library's float32 ``name`` (``tanhf``, ``erfcf``), which
-    LiteRT's int16 GELU table calls: glibc's is not correctly rounded (its
-    ``tanhf`` is one ulp off the rounded double ``tanh`` for some inputs,
-    which moves an entry of the table by one step). Falls back to
-    ``float32(fallback(double))`` where no C math library loads."""
-    try:
-        lib = ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
-        fn = getattr(lib, name)
-        fn.restype, fn.argtypes = ctypes.c_float, [ctypes.c_float]
-        return lambda v: np.float32(fn(float(v)))
-    except (OSError, AttributeError):
-        return lambda v: np.float32(fallback(float(v)))
-
-
-_tanhf = _libm_f32("tanhf", math.tanh)
-_erfcf = _libm_f32("erfcf", math.erfc)
 
 OP_SET = "tflite.int"
 F = np.float32
@@ -422,14 +404,14 @@ def _table16_apply(ctx, x, fn):
 
 def _gelu16(v):
     v = F(v)
-    return F(F(F(0.5) * v) * _erfcf(F(v * F(-0.7071067811865476))))
+    return F(F(F(0.5) * v) * erfcf(F(v * F(-0.7071067811865476))))
 
 
 def _gelu16_tanh(v):
     v = F(v)
     c = F(1.1283791670955126 * 0.7071067811865476)
     t = F(c * F(v + F(F(F(F(0.044715) * v) * v) * v)))
-    return F(F(F(0.5) * v) * F(F(1.0) + _tanhf(t)))
+    return F(F(F(0.5) * v) * F(F(1.0) + tanhf(t)))
 
 
 def _softmax16(ctx, x, beta):
