@@ -104,7 +104,7 @@ def hlo_by_family(path: str) -> tuple:
     prog.registry = Scoped()
     xs = [np.zeros([1 if d is None else d for d in v.shape], v.dtype) for v in ir.main_graph.inputs]
     with jax.enable_x64(_needs_x64(ir)):
-        txt = jax.jit(prog.apply).lower(prog.params, *xs).as_text(debug_info=True)
+        txt = jax.jit(prog.apply).lower(prog.params, None, *xs).as_text(debug_info=True)
     locs = {}
     for line in txt.splitlines():
         m = re.match(r"(#loc\d+) = loc\((.*)\)$", line.strip())

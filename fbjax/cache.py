@@ -23,7 +23,7 @@ entries hold code, not the model's weights, and stay small.
 
 Next to it, in ``<cache dir>/../traces``, fbjax keeps the *traced* program
 (a serialized ``jax.export.Exported``: StableHLO bytecode, no Python
-objects) of a model's CPU inference path (:class:`fbjax.lower.inference.InferenceApply`), so a
+objects) of a model's CPU inference path (:class:`fbjax.run.trace_cache.TraceCached`), so a
 second process skips tracing and lowering the graph too (about 0.6 s of a
 0.9 s warm first call on the shared MediaPipe models). Its key
 (:func:`trace_key`) covers the model file's bytes, the ``fbjax.load``

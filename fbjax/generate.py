@@ -26,6 +26,7 @@ from typing import Optional, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from .errors import InputError
 
@@ -157,7 +158,7 @@ def _program(pre, dec, max_new_tokens: int, temperature: float, top_k: Optional[
 
 def generate(model, prompt_tokens, max_new_tokens: int, *, key=None, temperature: float = 0.0,
              top_k: Optional[int] = None, prefill: Optional[str] = None, decode: str = "decode",
-             params: Optional[dict] = None, pad_id: int = 0) -> np.ndarray:
+             params: Optional[dict] = None, pad_id: int = 0, devices: Optional[Sequence] = None) -> np.ndarray:
     """Generate tokens: prefill, then ``max_new_tokens`` decode steps, in one jitted loop.
 
     Args:
@@ -180,6 +181,12 @@ def generate(model, prompt_tokens, max_new_tokens: int, *, key=None, temperature
             and ``"decode"``).
         params: weights to use instead of ``model.params`` (e.g. fine-tuned).
         pad_id: token that pads shorter prompts (never read).
+        devices: the devices the batch of prompts is split over (default:
+            every local device, as :func:`fbjax.infer`): a 1-D
+            ``jax.sharding.Mesh``, rows sharded with
+            ``NamedSharding(mesh, P("batch"))`` (the batch padded to a
+            multiple of the device count with copies of the last prompt,
+            dropped from the result), weights replicated.
 
     Returns:
         int32 array ``[B, max_new_tokens]`` of new tokens (``[max_new_tokens]``
@@ -221,16 +228,25 @@ def generate(model, prompt_tokens, max_new_tokens: int, *, key=None, temperature
         raise InputError(f"generate: {max(map(len, rows))} prompt tokens + {max_new_tokens} new ones exceed the "
                          f"KV cache ({positions} positions): ask for at most "
                          f"{positions - max(map(len, rows)) + 1} new tokens")
+    devs = list(jax.local_devices() if devices is None else devices)
+    n_rows = len(rows)
+    rows = rows + [rows[-1]] * (-n_rows % len(devs))  # whole shards: padded rows are dropped below
     tokens = np.full((len(rows), n + 1), pad_id, np.int32)
     for i, r in enumerate(rows):
         tokens[i, :len(r)] = r
     lengths = np.asarray([len(r) for r in rows], np.int32)
-    keys = jax.random.split(jax.random.key(0) if key is None else key, len(rows))
+    keys = jax.random.split(jax.random.key(0) if key is None else key, n_rows)  # each row's key: as on one device
+    keys = jnp.concatenate([keys, jnp.repeat(keys[-1:], len(rows) - n_rows, axis=0)])
+    if len(devs) > 1:
+        mesh = Mesh(np.array(devs), ("batch",))
+        rows_sharding = NamedSharding(mesh, P("batch"))
+        tokens, lengths, keys = (jax.device_put(a, rows_sharding) for a in (tokens, lengths, keys))
+        params = jax.device_put(model.params if params is None else params, NamedSharding(mesh, P()))
     cache = model.__dict__.setdefault("_generate_jit", {})
     ck = (pre.key, dec.key, int(max_new_tokens), float(temperature), top_k)
     fn = cache.get(ck)
     if fn is None:
         fn = cache[ck] = jax.jit(_program(pre, dec, int(max_new_tokens), float(temperature), top_k))
     with jax.enable_x64(model._x64):
-        out = np.asarray(fn(model.params if params is None else params, tokens, lengths, keys))
+        out = np.asarray(fn(model.params if params is None else params, tokens, lengths, keys))[:n_rows]
     return out[0] if single else out

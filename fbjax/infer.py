@@ -9,9 +9,9 @@
 Examples are cut into batches, read and assembled in a background thread
 two batches ahead of the device. On one CPU device each batch runs as
 calls of the prepared program ``Model.__call__`` uses
-(:mod:`fbjax.lower.inference`: weights relaid once, values read twice
+(:mod:`fbjax.run.cpu_prepared`: weights relaid once, values read twice
 materialized) on chunks of examples whose activations fit in cache (the
-largest divisor of the batch under ``inference.CHUNK_BYTES``; 1 for the
+largest divisor of the batch under ``fbjax.run.chunked.CHUNK_BYTES``; 1 for the
 MediaPipe detectors, whose batched program is slower per example than
 batch-1 calls): so ``infer`` is at least as fast as a loop of ``model(x)``
 and as the batched program (``benchmarks/infer.py``). Otherwise each batch
@@ -45,6 +45,7 @@ from typing import Iterable, Iterator, Optional, Sequence, Union
 import numpy as np
 
 from .errors import InputError
+from .run import chunked as _chunked
 
 __all__ = ["infer", "iter_examples", "FILE_NAMES_KEY"]
 
@@ -314,20 +315,18 @@ def _example_bytes(model) -> int:
 
 def _chunk(model, batch: int) -> int:
     """Examples per call on a CPU device: the largest divisor of ``batch``
-    whose activations fit :data:`fbjax.lower.inference.CHUNK_BYTES` (about
+    whose activations fit :data:`fbjax.run.chunked.CHUNK_BYTES` (about
     what stays in cache from one layer to the next), at least 1. XLA:CPU runs
     a batch layer by layer, so a batch whose activations do not fit in cache
     streams each from memory and runs slower per example than smaller calls
     (``benchmarks/infer.py``)."""
-    from .lower.inference import CHUNK_BYTES
-
     cache = model.__dict__.setdefault("_infer_example_bytes", [])
     if not cache:
         cache.append(max(_example_bytes(model), 1))
     per = cache[0]
     best = 1
     for k in range(1, batch + 1):
-        if batch % k == 0 and k * per <= CHUNK_BYTES:
+        if batch % k == 0 and k * per <= _chunked.CHUNK_BYTES:
             best = k
     return best
 
@@ -427,7 +426,7 @@ def infer(
             raise InputError(f"infer needs a batch-polymorphic signature; {model.key!r} has inputs {model.inputs}")
         if model.path is None:
             raise InputError("infer needs a batch-polymorphic model: load it with fbjax.load(path, batch_size=None)")
-        model = load(model.path, **dict(getattr(model, "_load_kwargs", {}), batch_size=None))
+        model = load(model.path, **dict(model._load_kwargs, batch_size=None))
     apply = model.apply_tuple if isinstance(model, SignatureRunner) else model.apply
     specs = model.inputs
     for s in specs:
@@ -506,7 +505,7 @@ def infer(
             return [np.asarray(r) for r in res]
 
         # How one step runs. One CPU device: the prepared program Model.__call__ runs
-        # (fbjax/lower/inference.py: weights relaid once, residuals materialized; jit(model.apply)
+        # (fbjax.run.cpu_prepared: weights relaid once, residuals materialized; jit(model.apply)
         # has none of that) on steps of `k` examples whose activations stay in cache (the largest
         # divisor of the batch that fits) -- for the MediaPipe detectors k = 1, as the batched
         # program is slower per example than batch-1 calls; a step is dispatched as soon as its k
@@ -514,7 +513,7 @@ def infer(
         # waited for its 64 files measured 0.7x a loop). Otherwise: one jitted model.apply of the
         # whole batch over the mesh.
         if k is not None:
-            run1 = model._fast or model._jitted
+            run1 = model.executor  # the executor Model.__call__ runs (fbjax.run), without its input checks
 
             def put(bufs):
                 # numpy, copied by the call itself: on CPU an explicit device_put queues behind

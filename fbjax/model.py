@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
 import operator
 import os
 import warnings
@@ -16,8 +14,11 @@ import numpy as np
 from .errors import InputError
 from .formats import read_model, write_model
 from .ir import ModelIR, Value
+from . import cache
 from .cache import compiler_options
+from .lower import state as _st
 from .lower.build import Program
+from . import run
 from . import pipeline
 from .options import FILE_BATCH as _FILE
 from .options import LoadOptions
@@ -138,11 +139,15 @@ class Model:
         ir: the parsed :class:`~fbjax.ir.ModelIR`.
     """
 
-    def __init__(self, ir: ModelIR, program: Program, path: Optional[str] = None):
+    def __init__(self, ir: ModelIR, program: Program, path: Optional[str] = None, *,
+                 trace_base=None, chunks=None, load_kwargs: Optional[dict] = None):
         self.ir = ir
         self.path = path
         self.format = ir.format
-        self._program = program
+        #: the lowered :class:`~fbjax.lower.build.Program` (``program.params``: the file's weights as numpy)
+        self.program = program
+        #: the fbjax.load keyword arguments that made this model (to load it again with another batch)
+        self._load_kwargs = dict(load_kwargs or {})
         #: the dtype float ops compute in (``fbjax.load(..., compute_dtype=...)``)
         self.compute_dtype = "float32" if getattr(program, "compute_dtype", None) is None else program.compute_dtype.name
         g = ir.main_graph
@@ -165,24 +170,21 @@ class Model:
             self.params = {k: jax.device_put(v) for k, v in program.params.items()}  # no per-shape compiles (jnp.asarray: ~1 s)
         # issue 3: resource variables (VAR_HANDLE ...) -> explicit state, see
         # fbjax.lower.state; None for models without variables.
-        from .lower import state as _st
         self._stateful = _st.has_state(ir)  # TFLite variables/random ops, ONNX random ops (issue 5)
         with jax.enable_x64(self._x64):
             self.state = _st.initial_state(program, self.params) if self._stateful else None
-        self._jitted = jax.jit(self.apply, compiler_options=compiler_options(program.backend))  # fbjax/cache.py
         # Per-call overhead of __call__ (issue 8): see _apply_leaves and __call__.
         self._param_names = tuple(self.params)
         self._param_shapes = {k: tuple(np.shape(v)) for k, v in program.params.items()}  # for _check_params
-        from .lower.inference import _leaves_getter
-
-        self._param_leaves = _leaves_getter(self._param_names)
-        self._jitted_leaves = jax.jit(self._apply_leaves, compiler_options=compiler_options(program.backend))
-        self._unchecked = not self._stateful  # __call__ may try _jitted_leaves before any check
         #: (shape, dtype) per input of the calls _check_inputs passed unchanged (bounded)
         self._accepted: dict = {}
         self._warned_int: set = set()  # inputs already warned about integer data for a float input
-        from .lower.inference import inference_apply  # __call__ on CPU: prepared once (fbjax/lower/inference.py)
-        self._fast = inference_apply(program, compiler_options(program.backend), stateful=self._stateful)
+        #: how calls run, chosen once here (:func:`fbjax.run.select`): its ``name`` says which
+        self.executor = run.select(
+            program, self.apply, self._apply_leaves, stateful=self._stateful,
+            compiler_options=compiler_options(program.backend), trace_base=trace_base,
+            chunks=None if chunks is None else (lambda: chunks(self)))
+        self._unchecked = self.executor.unchecked  # __call__ may try executor.jitted_leaves before any check
 
     @property
     def outputs(self) -> list:
@@ -229,18 +231,17 @@ class Model:
         """
         self._check_apply_shapes(inputs)
         self._check_params(params)
-        want = self._program.params
+        want = self.program.params
         if any(getattr(params[k], "dtype", None) != want[k].dtype for k in want):
             # other float dtypes (bfloat16 / float16 training copies): computed in the file's float32 master
             # dtype, as the lowerings mix params with float32 activations (gradients flow back through the cast)
             params = {k: v if getattr(v, "dtype", None) == want[k].dtype else jnp.asarray(v, want[k].dtype)
                       for k, v in params.items()}
         if self._stateful:  # models with resource variables: (outputs, new_state)
-            from .lower.state import apply_with_state
-            outs, new_state = apply_with_state(self._program, params, self.state if state is None else state, *inputs)
+            outs, new_state = self.program.apply(params, self.state if state is None else state, *inputs)
             outs = tuple(jnp.asarray(o) for o in outs)
             return (outs[0] if len(outs) == 1 else outs), new_state
-        outs = self._program.apply(params, *inputs)
+        outs, _ = self.program.apply(params, None, *inputs)
         outs = tuple(jnp.asarray(o) for o in outs)
         return outs[0] if len(outs) == 1 else outs
 
@@ -303,7 +304,7 @@ class Model:
             dt = v.dtype if hasattr(v, "dtype") else np.asarray(v).dtype
             if not jnp.issubdtype(dt, jnp.floating):
                 raise InputError(f"params[{k!r}] has dtype {np.dtype(dt).name}; weights are float arrays (any float dtype, "
-                                 f"e.g. {np.dtype(self._program.params[k].dtype).name} as in model.params)")
+                                 f"e.g. {np.dtype(self.program.params[k].dtype).name} as in model.params)")
 
     def _check_apply_shapes(self, inputs: Sequence) -> None:
         """Input count and shapes for :meth:`apply` (also under ``jit``/``grad``:
@@ -433,21 +434,22 @@ class Model:
         for x in inputs:  # (a loop, not any(...): ~0.1 us instead of ~0.5 us on a ~20 us call)
             if isinstance(x, _TRACER):
                 return self._traced_call(params, inputs)
-        if self._unchecked and self._fast is None:
-            # Fast path (tiny models: a few us of a ~20 us call): no check in Python, the jit
-            # dispatch compares the inputs' shapes and dtypes with those of the traces it
-            # keeps, and a new trace checks them (_apply_leaves); inputs it rejects go
+        ex = self.executor
+        if self._unchecked:
+            # Fast path (the Jit executor; tiny models: a few us of a ~20 us call): no check in
+            # Python, the jit dispatch compares the inputs' shapes and dtypes with those of the
+            # traces it keeps, and a new trace checks them (_apply_leaves); inputs it rejects go
             # through _check_inputs below, and so do all later calls when they passed it.
             try:
-                leaves = self._param_leaves(params)
+                leaves = ex.leaves(params)
             except (KeyError, TypeError, IndexError):  # a name missing, or not a mapping: as before
                 leaves = None
             if leaves is not None:
                 try:
                     if bool(_X64.value) == self._x64:  # no config context: ~4 us less per call
-                        return self._jitted_leaves(leaves, *inputs)
+                        return ex.jitted_leaves(leaves, *inputs)
                     with jax.enable_x64(self._x64):
-                        return self._jitted_leaves(leaves, *inputs)
+                        return ex.jitted_leaves(leaves, *inputs)
                 except (_Unchecked, TypeError):  # TypeError: not JAX types (strings, ...)
                     pass
                 self._check_inputs(inputs)  # InputError for bad inputs
@@ -457,15 +459,14 @@ class Model:
         except (AttributeError, TypeError):  # not arrays, or an unhashable shape
             ok = False
         xs = inputs if ok else self._check_inputs(inputs)
-        if self._stateful:  # keep the variables between calls, as LiteRT does
+        if ex.stateful:  # keep the variables between calls, as LiteRT does
             with jax.enable_x64(self._x64):
-                out, self.state = self._jitted(self.params, *xs, state=self.state)
+                out, self.state = ex(self.params, self.state, *xs)
             return out
-        run = self._fast or self._jitted  # fbjax/lower/inference.py on CPU
         if _x64_enabled() == self._x64:
-            return run(params, *xs)
+            return ex(params, *xs)
         with jax.enable_x64(self._x64):
-            return run(params, *xs)
+            return ex(params, *xs)
 
     def _traced_call(self, params, inputs):
         """``model(x)`` inside the caller's ``jax.jit``/``grad``/``vmap``/``lax.map``:
@@ -531,7 +532,7 @@ class Model:
         params = self.params if params is None else params
         values = {id(v): v for g in self.ir.graphs for v in g.values}
         by_name, shared = {}, {}  # param name -> a Value; -> every Value (one buffer read by several subgraphs)
-        for vid, name in self._program.param_of.items():
+        for vid, name in self.program.param_of.items():
             by_name[name] = values[vid]
             shared.setdefault(name, []).append(values[vid])
         quantized = {}
@@ -726,9 +727,7 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
             message lists the inputs), or an array of another shape or dtype;
             ``compute_dtype`` is not one of the three names.
     """
-    from .cache import enable as _enable_compilation_cache
-
-    _enable_compilation_cache()  # JAX's persistent compilation cache (fbjax/cache.py)
+    cache.enable()  # JAX's persistent compilation cache (fbjax/cache.py)
     options = LoadOptions(format, batch_size, quantized, while_max_iterations, static_bounds, compute_dtype)
     ir = read_model(source, options.format)
     if constant_inputs:
@@ -738,42 +737,15 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
     pipeline.prepare(ir, options)
     program = pipeline.lower(ir, options, x64=_needs_x64(ir))
     path = None if isinstance(source, (bytes, bytearray, memoryview)) else os.fspath(source)
-    model = Model(ir, program, path)
-    model.input_quantization, model.output_quantization = file_quant
     # what loading this file again with another batch needs (fbjax.infer, the chunks below)
-    model._load_kwargs = dict(options.as_kwargs(), constant_inputs=constant_inputs)
-    _enable_trace_cache(model, source, options)
-    fast = getattr(model, "_fast", None)
-    if constant_inputs and getattr(fast, "trace_base", None) is not None:  # the bound values key the trace too
-        bound = tuple((k, np.asarray(v).dtype.str, np.shape(v),
-                       hashlib.sha256(np.ascontiguousarray(v).tobytes()).hexdigest())
-                      for k, v in sorted(constant_inputs.items()))
-        fast.trace_base = (fast.trace_base[0], fast.trace_base[1] + (repr(bound),))
-    if options.rewrites_batch and options.batch_size is not None:  # CPU: a large batch runs in cache-sized chunks
-        from .lower.inference import attach_chunks
+    load_kwargs = dict(options.as_kwargs(), constant_inputs=constant_inputs)
 
-        attach_chunks(model, lambda k: load(source, **dict(model._load_kwargs, batch_size=k)), options.batch_size)
+    def chunks(model):  # CPU: a large fixed batch runs in cache-sized chunks (fbjax.run.chunked)
+        return run.select_chunks(model.program, model.inputs, model.outputs,
+                                 lambda k: load(source, **dict(load_kwargs, batch_size=k)), options.batch_size)
+
+    fixed_batch = options.rewrites_batch and options.batch_size is not None
+    model = Model(ir, program, path, chunks=chunks if fixed_batch else None, load_kwargs=load_kwargs,
+                  trace_base=lambda prog: run.trace_base(prog, source, options, constant_inputs))
+    model.input_quantization, model.output_quantization = file_quant
     return model
-
-
-def _enable_trace_cache(model: "Model", source, options: LoadOptions) -> None:
-    """Let the CPU inference path keep its traced program in fbjax's cache
-    (:func:`fbjax.cache.trace_cache_dir`) when the model's input shapes are
-    static and every lowering it uses is fbjax's own (a user's custom op
-    could change without fbjax's code changing)."""
-    from . import cache
-    from .lower.inference import InferenceApply
-
-    fast = getattr(model, "_fast", None)
-    if not isinstance(fast, InferenceApply) or cache.trace_cache_dir() is None:
-        return
-    if any(s.shape is None or None in s.shape for s in model.inputs):
-        return
-    program = model._program
-    for node in program.model.iter_nodes():
-        od = program.registry.get(node.op_set, node.op_name)
-        if od is None or not getattr(od.fn, "__module__", "").startswith("fbjax."):
-            return
-    digest = cache.source_digest(source)
-    if digest is not None:
-        fast.trace_base = (digest, tuple(map(repr, dataclasses.astuple(options))))

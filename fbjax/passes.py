@@ -185,7 +185,7 @@ def check_batch_size(ir: ModelIR, program, batch: Optional[int]) -> None:
         ins = [jax.ShapeDtypeStruct((n,) + tuple(1 if d is None else d for d in v.shape[1:]), v.dtype)
                for v in g.inputs]
         try:
-            outs = jax.eval_shape(program.apply, params, *ins)
+            outs = jax.eval_shape(lambda p, *xs: program.apply(p, None, *xs)[0], params, *ins)
         except InputError:
             raise
         except Exception as e:  # noqa: BLE001 - any trace failure means the rewrite is not valid

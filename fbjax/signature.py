@@ -131,13 +131,13 @@ class SignatureRunner:
         checked, not cast) and the outputs as a tuple in :attr:`outputs`
         order; what :func:`fbjax.infer` and :func:`fbjax.generate` call."""
         self.model._check_params(params)
-        want = self.model._program.params
+        want = self.model.program.params
         if any(getattr(params[k], "dtype", None) != want[k].dtype for k in want):
             params = {k: v if getattr(v, "dtype", None) == want[k].dtype else jnp.asarray(v, want[k].dtype)
                       for k, v in params.items()}
         graph_inputs = [inputs[i] for i in self._order]
-        program = self.model._program
-        outs = program.eval_graph(self.graph_index, graph_inputs, params)
+        program = self.model.program
+        outs, _ = program.apply_graph(self.graph_index, params, None, *graph_inputs)
         res = []
         for v, k in zip(self._out_values, self._out_pos):
             if k is None:  # a signature output that is not a graph output (a constant, say)

@@ -32,7 +32,8 @@ from fbjax import testing
 from fbjax.cache import compiler_options
 from fbjax.formats import read_model
 from fbjax.lower.build import build
-from fbjax.lower.inference import attach_chunks, inference_apply, plan
+from fbjax.lower.inference import plan, worth_preparing
+from fbjax.run.chunked import select_chunks
 
 DATA = Path(__file__).parent / "data"
 BUILTINS = DATA / "tflite_builtins"
@@ -63,7 +64,8 @@ def _source(case):
 
 
 def _run(prog, xs):
-    return [np.asarray(o) for o in jax.jit(prog.apply, compiler_options=compiler_options("cpu"))(prog.params, *xs)]
+    outs, _ = jax.jit(prog.apply, compiler_options=compiler_options("cpu"))(prog.params, None, *xs)
+    return [np.asarray(o) for o in outs]
 
 
 def _check_same(a, b, k, depth, what):
@@ -86,8 +88,8 @@ def test_accelerator_lowering_is_plain_lax_and_agrees_with_cpu(case, backend):
     cpu, acc = build(ir_cpu, backend="cpu"), build(ir_acc, backend=backend)
     g = ir_cpu.main_graph
     xs = [np.random.default_rng(0).standard_normal(v.shape).astype(np.float32) for v in g.inputs]
-    convs_cpu = _convs(str(jax.make_jaxpr(cpu.apply)(cpu.params, *xs)))
-    convs_acc = _convs(str(jax.make_jaxpr(acc.apply)(acc.params, *xs)))
+    convs_cpu = _convs(str(jax.make_jaxpr(cpu.apply)(cpu.params, None, *xs)))
+    convs_acc = _convs(str(jax.make_jaxpr(acc.apply)(acc.params, None, *xs)))
     n_conv = sum(1 for n in g.nodes if "CONV" in n.op_name)
     # accelerator: one lax convolution per conv node, grouped ones as XLA's grouped convolution
     assert len(convs_acc) == n_conv, (case, convs_acc)
@@ -96,24 +98,22 @@ def test_accelerator_lowering_is_plain_lax_and_agrees_with_cpu(case, backend):
     if case in ("depthwise", "small_conv", "grouped_1x1"):
         assert not convs_cpu, f"{case}: the CPU lowering should avoid lax.conv here"  # shifted / taps / dot
     # nothing CPU-specific is prepared for the accelerator program
-    assert plan(acc) == ({}, {}) and inference_apply(acc) is None
+    assert plan(acc) == ({}, {}) and not worth_preparing(acc)
     k = max(int(np.prod(v.shape[1:])) for n in g.nodes for v in n.inputs[1:2] if v is not None and v.data is not None)
     _check_same(_run(acc, xs), _run(cpu, xs), k, len(g.nodes), f"{case} {backend} vs cpu")
 
 
 def test_chunked_batches_are_cpu_only():
-    """``attach_chunks`` leaves a model built for another backend alone (its
-    batch runs as one XLA call); on CPU it splits the same batch."""
+    """The chunked executor (``fbjax.run.chunked.select_chunks``) leaves a
+    model built for another backend alone (its batch runs as one XLA call);
+    on CPU it splits the same batch."""
     path = str(BUILTINS / "conv_2d.tflite")
     m_cpu = fbjax.load(path, batch_size=8)
-    before = m_cpu._fast
-    attach_chunks(m_cpu, lambda k: fbjax.load(path, batch_size=k), 8, budget=1)
-    assert m_cpu._fast is not before  # chunked on CPU
+    make = lambda k: fbjax.load(path, batch_size=k)  # noqa: E731
+    assert select_chunks(m_cpu.program, m_cpu.inputs, m_cpu.outputs, make, 8, budget=1) is not None  # chunked on CPU
     m_gpu = fbjax.load(path, batch_size=8)
-    m_gpu._program.backend = "gpu"
-    before = m_gpu._fast
-    attach_chunks(m_gpu, lambda k: fbjax.load(path, batch_size=k), 8, budget=1)
-    assert m_gpu._fast is before
+    m_gpu.program.backend = "gpu"
+    assert select_chunks(m_gpu.program, m_gpu.inputs, m_gpu.outputs, make, 8, budget=1) is None
 
 
 SHARED_MODEL = SHARED / "mediapipe_face_detection_short_range.tflite"

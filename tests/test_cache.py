@@ -103,17 +103,17 @@ def test_compiler_options_accepted_by_xla():
 # --- traced programs (fbjax.cache.trace_cache_dir) -------------------------------
 
 _TRACE_CHILD = """
-import sys, json, numpy as np, fbjax, fbjax.cache
+import sys, json, jax, numpy as np, fbjax, fbjax.cache
 from fbjax.bench import _inputs
 m = fbjax.load(sys.argv[1])
 xs = _inputs(m.inputs)
 y = m(*xs)
 scipy_linalg = "scipy.linalg" in sys.modules  # JAX's LAPACK set-up imports it
-ref = m._jitted(m.params, *xs)  # the plain jit of Model.apply
+ref = jax.jit(m.apply, compiler_options=fbjax.cache.compiler_options(m.program.backend))(m.params, *xs)  # the plain jit of Model.apply
 ys, rs = (y, ref) if isinstance(y, tuple) else ((y,), (ref,))
-fast = m._fast
+fast = m.executor
 print(json.dumps({"diff": max(float(np.max(np.abs(np.asarray(a) - np.asarray(b)))) for a, b in zip(ys, rs)),
-                  "cached": fast is not None and fast._call is not fast.jitted, "scipy_linalg": scipy_linalg,
+                  "cached": fast.name == "trace_cache" and fast.runs_exported, "scipy_linalg": scipy_linalg,
                   "traces": fbjax.cache.trace_cache_dir()}))
 """
 

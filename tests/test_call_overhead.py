@@ -4,7 +4,7 @@ On small models the Python around the jitted program is a large part of a
 call (``tflm_sine_float``: ~35 us per call, of which ~24 us is a bare
 ``jax.jit(model.apply)(params, x)``). ``__call__`` now passes the params as a
 tuple of leaves and, for a model without prepared program
-(``Model._fast is None``), leaves the input checks to the jit dispatch: a new
+(``Model.executor.name == "jit"``), leaves the input checks to the jit dispatch: a new
 input signature is checked when it is traced (``Model._apply_leaves``) and
 inputs that need converting go through ``Model._check_inputs`` as before.
 These tests check that every behaviour of the checked call is kept: the
@@ -47,7 +47,7 @@ def fc_bytes():
 
 
 def _ref(m, params, *xs):
-    return np.asarray(m._jitted(params, *xs))
+    return np.asarray(m.executor.jitted(params, *xs))  # the plain jit of Model.apply
 
 
 def _x(shape=(2, 4), dtype=F32, seed=1):
@@ -56,7 +56,7 @@ def _x(shape=(2, 4), dtype=F32, seed=1):
 
 def test_matching_inputs_skip_the_python_checks(fc_bytes, monkeypatch):
     m = fbjax.load(fc_bytes)
-    assert m._fast is None  # tiny model: the plain program
+    assert m.executor.name == "jit"  # tiny model: the plain program
     x = _x()
     np.testing.assert_array_equal(m(x), _ref(m, m.params, x))
     calls = []
@@ -169,7 +169,7 @@ def test_under_vmap(fc_bytes):
 
 
 def test_prepared_program_gets_params_as_sequences():
-    """The prepared CPU program (:class:`fbjax.lower.inference.InferenceApply`)
+    """The prepared CPU program (:class:`fbjax.run.cpu_prepared.CpuPrepared`)
     takes the params it uses as a tuple and the relaid ones as a list:
     the relaid params' original entries are not passed at all."""
     if jax.default_backend() != "cpu":
@@ -180,8 +180,8 @@ def test_prepared_program_gets_params_as_sequences():
     m = fbjax.load(single_op_model("CONV_2D", [(1, 6, 6, 4), w, b],
                                    options=dict(padding="SAME", stride_h=1, stride_w=1),
                                    output_shapes=[(1, 6, 6, 8)]))
-    fast = m._fast
-    assert fast is not None and list(fast.layouts) == ["const1"]
+    fast = m.executor
+    assert fast.name in ("cpu_prepared", "trace_cache") and list(fast.layouts) == ["const1"]
     used, relaid, _, _ = fast.args(m.params)
     assert isinstance(used, tuple) and isinstance(relaid, list)
     assert len(used) == len(m.params) - 1 and len(relaid) == 1

@@ -76,13 +76,13 @@ def test_accelerator_lowering_uses_reduced_operands_with_float32_accumulation():
     ir = read_model(str(BUILTINS / "conv_2d.tflite"), None)
     prog = build(ir, backend="gpu", options={"compute_dtype": "bfloat16"})
     x = _x(fbjax.load(BUILTINS / "conv_2d.tflite").inputs[0])
-    jaxpr = jax.make_jaxpr(prog.apply)(prog.params, x).jaxpr
+    jaxpr = jax.make_jaxpr(prog.apply)(prog.params, None, x).jaxpr
     convs = [e for e in _eqns(jaxpr) if e.primitive.name == "conv_general_dilated"]
     assert convs, "no convolution in the program"
     for e in convs:
         assert [v.aval.dtype for v in e.invars] == [jnp.bfloat16, jnp.bfloat16]
         assert e.params["preferred_element_type"] == jnp.float32
-    assert jax.eval_shape(prog.apply, prog.params, x)[0].dtype == jnp.float32
+    assert jax.eval_shape(prog.apply, prog.params, None, x)[0][0].dtype == jnp.float32  # (outputs, state)
 
 
 @pytest.mark.parametrize("name", ["softmax", "mean", "l2_normalization"])
@@ -92,7 +92,7 @@ def test_reductions_and_normalisations_compute_in_float32(name):
     prog = build(ir, options={"compute_dtype": "bfloat16"})
     m32 = fbjax.load(path)
     xs = [_x(s) for s in m32.inputs]
-    jaxpr = jax.make_jaxpr(prog.apply)(prog.params, *xs).jaxpr
+    jaxpr = jax.make_jaxpr(prog.apply)(prog.params, None, *xs).jaxpr
     reductions = [e for e in _eqns(jaxpr) if e.primitive.name in ("reduce_sum", "reduce_max", "exp", "rsqrt", "div")]
     assert reductions
     assert all(v.aval.dtype == jnp.float32 for e in reductions for v in e.invars if hasattr(v, "aval"))

@@ -1,4 +1,4 @@
-"""The program ``Model.__call__`` runs on CPU (:mod:`fbjax.lower.inference`).
+"""The program ``Model.__call__`` runs on CPU (:mod:`fbjax.lower.inference`, :mod:`fbjax.run.cpu_prepared`).
 
 On CPU, ``Model.__call__`` runs a program whose ungrouped CONV_2D weights are
 passed in ``HWIO`` (made once from ``Model.params``), while ``Model.apply``
@@ -26,6 +26,9 @@ from fbjax.testing import TFLiteBuilder, single_op_model
 from conftest import assert_within, gamma
 
 F32 = np.float32
+
+#: the executors that run the prepared CPU program (fbjax.run)
+_PREPARED = ("cpu_prepared", "trace_cache")
 
 cpu_only = pytest.mark.skipif(jax.default_backend() != "cpu", reason="weights are relaid on the CPU backend only")
 
@@ -77,7 +80,7 @@ CASES = {
 def test_relaid_call_equals_native_apply(name):
     rng = np.random.default_rng(sorted(CASES).index(name))
     m = fbjax.load(_conv_model(rng, **CASES[name]))
-    assert m._fast is not None and list(m._fast.layouts) == ["const1"]
+    assert m.executor.name in _PREPARED and list(m.executor.layouts) == ["const1"]
     assert m.params["const1"].shape[0] == CASES[name]["o"]  # still OHWI
     x = rng.standard_normal(m.inputs[0].shape).astype(F32)
     c = CASES[name]
@@ -107,7 +110,7 @@ def test_relaid_copy_follows_params():
 def test_grouped_conv_is_not_relaid():
     rng = np.random.default_rng(3)
     m = fbjax.load(_conv_model(rng, (1, 6, 6, 8), 4, 3, 3, groups=2))
-    assert m._fast is None  # nothing to relay, no value read twice
+    assert m.executor.name == "jit"  # nothing to relay, no value read twice
     x = rng.standard_normal((1, 6, 6, 8)).astype(F32)
     _conv_close(m(x), jax.jit(m.apply)(m.params, x), m, x, 3 * 3 * 4 + 1, "grouped")
 
@@ -130,13 +133,13 @@ def test_float16_weights_through_dequantize_are_relaid():
         return b.build()
 
     m = fbjax.load(fp16_conv(False))
-    assert m._fast is not None and list(m._fast.layouts) == ["w_fp16"]
+    assert m.executor.name in _PREPARED and list(m.executor.layouts) == ["w_fp16"]
     x = rng.standard_normal((1, 6, 7, 3)).astype(F32)
     # 3*3*3 products, no bias; the float16 -> float32 DEQUANTIZE is exact
     _conv_close(m(x), jax.jit(m.apply)(m.params, x), m, x, 27, "float16 weights")
     # the same weight also read by another node (here a graph output): kept native
     m2 = fbjax.load(fp16_conv(True))
-    assert m2._fast is None or not m2._fast.layouts
+    assert m2.executor.name not in _PREPARED or not m2.executor.layouts
     y2, w2 = m2(x)
     r2, rw2 = jax.jit(m2.apply)(m2.params, x)
     _conv_close(y2, r2, m2, x, 27, "float16 weights, also an output")
@@ -146,8 +149,8 @@ def test_float16_weights_through_dequantize_are_relaid():
 
 def test_plan_is_empty_off_cpu():
     m = fbjax.load(_conv_model(np.random.default_rng(1), (1, 5, 5, 2), 3, 3, 3))
-    assert plan(m._program, backend="gpu") == ({}, {})
-    assert plan(m._program, backend="tpu") == ({}, {})
+    assert plan(m.program, backend="gpu") == ({}, {})
+    assert plan(m.program, backend="tpu") == ({}, {})
 
 
 def _residual_chain_model(rng, shape=(2, 5, 6, 4), blocks=3):
@@ -198,9 +201,9 @@ def test_values_read_twice_are_materialized_with_equal_results():
     rng = np.random.default_rng(11)
     shape = (2, 32, 32, 8)  # 64 KiB activations: smaller ones are left to XLA (SMALL_ACTIVATION_BYTES)
     m = fbjax.load(_residual_chain_model(rng, shape=shape))
-    assert m._fast is not None and not m._fast.layouts
+    assert m.executor.name in _PREPARED and not m.executor.layouts
     x = rng.standard_normal(shape).astype(F32)
-    text = m._fast.lower(m.params, x).as_text()
+    text = m.executor.lower(m.params, x).as_text()
     assert text.count("divide") >= 3  # one x / 1.0 per block's `a`
     # x / 1.0 is x exactly, but the two programs are fused (and FMA-contracted) differently by XLA
     # (fbjax's compile options vs its defaults): equal up to the elementwise rounding bound
@@ -211,31 +214,35 @@ def test_values_read_twice_are_materialized_with_equal_results():
 
 
 def test_nothing_is_prepared_off_cpu():
-    from fbjax.lower.inference import inference_apply
+    from fbjax.lower.inference import worth_preparing
 
     m = fbjax.load(_residual_chain_model(np.random.default_rng(2), shape=(2, 32, 32, 8)))
-    assert inference_apply(m._program, backend="cpu") is not None
-    assert inference_apply(m._program, backend="gpu") is None
+    assert worth_preparing(m.program, backend="cpu")
+    assert not worth_preparing(m.program, backend="gpu")
     small = fbjax.load(_residual_chain_model(np.random.default_rng(2)))
-    assert small._fast is None  # tiny activations: nothing gained, call overhead saved
+    assert small.executor.name == "jit"  # tiny activations: nothing gained, call overhead saved
 
 
 @cpu_only
-def test_large_batch_runs_in_chunks_with_equal_results():
-    from fbjax.lower.inference import ChunkedCall, attach_chunks
+def test_large_batch_runs_in_chunks_with_equal_results(monkeypatch):
+    import fbjax.model
+    import fbjax.run.chunked
 
     rng = np.random.default_rng(13)
     data = _residual_chain_model(rng, shape=(1, 5, 6, 4))
     m = fbjax.load(data, batch_size=8)
-    assert not isinstance(m._fast, ChunkedCall)  # 8 tiny images fit in the budget
+    assert m.executor.name != "chunked"  # 8 tiny images fit in the budget
     loads = []
+    load = fbjax.model.load
 
-    def make(k):
-        loads.append(k)
-        return fbjax.load(data, batch_size=k)
+    def make(source, **kw):
+        loads.append(kw["batch_size"])
+        return load(source, **kw)
 
-    attach_chunks(m, make, 8, budget=2 * 5 * 6 * 4 * 4 * 3)  # ~2 images per chunk
-    assert isinstance(m._fast, ChunkedCall) and m._fast.k == 2
+    monkeypatch.setattr(fbjax.run.chunked, "CHUNK_BYTES", 2 * 5 * 6 * 4 * 4 * 3)  # ~2 images per chunk
+    m = fbjax.load(data, batch_size=8)
+    monkeypatch.setattr(fbjax.model, "load", make)  # counts the loads of the chunk model
+    assert m.executor.name == "chunked" and m.executor.k == 2
     x = rng.standard_normal((8, 5, 6, 4)).astype(F32)
     y = m(x)
     assert loads == [2] and y.shape == (8, 5, 6, 4)
@@ -261,7 +268,7 @@ def test_constant_weights_computed_ahead_and_relaid_equal_apply():
         pytest.skip(f"{path} is not installed with the onnx wheel")
     with pytest.warns(UserWarning, match="axis of size 1"):  # rten-convert's axis-0 Softmax (the logits are compared)
         m = fbjax.load(bench._onnx_to_rten(onnx.load(path)))
-    assert m._fast is not None and m._fast.registry.constant and m._fast._ahead_layouts
+    assert m.executor.name in _PREPARED and m.executor.registry.constant and m.executor.ahead_layouts
     x = np.random.default_rng(0).random(m.inputs[0].shape, dtype=np.float32)
     y, r = m(x), jax.jit(m.apply)(m.params, x)
     for a, b in zip(y if isinstance(y, tuple) else (y,), r if isinstance(r, tuple) else (r,)):
@@ -292,7 +299,7 @@ def test_softmax_input_is_computed_once():
         pytest.skip(f"{path} is not installed with the onnx wheel")
     m = fbjax.load(bench._onnx_to_rten(make_defaults_explicit(onnx.load(path))[0]))
     soft = next(n for n in m.ir.main_graph.nodes if n.op_name == "Softmax")
-    assert id(soft.inputs[0]) in fan_out_values(m._program)
+    assert id(soft.inputs[0]) in fan_out_values(m.program)
     x = np.random.default_rng(7).normal(size=(2, 3, 224, 224)).astype(np.float32)
     zeros = np.zeros((1, 3, 224, 224), np.float32)
     for v in (zeros, x[1:2], zeros, x[0:1]):  # the order that gave NaN on x[0:1]

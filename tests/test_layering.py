@@ -9,9 +9,10 @@ each import is resolved to the fbjax module it names. Layers, lowest first:
    from the registry they are handed, not by importing the lowering);
 2. ``lower`` (the op sets, the graph builder, kernels) and ``reference``
    (the numpy twins; separately checked never to import ``lower``);
-3. the load pipeline and executors: ``pipeline``, ``cache``,
+3. the load pipeline and the CPU inference planner: ``pipeline``, ``cache``,
    ``lower.inference``, ``custom``;
-4. ``model``, and the entry points above it: ``infer``, ``export``,
+4. the executors: ``run`` (how a Model runs when called);
+5. ``model``, and the entry points above it: ``infer``, ``export``,
    ``train``, ``flax``, ``bench``, ``testing``, ``cli``, the package root.
 
 A module may import from its own layer or below. A module-level import from
@@ -36,8 +37,9 @@ LAYERS = {
     "fbjax.passes": 1, "fbjax.batch_rules": 1, "fbjax.quantization": 1,
     "fbjax.lower": 2, "fbjax.reference": 2,
     "fbjax.lower.inference": 3, "fbjax.cache": 3, "fbjax.custom": 3, "fbjax.pipeline": 3,
-    "fbjax.model": 4, "fbjax.infer": 4, "fbjax.export": 4, "fbjax.train": 4, "fbjax.flax": 4,
-    "fbjax.bench": 4, "fbjax.testing": 4, "fbjax.cli": 4, "fbjax.__main__": 4, "fbjax": 4,
+    "fbjax.run": 4,
+    "fbjax.model": 5, "fbjax.infer": 5, "fbjax.export": 5, "fbjax.train": 5, "fbjax.flax": 5,
+    "fbjax.bench": 5, "fbjax.testing": 5, "fbjax.cli": 5, "fbjax.__main__": 5, "fbjax": 5,
 }
 
 #: (importing module, imported module) -> why the function-local upward import stays.
@@ -125,6 +127,7 @@ def test_reference_never_imports_the_lowering():
 
 
 @pytest.mark.parametrize("mod,layer", [("fbjax.lower.inference", 3), ("fbjax.lower.tflite.conv", 2),
-                                       ("fbjax.formats.tflite_writer", 0), ("fbjax", 4)])
+                                       ("fbjax.formats.tflite_writer", 0), ("fbjax.run.chunked", 4),
+                                       ("fbjax", 5)])
 def test_layer_table(mod, layer):
     assert _layer(mod) == layer

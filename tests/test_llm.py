@@ -79,8 +79,8 @@ def test_hybrid_kernels_bit_exact_with_litert(name, key):
     jitted, and so does its numpy twin in fbjax.reference."""
     litert = pytest.importorskip("ai_edge_litert.interpreter")
     from fbjax._registry import call_op
-    from fbjax.lower.build import LowerContext
-    from fbjax.reference import REFERENCE, ReferenceContext
+    from fbjax.lower.build import LowerContext, Run
+    from fbjax.reference import REFERENCE, ReferenceContext, ReferenceRun
 
     model = _model(name)
     ins, _ = _io(name, key)
@@ -96,9 +96,8 @@ def test_hybrid_kernels_bit_exact_with_litert(name, key):
         args = [None if v is None else np.asarray(v.data) if v.data is not None else interp.get_tensor(v.index, gi)
                 for v in node.inputs]
         dyn = [i for i, v in enumerate(node.inputs) if v is not None and v.data is None]
-        ctx = LowerContext(node, model.ir, model._program)
-        ctx._params = model.params
-        od = model._program.registry.get(node.op_set, node.op_name)
+        ctx = LowerContext(node, model.ir, model.program, Run(model.params))
+        od = model.program.registry.get(node.op_set, node.op_name)
 
         def kernel(*d, args=args, dyn=dyn, od=od, ctx=ctx, node=node):
             a = list(args)
@@ -109,7 +108,7 @@ def test_hybrid_kernels_bit_exact_with_litert(name, key):
         want = interp.get_tensor(node.outputs[0].index, gi)
         got = np.asarray(jax.jit(kernel)(*[args[i] for i in dyn])).reshape(want.shape)
         np.testing.assert_array_equal(got, want, err_msg=node.location)
-        ref = call_op(REFERENCE.get(node.op_set, node.op_name), ReferenceContext(node, model.ir), args, node.attrs)
+        ref = call_op(REFERENCE.get(node.op_set, node.op_name), ReferenceContext(node, model.ir, ReferenceRun()), args, node.attrs)
         np.testing.assert_array_equal(np.asarray(ref).reshape(want.shape), want, err_msg=node.location)
     assert seen == {"FULLY_CONNECTED", "EMBEDDING_LOOKUP"}
 
@@ -124,7 +123,7 @@ def test_llm_signatures_and_layouts():
     assert dec["mask"].shape == (1, 1, 1, 64)
     # the weights both signatures read are one params entry each (no '#1' copies of subgraph 1's tensors)
     assert not [k for k in llama.params if "#" in k]
-    of = llama._program.param_of
+    of = llama.program.param_of
     per_graph = [{of[id(v)] for v in llama.ir.graphs[s.graph_index].values if id(v) in of}
                  for s in llama.signatures.values()]
     # prefill (no logits: the LM head and the last block's attention output are dead there) reads a subset
@@ -184,7 +183,7 @@ def test_generate_refuses_to_run_past_the_kv_cache(arch):
 def _params_read(model, graph_index: int) -> set:
     """Names of the params that graph ``graph_index`` and the bodies it calls (composite decompositions,
     control flow) read."""
-    of, todo, seen, names = model._program.param_of, [graph_index], set(), set()
+    of, todo, seen, names = model.program.param_of, [graph_index], set(), set()
     while todo:
         gi = todo.pop()
         if gi in seen:
@@ -268,3 +267,119 @@ def test_cli_generate():
     line = [ln for ln in res.stdout.splitlines() if ln.startswith("prompt ")][0]
     assert line.endswith("-> " + ",".join(map(str, want[0][:8])))
     assert "tokens/s" in res.stdout
+
+
+def _stored_ranges(raw: bytes) -> list:
+    """[start, end) of every buffer's bytes in a .tflite file: after the flatbuffer (offset/size) or inline."""
+    from fbjax.formats._generated import tflite_generated as T
+
+    m = T.Model.GetRootAs(raw, 0)
+    out = []
+    for i in range(m.BuffersLength()):
+        b = m.Buffers(i)
+        if b.Offset() > 1:
+            out.append((b.Offset(), b.Offset() + b.Size()))
+        elif b.DataLength():
+            start = b._tab.Vector(b._tab.Offset(4))
+            out.append((start, start + b.DataLength()))
+    return out
+
+
+_LM_HEAD = "Linear_lm_head;"  # decode's int8 lm_head weight: a buffer after the flatbuffer, read by decode only
+_SHARED = "arith.constant36"  # decode's name of an int8 weight whose buffer prefill reads as arith.constant15
+_NORM = "arith.constant12"  # a float32 RMS-norm weight
+
+
+@pytest.mark.parametrize("mode,requantize,weight", [
+    ("exact", "file", _LM_HEAD), ("float", "file", _LM_HEAD),
+    ("float", "per_channel", _LM_HEAD),  # new scales: the flatbuffer is packed again
+    ("exact", "file", _SHARED),  # decode's copy only: the shared buffer is split, a new one appended
+])
+def test_save_buffers_after_the_flatbuffer(tmp_path, mode, requantize, weight):
+    """litert-torch keeps the quantized LLM's weights after the flatbuffer (Buffer.offset/size). Model.save
+    writes them back in that layout: the new weights reload exactly, LiteRT's signature runners on the
+    saved file give fbjax's outputs, and when no size changes the bytes outside the replaced buffers are
+    the file's own."""
+    litert = pytest.importorskip("ai_edge_litert.interpreter")
+    src = _path("llama_q8")
+    raw = open(src, "rb").read()
+    assert any(a >= len(raw) // 4 for a, _ in _stored_ranges(raw)), "the fixture no longer stores buffers by offset"
+    model = fbjax.load(src, quantized=mode)
+    assert model.save(None, model.params) == raw  # (c) nothing changed: the file's own bytes
+    if mode == "exact":  # the int8 weight given as integers: stored as they are
+        head = [v for v in model.ir.graphs[1].values if v.name.endswith(weight) and v.quant is not None][0]
+        key, q = head.name, np.asarray(head.data)
+        new_head = np.clip(-q.astype(np.int16), -127, 127).astype(np.int8)
+    else:  # dequantized floats: re-quantized with the file's (or new per-channel) scales
+        key = [k for k in model.params if k.endswith(weight)][0]
+        new_head = -np.asarray(model.params[key]) * np.float32(1.5 if requantize == "per_channel" else 1.0)
+    new_norm = np.asarray(model.params[_NORM]) * np.float32(0.75)
+    path = tmp_path / "tuned.tflite"
+    out = model.save(path, {key: new_head, _NORM: new_norm}, requantize=requantize)
+    assert open(path, "rb").read() == out
+    # (a) fbjax reads the new weights back exactly
+    again = fbjax.load(path, quantized=mode)
+    np.testing.assert_array_equal(np.asarray(again.params[_NORM]), new_norm)
+    if mode == "exact":
+        got = [v for v in again.ir.graphs[1].values if v.name == head.name][0].data
+        np.testing.assert_array_equal(np.asarray(got), new_head)
+    elif requantize == "file":  # -q * s is representable: the same scales hold it exactly
+        np.testing.assert_array_equal(np.asarray(again.params[key]), new_head)
+    else:  # new symmetric scales max|x| / 127: within half a step of the given values
+        step = np.max(np.abs(new_head), axis=1, keepdims=True) / 127
+        assert np.all(np.abs(np.asarray(again.params[key]) - new_head) <= 0.5 * step * (1 + 1e-6))
+    if weight == _SHARED:  # prefill's copy keeps the file's values
+        old = [v for v in again.ir.graphs[0].values if v.name.endswith("arith.constant15")][0].data
+        np.testing.assert_array_equal(np.asarray(old), np.asarray(
+            [v for v in model.ir.graphs[0].values if v.name.endswith("arith.constant15")][0].data))
+    if requantize == "file" and weight != _SHARED:  # (c) same sizes: only the two replaced buffers' bytes differ
+        assert len(out) == len(raw)
+        diff = np.flatnonzero(np.frombuffer(out, np.uint8) != np.frombuffer(raw, np.uint8))
+        inside = np.zeros(len(raw), bool)
+        for a, b in _stored_ranges(raw):
+            inside[a:b] = True
+        assert diff.size and inside[diff].all()
+        assert len({r for r in _stored_ranges(raw) if np.any((diff >= r[0]) & (diff < r[1]))}) == 2
+    else:  # the flatbuffer is packed again, the weights still follow it by offset
+        assert max(a for a, _ in _stored_ranges(out)) > len(out) // 2
+    # (b) LiteRT's builtin kernels run the saved file as fbjax (default, exact mode) runs it
+    ref = fbjax.load(path)
+    interp = litert.Interpreter(model_path=str(path),
+                                experimental_op_resolver_type=litert.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+    for sig in SIGNATURES:
+        x, before = _io("llama_q8", sig)
+        want = interp.get_signature_runner(sig)(**x)
+        got = ref.signature(sig)(**x)
+        for k in want:
+            assert _rel_err(got[k], want[k]) <= TOL, (sig, k)
+    # the saved file carries the new weights: decode (which reads them) moves
+    assert _rel_err(want["logits"], before["logits"]) > 1e-2
+
+
+_SHARDED = """
+import sys, numpy as np, jax, fbjax
+assert len(jax.devices()) == 4, jax.devices()
+m = fbjax.load(sys.argv[1])
+prompts = [[5, 17, 99], [200], [1, 2, 3, 4, 5, 6], [7, 7], [9, 8, 7, 6, 5]]   # 5 rows: padded to 8 over 4 devices
+np.save(sys.argv[2], fbjax.generate(m, prompts, 12))
+np.save(sys.argv[3], fbjax.generate(m, prompts, 12, temperature=1.0, key=jax.random.key(4)))
+"""
+
+
+def test_generate_sharded_over_devices_equals_one_device(tmp_path):
+    """On 4 forced host devices the batch of prompts is split over a mesh
+    (5 rows padded to 8): the greedy and the sampled tokens equal the
+    one-device run's (same program per row, same per-row keys)."""
+    script = tmp_path / "sharded.py"
+    script.write_text(_SHARDED)
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
+    env["PYTHONPATH"] = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.pathsep + env.get(
+        "PYTHONPATH", "")
+    r = subprocess.run([sys.executable, str(script), _path("llama_f32"), str(tmp_path / "g.npy"),
+                        str(tmp_path / "s.npy")], env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    model = _model("llama_f32")
+    prompts = [[5, 17, 99], [200], [1, 2, 3, 4, 5, 6], [7, 7], [9, 8, 7, 6, 5]]
+    np.testing.assert_array_equal(np.load(tmp_path / "g.npy"), fbjax.generate(model, prompts, 12))
+    np.testing.assert_array_equal(np.load(tmp_path / "s.npy"),
+                                  fbjax.generate(model, prompts, 12, temperature=1.0, key=jax.random.key(4)))

@@ -281,7 +281,7 @@ def load_pinned(rten: bytes, xs: list):
 
 def _call(model, xs, sequences: bool):
     if sequences:  # the pure program keeps sequence (list) inputs and outputs as lists
-        ys = jax.jit(model._program.apply)(model.params, *xs)
+        ys, _ = jax.jit(model.program.apply)(model.params, None, *xs)
         return list(ys)
     ys = model(*xs)
     return list(ys) if isinstance(ys, tuple) else [ys]
@@ -315,11 +315,11 @@ def run_case(case: Case, stats: Optional[Counter] = None, mode: str = AS_CONVERT
             # Evaluated eagerly with the weights as numpy: everything that fixes a
             # shape is then a load-time constant (float constants included).
             with jax.disable_jit():
-                if model._stateful:  # random ops drawing from Model.state's PRNG key
-                    ys, _ = model.apply(model._program.params, *rest)
+                if model.executor.stateful:  # random ops drawing from Model.state's PRNG key
+                    ys, _ = model.apply(model.program.params, *rest)
                     ys = list(ys) if isinstance(ys, tuple) else [ys]
                 else:
-                    ys = list(model._program.apply(model._program.params, *rest))
+                    ys = list(model.program.apply(model.program.params, None, *rest)[0])
             if stats is not None:
                 stats["pinned"] += 1
         if len(ys) != len(outputs):

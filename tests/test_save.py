@@ -296,3 +296,68 @@ def test_save_quantized_float_params_requantize_into_the_int8_file():
     np.testing.assert_array_equal(saved["bias"].data, orig["bias"].data)  # untouched
     xq = rng.integers(-100, 100, (2, 4)).astype(np.int8)
     assert litert_run(data, [xq])[0].dtype == np.int8  # LiteRT runs the re-written file
+
+
+# --- buffers after the flatbuffer (Buffer.offset/size: files over 2 GB, litert-torch's LLM files) -----------
+
+def _large_layout_file() -> bytes:
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "fuzz"))
+    import fuzz_corpus
+
+    return fuzz_corpus.tflite_large_layout(np.linspace(-1, 1, 64, dtype=np.float32))
+
+
+def _litert_builtin(data: bytes, x: np.ndarray) -> np.ndarray:
+    litert = pytest.importorskip("ai_edge_litert.interpreter")
+    interp = litert.Interpreter(model_content=data,
+                                experimental_op_resolver_type=litert.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+    interp.allocate_tensors()
+    interp.set_tensor(interp.get_input_details()[0]["index"], x)
+    interp.invoke()
+    return interp.get_tensor(interp.get_output_details()[0]["index"])
+
+
+@pytest.mark.parametrize("repack", [False, True])
+def test_save_buffer_after_the_flatbuffer(tmp_path, repack):
+    """A hand-built ``y = x + w`` whose ``w`` follows the flatbuffer (offset/size). Same size: the new
+    bytes replace the old ones where the file keeps them, nothing else changes. ``repack``: the
+    writer's other path (taken when scales change or a shared buffer splits) packs the flatbuffer again
+    and appends the bytes, 16-byte aligned, still by offset."""
+    from fbjax.formats import tflite_writer as W
+    from fbjax.formats._generated import tflite_generated as T
+
+    raw = _large_layout_file()
+    src = tmp_path / "large_layout.tflite"
+    src.write_bytes(raw)
+    model = fbjax.load(src)
+    (name,) = model.params
+    assert model.save(None, model.params) == raw
+    new = np.asarray(model.params[name]) * np.float32(-3) + np.float32(0.25)
+    if repack:
+        w = W._Writer(model.ir, "file")
+        w.apply({v: new for v in model.ir.graphs[0].values if v.name == name})
+        w.restructured = True
+        out = w.pack()
+    else:
+        out = model.save(None, {name: new})
+    m = T.Model.GetRootAs(out, 0)
+    b = m.Buffers(1)
+    off, size = b.Offset(), b.Size()
+    assert off > 1 and size == new.nbytes and b.DataLength() == 0  # still after the flatbuffer, by offset
+    assert np.frombuffer(out, np.float32, count=64, offset=off).tolist() == new.tolist()
+    old_off = T.Model.GetRootAs(raw, 0).Buffers(1).Offset()
+    if repack:
+        assert off % 16 == 0 and len(out) == off + size
+    else:  # byte for byte the file, but for the weight's bytes
+        assert len(out) == len(raw) and off == old_off
+        assert out[:off] == raw[:off] and out[off + size:] == raw[off + size:]
+    again = fbjax.load(out)
+    np.testing.assert_array_equal(np.asarray(again.params[name]), new)
+    x = np.linspace(2, -2, 64, dtype=np.float32)
+    # one float32 addition each: the exact sum rounded once, so within one ulp of numpy's
+    eps = float(np.finfo(np.float32).eps)
+    np.testing.assert_allclose(np.asarray(again(x)), x + new, rtol=eps, atol=0)
+    np.testing.assert_allclose(_litert_builtin(out, x), x + new, rtol=eps, atol=0)

@@ -41,8 +41,15 @@ Per tensor kind:
   update, e.g. ``g * (w != 0)``).
 * INT4 constants are packed two per byte as the file stores them.
 
-Files over 2 GB (buffers stored after the flatbuffer with ``offset``) cannot
-be re-written this way and raise :class:`~fbjax.errors.InputError`.
+Files that keep buffers after the flatbuffer (``offset``/``size`` relative
+to the file start, the over-2-GB convention litert-torch also uses for
+smaller files, FACTS.md) are written in the same layout. When every
+replaced buffer keeps its byte length and the flatbuffer itself does not
+change (no new scales, no shared buffer split), the new bytes are written
+over the old ones in a copy of the file: everything else stays byte for
+byte. Otherwise the flatbuffer is packed again with those buffers (and any
+large custom options) as ``offset``/``size`` entries, followed by their
+bytes, each 16-byte aligned; inline buffers stay inline.
 """
 
 from __future__ import annotations
@@ -173,13 +180,11 @@ class _Writer:
         self.ir = ir
         self.requantize = requantize
         raw = ir.buffer
+        self.raw = raw
         self.m = T.ModelT.InitFromObj(T.Model.GetRootAs(raw, 0))
-        for bi, b in enumerate(self.m.buffers or []):
-            if b is not None and b.offset > 1:
-                raise InputError(
-                    f"buffer {bi} is stored after the flatbuffer (a file over 2 GB); saving such files "
-                    "is not supported"
-                )
+        # buffers whose bytes follow the flatbuffer (offset/size, valid when > 1)
+        self.after = {bi for bi, b in enumerate(self.m.buffers or []) if b is not None and b.offset > 1}
+        self.restructured = False  # the flatbuffer itself changes (new scales, split buffers)
         # id(Value) -> (subgraph, tensor) position in the file
         self.where = {}
         for si, g in enumerate(ir.graphs):
@@ -187,9 +192,11 @@ class _Writer:
             for ti, v in enumerate(g.values[:n_file]):
                 self.where.setdefault(id(v), (si, ti))
         self.payloads: list = [self._payload(b) for b in (self.m.buffers or [])]
+        self.original = list(self.payloads)
 
-    @staticmethod
-    def _payload(b) -> Optional[bytes]:
+    def _payload(self, b) -> Optional[bytes]:
+        if b is not None and b.offset > 1:  # a view, not a copy: such files may be large
+            return memoryview(self.raw)[b.offset:b.offset + b.size]  # the reader checked the range
         if b is None or b.data is None:
             return None
         return np.asarray(b.data, np.uint8).tobytes()
@@ -296,6 +303,7 @@ class _Writer:
                     new_quant[pos] = self._per_channel_quant(t, x)
             if new_quant:
                 self._bias_updates(pending, new_quant)
+                self.restructured = True
         groups: dict = {}
         for pos, x in pending.items():
             t = self._t(pos)
@@ -308,7 +316,10 @@ class _Writer:
                 self.payloads[bi] = first
                 continue
             # the buffer is shared by tensors that now differ: give each its own
+            self.restructured = True
             for t, data in items:
+                if bi in self.after:
+                    self.after.add(len(self.payloads))
                 t.buffer = len(self.payloads)
                 self.payloads.append(data)
 
@@ -380,8 +391,83 @@ class _Writer:
                 pending[(si, bi)] = fb.reshape(tuple(int(d) for d in bt.shape))
 
     def pack(self) -> bytes:
-        self.m.buffers = [_AlignedBufferT(p) for p in self.payloads]
-        size = sum(len(p or b"") + _ALIGN for p in self.payloads) + (1 << 16)
+        large = bool(self.after) or any(op.largeCustomOptionsSize for sg in self.m.subgraphs or []
+                                        for op in sg.operators or [])
+        if not large:
+            return self._pack_inline()
+        if not self.restructured and all(
+                p is o or len(p or b"") == len(o or b"") for p, o in zip(self.payloads, self.original)):
+            return self._patch()
+        return self._pack_after()
+
+    def _patch(self) -> bytes:
+        """The file's bytes with the changed buffers' bytes in place of the old ones."""
+        bufs = T.Model.GetRootAs(self.raw, 0)
+        changed = []
+        for bi, (p, o) in enumerate(zip(self.payloads, self.original)):
+            if p is o or not p:
+                continue
+            b = self.m.buffers[bi]
+            if bi in self.after:
+                start = int(b.offset)
+            else:  # inline: where the data vector of buffer bi lies in the file
+                tab = bufs.Buffers(bi)._tab
+                start = tab.Vector(tab.Offset(4))
+            changed.append((start, p))
+        view, pieces, at = memoryview(self.raw), [], 0
+        for start, p in sorted(changed, key=lambda c: c[0]):
+            pieces += [view[at:start], p]
+            at = start + len(p)
+        pieces.append(view[at:])
+        return b"".join(pieces)
+
+    def _pack_after(self) -> bytes:
+        """The flatbuffer packed again, then the bytes it refers to by offset."""
+        blobs = []  # (BufferT or OperatorT, "buffer" or "options", bytes) placed after the flatbuffer
+        bufs = []
+        for bi, p in enumerate(self.payloads):
+            if bi in self.after:
+                b = T.BufferT()
+                bufs.append(b)
+                blobs.append((b, "buffer", p or b""))
+            else:
+                bufs.append(_AlignedBufferT(p))
+        for sg in self.m.subgraphs or []:
+            for op in sg.operators or []:
+                if op.largeCustomOptionsSize:
+                    off = int(op.largeCustomOptionsOffset)
+                    blobs.append((op, "options", memoryview(self.raw)[off:off + int(op.largeCustomOptionsSize)]))
+        self.m.buffers = bufs
+
+        def place(offsets):
+            for (obj, kind, data), off in zip(blobs, offsets):
+                if kind == "buffer":
+                    obj.offset, obj.size = off, len(data)
+                else:
+                    obj.largeCustomOptionsOffset, obj.largeCustomOptionsSize = off, len(data)
+
+        # offsets are fixed-width fields: pack once with non-zero placeholders to learn the size
+        place([1 << 62] * len(blobs))
+        head = self._pack_inline(keep_buffers=True)
+        pos, offsets = len(head), []
+        for _, _, data in blobs:
+            pos += -pos % _ALIGN
+            offsets.append(pos)
+            pos += max(len(data), 1)
+        place(offsets)
+        head2 = self._pack_inline(keep_buffers=True)
+        if len(head2) != len(head):  # a flatbuffers builder change; never expected
+            raise InputError("saving: the flatbuffer changed size when its buffer offsets were filled in")
+        pieces, at = [head2], len(head2)
+        for (_, _, data), off in zip(blobs, offsets):
+            pieces += [b"\0" * (off - at), data]
+            at = off + len(data)
+        return b"".join(pieces)
+
+    def _pack_inline(self, keep_buffers: bool = False) -> bytes:
+        if not keep_buffers:
+            self.m.buffers = [_AlignedBufferT(p) for p in self.payloads]
+        size = sum(len(p or b"") + _ALIGN for bi, p in enumerate(self.payloads) if bi not in self.after) + (1 << 16)
         builder = flatbuffers.Builder(size)
         root = self.m.Pack(builder)
         builder.Finish(root, file_identifier=FILE_IDENTIFIER)
@@ -407,7 +493,7 @@ def write(ir: ModelIR, updates: Mapping[Value, np.ndarray], *, requantize: str =
 
     Raises:
         InputError: a shape mismatch, a value the tensor's type cannot hold,
-            a sparse tensor whose zeros were changed, a file over 2 GB.
+            a sparse tensor whose zeros were changed.
     """
     w = _Writer(ir, requantize)
     w.apply(updates)

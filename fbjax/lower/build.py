@@ -43,6 +43,31 @@ def is_param(v: Value) -> bool:
     return data.ndim > 0 and bool(np.all(np.isfinite(data)))
 
 
+@dataclass
+class Run:
+    """One run (one trace) of a :class:`Program`: what its lowerings read
+    besides their operands, handed to each as ``ctx.run``.
+
+    Attributes:
+        params: param name -> array (jit arguments or tracers).
+        state: the run state (:mod:`fbjax.lower.state`: resource variables,
+            the PRNG key), updated in trace order; None when the program
+            runs without state (stateful ops then raise).
+        initialised: False while the initial state is made (initialisers
+            such as TFLite CALL_ONCE run then, and only then).
+        var_names: TFLite VAR_HANDLE handles -> variable names, in trace order.
+        narrow: whether float ops compute in the program's reduced
+            ``compute_dtype`` here (False inside a ``full_precision`` op's
+            subgraph, and for programs computing in float32).
+    """
+
+    params: dict
+    state: Optional[dict] = None
+    initialised: bool = True
+    var_names: list = field(default_factory=list)
+    narrow: bool = False
+
+
 class LowerContext(OpContext):
     """Context handed to lowerings.
 
@@ -52,16 +77,23 @@ class LowerContext(OpContext):
             backend.
         options: the lowering options given to :func:`build` (e.g.
             ``while_max_iterations``).
+        run: the :class:`Run` the node is evaluated in.
+        full_precision: the op computes in float32 under a reduced
+            ``compute_dtype`` (its registration's ``full_precision``, or an
+            integer kernel), and so do the subgraphs it calls.
     """
 
-    def __init__(self, node: Node, model: ModelIR, program: "Program"):
+    def __init__(self, node: Node, model: ModelIR, program: "Program", run: Run, *,
+                 full_precision: bool = False):
         super().__init__(node, model)
         self.program = program
         self.backend = program.backend
         self.options = program.options
+        self.run = run
+        self.full_precision = full_precision
 
     def call_graph(self, index: int, *args):
-        """Evaluate ``model.graphs[index]`` on ``args``; returns a list.
+        """Evaluate ``model.graphs[index]`` on ``args`` in this run; returns a list.
 
         Under a reduced ``compute_dtype`` the subgraph computes in it too
         (its float outputs cast to it, so loop carries keep their dtype),
@@ -69,13 +101,13 @@ class LowerContext(OpContext):
         where it computes in float32."""
         if not 0 <= index < len(self.model.graphs):
             raise self.error(f"refers to subgraph {index}, but the model has {len(self.model.graphs)}")
-        prog = self.program
-        saved = prog._narrow
-        prog._narrow = saved and not getattr(self, "_full_precision", False)
+        run = self.run
+        saved = run.narrow
+        run.narrow = saved and not self.full_precision
         try:
-            return prog.eval_graph(index, list(args), self._params)
+            return self.program.eval_graph(index, list(args), run)
         finally:
-            prog._narrow = saved
+            run.narrow = saved
 
 
 def _is_static(x) -> bool:
@@ -136,45 +168,90 @@ class Program:
         cd = self.options.get("compute_dtype")
         #: the reduced float dtype activations and weights compute in (None: the file's float32)
         self.compute_dtype = None if cd is None or np.dtype(cd) == np.float32 else np.dtype(cd)
-        self._narrow = self.compute_dtype is not None  # False while a full_precision op's subgraph runs
 
-    def apply(self, params: dict, *inputs):
-        """Run the main graph. Returns a tuple, one entry per graph output,
-        in the dtypes the file declares (also under a reduced ``compute_dtype``)."""
-        outs = self.eval_graph(self.model.main, list(inputs), params)
-        if self.compute_dtype is not None:
+    def apply(self, params: dict, state: Optional[dict], *inputs) -> tuple:
+        """Run the main graph: pure and traceable.
+
+        Args:
+            params: param name -> array (every name of :attr:`params`).
+            state: the run state before the call (:mod:`fbjax.lower.state`),
+                or None for a program without state.
+
+        Returns:
+            ``(outputs, new_state)``: a tuple with one entry per graph
+            output, and the state after the call (None when ``state`` is).
+
+        Raises:
+            ModelFormatError: ``state`` is None but an op needs it.
+        """
+        return self.apply_graph(self.model.main, params, state, *inputs)
+
+    def apply_graph(self, index: int, params: dict, state: Optional[dict], *inputs,
+                    initialise: bool = False) -> tuple:
+        """:meth:`apply` for ``model.graphs[index]`` (a signature's
+        subgraph); ``initialise=True`` runs initialisers (making the initial
+        state, :func:`fbjax.lower.state.initial_state`)."""
+        run = Run(params, None if state is None else dict(state), initialised=not initialise,
+                  narrow=self.compute_dtype is not None)
+        outs = self.eval_graph(index, list(inputs), run)
+        if self.compute_dtype is not None and index == self.model.main:  # the file's dtypes
             outs = [_to_file_dtype(o, v) for o, v in zip(outs, self.model.main_graph.outputs)]
-        return tuple(outs)
+        return tuple(outs), run.state
 
-    def eval_graph(self, index: int, inputs: list, params: dict) -> list:
+    def eval_graph(self, index: int, inputs: list, run: Run) -> list:
+        """The outputs of ``model.graphs[index]`` on ``inputs`` within ``run``
+        (for control-flow lowerings: :meth:`LowerContext.call_graph`)."""
         graph: Graph = self.model.graphs[index]
         if len(inputs) != len(graph.inputs):
             raise ModelFormatError(
                 f"graph {index} ({graph.name}) takes {len(graph.inputs)} inputs, got {len(inputs)}"
             )
-        env: dict[int, object] = {}
-        for v, x in zip(graph.inputs, inputs):
-            env[id(v)] = x
+        env: dict = {id(v): x for v, x in zip(graph.inputs, inputs)}
+        self.eval_nodes(graph.nodes, env, run, where=f"graph {index}", graph=graph)
+        outs = [self._read(env, v, run, f"graph {index}") for v in graph.outputs]
+        if run.narrow and index != self.model.main:
+            outs = [_narrowed(o, self.compute_dtype) for o in outs]
+        return outs
 
-        def lookup(v: Optional[Value]):
-            if v is None:
-                return None
-            key = id(v)
-            if key in env:
-                return env[key]
-            if v.data is not None:
-                name = self.param_of.get(key)
-                val = params[name] if name is not None else v.data
-                env[key] = val
-                return val
-            if v.is_variable and v.static_shape:
-                # TFLite variable tensor (RNN/LSTM state): zeros, as LiteRT
-                # holds after allocate_tensors; in-kernel writes are not kept.
-                return np.zeros(v.shape, v.dtype)
-            raise ModelFormatError(f"graph {index}: tensor {v.index} ({v.name!r}) is read before it is written")
+    def _read(self, env: dict, v: Optional[Value], run: Run, where: str):
+        """``v``'s value: computed (``env``), a param (``run.params``), a constant, or a TFLite variable's zeros."""
+        if v is None:
+            return None
+        key = id(v)
+        if key in env:
+            return env[key]
+        if v.data is not None:
+            name = self.param_of.get(key)
+            val = run.params[name] if name is not None else v.data
+            env[key] = val
+            return val
+        if v.is_variable and v.static_shape:
+            # TFLite variable tensor (RNN/LSTM state): zeros, as LiteRT
+            # holds after allocate_tensors; in-kernel writes are not kept.
+            return np.zeros(v.shape, v.dtype)
+        raise ModelFormatError(f"{where}: tensor {v.index} ({v.name!r}) is read before it is written")
 
+    def eval_nodes(self, nodes, env: dict, run: Run, *, where: str = "graph", graph: Optional[Graph] = None) -> dict:
+        """Evaluate ``nodes`` in order, each through its registered lowering
+        (the one graph walker: :meth:`eval_graph` and the CPU executor's
+        computed-ahead values use it; the registry is the hook, see
+        :class:`fbjax.run.cpu_prepared.CpuPrepared`).
+
+        ``env`` (``id(Value) -> value``) holds the values known before and
+        receives every node output; ``graph``, when given, is the graph the
+        nodes belong to (errors then name the graph inputs to bind). Operands
+        in an op's ``static_inputs``
+        must be known at trace time; integer results of ``foldable`` ops on
+        static operands are computed now and kept as numpy (shape-like
+        values), everything else is traced.
+
+        Raises:
+            UnsupportedOperatorError: static operands that depend on the
+                model's inputs (every such node listed).
+        """
+        lookup = lambda v: self._read(env, v, run, where)  # noqa: E731
         not_static = []  # (node key, why): every node whose static input is not known, reported together
-        for node in graph.nodes:
+        for node in nodes:
             opdef: OpDef = self.registry.get(node.op_set, node.op_name)
             args = []
             for i, v in enumerate(node.inputs):
@@ -186,7 +263,7 @@ class Program:
                     c = None if x is _UNKNOWN else _concrete(x)
                     if c is None:
                         if x is not _UNKNOWN:
-                            feed = _feeding_inputs(graph, v)
+                            feed = _feeding_inputs(graph, v) if graph is not None else []
                             bind = (f"; bind {', '.join(map(repr, feed))} at load with fbjax.load(path, "
                                     f"constant_inputs={{{feed[0]!r}: array}}) (CLI: --constant-input "
                                     f"{feed[0]}=FILE.npy)") if feed else ""
@@ -205,11 +282,11 @@ class Program:
                     if o is not None:
                         env[id(o)] = _UNKNOWN
                 continue
-            ctx = LowerContext(node, self.model, self)
-            ctx._params = params
+            full = False
             if self.compute_dtype is not None:
-                args = _compute_precision(args, opdef, self.compute_dtype if self._narrow else None)
-                ctx._full_precision = opdef.full_precision or opdef.op_set in _INTEGER_OP_SETS
+                args = _compute_precision(args, opdef, self.compute_dtype if run.narrow else None)
+                full = opdef.full_precision or opdef.op_set in _INTEGER_OP_SETS
+            ctx = LowerContext(node, self.model, self, run, full_precision=full)
             outs_float = any(
                 o is not None and np.issubdtype(np.dtype(o.dtype), np.inexact) for o in node.outputs
             )
@@ -229,10 +306,7 @@ class Program:
         if not_static:
             raise UnsupportedOperatorError(Counter(k for k, _ in not_static),
                                            detail=" ".join(why for _, why in not_static))
-        outs = [lookup(v) for v in graph.outputs]
-        if self._narrow and index != self.model.main:
-            outs = [_narrowed(o, self.compute_dtype) for o in outs]
-        return outs
+        return env
 
 
 #: op sets of integer (quantized) kernels: their float inputs (scales, hybrid activations) stay float32
@@ -419,7 +493,7 @@ def check_static_inputs(program: Program) -> None:
     params = {k: jax.ShapeDtypeStruct(v.shape, v.dtype) for k, v in program.params.items()}
     try:
         with jax.enable_x64(any(np.dtype(v.dtype).itemsize == 8 for v in g.values)):
-            jax.eval_shape(program.apply, params, *specs)
+            jax.eval_shape(lambda p, *xs: program.apply(p, None, *xs)[0], params, *specs)
     except UnsupportedOperatorError as e:
         if "must be known at load time" in str(e):
             raise

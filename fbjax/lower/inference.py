@@ -1,4 +1,4 @@
-"""The program :class:`fbjax.Model` runs when called: prepared once for speed.
+"""Planning the program :class:`fbjax.Model` runs on CPU when called: prepared once for speed.
 
 ``Model.apply`` / ``Model.params`` are the file's computation in the file's
 layouts (for training and saving). ``Model.__call__`` runs, on the CPU
@@ -17,7 +17,7 @@ chosen because XLA:CPU (jaxlib 0.10.2) does not do it itself:
   are evaluated at the first call and their float results passed as jit
   arguments, instead of being recomputed (and, for weights, relaid) on
   every call, or embedded in the executable as literals.
-* **Values read twice written once** (:class:`_Inference`). XLA:CPU fuses a
+* **Values read twice written once** (:class:`fbjax.run.cpu_prepared.CpuPrepared`). XLA:CPU fuses a
   cheap elementwise producer into each of its consumers; along a residual
   chain (``x = relu(x + conv(dw(x)))``) the k-th fusion then recomputes the
   k previous blocks, quadratic in the depth (2.4x slower per image at batch
@@ -28,26 +28,22 @@ chosen because XLA:CPU (jaxlib 0.10.2) does not do it itself:
   (``lax.optimization_barrier`` does not help: XLA:CPU removes it before
   fusion.)
 
+This module only plans (which weights, which nodes, which values); the
+executor that runs the prepared program is :class:`fbjax.run.cpu_prepared.CpuPrepared`.
 Results equal ``Model.apply``'s (``tests/test_inference.py`` compares both
 paths). Other backends pick layouts and fusions themselves:
-:func:`inference_apply` returns ``None`` there and ``Model.__call__`` jits
-``Model.apply`` as it is.
+:func:`worth_preparing` is False there and :class:`fbjax.Model` jits
+``Model.apply`` as it is (:class:`fbjax.run.jit.Jit`).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import operator
 from typing import Optional
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
-from .._registry import call_op
-
-__all__ = ["plan", "constant_nodes", "fan_out_values", "InferenceApply", "inference_apply",
-           "CPU_CONV_WEIGHT_LAYOUT"]
+__all__ = ["plan", "constant_nodes", "fan_out_values", "matrix_operands", "worth_preparing",
+           "image_activation_bytes", "CPU_CONV_WEIGHT_LAYOUT", "SMALL_ACTIVATION_BYTES"]
 
 #: Kernel layout XLA:CPU's convolution emitter reads without a copy.
 CPU_CONV_WEIGHT_LAYOUT = "HWIO"
@@ -71,7 +67,7 @@ def _conv_weight(program, node) -> Optional[tuple]:
     return None
 
 
-def _matrix_operands(program, node) -> tuple:
+def matrix_operands(program, node) -> tuple:
     """Declared weight positions of matrix products (ops whose ``weights``
     hold no convolution kernel): their constant operands are computed ahead."""
     od = _opdef(program, node)
@@ -211,320 +207,15 @@ def fan_out_values(program) -> set:
     return out
 
 
-def _relay(x, src: str, dst: str):
-    return np.ascontiguousarray(np.transpose(np.asarray(x), [src.index(c) for c in dst]))
-
-
-class _Inference:
-    """Registry view for the inference trace: lowerings of
-    :func:`constant_nodes` return the values computed ahead (jit arguments),
-    and float outputs in ``materialize`` come back divided by the run-time
-    ``1.0`` (see the module docstring)."""
-
-    def __init__(self, base, materialize: set, constant: dict, key: dict):
-        self.base = base
-        self.key = key  # id(Value) -> name of its computed-ahead value
-        self.materialize = materialize
-        self.constant = constant  # id(Node) -> Node
-        self.one = None  # tracers while tracing
-        self.ahead = None  # {key: tracer (float) or numpy (other)}
-        self._defs: dict = {}
-
-    def get(self, op_set: str, name: str):
-        key = (op_set, name)
-        if key not in self._defs:
-            od = self.base.get(op_set, name)
-            self._defs[key] = None if od is None else dataclasses.replace(od, fn=self._wrap(od.fn))
-        return self._defs[key]
-
-    def __getattr__(self, name):
-        return getattr(self.base, name)
-
-    def _wrap(self, fn):
-        def lowering(ctx, *args, **kw):
-            node = getattr(ctx, "node", None)
-            if self.ahead is not None and node is not None and id(node) in self.constant:
-                return [None if o is None else self.ahead.get(self.key[id(o)]) for o in node.outputs]
-            res = fn(ctx, *args, **kw)
-            outs = getattr(ctx, "outputs", None) or ()
-            if self.one is None or not any(v is not None and id(v) in self.materialize for v in outs):
-                return res
-            single = not isinstance(res, (list, tuple))
-            rs = [res] if single else list(res)
-            for i, v in enumerate(outs[:len(rs)]):
-                r = rs[i]
-                if (v is not None and id(v) in self.materialize and isinstance(r, jax.core.Tracer)
-                        and jnp.issubdtype(r.dtype, jnp.floating)):
-                    rs[i] = r / self.one.astype(r.dtype)
-            return rs[0] if single else rs
-        return lowering
-
-
-class InferenceApply:
-    """``fn(params, *inputs)``: the jitted forward pass of the prepared
-    program (see the module docstring).
-
-    ``params`` is in the file's layout (``Model.params``, a mapping with at
-    least the program's param names; other keys are ignored). The relaid
-    copies of params are cached and rebuilt when one of their entries of
-    ``params`` is another array than last time (identity checks, per call);
-    values of :func:`constant_nodes` are computed at the first call.
-    """
-
-    def __init__(self, program, compiler_options=None, *, relay: bool = True, materialize: bool = True,
-                 ahead: bool = True):
-        self.base = program
-        consts = constant_nodes(program) if ahead else []
-        graph = program.model.graphs[program.model.main]
-        uses_outside: set = set()
-        const_ids = {id(n) for n in consts}
-        for node in graph.nodes:
-            if id(node) in const_ids:
-                continue
-            uses_outside.update(id(v) for v in node.inputs if v is not None)
-        uses_outside.update(id(v) for v in graph.outputs)
-        # float results read by the rest of the graph as relaid convolution weights or matrix
-        # product operands: computed ahead, passed as jit arguments. Others (fills feeding
-        # elementwise ops) stay in the trace, where XLA fuses them into their consumers.
-        # (Grouped convolutions are split per group on CPU: their weights stay in the trace too.)
-        matmul_in = {id(node.inputs[p]) for node in graph.nodes if id(node) not in const_ids
-                     for p in _matrix_operands(program, node) if p < len(node.inputs) and node.inputs[p] is not None}
-        candidates = {id(o) for n in consts for o in n.outputs
-                      if o is not None and id(o) in uses_outside and np.dtype(o.dtype).kind == "f"}
-        sources, values = plan(program, constants=frozenset(candidates)) if relay else ({}, {})
-        ahead_ids = {k for k in sources if not isinstance(k, str)} | (candidates & matmul_in)
-        for n in consts:  # a node computed ahead returns all its float results from there
-            if any(o is not None and id(o) in ahead_ids for o in n.outputs):
-                ahead_ids.update(id(o) for o in n.outputs if o is not None and np.dtype(o.dtype).kind == "f")
-        self._ahead_ids = ahead_ids
-        self._consts = consts
-        # stable jit-argument names (graph positions), so the persistent compilation cache hits
-        self._key = {id(o): f"c{a}_{b}" for a, n in enumerate(consts) for b, o in enumerate(n.outputs)
-                     if o is not None}
-        self.layouts = {k: v for k, v in sources.items() if isinstance(k, str)}  # params
-        self._ahead_layouts = {k: v for k, v in sources.items() if not isinstance(k, str)}
-        opts = dict(program.options)
-        opts["weight_layouts"] = dict(values)
-        # nodes with results computed ahead return them (relaid ones in the planned layout);
-        # the other constant nodes run as usual in the trace
-        replaced = {id(n): n for n in consts if any(o is not None and id(o) in self._ahead_ids for o in n.outputs)}
-        reg = _Inference(program.registry, fan_out_values(program) if materialize else set(), replaced,
-                         self._key)
-        self.registry = reg
-        self.program = prog = dataclasses.replace(program, options=opts, registry=reg)
-        # jit arguments: the params passed as they are, then the relaid ones (see args)
-        self._relay_names = tuple(self.layouts)
-        self._names = tuple(k for k in program.params if k not in self.layouts)
-        self._all_names = self._names + self._relay_names
-        self._getter = _leaves_getter(self._all_names)
-        names, relay_names = self._names, self._relay_names
-
-        def run(used, relaid, one, ahead, *inputs):
-            reg.one, reg.ahead = one, dict(ahead, **self._static_ahead)
-            params = dict(zip(names, used))
-            params.update(zip(relay_names, relaid))
-            try:
-                outs = tuple(jnp.asarray(o) for o in prog.apply(params, *inputs))
-            finally:
-                reg.one = reg.ahead = None
-            return outs[0] if len(outs) == 1 else outs
-
-        self.jitted = jax.jit(run, compiler_options=compiler_options)
-        self._compiler_options = compiler_options
-        #: set by :func:`fbjax.load`: ``(model digest, load options)`` when the
-        #: trace cache (:func:`fbjax.cache.trace_cache_dir`) may be used
-        self.trace_base = None
-        self._call = None  # what __call__ runs: self.jitted, or a jit of a cached Exported
-        self._one = jax.device_put(np.float32(1))
-        self._ahead = None  # {key: jax array} once computed
-        self._static_ahead: dict = {}  # {key: numpy} (non-float results)
-        self._relay_cache = None  # (the params entries the relaid copies were made from, the copies)
-        self._exported = None  # the jax.export.Exported _first_call runs, if any
-
-    def _compute_ahead(self):
-        """Evaluate the :func:`constant_nodes` the computed-ahead values need,
-        once, as one jitted function (one compile, which the persistent
-        cache keeps; op-by-op evaluation compiled one tiny program per op and
-        shape). Integer results are evaluated at trace time, as the graph
-        builder does; relaid values are transposed in the same function."""
-        from .build import LowerContext, _as_list
-
-        prog = self.base
-        replaced = self.registry.constant
-        producer = {id(o): n for n in self._consts for o in n.outputs if o is not None}
-        need: set = set()  # ids of the nodes the replaced nodes depend on
-        stack = list(replaced.values())
-        while stack:
-            node = stack.pop()
-            if id(node) in need:
-                continue
-            need.add(id(node))
-            stack.extend(producer[id(v)] for v in node.inputs if v is not None and id(v) in producer)
-        nodes = [n for n in self._consts if id(n) in need]
-        static: dict = {}
-
-        def compute():
-            env: dict = {}
-            for node in nodes:
-                opdef = prog.registry.get(node.op_set, node.op_name)
-                args = []
-                for i, v in enumerate(node.inputs):
-                    if v is None:
-                        args.append(None)
-                    elif id(v) in env:
-                        args.append(env[id(v)])
-                    else:
-                        args.append(np.asarray(v.data))
-                ctx = LowerContext(node, prog.model, prog)
-                ctx._params = {}
-                floats = any(o is not None and np.dtype(o.dtype).kind == "f" for o in node.outputs)
-                if floats:
-                    res = _as_list(call_op(opdef, ctx, args, node.attrs), node)
-                else:
-                    with jax.ensure_compile_time_eval():  # shape-like: numpy, as the graph builder keeps them
-                        res = [None if r is None else np.asarray(r)
-                               for r in _as_list(call_op(opdef, ctx, args, node.attrs), node)]
-                for o, r in zip(node.outputs, res):
-                    if o is not None:
-                        env[id(o)] = r
-            out = {}
-            for node in replaced.values():
-                for o in node.outputs:
-                    if o is None:
-                        continue
-                    key, x = self._key[id(o)], env[id(o)]
-                    if id(o) in self._ahead_ids:
-                        if id(o) in self._ahead_layouts:
-                            src, dst = self._ahead_layouts[id(o)]
-                            x = jnp.transpose(x, [src.index(c) for c in dst])
-                        out[key] = jnp.asarray(x)
-                    else:
-                        static[key] = x
-            return out
-
-        ahead = jax.jit(compute)() if replaced else {}
-        self._static_ahead = static
-        self._ahead = ahead
-
-    def _relaid_list(self, srcs: tuple) -> list:
-        cached = self._relay_cache
-        if cached is None or not all(map(operator.is_, srcs, cached[0])):
-            cached = self._relay_cache = (srcs, [jax.device_put(_relay(a, *self.layouts[k]))
-                                                 for k, a in zip(self._relay_names, srcs)])
-        return cached[1]
-
-    def relaid(self, params: dict) -> dict:
-        """The planned weights of ``params`` relaid (cached; made again when
-        one of their ``params`` entries is another array than last time)."""
-        return dict(zip(self._relay_names, self._relaid_list(tuple(params[k] for k in self._relay_names))))
-
-    def args(self, params: dict) -> tuple:
-        """The jit arguments before the model inputs: the tuple of the params
-        passed as they are, the list of the relaid ones (both in the order of
-        ``Program.params``; the jit dispatch flattens them faster than dicts,
-        whose keys it sorts on every call), the run-time ``1.0`` and the
-        computed-ahead values.
-
-        Raises:
-            KeyError: a param of the model missing from ``params``.
-        """
-        if self._ahead is None:
-            self._compute_ahead()
-        cur = self._getter(params)
-        n = len(self._names)
-        return cur[:n], self._relaid_list(cur[n:]), self._one, self._ahead
-
-    def lower(self, params: dict, *inputs):
-        """``jax.jit(...).lower`` of the prepared program (for inspection)."""
-        return self.jitted.lower(*self.args(params), *inputs)
-
-    def _first_call(self, args: tuple, inputs: tuple):
-        """The function calls run: with a trace-cache key, a jit of the
-        ``Exported`` program read from the cache, or exported now and stored
-        (one trace + lowering either way); else :attr:`jitted`."""
-        if self.trace_base is None:
-            return self.jitted
-        from .. import cache
-
-        from jax import export
-
-        try:
-            digest, options = self.trace_base
-            key = cache.trace_key(digest, options, tuple(args) + tuple(inputs),
-                                  extra=f"{self.base.backend} {sorted((self._compiler_options or {}).items())}")
-            exported = cache.load_exported(key)
-            if exported is None:
-                exported = export.export(self.jitted, platforms=(self.base.backend,))(*args, *inputs)
-                cache.save_exported(key, exported)
-            self._exported = exported
-            return jax.jit(exported.call, compiler_options=self._compiler_options)
-        except Exception:  # noqa: BLE001 - anything export cannot take: the plain jit
-            return self.jitted
-
-    def __call__(self, params: dict, *inputs):
-        args = self.args(params)
-        first = self._call is None
-        if first:
-            self._call = self._first_call(args, inputs)
-        if self._call is not self.jitted:
-            try:
-                if first and self._exported is not None:
-                    from .. import cache
-
-                    # lowered now: without JAX's LAPACK set-up (a scipy import) unless needed
-                    with cache.lapack_init_skipped(self._exported):
-                        return self._call(*args, *inputs)
-                return self._call(*args, *inputs)
-            except (TypeError, ValueError):  # other shapes/dtypes than the cached program's: trace them
-                self._call = self.jitted
-        return self.jitted(*args, *inputs)
-
-
-def _leaves_getter(names: tuple):
-    """``f(params) -> tuple`` of ``params[name]`` for ``names`` (KeyError if one is missing)."""
-    if len(names) >= 2:
-        return operator.itemgetter(*names)  # one C call
-    if names:
-        get = operator.itemgetter(names[0])
-        return lambda params: (get(params),)
-    return lambda params: ()
-
-
-def inference_apply(program, compiler_options=None, *, stateful: bool = False,
-                    backend: Optional[str] = None) -> Optional[InferenceApply]:
-    """The prepared apply :class:`fbjax.Model` calls, or ``None`` (then it
-    jits ``Model.apply`` as it is): ``None`` on backends other than
-    ``"cpu"``, for models with resource variables (their apply threads
-    state), and when there is nothing to prepare.
-    """
-    backend = backend or program.backend
-    if stateful or backend != "cpu":
-        return None
-    if not plan(program, backend)[0] and not constant_nodes(program) and (
-            not fan_out_values(program) or _image_activation_bytes(program, 1) < SMALL_ACTIVATION_BYTES):
-        return None  # nothing to relay or compute ahead, and activations that stay in cache anyway
-    return InferenceApply(program, compiler_options)
-
-
 #: Largest per-node activation bytes under which materializing values read
 #: twice cannot pay for the extra call arguments (tflm_sine_float: 16 floats).
 SMALL_ACTIVATION_BYTES = 64 << 10
 
 
-# --- large batches in cache-sized chunks ----------------------------------------
-
-#: Activation bytes per chunk (the largest per-node input + output set of one
-#: image times the chunk's images) that :func:`chunk_size` aims under: about
-#: what stays in a CPU's L2/L3 cache between one layer and the next.
-CHUNK_BYTES = 4 << 20
-
-#: Streams of chunks :class:`ChunkedCall` runs at once (Python threads; the
-#: executions run in XLA without the GIL). 2: measured 1.2x the images/s of
-#: one stream on 2 cores (mediapipe_face_detection_short_range, _face_landmark).
-CHUNK_THREADS = 2
-
-
-def _image_activation_bytes(program, batch: int) -> int:
+def image_activation_bytes(program, batch: int) -> int:
+    """The largest per-node activation bytes (inputs plus outputs that are
+    not constants, static shapes only) of the main graph, per image of a
+    batch of ``batch``."""
     best = 0
     for node in program.model.graphs[program.model.main].nodes:
         n = 0
@@ -536,95 +227,14 @@ def _image_activation_bytes(program, batch: int) -> int:
     return best // max(batch, 1)
 
 
-def chunk_size(program, batch: int, budget: int = CHUNK_BYTES) -> int:
-    """Images per call when running a batch of ``batch`` on CPU: the largest
-    divisor of ``batch`` whose activations (:data:`CHUNK_BYTES`) fit, at
-    least 1; ``batch`` itself when they all fit."""
-    per = max(_image_activation_bytes(program, batch), 1)
-    best = 1
-    for k in range(1, batch + 1):
-        if batch % k == 0 and k * per <= budget:
-            best = k
-    return best
-
-
-class ChunkedCall:
-    """``fn(params, *inputs)`` for a model loaded with ``batch_size=N``:
-    ``N / k`` calls of the same model built for batch ``k``, outputs
-    concatenated along the batch.
-
-    XLA:CPU runs a batch layer by layer: at batch 32 each activation is
-    32 images (tens of MB for the MediaPipe detectors), so every layer
-    streams it from memory, and per image the batch-32 executable is slower
-    than 32 batch-1 calls (which LiteRT's figure is made of too). Chunks of
-    :func:`chunk_size` images keep each layer's working set in cache; after
-    the first call, :data:`CHUNK_THREADS` streams of chunks run at once.
-    ``params`` are the batch-N model's (same names and shapes: weights do not
-    depend on the batch).
-    """
-
-    def __init__(self, make_chunk_model, batch: int, k: int, params_spec: dict):
-        self._make = make_chunk_model
-        self.batch, self.k = batch, k
-        self._spec = params_spec
-        self._chunk = None
-        self._warm = False
-        self._pool = None
-
-    def _model(self):
-        if self._chunk is None:
-            m = self._make(self.k)
-            spec = {n: tuple(np.shape(v)) for n, v in m.params.items()}
-            if spec != self._spec:
-                raise ValueError("the batch-k model's params differ from the batch-N model's")
-            m.params = {}  # every call passes the batch-N model's params: keep one copy of the weights
-            self._chunk = m
-        return self._chunk
-
-    def _run(self, fn, params, inputs, starts):
-        k = self.k
-        return jax.block_until_ready([fn(params, *[x[i:i + k] for x in inputs]) for i in starts])
-
-    def __call__(self, params: dict, *inputs):
-        m = self._model()
-        fn = m._fast or m._jitted
-        starts = list(range(0, self.batch, self.k))
-        if not self._warm or CHUNK_THREADS < 2 or len(starts) < 2:
-            outs = self._run(fn, params, inputs, starts)  # the first call compiles, in this thread
-            self._warm = True
-        else:
-            # two streams of chunks at once: XLA:CPU runs independent executions concurrently,
-            # which fills the gaps between the small per-layer kernels of one stream
-            if self._pool is None:
-                from concurrent.futures import ThreadPoolExecutor
-
-                self._pool = ThreadPoolExecutor(CHUNK_THREADS, thread_name_prefix="fbjax-chunks")
-            parts = [starts[j::CHUNK_THREADS] for j in range(CHUNK_THREADS)]
-            futs = [self._pool.submit(self._run, fn, params, inputs, part) for part in parts if part]
-            done = {}
-            for part, f in zip([p for p in parts if p], futs):
-                done.update(zip(part, f.result()))
-            outs = [done[i] for i in starts]
-        if isinstance(outs[0], tuple):
-            return tuple(jnp.concatenate([o[j] for o in outs]) for j in range(len(outs[0])))
-        return jnp.concatenate(outs)
-
-
-def attach_chunks(model, make_chunk_model, batch, *, budget: int = CHUNK_BYTES) -> None:
-    """Make ``model`` (loaded with ``batch_size=batch``) run its batch in
-    chunks (:class:`ChunkedCall`) when on CPU the batch's activations exceed
-    ``budget``; ``make_chunk_model(k)`` loads the same file with
-    ``batch_size=k``. Nothing changes for other backends, stateful models,
-    models whose inputs or outputs do not lead with the batch, or a batch
-    that fits."""
-    program = model._program
-    if (program.backend != "cpu" or getattr(model, "_stateful", False) or isinstance(batch, bool)
-            or not isinstance(batch, (int, np.integer)) or batch < 2):
-        return
-    if any(s.shape is None or not s.shape or s.shape[0] != batch for s in list(model.inputs) + list(model.outputs)):
-        return
-    k = chunk_size(program, int(batch), budget)
-    if k >= batch:
-        return
-    spec = {n: tuple(np.shape(v)) for n, v in model.params.items()}
-    model._fast = ChunkedCall(make_chunk_model, int(batch), k, spec)
+def worth_preparing(program, backend: Optional[str] = None, *, stateful: bool = False) -> bool:
+    """Whether :class:`fbjax.Model` runs the prepared CPU program: only on
+    ``"cpu"`` (``backend``, default ``program.backend``), never for models
+    with run state (their apply threads state), and only when there is
+    something to relay or compute ahead, or values read twice whose
+    activations do not stay in cache anyway (:data:`SMALL_ACTIVATION_BYTES`)."""
+    backend = backend or program.backend
+    if stateful or backend != "cpu":
+        return False
+    return bool(plan(program, backend)[0] or constant_nodes(program) or (
+        fan_out_values(program) and image_activation_bytes(program, 1) >= SMALL_ACTIVATION_BYTES))

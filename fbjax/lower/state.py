@@ -14,9 +14,10 @@ at their registration (:class:`fbjax._registry.OpDef`: ``stateful``,
 ``init_state``); this module knows no op by name, and the op sets import
 nothing from each other for it.
 
-While a program runs, its state lives in ``program._state`` (a plain dict,
-filled and read in trace order, so the traced function stays pure); op
-lowerings reach it through :func:`running` only.
+While a program runs, its state lives in the run
+(:class:`fbjax.lower.build.Run`, ``ctx.run.state``: a plain dict filled and
+read in trace order, so the traced function stays pure); op lowerings reach
+it through :func:`running` and :func:`ready` only.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def running(ctx, need: str) -> dict:
         ModelFormatError: the program runs without state; the message starts
             with ``need`` (what the op needs) and says how to supply it.
     """
-    st = getattr(ctx.program, "_state", None)
+    st = ctx.run.state
     if st is None:
         raise ctx.error(f"{need}: {_NO_STATE}")
     return st
@@ -47,7 +48,7 @@ def running(ctx, need: str) -> dict:
 
 def ready(ctx) -> bool:
     """Whether the caller supplied the state (initialisers must not run again)."""
-    return bool(getattr(ctx.program, "_state_ready", False))
+    return ctx.run.initialised
 
 
 def is_stateful(node, registry=LOWERINGS) -> bool:
@@ -73,14 +74,8 @@ def apply_with_state(program, params, state, *inputs):
         are skipped when ``state`` is given (the model is already
         initialised), and run when ``state`` is None.
     """
-    prev = getattr(program, "_state", None), getattr(program, "_state_ready", False)
-    program._state = {} if state is None else dict(state)
-    program._state_ready = state is not None
-    try:
-        outs = program.apply(params, *inputs)
-        return outs, dict(program._state)
-    finally:
-        program._state, program._state_ready = prev
+    return program.apply_graph(program.model.main, params, {} if state is None else state, *inputs,
+                               initialise=state is None)
 
 
 def initial_state(program, params, registry=LOWERINGS) -> dict:
@@ -88,19 +83,15 @@ def initial_state(program, params, registry=LOWERINGS) -> dict:
     the model's stateful ops, ``(order, fn(program, params, state))``, run
     once in ``order`` (TFLite CALL_ONCE initialisers first, then the PRNG key
     seeding), on an empty state."""
-    prev = getattr(program, "_state", None), getattr(program, "_state_ready", False)
-    program._state, program._state_ready = {}, False
-    try:
-        inits = {}
-        for n in program.model.iter_nodes():
-            if not is_stateful(n, registry):
-                continue
-            od = registry.get(n.op_set, n.op_name)
-            if od.init_state is not None:
-                order, fn = od.init_state
-                inits.setdefault(fn, order)
-        for fn, _ in sorted(inits.items(), key=lambda kv: kv[1]):
-            fn(program, params, program._state)
-        return dict(program._state)
-    finally:
-        program._state, program._state_ready = prev
+    inits = {}
+    for n in program.model.iter_nodes():
+        if not is_stateful(n, registry):
+            continue
+        od = registry.get(n.op_set, n.op_name)
+        if od.init_state is not None:
+            order, fn = od.init_state
+            inits.setdefault(fn, order)
+    state: dict = {}
+    for fn, _ in sorted(inits.items(), key=lambda kv: kv[1]):
+        fn(program, params, state)
+    return state

@@ -33,15 +33,30 @@ from .tflite import math, array, gather, nn, control, nms, rnn, state, random, m
 from . import stablehlo  # noqa: E402,F401  (registers the "stablehlo" ops)
 from . import gpu  # noqa: E402,F401  (registers the "gpu" ops: TFLite GPU delegate .bin files)
 
-__all__ = ["REFERENCE", "ReferenceContext", "register", "run", "supported_ops"]
+__all__ = ["REFERENCE", "ReferenceContext", "ReferenceRun", "register", "run", "supported_ops"]
+
+
+class ReferenceRun:
+    """One :func:`run` of the reference: its resource variables
+    (``state``: variable name -> array) and its VAR_HANDLE handles
+    (``var_names``, in evaluation order). Kept here, never on the model."""
+
+    def __init__(self):
+        self.state: dict = {}
+        self.var_names: list = []
 
 
 class ReferenceContext(OpContext):
     """The :class:`~fbjax.ir.OpContext` handed to reference op functions.
 
     ``call_graph(index, *args)`` runs ``model.graphs[index]`` on numpy
-    arguments and returns its outputs as a list (for control-flow ops).
+    arguments and returns its outputs as a list (for control-flow ops);
+    ``run`` is the :class:`ReferenceRun` the node is evaluated in.
     """
+
+    def __init__(self, node: Node, model: ModelIR, run: ReferenceRun):
+        super().__init__(node, model)
+        self.run = run
 
     def call_graph(self, index: int, *args) -> list:
         if not 0 <= int(index) < len(self.model.graphs):
@@ -49,7 +64,8 @@ class ReferenceContext(OpContext):
         graph = self.model.graphs[int(index)]
         if len(args) != len(graph.inputs):
             raise self.error(f"graph {index} takes {len(graph.inputs)} arguments, got {len(args)}")
-        return _run_graph(self.model, int(index), [a if isinstance(a, list) else np.asarray(a) for a in args])
+        return _run_graph(self.model, int(index), [a if isinstance(a, list) else np.asarray(a) for a in args],
+                          self.run)
 
 
 def supported_ops() -> dict:
@@ -169,7 +185,7 @@ def _store(ctx: ReferenceContext, env: dict, results, graph_outputs: frozenset =
         env[v] = r
 
 
-def _run_graph(model: ModelIR, index: int, args: list) -> list:
+def _run_graph(model: ModelIR, index: int, args: list, run: ReferenceRun) -> list:
     graph = model.graphs[index]
     env: dict = {}
     for v, a in zip(graph.inputs, args):
@@ -180,7 +196,7 @@ def _run_graph(model: ModelIR, index: int, args: list) -> list:
         opdef = REFERENCE.get(*node.key)
         if opdef is None:  # only reachable through call_graph on unchecked models
             raise UnsupportedOperatorError([node.key], detail="(the numpy reference has no implementation)")
-        ctx = ReferenceContext(node, model)
+        ctx = ReferenceContext(node, model, run)
         ins = [None if v is None else _lookup(env, v, node) for v in node.inputs]
         while ins and ins[-1] is None:  # trailing omitted optionals take the defaults
             ins.pop()
@@ -215,7 +231,7 @@ def run(model_or_path: Any, *inputs) -> list:
     model = _as_model(model_or_path)
     _check_supported(model)
     args = _check_inputs(model.main_graph, inputs)
-    outputs = _run_graph(model, model.main, args)
+    outputs = _run_graph(model, model.main, args, ReferenceRun())
     # Constants pass through as read-only views on the model file: hand out copies.
     return [o if isinstance(o, list) or o.flags.writeable else o.copy() for o in outputs]
 from . import tflite_int  # noqa: E402,F401  (registers the "tflite.int" and "fbjax" quantization ops)

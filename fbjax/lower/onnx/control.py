@@ -73,7 +73,7 @@ def If(ctx, cond, *captured, then_branch=-1, else_branch=-1, then_branch_capture
     # (a Pad amount, a Reshape shape) as it is in the enclosing graph.
     branches = {"then_branch": (then_branch, tcap), "else_branch": (else_branch, ecap)}
     failed, unsupported = {}, []
-    saved = dict(getattr(ctx.program, "_state", None) or {})  # (a probe must not leave tracers in the state)
+    saved = dict(ctx.run.state or {})  # (a probe must not leave tracers in the state)
     for name, (g, caps) in branches.items():
         try:
             jax.eval_shape(lambda g=g, caps=caps: arr(ctx.call_graph(g, *caps)))
@@ -82,9 +82,9 @@ def If(ctx, cond, *captured, then_branch=-1, else_branch=-1, then_branch_capture
         except (ValueError, TypeError, IndexError) as e:  # the branch cannot run at these shapes
             failed[name] = e
         finally:
-            if getattr(ctx.program, "_state", None) is not None:
-                ctx.program._state.clear()
-                ctx.program._state.update(saved)
+            if ctx.run.state is not None:
+                ctx.run.state.clear()
+                ctx.run.state.update(saved)
     if unsupported:  # every offending node of both branches, in one error
         if len(unsupported) == 1:
             raise unsupported[0]

@@ -88,7 +88,7 @@ DRAWS = dict(foldable=False, stateful=draws, init_state=(2, _seed_state))
 
 
 def next_key(ctx):
-    """A fresh key for this node from ``ctx.program._state["prng_key"]``, which
+    """A fresh key for this node from ``ctx.run.state["prng_key"]``, which
     is advanced. Inside a subgraph (If/Loop body, traced by lax.cond or
     lax.while_loop) the state cannot be written from the inner trace: the
     node's key is the current key folded with the node's position, not

@@ -6,7 +6,8 @@ Variables are entries ``{shared_name: array}`` of the explicit run state
 (:mod:`fbjax.lower.state`, which also holds :func:`apply_with_state` and
 :func:`initial_state`, re-exported here); CALL_ONCE's initialisation
 subgraphs make the initial state (its ``init_state`` fact). VAR_HANDLE
-yields a static int32 handle, an index into ``program._var_names``.
+yields a static int32 handle, an index into the run's ``var_names``
+(:class:`fbjax.lower.build.Run`).
 :class:`fbjax.Model` keeps the state between calls as LiteRT does (see
 ``Model.state``).
 """
@@ -25,10 +26,8 @@ def _name(shared_name) -> str:
         else str(shared_name)
 
 
-def _names(program) -> list:
-    if not hasattr(program, "_var_names"):
-        program._var_names = []
-    return program._var_names
+def _names(ctx) -> list:
+    return ctx.run.var_names
 
 
 def _state(ctx) -> dict:
@@ -40,7 +39,9 @@ def _run_call_once(program, params, state) -> None:
     main = program.model.graphs[program.model.main]
     for n in main.nodes:
         if n.op_name == "CALL_ONCE":
-            program.eval_graph(int(n.attrs.get("init_subgraph_index", 0)), [], params)
+            _, new = program.apply_graph(int(n.attrs.get("init_subgraph_index", 0)), params, state,
+                                         initialise=True)
+            state.update(new)
 
 
 @register("tflite", "CALL_ONCE", differentiable=False, foldable=False, stateful=True,
@@ -58,7 +59,7 @@ def CALL_ONCE(ctx, *, init_subgraph_index=0):
 def VAR_HANDLE(ctx, *, container="", shared_name=""):
     """TFLite VAR_HANDLE: a static handle naming the variable ``shared_name``
     (``container`` is ignored, as LiteRT does)."""
-    names = _names(ctx.program)
+    names = _names(ctx)
     n = _name(shared_name) or f"{ctx.node.location}"
     if n not in names:
         names.append(n)
@@ -68,7 +69,7 @@ def VAR_HANDLE(ctx, *, container="", shared_name=""):
 def _key(ctx, handle) -> str:
     if not isinstance(handle, np.ndarray):
         raise ctx.error("the resource handle must come from a VAR_HANDLE (static)")
-    return _names(ctx.program)[int(handle)]
+    return _names(ctx)[int(handle)]
 
 
 @register("tflite", "READ_VARIABLE", foldable=False, int_passthrough=True)

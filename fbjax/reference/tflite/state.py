@@ -1,6 +1,7 @@
 """Resource variables (numpy reference): one :func:`fbjax.reference.run`
 is one first call of the model: CALL_ONCE runs the initialiser, variables
-live in a dict attached to the model IR for the duration of the run."""
+live in the run's own dict (``ctx.run``, :class:`fbjax.reference.ReferenceRun`),
+not on the model."""
 
 from __future__ import annotations
 
@@ -10,15 +11,13 @@ from ..registry import register
 
 
 def _state(ctx) -> dict:
-    if not hasattr(ctx.model, "_fbjax_reference_state"):
-        ctx.model._fbjax_reference_state = {}
-    return ctx.model._fbjax_reference_state
+    return ctx.run.state
 
 
 @register("tflite", "CALL_ONCE")
 def CALL_ONCE(ctx, *, init_subgraph_index=0):
     """Reset the variables and run the initialiser (each run is a first call)."""
-    ctx.model._fbjax_reference_state = {}
+    ctx.run.state.clear()
     ctx.call_graph(int(init_subgraph_index))
     return []
 
@@ -27,14 +26,14 @@ def CALL_ONCE(ctx, *, init_subgraph_index=0):
 def VAR_HANDLE(ctx, *, container="", shared_name=""):
     """Handle: index of ``shared_name`` in the model's variable list."""
     n = shared_name.decode() if isinstance(shared_name, bytes) else str(shared_name)
-    names = ctx.model.__dict__.setdefault("_fbjax_reference_vars", [])
+    names = ctx.run.var_names
     if n not in names:
         names.append(n)
     return np.asarray(names.index(n), np.int32)
 
 
 def _key(ctx, handle):
-    return ctx.model._fbjax_reference_vars[int(handle)]
+    return ctx.run.var_names[int(handle)]
 
 
 @register("tflite", "READ_VARIABLE")

@@ -1,0 +1,113 @@
+"""The prepared CPU executor with its traced program kept in fbjax's cache.
+
+:class:`TraceCached` is :class:`~fbjax.run.cpu_prepared.CpuPrepared` whose
+first call reads the program, traced and lowered by an earlier process
+(a ``jax.export.Exported``), from :func:`fbjax.cache.trace_cache_dir`, or
+exports it and stores it there; later processes skip tracing the graph.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from typing import Optional
+
+import jax
+import numpy as np
+from jax import export
+
+from .. import cache
+from .cpu_prepared import CpuPrepared
+
+__all__ = ["TraceCached", "trace_base"]
+
+
+class TraceCached(CpuPrepared):
+    """``fn(params, *inputs) -> outputs``: :class:`CpuPrepared` run through
+    the cached ``Exported`` program (see the module docstring).
+
+    Args:
+        trace_base: ``(model digest, load options)``, the key of the model's
+            traced programs (with the call's argument shapes and dtypes).
+
+    Attributes:
+        name: ``"trace_cache"``.
+        exported: the ``jax.export.Exported`` the calls run, once the first
+            call made or read it (None before, or when export failed and the
+            plain jit of the prepared program runs instead).
+    """
+
+    name = "trace_cache"
+
+    def __init__(self, program, compiler_options=None, *, trace_base: tuple):
+        super().__init__(program, compiler_options)
+        self.trace_base = trace_base
+        self.exported = None
+        self._call = None  # what __call__ runs: self.jitted, or a jit of the Exported
+
+    @property
+    def runs_exported(self) -> bool:
+        """Whether calls run the cached (or just stored) ``Exported`` program."""
+        return self._call is not None and self._call is not self.jitted
+
+    def _first_call(self, args: tuple, inputs: tuple):
+        """What calls run: a jit of the ``Exported`` program read from the
+        cache, or exported now and stored (one trace + lowering either way);
+        :attr:`jitted` when export cannot take the program."""
+        try:
+            digest, options = self.trace_base
+            key = cache.trace_key(digest, options, tuple(args) + tuple(inputs),
+                                  extra=f"{self.base.backend} {sorted((self._compiler_options or {}).items())}")
+            exported = cache.load_exported(key)
+            if exported is None:
+                exported = export.export(self.jitted, platforms=(self.base.backend,))(*args, *inputs)
+                cache.save_exported(key, exported)
+            self.exported = exported
+            return jax.jit(exported.call, compiler_options=self._compiler_options)
+        except Exception:  # noqa: BLE001 - anything export cannot take: the plain jit
+            return self.jitted
+
+    def __call__(self, params: dict, *inputs):
+        args = self.args(params)
+        first = self._call is None
+        if first:
+            self._call = self._first_call(args, inputs)
+        if self._call is not self.jitted:
+            try:
+                if first and self.exported is not None:
+                    # lowered now: without JAX's LAPACK set-up (a scipy import) unless needed
+                    with cache.lapack_init_skipped(self.exported):
+                        return self._call(*args, *inputs)
+                return self._call(*args, *inputs)
+            except (TypeError, ValueError):  # other shapes/dtypes than the cached program's: trace them
+                self._call = self.jitted
+        return self.jitted(*args, *inputs)
+
+
+def trace_base(program, source, options, constant_inputs=None) -> Optional[tuple]:
+    """The key under which :class:`TraceCached` may keep the traced
+    program of the model read from ``source`` (a path or bytes) in fbjax's
+    cache (:func:`fbjax.cache.trace_cache_dir`): ``(model digest, load
+    options)`` (``options``: the :class:`~fbjax.options.LoadOptions`; the
+    values of ``constant_inputs``, ``{name: array}``, key it too) when the
+    cache is on, the model's input shapes are static and every lowering it
+    uses is fbjax's own (a user's custom op could change without fbjax's
+    code changing); else None."""
+    if cache.trace_cache_dir() is None:
+        return None
+    if any(v.shape is None or None in v.shape for v in program.model.main_graph.inputs):
+        return None
+    for node in program.model.iter_nodes():
+        od = program.registry.get(node.op_set, node.op_name)
+        if od is None or not getattr(od.fn, "__module__", "").startswith("fbjax."):
+            return None
+    digest = cache.source_digest(source)
+    if digest is None:
+        return None
+    key = tuple(map(repr, dataclasses.astuple(options)))
+    if constant_inputs:  # the bound values key the trace too
+        bound = tuple((k, np.asarray(v).dtype.str, np.shape(v),
+                       hashlib.sha256(np.ascontiguousarray(v).tobytes()).hexdigest())
+                      for k, v in sorted(constant_inputs.items()))
+        key += (repr(bound),)
+    return digest, key
