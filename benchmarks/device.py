@@ -29,7 +29,9 @@ folder holding ``torch_reference.py`` with ``module(seed) ->
 torch.nn.Module`` (the same architecture and seeded weights the fixture was
 converted from) and ``inputs(batch) -> tuple of tensors`` gets the module
 timed eagerly and under ``torch.compile`` on the same device, batch and
-dtype; skipped (said in the table) where torch or such a file is absent.
+dtype (every architecture of its ``NAMES`` tuple, if it has one, as
+``module(0, name)`` / ``inputs(batch, name)``; ``tests/data/litert_torch``
+has one); skipped (said in the table) where torch or such a file is absent.
 
 A time budget (``--budget-s``, default 540 s) stops starting new
 measurements so that the JSON and table are always written.
@@ -178,21 +180,31 @@ def bench_model(path: str, batch: int, dtype: str, *, min_runs: int, min_s: floa
     return rec
 
 
-def bench_torch(folder: str, batch: int, dtype: str, *, min_runs: int, min_s: float) -> dict:
-    """The PyTorch original of a fixture folder (``torch_reference.py``), eager and compiled."""
-    rec = {"model": os.path.basename(folder) + " (torch)", "batch": batch, "dtype": dtype}
+def _torch_reference(folder: str):
+    spec = importlib.util.spec_from_file_location("torch_reference", os.path.join(folder, "torch_reference.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def bench_torch(folder: str, batch: int, dtype: str, *, min_runs: int, min_s: float, name: str | None = None) -> dict:
+    """The PyTorch original of a fixture folder (``torch_reference.py``), eager and compiled.
+
+    ``name``: for a file that rebuilds several architectures (a ``NAMES`` tuple), the one to time,
+    passed as ``module(0, name)`` and ``inputs(batch, name)``."""
+    label = os.path.basename(folder) + (f"/{name}" if name else "")
+    rec = {"model": label + " (torch)", "batch": batch, "dtype": dtype}
     try:
         import torch
     except ImportError:
         rec["skipped"] = "torch is not installed"
         return rec
-    spec = importlib.util.spec_from_file_location("torch_reference", os.path.join(folder, "torch_reference.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = _torch_reference(folder)
+    extra = (name,) if name else ()
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     tdt = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
-    net = mod.module(0).to(dev, tdt).eval()
-    xs = [x.to(dev, tdt) if x.is_floating_point() else x.to(dev) for x in mod.inputs(batch)]
+    net = mod.module(0, *extra).to(dev, tdt).eval()
+    xs = [x.to(dev, tdt) if x.is_floating_point() else x.to(dev) for x in mod.inputs(batch, *extra)]
     sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
     for label, fn in (("eager", net), ("compile", torch.compile(net))):
         with torch.no_grad():
@@ -322,15 +334,24 @@ def main(argv=None) -> int:
     if not torch_dirs:
         env["notes"].append("PyTorch side by side: skipped, no fixture folder has a torch_reference.py.")
     for folder in torch_dirs:
-        for dtype in a.dtypes:
-            for batch in a.batches:
-                if over_budget():
-                    continue
-                try:
-                    records.append(bench_torch(folder, batch, dtype, min_runs=a.min_runs, min_s=a.min_s))
-                except Exception as e:  # noqa: BLE001
-                    records.append({"model": os.path.basename(folder) + " (torch)", "batch": batch, "dtype": dtype,
-                                    "error": f"{type(e).__name__}: {e}".splitlines()[0]})
+        try:  # several architectures in one file: a NAMES tuple (needs torch to import; else one record)
+            names = list(getattr(_torch_reference(folder), "NAMES", [None]))
+        except ImportError:
+            names = [None]
+        if a.smoke:
+            names = names[:1]
+        for name in names:
+            for dtype in a.dtypes:
+                for batch in a.batches:
+                    if over_budget():
+                        continue
+                    try:
+                        records.append(bench_torch(folder, batch, dtype, min_runs=a.min_runs, min_s=a.min_s,
+                                                   name=name))
+                    except Exception as e:  # noqa: BLE001
+                        records.append({"model": os.path.basename(folder) + (f"/{name}" if name else "") + " (torch)",
+                                        "batch": batch, "dtype": dtype,
+                                        "error": f"{type(e).__name__}: {e}".splitlines()[0]})
     if a.no_llm:
         env["notes"].append("LLM decode: skipped (--no-llm).")
     elif not hasattr(fbjax, "generate"):

@@ -31,7 +31,15 @@ def test_device_script_smoke_run_writes_json_and_table(tmp_path):
         assert r["flops_per_image"] == 2 * 45 * 27
     md = (tmp_path / "device.md").read_text()
     assert "| conv_2d.tflite | 2 | bfloat16 |" in md
-    assert "PyTorch side by side" in md and "LLM decode: skipped" in md
+    assert "LLM decode: skipped" in md
+    # the first litert-torch vision fixture is measured too, and its PyTorch original is timed side by
+    # side (or said to be skipped where torch is absent, as in CI)
+    vis = [r for r in data["records"] if r["model"] == "mobilenet_v3_small_f32.tflite"]
+    assert sorted(r["dtype"] for r in vis) == ["bfloat16", "float32"]
+    assert all(r["images_per_s"] > 0 for r in vis), [r.get("error") for r in vis]
+    torch_rows = [r for r in data["records"] if r["model"].endswith("(torch)")]
+    assert torch_rows and all("error" not in r for r in torch_rows), torch_rows
+    assert "| litert_torch" in md and "(torch)" in md
 
 
 def test_peak_table_knows_the_usual_accelerators():
