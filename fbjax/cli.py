@@ -2,7 +2,7 @@
 
     fbjax inspect MODEL
     fbjax run [MODEL] [--input NAME=FILE.npy ...] [--output OUT.npz]
-    fbjax infer MODEL --input-dir DIR --batch-size N --out FILE.npz
+    fbjax infer MODEL --input-dir DIR --step-size N --out FILE.npz
     fbjax generate MODEL --prompt-tokens 1,2,3 --max-new-tokens 32
     fbjax export MODEL --to stablehlo|mlir OUT
     fbjax bench MODEL... [--runs N] [--batch N] [--json OUT]
@@ -588,8 +588,9 @@ def build_parser() -> argparse.ArgumentParser:
     pf.add_argument("--input-dir", "--inputs", dest="inputs", required=True, metavar="DIR",
                     help="directory of per-example .npy/.npz files, each without the batch dimension "
                     "(--inputs: the old spelling)")
-    pf.add_argument("--batch-size", type=_positive_int, default=None, metavar="N",
-                    help="examples per step (default 8 per device; rounded up to a multiple of the device count)")
+    pf.add_argument("--step-size", "--batch-size", dest="batch_size", type=_positive_int, default=None, metavar="N",
+                    help="examples per step, fbjax.infer's step_size (default 8 per device; rounded up to a multiple "
+                    "of the device count); --batch-size is the older spelling")
     pf.add_argument("--out", required=True, metavar="FILE",
                     help="output .npz (keys: output names, plus '__files__') or .npy (one-output models); "
                     "its folder must exist")
