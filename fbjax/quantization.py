@@ -350,20 +350,28 @@ def _int_forward_nodes(n: Node, orig: dict, orig_inputs: list, int_ops: set, ori
             # range, zero gradient beyond it (clipped straight-through)
             if v is not None and v.data is not None and id(v) in orig and i not in static \
                     and orig[id(v)][1].itemsize <= 2:
-                q, dt = orig[id(v)]
-                zp = np.asarray(q.zero_point).reshape(-1)
-                cv = Value(name=f"{v.name}/clipped", dtype=f32, shape=v.shape)
-                nodes.append(Node("fbjax", "CLIP_WEIGHTS", [v], [cv], dict(
-                    scale=tuple(float(x) for x in np.asarray(q.scale, np.float32).reshape(-1)),
-                    zero_point=tuple(int(x) for x in zp) if zp.size else (0,),
-                    axis=int(q.quantized_dimension), qmin=int(np.iinfo(dt).min), qmax=int(np.iinfo(dt).max)),
-                    location=where))
+                cv, clip = _clip_weights_node(v, *orig[id(v)], where)
+                nodes.append(clip)
                 vals.append(cv)
                 float_ins[i] = cv
         nodes.append(Node(n.op_set, n.op_name, float_ins, floats, dict(n.attrs), location=n.location))
     nodes += [Node("fbjax", "STRAIGHT_THROUGH", [a, b], [o], {}, location=where)
               for a, b, o in zip(floats, deqs, outs)]
     return nodes, vals + ints + deqs + floats
+
+
+def _clip_weights_node(v: Value, q: QuantParams, dt, where: str) -> tuple:
+    """``(clipped value, node)``: ``fbjax:CLIP_WEIGHTS`` of the float weight
+    ``v`` to the integer range of ``dt`` on its file grid ``q`` (the float
+    op's view of a quantized weight: clipped straight-through gradient)."""
+    zp = np.asarray(q.zero_point).reshape(-1)
+    cv = Value(name=f"{v.name}/clipped", dtype=np.dtype(np.float32), shape=v.shape)
+    node = Node("fbjax", "CLIP_WEIGHTS", [v], [cv], dict(
+        scale=tuple(float(x) for x in np.asarray(q.scale, np.float32).reshape(-1)),
+        zero_point=tuple(int(x) for x in zp) if zp.size else (0,),
+        axis=int(q.quantized_dimension), qmin=int(np.iinfo(dt).min), qmax=int(np.iinfo(dt).max)),
+        location=where)
+    return cv, node
 
 
 def _hybrid_forward_nodes(n: Node, orig: dict, orig_data: dict, traced_ok: frozenset) -> Optional[tuple]:
@@ -383,7 +391,6 @@ def _hybrid_forward_nodes(n: Node, orig: dict, orig_data: dict, traced_ok: froze
     if n.op_name not in traced_ok:
         return None
     where = f"{n.location} (float mode: hybrid kernel forward)"
-    f32 = np.dtype(np.float32)
     nodes, vals, h_ins, f_ins = [], [], [], []
     for v in n.inputs:
         if v is None or v.data is None or id(v) not in orig:
@@ -404,13 +411,8 @@ def _hybrid_forward_nodes(n: Node, orig: dict, orig_data: dict, traced_ok: froze
             h_ins.append(wi)
             f_ins.append(v)
             continue
-        zp = np.asarray(q.zero_point).reshape(-1)
-        cv = Value(name=f"{v.name}/clipped", dtype=f32, shape=v.shape)
-        nodes.append(Node("fbjax", "CLIP_WEIGHTS", [v], [cv], dict(
-            scale=tuple(float(x) for x in np.asarray(q.scale, np.float32).reshape(-1)),
-            zero_point=tuple(int(x) for x in zp) if zp.size else (0,),
-            axis=int(q.quantized_dimension), qmin=int(np.iinfo(dt).min), qmax=int(np.iinfo(dt).max)),
-            location=where))
+        cv, clip = _clip_weights_node(v, q, dt, where)
+        nodes.append(clip)
         vals += [wi, cv]
         h_ins.append(wi)
         f_ins.append(cv)
