@@ -20,13 +20,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-
-def _fmt_bytes(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n} B"
+from .formats._text import format_bytes
 
 
 def _spec_str(name: str, shape, dtype, quant=None) -> str:
@@ -117,7 +111,7 @@ def cmd_inspect(args) -> int:
             seen.add(id(v))
             n_params += int(v.data.size)
             n_bytes += int(v.data.nbytes)
-    print(f"params:   {n_params:,} values, {_fmt_bytes(n_bytes)}")
+    print(f"params:   {n_params:,} values, {format_bytes(n_bytes)}")
     q_vals = q_bytes = 0
     for gr in ir.graphs:
         for v in gr.values:
@@ -128,7 +122,7 @@ def cmd_inspect(args) -> int:
             q_vals += int(np.asarray(v.data).size)
             q_bytes += int(np.asarray(v.data).nbytes)
     if q_vals:
-        print(f"quantized weights: {q_vals:,} values, {_fmt_bytes(q_bytes)} (integer constants in the default "
+        print(f"quantized weights: {q_vals:,} values, {format_bytes(q_bytes)} (integer constants in the default "
               "quantized=\"exact\" mode; fbjax.load(path, quantized=\"float\") makes them float params)")
     print(f"operators ({sum(hist.values())}):")
     # quantized models: support is decided after fbjax.load's default

@@ -50,6 +50,7 @@ from . import verify as _verify
 from ._generated import gpu_cl_seed_generated as _GS
 from ._generated import gpu_cl_litert_generated as _GL
 from ._generated import gpu_cl_tf25_generated as _G25
+from ._text import format_bytes
 
 OP_SET = "gpu"
 
@@ -744,7 +745,7 @@ def describe(ir: ModelIR) -> str:
     md = ir.metadata
     lines = [f"generation: {md['generation']}  precision: {md['precision']}  storage: {md['storage_type']}"]
     weight_bytes = sum(o.flat.nbytes for n in md["nodes"] for o in n.objects.values())
-    lines.append(f"weight objects: {_human(weight_bytes)} stored; decoded weights: "
+    lines.append(f"weight objects: {format_bytes(weight_bytes)} stored; decoded weights: "
                  f"{sum(w.value.data.size for w in md['weights']):,} values")
     lines.append(f"nodes ({len(md['nodes'])}):")
     for n in md["nodes"]:
@@ -753,7 +754,7 @@ def describe(ir: ModelIR) -> str:
         lines.append(f"  [{n.index}] {ops}" + (f"  ({var})" if var else "")
                      + f"  in {n.input_ids} out {n.output_ids}  work group {n.work_group_size} grid {n.grid_size}")
         for name, o in sorted(n.objects.items()):
-            lines.append(f"        {name}: {o.kind} {o.dtype.name} x {o.flat.size} ({_human(o.flat.nbytes)}) "
+            lines.append(f"        {name}: {o.kind} {o.dtype.name} x {o.flat.size} ({format_bytes(o.flat.nbytes)}) "
                          + " ".join(f"{k}={v}" for k, v in o.info.items()))
         args = {k: v for k, v in n.ints.items() if not k.startswith(("src_tensor", "dst_tensor", "task_size"))}
         if args or n.floats:
@@ -764,10 +765,3 @@ def describe(ir: ModelIR) -> str:
             lines.append(f"  id {v.index}: {v.name} {list(v.shape)}")
     return "\n".join(lines)
 
-
-def _human(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n} B"
