@@ -17,6 +17,7 @@ import numpy as np
 from ..lower.build import Run
 from ..lower.inference import constant_nodes, fan_out_values, matrix_operands, plan
 from .jit import leaves_getter
+from .tiered import TieredCall, enabled as tiered_enabled
 
 __all__ = ["CpuPrepared", "prepared"]
 
@@ -84,6 +85,9 @@ class CpuPrepared:
         name: ``"cpu_prepared"``.
         layouts: ``{param name: (file layout, prepared layout)}`` of the relaid params.
         jitted: the jit of the prepared program, ``jitted(*args(params), *inputs)``.
+        run: what calls run: :attr:`jitted`, or on CPU a
+            :class:`~fbjax.run.tiered.TieredCall` of it (a quickly compiled
+            first tier, the optimised program swapped in when ready).
     """
 
     name = "cpu_prepared"
@@ -150,6 +154,8 @@ class CpuPrepared:
 
         self.jitted = jax.jit(run, compiler_options=compiler_options)
         self._compiler_options = compiler_options
+        #: what calls run: :attr:`jitted`, compiled in tiers on CPU (:mod:`fbjax.run.tiered`)
+        self.run = TieredCall(self.jitted) if tiered_enabled(program.backend) else self.jitted
         self._one = jax.device_put(np.float32(1))
         self._ahead = None  # {key: jax array} once computed
         self._static_ahead: dict = {}  # {key: numpy} (non-float results)
@@ -237,7 +243,7 @@ class CpuPrepared:
         return self.jitted.lower(*self.args(params), *inputs)
 
     def __call__(self, params: dict, *inputs):
-        return self.jitted(*self.args(params), *inputs)
+        return self.run(*self.args(params), *inputs)
 
 
 def prepared(program, compiler_options=None) -> CpuPrepared:

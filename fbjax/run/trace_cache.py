@@ -18,6 +18,7 @@ from jax import export
 
 from .. import cache
 from .cpu_prepared import CpuPrepared
+from .tiered import TieredCall, mark_optimised, optimised_marked
 
 __all__ = ["TraceCached", "trace_base"]
 
@@ -48,12 +49,14 @@ class TraceCached(CpuPrepared):
     @property
     def runs_exported(self) -> bool:
         """Whether calls run the cached (or just stored) ``Exported`` program."""
-        return self._call is not None and self._call is not self.jitted
+        return self._call is not None and self._call is not self.run
 
     def _first_call(self, args: tuple, inputs: tuple):
         """What calls run: a jit of the ``Exported`` program read from the
         cache, or exported now and stored (one trace + lowering either way);
-        :attr:`jitted` when export cannot take the program."""
+        :attr:`run` when export cannot take the program; on CPU compiled
+        in tiers (:mod:`fbjax.run.tiered`) unless an earlier process left
+        the optimised executable in the persistent cache."""
         try:
             digest, options = self.trace_base
             key = cache.trace_key(digest, options, tuple(args) + tuple(inputs),
@@ -63,16 +66,19 @@ class TraceCached(CpuPrepared):
                 exported = export.export(self.jitted, platforms=(self.base.backend,))(*args, *inputs)
                 cache.save_exported(key, exported)
             self.exported = exported
-            return jax.jit(exported.call, compiler_options=self._compiler_options)
+            call = jax.jit(exported.call, compiler_options=self._compiler_options)
+            if self.run is self.jitted or optimised_marked(key):  # not tiered, or the cache has it
+                return call
+            return TieredCall(call, on_optimised=lambda: mark_optimised(key))
         except Exception:  # noqa: BLE001 - anything export cannot take: the plain jit
-            return self.jitted
+            return self.run
 
     def __call__(self, params: dict, *inputs):
         args = self.args(params)
         first = self._call is None
         if first:
             self._call = self._first_call(args, inputs)
-        if self._call is not self.jitted:
+        if self._call is not self.run:
             try:
                 if first and self.exported is not None:
                     # lowered now: without JAX's LAPACK set-up (a scipy import) unless needed
@@ -80,8 +86,8 @@ class TraceCached(CpuPrepared):
                         return self._call(*args, *inputs)
                 return self._call(*args, *inputs)
             except (TypeError, ValueError):  # other shapes/dtypes than the cached program's: trace them
-                self._call = self.jitted
-        return self.jitted(*args, *inputs)
+                self._call = self.run
+        return self.run(*args, *inputs)
 
 
 def trace_base(program, source, options, constant_inputs=None) -> Optional[tuple]:

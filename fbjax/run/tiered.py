@@ -1,0 +1,165 @@
+"""Tiered compilation of the CPU executors' programs: a quick first call,
+the optimised program swapped in when it is ready.
+
+XLA:CPU's backend compile is 75-90 % of a model's cold first call (seconds
+on a 2-core machine). :class:`TieredCall` compiles the program's first
+signature twice from one lowering:
+
+1. at once, with :data:`CHEAP_OPTIONS` (LLVM at ``-O0``, XLA's legacy
+   elemental emitters instead of the fusion emitters): measured on the
+   2-core machine (one process per setting, load 4-7), backend compile
+   mediapipe_face_detection_short_range 3.7 -> 0.5 s and
+   mediapipe_palm_detection_lite 4.0 -> 0.65 s, while a call runs 5-8x
+   slower (1.6 -> 11 ms, 11 -> 84 ms); the first call returns this tier's
+   result;
+2. in a background thread, with the executor's own options (the optimised
+   program, written to JAX's persistent compilation cache when that is on);
+   calls run it from the moment it is ready.
+
+Both tiers compile the same lowered StableHLO, so they compute the same
+operations (float results may differ in the last bits where one tier fuses
+or vectorises and the other does not; integer results are identical).
+
+When the optimised executable of a program is known to be in the
+persistent cache (:func:`mark_optimised` left a marker for its trace-cache
+key after an earlier process compiled it), there is nothing to tier: the
+plain jit reads it from the cache.
+
+On by default for fbjax's CPU executors; ``FBJAX_TIERED_COMPILE=0`` turns it
+off (every first call compiles the optimised program directly).
+Interpreter exit waits for a background compile still running (an XLA
+compile cannot be interrupted safely, and its result fills the cache for the
+next process).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+from typing import Callable, Optional
+
+__all__ = ["CHEAP_OPTIONS", "TieredCall", "enabled", "mark_optimised", "optimised_marked"]
+
+#: XLA:CPU options of the quick first tier (see the module docstring for
+#: the measurements). Tried and not kept: ``xla_llvm_disable_expensive_passes``
+#: (compile unchanged), ``xla_backend_optimization_level=0`` alone (compile
+#: -50 to -75 %, not enough for palm_detection_lite), and
+#: ``xla_cpu_parallel_codegen_split_count=1`` (no change within the noise).
+CHEAP_OPTIONS = {"xla_backend_optimization_level": 0, "xla_cpu_use_fusion_emitters": False}
+
+_threads: list = []
+_threads_lock = threading.Lock()
+
+
+def _join_all():
+    with _threads_lock:
+        pending = list(_threads)
+    for t in pending:
+        t.join()
+
+
+atexit.register(_join_all)
+
+
+def enabled(backend: Optional[str]) -> bool:
+    """Whether fbjax's executors on ``backend`` compile in tiers: only
+    ``"cpu"``, unless ``FBJAX_TIERED_COMPILE=0`` (on GPU/TPU the plain jit)."""
+    return backend == "cpu" and os.environ.get("FBJAX_TIERED_COMPILE", "1").strip() not in ("0", "false", "no")
+
+
+def _marker(key: str) -> Optional[str]:
+    from .. import cache
+
+    d = cache.trace_cache_dir()
+    return None if d is None or cache.cache_dir() is None else os.path.join(d, key + ".optimised")
+
+
+def optimised_marked(key: str) -> bool:
+    """Whether an earlier process compiled the optimised program of trace
+    key ``key`` (:func:`fbjax.cache.trace_key`) into the persistent cache."""
+    path = _marker(key)
+    return path is not None and os.path.exists(path)
+
+
+def mark_optimised(key: str) -> None:
+    """Record that the optimised program of ``key`` is in the persistent
+    cache (errors are ignored: without the marker the next process tiers again)."""
+    path = _marker(key)
+    if path is None:
+        return
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb"):
+            pass
+    except OSError:
+        pass
+
+
+class TieredCall:
+    """``call(*args)``: ``jitted(*args)``, compiled in two tiers for the first
+    argument signature (see the module docstring).
+
+    Args:
+        jitted: a ``jax.jit`` function (its own ``compiler_options`` are the
+            optimised tier's; :data:`CHEAP_OPTIONS` are added for the first).
+        on_optimised: called (in the background thread) once the optimised
+            executable is ready, e.g. :func:`mark_optimised`.
+
+    Attributes:
+        tier: ``None`` before the first call, then ``"cheap"``, ``"optimised"``
+            once swapped in, or ``"jit"`` (the plain jit: compiling in tiers
+            failed, or calls with another signature).
+    """
+
+    def __init__(self, jitted: Callable, on_optimised: Optional[Callable[[], None]] = None):
+        self.jitted = jitted
+        self._on_optimised = on_optimised
+        self._compiled = None  # what calls with the first signature run
+        self._lock = threading.Lock()
+        self.tier: Optional[str] = None
+        self.thread: Optional[threading.Thread] = None
+
+    def _start(self, args: tuple):
+        try:
+            lowered = self.jitted.lower(*args)
+            cheap = lowered.compile(compiler_options=dict(CHEAP_OPTIONS))
+        except Exception:  # noqa: BLE001 - options another jaxlib lacks, AOT limits: the plain jit
+            self.tier = "jit"
+            return
+        self._compiled, self.tier = cheap, "cheap"
+
+        def optimise():
+            try:
+                best = lowered.compile()
+            except Exception:  # noqa: BLE001 - the plain jit then compiles (and reports) it
+                self.tier = "jit"
+                return
+            self._compiled, self.tier = best, "optimised"
+            if self._on_optimised is not None:
+                self._on_optimised()
+
+        t = threading.Thread(target=optimise, name="fbjax-optimise", daemon=True)
+        with _threads_lock:
+            _threads[:] = [x for x in _threads if x.is_alive()]
+            _threads.append(t)
+        self.thread = t
+        t.start()
+
+    def wait(self, timeout: Optional[float] = None) -> str:
+        """Wait for the optimised tier (for tests and benchmarks); returns :attr:`tier`."""
+        if self.thread is not None:
+            self.thread.join(timeout)
+        return self.tier
+
+    def __call__(self, *args):
+        if self.tier is None:
+            with self._lock:
+                if self.tier is None:
+                    self._start(args)
+        if self.tier != "jit":
+            try:
+                return self._compiled(*args)
+            except (TypeError, ValueError):  # another signature than the first call's: the plain jit
+                pass
+        return self.jitted(*args)
