@@ -60,6 +60,22 @@ ev = lambda k: sum(v for e, v in dur.items() if e.endswith(k))
 rec = {"first_call_s": t_load + t_call, "load_s": t_load, "call_s": t_call,
        "trace_s": ev("jaxpr_trace_duration"), "lower_s": ev("jaxpr_to_mlir_module_duration"),
        "compile_s": ev("backend_compile_duration"), "import_s": t_import}
+if kind != "grad" and len(sys.argv) > 3 and sys.argv[3] == "tiers":
+    # the run time of the tier the first call used, then of the optimised program (fbjax.run.tiered)
+    def best(n=5):
+        ts = []
+        for _ in range(n):
+            t = time.perf_counter(); jax.block_until_ready(m(*xs)); ts.append(time.perf_counter() - t)
+        return min(ts)
+    ex = m.executor
+    call = getattr(ex, "_call", None) or getattr(ex, "run", None)
+    rec["tier"] = getattr(call, "tier", None) or "plain"
+    rec["first_tier_call_ms"] = best() * 1e3
+    t3 = time.perf_counter()
+    if hasattr(call, "wait"):
+        call.wait()
+    rec["optimised_wait_s"] = time.perf_counter() - t3
+    rec["optimised_call_ms"] = best() * 1e3
 print(json.dumps(rec))
 """
 
@@ -158,12 +174,16 @@ def cases(only=None):
     return [c for c in out if not only or any(o in c[0] for o in only)]
 
 
-def run_one(path, kind, timeout=600):
+def run_one(path, kind, timeout=600, tiered=None):
+    """One fresh process (empty caches); ``tiered``: ``FBJAX_TIERED_COMPILE``
+    on/off (None: the environment's), with the tiers' run times recorded."""
     with tempfile.TemporaryDirectory() as d:
         env = dict(os.environ, FBJAX_CACHE_DIR=os.path.join(d, "jax"), PYTHONPATH=ROOT)
         env.pop("FBJAX_NO_CACHE", None)
         env.pop("JAX_COMPILATION_CACHE_DIR", None)
-        p = subprocess.run([sys.executable, "-c", _CHILD, path, kind], env=env, capture_output=True,
+        if tiered is not None:
+            env["FBJAX_TIERED_COMPILE"] = "1" if tiered else "0"
+        p = subprocess.run([sys.executable, "-c", _CHILD, path, kind, "tiers"], env=env, capture_output=True,
                            text=True, timeout=timeout)
     if p.returncode != 0:
         return {"error": p.stderr.strip()[-500:]}
@@ -177,6 +197,8 @@ def main(argv=None):
     ap.add_argument("--json", help="write the records here")
     ap.add_argument("--md", help="write the markdown table here")
     ap.add_argument("--hlo", action="store_true", help="instead: StableHLO size per op family (in this process)")
+    ap.add_argument("--compare", action="store_true",
+                    help="each model with FBJAX_TIERED_COMPILE=0 and =1, alternating which runs first")
     a = ap.parse_args(argv)
     if a.hlo:
         sys.path.insert(0, ROOT)
@@ -190,23 +212,53 @@ def main(argv=None):
     rows = []
     with open("/proc/loadavg") as f:
         load0 = f.read().split()[0]
-    for name, path, group, kind in cases(a.only):
-        recs = [run_one(path, kind) for _ in range(a.repeat)]
+    def best(recs):
         ok = [r for r in recs if "error" not in r]
-        rec = min(ok, key=lambda r: r["first_call_s"]) if ok else recs[0]
+        return dict(min(ok, key=lambda r: r["first_call_s"]) if ok else recs[0])
+
+    for i, (name, path, group, kind) in enumerate(cases(a.only)):
+        if a.compare:
+            recs = {False: [], True: []}
+            for j in range(a.repeat):
+                for t in ((False, True) if (i + j) % 2 == 0 else (True, False)):
+                    recs[t].append(run_one(path, kind, tiered=t))
+            rec = best(recs[True])
+            rec["untiered"] = best(recs[False])
+        else:
+            rec = best([run_one(path, kind) for _ in range(a.repeat)])
         rec.update(model=name, group=group)
         rows.append(rec)
         print(json.dumps(rec), flush=True)
     with open("/proc/loadavg") as f:
         load1 = f.read().split()[0]
-    lines = ["| model | group | first call s | load s | trace s | lower s | XLA compile s |", "|---|---|---|---|---|---|---|"]
+
+    def ms(r, k):
+        return f"{r[k]:.1f}" if k in r else ""
+
+    if a.compare:
+        lines = ["| model | group | first call s, untiered | first call s, tiered | first tier call ms | "
+                 "optimised ready after s | optimised call ms |", "|---|---|---|---|---|---|---|"]
+    else:
+        lines = ["| model | group | first call s | load s | trace s | lower s | XLA compile s | tier | "
+                 "first tier call ms | optimised ready after s | optimised call ms |",
+                 "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['model']} | {r['group']} | error: {r['error'][-80:]} | | | | |")
+            lines.append(f"| {r['model']} | {r['group']} | error: {r['error'][-80:]} |")
+            continue
+        if a.compare:
+            u = r["untiered"]
+            old = f"{u['first_call_s']:.2f}" if "error" not in u else "error"
+            lines.append(f"| {r['model']} | {r['group']} | {old} | {r['first_call_s']:.2f} | "
+                         f"{ms(r, 'first_tier_call_ms')} | "
+                         f"{r.get('optimised_wait_s', 0.0):.1f} | {ms(r, 'optimised_call_ms')} |")
             continue
         lines.append(f"| {r['model']} | {r['group']} | {r['first_call_s']:.2f} | {r['load_s']:.2f} | "
-                     f"{r['trace_s']:.2f} | {r['lower_s']:.2f} | {r['compile_s']:.2f} |")
+                     f"{r['trace_s']:.2f} | {r['lower_s']:.2f} | {r['compile_s']:.2f} | {r.get('tier', '')} | "
+                     f"{ms(r, 'first_tier_call_ms')} | {r.get('optimised_wait_s', 0.0):.1f} | "
+                     f"{ms(r, 'optimised_call_ms')} |")
     lines.append(f"\nload average {load0} -> {load1} (1 min); command: python benchmarks/compile_time.py"
+                 + (" --compare" if a.compare else "")
                  + (f" --only {' '.join(a.only)}" if a.only else "") + f" --repeat {a.repeat}")
     md = "\n".join(lines)
     print(md)

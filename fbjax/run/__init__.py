@@ -30,9 +30,11 @@ from ..lower.inference import worth_preparing
 from .chunked import ChunkedCall, select_chunks
 from .cpu_prepared import CpuPrepared
 from .jit import Jit, Stateful, leaves_getter
+from .tiered import TieredCall, worth_tiering
 from .trace_cache import TraceCached, trace_base
 
-__all__ = ["select", "Jit", "Stateful", "CpuPrepared", "TraceCached", "ChunkedCall", "select_chunks", "trace_base", "leaves_getter", "KINDS"]
+__all__ = ["select", "Jit", "Stateful", "CpuPrepared", "TraceCached", "ChunkedCall", "select_chunks", "trace_base", "leaves_getter", "KINDS",
+           "TieredCall", "worth_tiering"]
 
 #: the executor names, in the order :func:`select` considers them
 KINDS = ("stateful", "chunked", "trace_cache", "cpu_prepared", "jit")
@@ -65,4 +67,5 @@ def select(program, apply: Callable, apply_leaves: Callable, *, stateful: bool, 
         if base is not None:
             return TraceCached(program, compiler_options, trace_base=base)
         return CpuPrepared(program, compiler_options)
-    return Jit(apply, apply_leaves, tuple(program.params), compiler_options)
+    return Jit(apply, apply_leaves, tuple(program.params), compiler_options,
+               tiered=worth_tiering(program))

@@ -17,7 +17,7 @@ import numpy as np
 from ..lower.build import Run
 from ..lower.inference import constant_nodes, fan_out_values, matrix_operands, plan
 from .jit import leaves_getter
-from .tiered import TieredCall, enabled as tiered_enabled
+from .tiered import TieredCall, worth_tiering
 
 __all__ = ["CpuPrepared", "prepared"]
 
@@ -155,7 +155,7 @@ class CpuPrepared:
         self.jitted = jax.jit(run, compiler_options=compiler_options)
         self._compiler_options = compiler_options
         #: what calls run: :attr:`jitted`, compiled in tiers on CPU (:mod:`fbjax.run.tiered`)
-        self.run = TieredCall(self.jitted) if tiered_enabled(program.backend) else self.jitted
+        self.run = TieredCall(self.jitted) if worth_tiering(program) else self.jitted
         self._one = jax.device_put(np.float32(1))
         self._ahead = None  # {key: jax array} once computed
         self._static_ahead: dict = {}  # {key: numpy} (non-float results)

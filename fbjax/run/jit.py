@@ -12,6 +12,8 @@ from typing import Callable
 
 import jax
 
+from .tiered import TieredCall
+
 __all__ = ["Jit", "Stateful", "leaves_getter"]
 
 
@@ -40,16 +42,23 @@ class Jit:
         jitted: the jit of ``apply``.
         leaves: ``f(params) -> tuple`` of the params in ``param_names`` order.
         jitted_leaves: the jit of ``apply_leaves(leaves, *inputs)``.
+
+    On CPU both are :class:`~fbjax.run.tiered.TieredCall` s of the jits
+    (a quickly compiled first tier, the optimised program swapped in when
+    ready) when ``tiered`` (:func:`fbjax.run.tiered.worth_tiering`).
     """
 
     name = "jit"
     stateful = False
     unchecked = True  # Model.__call__ may try jitted_leaves before any input check
 
-    def __init__(self, apply: Callable, apply_leaves: Callable, param_names: tuple, compiler_options=None):
+    def __init__(self, apply: Callable, apply_leaves: Callable, param_names: tuple, compiler_options=None,
+                 tiered: bool = False):
         self.jitted = jax.jit(apply, compiler_options=compiler_options)
         self.leaves = leaves_getter(tuple(param_names))
         self.jitted_leaves = jax.jit(apply_leaves, compiler_options=compiler_options)
+        if tiered:
+            self.jitted, self.jitted_leaves = TieredCall(self.jitted), TieredCall(self.jitted_leaves)
 
     def __call__(self, params: dict, *inputs):
         return self.jitted(params, *inputs)

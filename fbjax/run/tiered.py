@@ -39,7 +39,8 @@ import os
 import threading
 from typing import Callable, Optional
 
-__all__ = ["CHEAP_OPTIONS", "TieredCall", "enabled", "mark_optimised", "optimised_marked"]
+__all__ = ["CHEAP_OPTIONS", "MIN_NODES", "TieredCall", "enabled", "worth_tiering", "mark_optimised",
+           "optimised_marked"]
 
 #: XLA:CPU options of the quick first tier (see the module docstring for
 #: the measurements). Tried and not kept: ``xla_llvm_disable_expensive_passes``
@@ -47,6 +48,12 @@ __all__ = ["CHEAP_OPTIONS", "TieredCall", "enabled", "mark_optimised", "optimise
 #: -50 to -75 %, not enough for palm_detection_lite), and
 #: ``xla_cpu_parallel_codegen_split_count=1`` (no change within the noise).
 CHEAP_OPTIONS = {"xla_backend_optimization_level": 0, "xla_cpu_use_fusion_emitters": False}
+
+#: Programs of fewer graph nodes compile in well under a second anyway and
+#: are not tiered: the compiled executable's call costs ~6 us more than the
+#: jit's dispatch (tflm_sine_float: 17 vs 11 us per call), which matters
+#: only for such tiny models.
+MIN_NODES = 32
 
 _threads: list = []
 _threads_lock = threading.Lock()
@@ -66,6 +73,20 @@ def enabled(backend: Optional[str]) -> bool:
     """Whether fbjax's executors on ``backend`` compile in tiers: only
     ``"cpu"``, unless ``FBJAX_TIERED_COMPILE=0`` (on GPU/TPU the plain jit)."""
     return backend == "cpu" and os.environ.get("FBJAX_TIERED_COMPILE", "1").strip() not in ("0", "false", "no")
+
+
+def worth_tiering(program) -> bool:
+    """Whether the executors of ``program`` (a lowered
+    :class:`~fbjax.lower.build.Program`) compile in tiers: :func:`enabled`
+    for its backend and at least :data:`MIN_NODES` nodes in its graphs."""
+    if not enabled(program.backend):
+        return False
+    n = 0
+    for _ in program.model.iter_nodes():
+        n += 1
+        if n >= MIN_NODES:
+            return True
+    return False
 
 
 def _marker(key: str) -> Optional[str]:
@@ -121,8 +142,8 @@ class TieredCall:
         self.thread: Optional[threading.Thread] = None
 
     def _start(self, args: tuple):
+        lowered = self.jitted.lower(*args)  # errors of tracing (bad inputs) propagate; the next call tries again
         try:
-            lowered = self.jitted.lower(*args)
             cheap = lowered.compile(compiler_options=dict(CHEAP_OPTIONS))
         except Exception:  # noqa: BLE001 - options another jaxlib lacks, AOT limits: the plain jit
             self.tier = "jit"

@@ -1,0 +1,141 @@
+"""Tiered compilation of the CPU executors (:mod:`fbjax.run.tiered`, issue 19 item 4).
+
+The first call of a large enough program runs a quickly compiled tier and the
+optimised program is swapped in once a background thread has compiled it.
+The oracle for results is a float64 numpy convolution (the tiers compute the
+same StableHLO, compiled differently, so each is held to the float32
+summation bound, never to the other's bits); for the tiers, the tier
+attribute and the persistent-cache marker a second process reads.
+
+The rest of the suite runs with ``FBJAX_TIERED_COMPILE=0`` (tests/conftest.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+import fbjax
+from fbjax import run
+from fbjax.run import tiered
+from fbjax.testing import single_op_model
+
+from conftest import ROOT, assert_within, gamma
+
+F32 = np.float32
+
+pytestmark = pytest.mark.skipif(jax.default_backend() != "cpu", reason="tiered compilation is CPU-only")
+
+
+def _conv(w, b):
+    return single_op_model("CONV_2D", [(1, 6, 6, 4), w, b], options=dict(padding="SAME", stride_h=1, stride_w=1),
+                           output_shapes=[(1, 6, 6, 8)])
+
+
+def _conv_ref(x, w, b):
+    """float64 SAME 3x3 convolution, TFLite weights [O, H, W, I]: (value, sum of |terms|)."""
+    xp = np.pad(x.astype(np.float64), [(0, 0), (1, 1), (1, 1), (0, 0)])
+    out = np.zeros(x.shape[:3] + (w.shape[0],)) + b
+    mag = np.zeros_like(out) + np.abs(b)
+    for i in range(3):
+        for j in range(3):
+            patch = xp[:, i:i + x.shape[1], j:j + x.shape[2], :]
+            out += np.einsum("nhwc,oc->nhwo", patch, w[:, i, j, :].astype(np.float64))
+            mag += np.einsum("nhwc,oc->nhwo", np.abs(patch), np.abs(w[:, i, j, :]).astype(np.float64))
+    return out, mag
+
+
+@pytest.fixture
+def tiering(monkeypatch):
+    monkeypatch.setenv("FBJAX_TIERED_COMPILE", "1")
+    monkeypatch.setattr(tiered, "MIN_NODES", 1)  # single-op models stand in for large ones
+
+
+@pytest.mark.parametrize("kind", ["conv", "add"])
+def test_first_call_runs_a_tier_then_the_optimised_program(tiering, kind):
+    rng = np.random.default_rng(0)
+    if kind == "conv":  # the prepared CPU executor
+        w = rng.standard_normal((8, 3, 3, 4)).astype(F32)
+        b = rng.standard_normal(8).astype(F32)
+        m = fbjax.load(_conv(w, b))
+        x = rng.standard_normal((1, 6, 6, 4)).astype(F32)
+        ref, mag = _conv_ref(x, w, b)
+        bound = gamma(37) * mag  # 36 products and the bias per output
+        xs = (x,)
+        call = m.executor.run
+    else:  # the plain jit executor (its unchecked fast path)
+        m = fbjax.load(single_op_model("ADD", [(2, 3), (2, 3)]))
+        xs = tuple(rng.standard_normal((2, 3)).astype(F32) for _ in range(2))
+        ref = xs[0].astype(np.float64) + xs[1]
+        bound = gamma(1) * (np.abs(xs[0]) + np.abs(xs[1]))  # one rounding
+        call = m.executor.jitted_leaves
+        assert m.executor.name == "jit"
+    assert isinstance(call, run.TieredCall) and call.tier is None
+    assert_within(m(*xs), ref, bound, "first tier")
+    assert call.tier in ("cheap", "optimised")  # optimised already if the background compile won the race
+    assert call.wait(timeout=120) == "optimised"
+    assert_within(m(*xs), ref, bound, "optimised tier")
+
+
+def test_other_signature_falls_back_to_the_jit(tiering):
+    m = fbjax.load(single_op_model("ADD", [(1, 3), (1, 3)]), batch_size=None)  # any batch
+    a = np.ones((2, 3), F32)
+    np.testing.assert_array_equal(np.asarray(m(a, a)), 2 * a)  # exact: 1 + 1
+    b = np.full((5, 3), 0.5, F32)
+    np.testing.assert_array_equal(np.asarray(m(b, b)), 2 * b)  # another batch: the plain jit traces it
+
+
+def test_when_tiering_applies(monkeypatch):
+    monkeypatch.setenv("FBJAX_TIERED_COMPILE", "1")
+    assert tiered.enabled("cpu") and not tiered.enabled("gpu") and not tiered.enabled("tpu")
+    m = fbjax.load(single_op_model("ADD", [(2, 3), (2, 3)]))
+    assert not tiered.worth_tiering(m.program)  # one node: compiles fast, keeps the jit's faster dispatch
+    assert not isinstance(m.executor.jitted_leaves, run.TieredCall)
+    monkeypatch.setattr(tiered, "MIN_NODES", 1)
+    assert tiered.worth_tiering(m.program)
+    monkeypatch.setenv("FBJAX_TIERED_COMPILE", "0")
+    assert not tiered.enabled("cpu") and not tiered.worth_tiering(m.program)
+    m = fbjax.load(single_op_model("ADD", [(2, 3), (2, 3)]))
+    assert not isinstance(m.executor.jitted_leaves, run.TieredCall)
+
+
+_CHILD = """
+import json, sys
+import numpy as np
+import fbjax
+from fbjax.run import tiered
+tiered.MIN_NODES = 1
+from fbjax.testing import single_op_model
+rng = np.random.default_rng(0)
+w = rng.standard_normal((8, 3, 3, 4)).astype(np.float32)
+b = rng.standard_normal(8).astype(np.float32)
+m = fbjax.load(single_op_model("CONV_2D", [(1, 6, 6, 4), w, b], options=dict(padding="SAME", stride_h=1,
+               stride_w=1), output_shapes=[(1, 6, 6, 8)]))
+x = np.ones((1, 6, 6, 4), np.float32)
+m(x)
+call = m.executor._call
+tier = call.tier if isinstance(call, tiered.TieredCall) else "plain"
+if isinstance(call, tiered.TieredCall):
+    call.wait(120)
+print(json.dumps({"executor": m.executor.name, "tier": tier}))
+"""
+
+
+def test_second_process_compiles_the_optimised_program_directly(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("FBJAX_NO_CACHE", "JAX_COMPILATION_CACHE_DIR")}
+    env.update(FBJAX_CACHE_DIR=str(tmp_path / "c" / "jax"), FBJAX_TIERED_COMPILE="1", PYTHONPATH=str(ROOT))
+    recs = []
+    for _ in range(2):
+        p = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr[-2000:]
+        recs.append(json.loads(p.stdout.strip().splitlines()[-1]))
+    assert recs[0]["executor"] == "trace_cache"
+    assert recs[0]["tier"] in ("cheap", "optimised")  # tiered: nothing cached yet
+    assert recs[1]["tier"] == "plain"  # the first process marked the optimised executable as cached
+    assert list((tmp_path / "c" / "traces").glob("*.optimised"))
