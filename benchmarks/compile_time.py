@@ -68,7 +68,8 @@ if kind != "grad" and len(sys.argv) > 3 and sys.argv[3] == "tiers":
             t = time.perf_counter(); jax.block_until_ready(m(*xs)); ts.append(time.perf_counter() - t)
         return min(ts)
     ex = m.executor
-    call = getattr(ex, "_call", None) or getattr(ex, "run", None)
+    calls = [getattr(ex, k, None) for k in ("_call", "run", "jitted_leaves", "jitted")]
+    call = next((c for c in calls if getattr(c, "tier", None) is not None), None)
     rec["tier"] = getattr(call, "tier", None) or "plain"
     rec["first_tier_call_ms"] = best() * 1e3
     t3 = time.perf_counter()
@@ -115,7 +116,7 @@ def hlo_by_family(path: str) -> tuple:
             return getattr(LOWERINGS, k)
 
     ir = read_model(path, None)
-    prepare(ir, "exact")
+    prepare(ir, "exact", registry=LOWERINGS)
     prog = build(ir)
     prog.registry = Scoped()
     xs = [np.zeros([1 if d is None else d for d in v.shape], v.dtype) for v in ir.main_graph.inputs]
@@ -174,11 +175,12 @@ def cases(only=None):
     return [c for c in out if not only or any(o in c[0] for o in only)]
 
 
-def run_one(path, kind, timeout=600, tiered=None):
-    """One fresh process (empty caches); ``tiered``: ``FBJAX_TIERED_COMPILE``
-    on/off (None: the environment's), with the tiers' run times recorded."""
+def run_one(path, kind, timeout=600, tiered=None, root=ROOT):
+    """One fresh process (empty caches) running fbjax from ``root``;
+    ``tiered``: ``FBJAX_TIERED_COMPILE`` on/off (None: the environment's),
+    with the tiers' run times recorded."""
     with tempfile.TemporaryDirectory() as d:
-        env = dict(os.environ, FBJAX_CACHE_DIR=os.path.join(d, "jax"), PYTHONPATH=ROOT)
+        env = dict(os.environ, FBJAX_CACHE_DIR=os.path.join(d, "jax"), PYTHONPATH=root)
         env.pop("FBJAX_NO_CACHE", None)
         env.pop("JAX_COMPILATION_CACHE_DIR", None)
         if tiered is not None:
@@ -199,6 +201,8 @@ def main(argv=None):
     ap.add_argument("--hlo", action="store_true", help="instead: StableHLO size per op family (in this process)")
     ap.add_argument("--compare", action="store_true",
                     help="each model with FBJAX_TIERED_COMPILE=0 and =1, alternating which runs first")
+    ap.add_argument("--baseline", help="with --compare: the 'before' runs use fbjax from this checkout "
+                    "(e.g. one of the main branch) instead of this tree with FBJAX_TIERED_COMPILE=0")
     a = ap.parse_args(argv)
     if a.hlo:
         sys.path.insert(0, ROOT)
@@ -221,7 +225,10 @@ def main(argv=None):
             recs = {False: [], True: []}
             for j in range(a.repeat):
                 for t in ((False, True) if (i + j) % 2 == 0 else (True, False)):
-                    recs[t].append(run_one(path, kind, tiered=t))
+                    if t or not a.baseline:
+                        recs[t].append(run_one(path, kind, tiered=t))
+                    else:
+                        recs[t].append(run_one(path, kind, root=os.path.abspath(a.baseline)))
             rec = best(recs[True])
             rec["untiered"] = best(recs[False])
         else:
@@ -236,7 +243,8 @@ def main(argv=None):
         return f"{r[k]:.1f}" if k in r else ""
 
     if a.compare:
-        lines = ["| model | group | first call s, untiered | first call s, tiered | first tier call ms | "
+        before = "before" if a.baseline else "untiered"
+        lines = [f"| model | group | first call s, {before} | first call s, tiered | first tier call ms | "
                  "optimised ready after s | optimised call ms |", "|---|---|---|---|---|---|---|"]
     else:
         lines = ["| model | group | first call s | load s | trace s | lower s | XLA compile s | tier | "
@@ -258,7 +266,7 @@ def main(argv=None):
                      f"{ms(r, 'first_tier_call_ms')} | {r.get('optimised_wait_s', 0.0):.1f} | "
                      f"{ms(r, 'optimised_call_ms')} |")
     lines.append(f"\nload average {load0} -> {load1} (1 min); command: python benchmarks/compile_time.py"
-                 + (" --compare" if a.compare else "")
+                 + (" --compare" if a.compare else "") + (f" --baseline {a.baseline}" if a.baseline else "")
                  + (f" --only {' '.join(a.only)}" if a.only else "") + f" --repeat {a.repeat}")
     md = "\n".join(lines)
     print(md)

@@ -1,8 +1,9 @@
 """TFLite/gemmlowp fixed-point primitives in 32-bit JAX integer arithmetic.
 
-Everything here is exact and needs no 64-bit types (``jax_enable_x64`` stays
-off): the 64-bit product inside :func:`srdhm` is assembled from 16-bit limbs
-in ``uint32``. Load-time helpers (:func:`quantize_multiplier`) are numpy.
+Everything here is exact and leaves ``jax_enable_x64`` as the user set it:
+the 64-bit product inside :func:`srdhm` is formed in int64 under a local
+``jax.enable_x64`` (a few operations, converted back to int32).
+Load-time helpers (:func:`quantize_multiplier`) are numpy.
 
 Semantics follow TFLite's ``kernels/internal/common.h``:
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import math
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -34,34 +36,32 @@ INT32_MIN = -(2**31)
 INT32_MAX = 2**31 - 1
 
 
-def _u32(x):
-    return lax.bitcast_convert_type(jnp.asarray(x, jnp.int32), jnp.uint32)
-
-
 def srdhm(a, b):
-    """``SaturatingRoundingDoublingHighMul`` of int32 arrays (broadcasting)."""
+    """``SaturatingRoundingDoublingHighMul`` of int32 arrays (broadcasting).
+
+    The product is formed exactly in int64 (``jax.enable_x64`` around these
+    few operations only: the user's setting and the rest of the program stay
+    32-bit): ``(a*b + nudge) / 2^31`` with XLA's truncating integer division,
+    as the C kernel. 26 StableHLO ops instead of the 81 of the former
+    emulation in 16-bit limbs (bit-identical: checked on 3e5 random and
+    edge-case pairs against the numpy reference), which made the quantized
+    programs slow to compile (issue 19). The saturating case ``a == b ==
+    INT32_MIN`` is tested only where ``b`` is not a constant without
+    ``INT32_MIN`` (quantized multipliers are positive).
+    """
+    b_const = isinstance(b, (np.ndarray, np.generic, int))
+    needs_sat = not b_const or bool(np.any(np.asarray(b) == INT32_MIN))
     a = jnp.asarray(a, jnp.int32)
     b = jnp.asarray(b, jnp.int32)
-    neg = (a < 0) != (b < 0)
-    # |a|, |b| as uint32 (|INT32_MIN| = 2^31 fits).
-    ua = jnp.where(a < 0, jnp.uint32(0) - _u32(a), _u32(a))
-    ub = jnp.where(b < 0, jnp.uint32(0) - _u32(b), _u32(b))
-    m16 = jnp.uint32(0xFFFF)
-    ah, al = ua >> 16, ua & m16
-    bh, bl = ub >> 16, ub & m16
-    ll = al * bl
-    mid = al * bh + ah * bl  # each term < 2^31: no wrap
-    lo = ll + (mid << 16)
-    hi = ah * bh + (mid >> 16) + (lo < ll).astype(jnp.uint32)
-    # |p| + 2^30 for p >= 0, |p| + 2^30 - 1 for p < 0, then >> 31 (floor).
-    c = jnp.where(neg, jnp.uint32(2**30 - 1), jnp.uint32(2**30))
-    lo2 = lo + c
-    hi2 = hi + (lo2 < lo).astype(jnp.uint32)
-    r = (hi2 << 1) | (lo2 >> 31)
-    r = lax.bitcast_convert_type(r, jnp.int32)
-    out = jnp.where(neg, -r, r)
-    sat = (a == INT32_MIN) & (b == INT32_MIN)
-    return jnp.where(sat, jnp.int32(INT32_MAX), out)
+    shape = jnp.broadcast_shapes(a.shape, b.shape)
+    a32, b32 = jnp.broadcast_to(a, shape), jnp.broadcast_to(b, shape)
+    with jax.enable_x64(True):
+        p = lax.mul(lax.convert_element_type(a32, jnp.int64), lax.convert_element_type(b32, jnp.int64))
+        nudge = lax.select(p >= 0, lax.full_like(p, 2**30), lax.full_like(p, 1 - 2**30))
+        r = lax.convert_element_type(lax.div(lax.add(p, nudge), lax.full_like(p, 2**31)), jnp.int32)
+    if not needs_sat:
+        return r
+    return jnp.where((a32 == INT32_MIN) & (b32 == INT32_MIN), jnp.int32(INT32_MAX), r)
 
 
 def rdbpot(x, exponent):
