@@ -605,22 +605,56 @@ def _x64_enabled() -> bool:
     return bool(_X64.value)
 
 
+def _trace_at_load(model: "Model") -> None:
+    """Trace ``model``'s first call at its input shapes without running it,
+    so that every lowering's own checks (``ctx.error``: an op, attribute or
+    dtype fbjax cannot lower, a file that contradicts itself) raise in
+    :func:`load`, not at the first call. The trace is the executor's
+    (``executor.trace``): the first call with arrays of those shapes and
+    dtypes reuses it (JAX keeps traces per function and argument types), so
+    load plus first call costs what the first call alone did. The computed
+    output shapes are kept for :attr:`Model.outputs`. Skipped when an input
+    dimension is dynamic (``None``: nothing to trace until a call gives the
+    size; those checks fire at the first call).
+
+    Raises:
+        what the lowerings raise (UnsupportedOperatorError,
+        ModelFormatError, InputError).
+    """
+    if any(s.shape is None or None in s.shape for s in model.inputs):
+        return
+    specs = [jax.ShapeDtypeStruct(s.shape, s.dtype) for s in model.inputs]
+    ex = model.executor
+    with jax.enable_x64(model._x64), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the call itself warns about what it meets
+        if not hasattr(ex, "trace"):  # (chunked: its chunk model is traced when loaded)
+            out = jax.eval_shape(lambda p, *xs: model.apply(p, *xs), model.params, *specs)
+        elif ex.stateful:
+            out = ex.trace(model.params, model.state, *specs)
+        else:
+            out = ex.trace(model.params, *specs)
+    model._traced_outputs = out[0] if model._stateful else out
+
+
 def _inferred_outputs(model: "Model") -> list:
     """``model``'s output specs with the shapes tracing computes at its
-    static input shapes (see :attr:`Model.outputs`); the declared specs
-    when an input is dynamic or tracing fails (the call reports why)."""
+    static input shapes (see :attr:`Model.outputs`; the load-time trace's,
+    :func:`_trace_at_load`); the declared specs when an input is dynamic or
+    tracing fails (the call reports why)."""
     declared = model._declared_outputs
     if any(s.shape is None or None in s.shape for s in model.inputs):
         return list(declared)
-    structs = [jax.ShapeDtypeStruct(s.shape, s.dtype) for s in model.inputs]
-    try:
-        with jax.enable_x64(model._x64), warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the call itself warns about what it meets
-            res = jax.eval_shape(lambda p, *xs: model.apply(p, *xs), model.params, *structs)
-    except Exception:  # noqa: BLE001 - best effort: calling the model reports what is wrong
-        return list(declared)
-    if model._stateful:
-        res = res[0]
+    res = getattr(model, "_traced_outputs", None)
+    if res is None:
+        structs = [jax.ShapeDtypeStruct(s.shape, s.dtype) for s in model.inputs]
+        try:
+            with jax.enable_x64(model._x64), warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # the call itself warns about what it meets
+                res = jax.eval_shape(lambda p, *xs: model.apply(p, *xs), model.params, *structs)
+        except Exception:  # noqa: BLE001 - best effort: calling the model reports what is wrong
+            return list(declared)
+        if model._stateful:
+            res = res[0]
     res = res if isinstance(res, (tuple, list)) else (res,)
     out = []
     for spec, r in zip(declared, res):
@@ -748,4 +782,5 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
     model = Model(ir, program, path, chunks=chunks if fixed_batch else None, load_kwargs=load_kwargs,
                   trace_base=lambda prog: run.trace_base(prog, source, options, constant_inputs))
     model.input_quantization, model.output_quantization = file_quant
+    _trace_at_load(model)  # every lowering error raised here, not at the first call (which reuses the trace)
     return model
