@@ -8,6 +8,10 @@ median of ``--repeats`` fresh processes (``FBJAX_NO_CACHE=1``: no persistent
 compilation or trace cache, so every process compiles).
 
     python benchmarks/load_first_call.py ../shared/models/tflite/a.tflite ... [--repeats 3]
+        [--python /other/checkout/.venv/bin/python --python .venv/bin/python]
+
+With several ``--python`` (checkouts to compare), the runs alternate
+between them, so a busy machine's load falls on each alike.
 """
 
 from __future__ import annotations
@@ -46,15 +50,22 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("models", nargs="+")
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--python", default=sys.executable, help="the interpreter (another checkout's venv to compare)")
+    ap.add_argument("--python", action="append",
+                    help="an interpreter (a checkout's venv); repeat to compare checkouts (default: this one)")
     args = ap.parse_args()
-    print(f"{'model':48s} {'executor':13s} {'load s':>7s} {'1st call s':>10s} {'sum s':>7s}")
+    pythons = args.python or [sys.executable]
+    print(f"{'model':40s} {'python':28s} {'executor':13s} {'load s':>7s} {'1st call s':>10s} {'sum s':>7s}")
     for path in args.models:
-        runs = [measure(path, args.python) for _ in range(args.repeats)]
-        med = {k: statistics.median(r[k] for r in runs) for k in ("load", "first_call")}
-        tot = statistics.median(r["load"] + r["first_call"] for r in runs)
-        print(f"{os.path.basename(path):48s} {runs[0]['executor']:13s} {med['load']:7.2f} {med['first_call']:10.2f} "
-              f"{tot:7.2f}", flush=True)
+        runs = {py: [] for py in pythons}
+        for _ in range(args.repeats):
+            for py in pythons:
+                runs[py].append(measure(path, py))
+        for py in pythons:
+            rs = runs[py]
+            med = {k: statistics.median(r[k] for r in rs) for k in ("load", "first_call")}
+            tot = statistics.median(r["load"] + r["first_call"] for r in rs)
+            print(f"{os.path.basename(path):40s} {py[-28:]:28s} {rs[0]['executor']:13s} {med['load']:7.2f} "
+                  f"{med['first_call']:10.2f} {tot:7.2f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -191,8 +191,8 @@ class Model:
         """The outputs' :class:`TensorSpec`, in output order.
 
         Shapes fbjax infers win over shapes the file merely declares: when
-        every input shape is static, the first read traces the model
-        (``jax.eval_shape``, nothing runs) and takes the shapes it computes
+        every input shape is static, they are the shapes :func:`load`'s
+        abstract trace of the model computed (nothing runs)
         (files are written with placeholder shapes, e.g. PaddlePaddle's
         scalar ``float32()`` outputs of a graph that computes ``(1, 2)``),
         with a ``UserWarning`` naming each output whose declared shape was
@@ -753,6 +753,13 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
         UnsupportedOperatorError: the model uses ops fbjax cannot lower, or
             ops whose registered kernel check finds no kernel for their
             dtypes (int16 SQUARED_DIFFERENCE); every one is listed.
+        ModelFormatError, UnsupportedOperatorError, InputError: what a
+            lowering refuses (``ctx.error``: attributes or shapes that
+            contradict the op, a case fbjax does not implement), found by
+            an abstract trace of the model's first call at its input shapes
+            (:func:`_trace_at_load`; nothing runs, and the first call reuses
+            the trace). Skipped for inputs with a dynamic (``None``)
+            dimension: those errors then come from the first call.
         InputError: ``while_max_iterations`` is not None or an int >= 0;
             ``batch_size`` is not ``"file"``, None/``"dynamic"`` or a
             positive int, or the model cannot take another batch (the
