@@ -11,7 +11,7 @@ compilation or trace cache, so every process compiles).
         [--python /other/checkout/.venv/bin/python --python .venv/bin/python]
 
 With several ``--python`` (checkouts to compare), the runs alternate
-between them, so a busy machine's load falls on each alike.
+between them (ABBA order), so a busy machine's load falls on each alike.
 """
 
 from __future__ import annotations
@@ -57,8 +57,8 @@ def main() -> None:
     print(f"{'model':40s} {'python':28s} {'executor':13s} {'load s':>7s} {'1st call s':>10s} {'sum s':>7s}")
     for path in args.models:
         runs = {py: [] for py in pythons}
-        for _ in range(args.repeats):
-            for py in pythons:
+        for r in range(args.repeats):
+            for py in (pythons if r % 2 == 0 else pythons[::-1]):  # ABBA: neither goes first every time
                 runs[py].append(measure(path, py))
         for py in pythons:
             rs = runs[py]

@@ -605,6 +605,15 @@ def _x64_enabled() -> bool:
     return bool(_X64.value)
 
 
+def _abstract_apply(model: "Model"):
+    """``model.apply`` as one function object per model, so that JAX's trace
+    cache (keyed on the function) serves its repeated abstract traces."""
+    fn = model.__dict__.get("_abstract_fn")
+    if fn is None:
+        fn = model.__dict__["_abstract_fn"] = lambda p, *xs: model.apply(p, *xs)
+    return fn
+
+
 def _trace_at_load(model: "Model") -> None:
     """Trace ``model``'s first call at its input shapes without running it,
     so that every lowering's own checks (``ctx.error``: an op, attribute or
@@ -627,8 +636,8 @@ def _trace_at_load(model: "Model") -> None:
     ex = model.executor
     with jax.enable_x64(model._x64), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the call itself warns about what it meets
-        if not hasattr(ex, "trace"):  # (chunked: its chunk model is traced when loaded)
-            out = jax.eval_shape(lambda p, *xs: model.apply(p, *xs), model.params, *specs)
+        if not hasattr(ex, "trace"):  # chunked: the trace Model.outputs made (its chunk model traces at its load)
+            out = jax.eval_shape(_abstract_apply(model), model.params, *specs)
         elif ex.stateful:
             out = ex.trace(model.params, model.state, *specs)
         else:
@@ -650,7 +659,7 @@ def _inferred_outputs(model: "Model") -> list:
         try:
             with jax.enable_x64(model._x64), warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # the call itself warns about what it meets
-                res = jax.eval_shape(lambda p, *xs: model.apply(p, *xs), model.params, *structs)
+                res = jax.eval_shape(_abstract_apply(model), model.params, *structs)
         except Exception:  # noqa: BLE001 - best effort: calling the model reports what is wrong
             return list(declared)
         if model._stateful:
