@@ -319,18 +319,35 @@ def _rten_reshape_bad() -> bytes:
     return bytes(b.Output())
 
 
+def _int16_add_bad() -> bytes:
+    """int16 ADD with zero points 5 (LiteRT's add.cc rejects non-zero int16
+    zero points in Prepare): a ``tflite.int`` integer-kernel check."""
+    q = dict(scale=[1 / 1024], zero_point=[5])
+    b = TFLiteBuilder()
+    x = b.add_input((2, 3), np.int16, name="x", quant=q)
+    y = b.add_input((2, 3), np.int16, name="y", quant=q)
+    o = b.add_tensor((2, 3), np.int16, name="out", quant=dict(scale=[1 / 512], zero_point=[5]))
+    b.add_op("ADD", [x, y], [o])
+    b.add_output(o)
+    return b.build()
+
+
 _LOWERING_ERRORS = {
-    # case: (file maker, fbjax error, message naming the op and what is wrong)
-    "tflite:TILE": (_tflite_tile_bad, ModelFormatError, r"operator 0 \(TILE\): multiples has 1 entries for a rank-2"),
+    # case: (file maker, fbjax error, message naming the op and what is wrong, the numpy reference's error)
+    "tflite:TILE": (_tflite_tile_bad, ModelFormatError, r"operator 0 \(TILE\): multiples has 1 entries for a rank-2",
+                    ModelFormatError),
+    "tflite.int:ADD": (_int16_add_bad, ModelFormatError, r"operator 0 \(ADD\): int16 ADD/SUB needs zero points 0",
+                       UnsupportedOperatorError),  # the reference has no int16 ADD: refused before it runs
     "stablehlo:reshape": (_stablehlo_reshape_bad, ModelFormatError,
-                          r"\(stablehlo.reshape\): cannot reshape \(2, 3\) to \(4, 2\)"),
-    "onnx:Reshape": (_rten_reshape_bad, ModelFormatError, r"\(Reshape\): cannot reshape \(2, 3\) to \[4, -1\]"),
+                          r"\(stablehlo.reshape\): cannot reshape \(2, 3\) to \(4, 2\)", ModelFormatError),
+    "onnx:Reshape": (_rten_reshape_bad, ModelFormatError, r"\(Reshape\): cannot reshape \(2, 3\) to \[4, -1\]",
+                     ModelFormatError),
 }
 
 
 @pytest.mark.parametrize("case", sorted(_LOWERING_ERRORS))
 def test_lowering_error_raised_by_load(case):
-    make, err, msg = _LOWERING_ERRORS[case]
+    make, err, msg, _ = _LOWERING_ERRORS[case]
     with pytest.raises(err, match=msg):
         fbjax.load(make())
 
@@ -339,10 +356,14 @@ def test_lowering_error_raised_by_load(case):
 def test_reference_refuses_what_the_lowering_refuses(case):
     """The numpy twin raises the same error at the node (TILE used to
     return np.tile's (2, 6) for the 1-entry multiples; the reshapes a raw
-    numpy ValueError)."""
-    make, err, msg = _LOWERING_ERRORS[case]
-    with pytest.raises(err, match=msg):
-        fbjax.reference.run(make(), np.ones((2, 3), F32))
+    numpy ValueError), or refuses the model before running (no int16 ADD)."""
+    make, _, msg, ref_err = _LOWERING_ERRORS[case]
+    from fbjax.formats import read_model
+
+    data = make()
+    xs = [np.ones(v.shape, v.dtype) for v in read_model(data).main_graph.inputs]
+    with pytest.raises(ref_err, match=msg if ref_err is ModelFormatError else r"ADD.*int16"):
+        fbjax.reference.run(data, *xs)
 
 
 @pytest.mark.parametrize("case", sorted(_LOWERING_ERRORS))
@@ -351,7 +372,7 @@ def test_inspect_refuses_what_load_refuses(tmp_path, capsys, case):
     ``main``, no interpreter start per case)."""
     from fbjax.cli import main
 
-    make, err, msg = _LOWERING_ERRORS[case]
+    make, err, msg, _ = _LOWERING_ERRORS[case]
     p = tmp_path / ("m.rten" if case.startswith("onnx") else "m.tflite")
     p.write_bytes(make())
     rc = main(["inspect", str(p)])
