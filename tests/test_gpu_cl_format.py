@@ -30,6 +30,7 @@ from fbjax.errors import ModelFormatError, UnsupportedOperatorError
 from fbjax.formats import detect_format, gpu_cl, read_model, tflite
 from fbjax.formats._generated import gpu_cl_litert_generated as GL
 from fbjax.formats._generated import gpu_cl_tf25_generated as G25
+from fbjax.formats._generated import gpu_cl_tf27_generated as G27
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "models"
@@ -234,6 +235,114 @@ def test_litert_layout_reads_as_its_original(f, tmp_path):
     assert back.metadata["generation"] == "litert"
     assert np.array_equal(back.metadata["weights"][0].value.data, k.data + np.float32(1))
 
+
+
+def _copy_to(mod, obj):
+    """A flatc object-API tree rebuilt with ``mod``'s classes (same table and field names)."""
+    if isinstance(obj, list):
+        return [_copy_to(mod, x) for x in obj]
+    if obj is None or isinstance(obj, (bool, int, float, str, bytes, np.ndarray)):
+        return obj
+    new = getattr(mod, type(obj).__name__)()
+    for k, v in vars(obj).items():
+        assert hasattr(new, k), (type(obj).__name__, k)
+        setattr(new, k, _copy_to(mod, v))
+    return new
+
+
+#: what the TF 2.7 copies carry besides the 2.5 file's fields
+TF27_DRIVER = "OpenCL 3.0 PoCL 3.1+debian Linux, RELOC, LLVM 15.0.6, SLEEF, DISTRO"
+
+
+def _as_tf27(buf: bytes) -> tuple[bytes, list]:
+    """A TF 2.5 file re-encoded in the TF 2.7 layout, field by field, plus the fields 2.7 adds: a driver
+    version, each node's program fingerprint (8 bytes of the SHA-256 of its code, standing in for the
+    delegate's hash of code and compiler options) and one ``BinaryProgram`` per distinct fingerprint
+    (64 stand-in bytes: a real one is the driver's compiled kernel). No device-written TF 2.7 file is public.
+    Returns the bytes and the programs ``[(fingerprint, size)]`` written."""
+    import hashlib
+
+    ic = G25.InferenceContextT.InitFromBuf(buf, G25.InferenceContext.GetRootAs(buf, 0)._tab.Pos)
+    new = _copy_to(G27, ic)
+    progs = {}
+    for n in new.nodes:
+        n.fingerprint = int.from_bytes(hashlib.sha256(n.gpuOp.code or b"").digest()[:8], "little")
+        if n.fingerprint not in progs:
+            bp = G27.BinaryProgramT()
+            bp.fingerprint = n.fingerprint
+            bp.binary = list(hashlib.sha256(n.fingerprint.to_bytes(8, "little")).digest() * 2)
+            progs[n.fingerprint] = bp
+    new.binaryPrograms = list(progs.values())
+    new.driverVersion = TF27_DRIVER
+    b = flatbuffers.Builder(len(buf) + 1024)
+    b.Finish(new.Pack(b))
+    return bytes(b.Output()), [(fp, 64) for fp in progs]
+
+
+@pytest.mark.parametrize("f", FILES)
+def test_tf27_layout_reads_as_its_original(f):
+    """Every shared TF 2.5 file, re-encoded in the TF 2.7 layout: detected as tf2.7 (and not as 2.5, nor the
+    original as 2.7), the same nodes, weights bit for bit, the numpy twin's outputs identical (same program,
+    same inputs), the 2.7 fields read back, and ``save`` keeps the bytes and the generation."""
+    src = (GPU / f).read_bytes()
+    b27, progs = _as_tf27(src)
+    assert gpu_cl.detect_generation(b27).name == "tf2.7"
+    assert gpu_cl.detect_generation(src).name == "tf2.5"
+    with pytest.raises(ModelFormatError):  # neither layout verifies as the other
+        fbjax.formats.verify.verify(src, "gpu_cl_tf27", unchecked_enums=gpu_cl._UNCHECKED_ENUMS)
+    with pytest.raises(ModelFormatError):
+        fbjax.formats.verify.verify(b27, "gpu_cl_tf25", unchecked_enums=gpu_cl._UNCHECKED_ENUMS)
+    a, b = read_model(src), read_model(b27)
+    assert b.metadata["generation"] == "tf2.7" and a.metadata["driver_version"] is None
+    assert b.metadata["driver_version"] == TF27_DRIVER and b.metadata["binary_programs"] == progs
+    assert all(n.fingerprint in dict(progs) for n in b.metadata["nodes"])
+    for key in ("precision", "storage_type"):
+        assert b.metadata[key] == a.metadata[key]
+    assert [(n.op_name, n.attrs) for n in a.main_graph.nodes] == [(n.op_name, n.attrs) for n in b.main_graph.nodes]
+    assert [(v.name, v.shape) for v in a.main_graph.inputs] == [(v.name, v.shape) for v in b.main_graph.inputs]
+    assert [(v.name, v.shape) for v in a.main_graph.outputs] == [(v.name, v.shape) for v in b.main_graph.outputs]
+    for x, y in zip(a.metadata["weights"], b.metadata["weights"], strict=True):
+        assert x.value.name == y.value.name and x.layout == y.layout
+        assert x.value.data.tobytes() == y.value.data.tobytes()
+    xs = _inputs(GPU / f, [(v.name, v.shape) for v in a.main_graph.inputs])
+    for x, y in zip(fbjax.reference.run(a, *xs), fbjax.reference.run(b, *xs), strict=True):
+        assert np.array_equal(x, y, equal_nan=True)
+    # write-back: unchanged weights give the file's own bytes; tuned ones change only weight bytes
+    assert fbjax.formats.gpu_cl_writer.write(b, {}) == b27
+    k = b.metadata["weights"][0].value
+    out = fbjax.formats.gpu_cl_writer.write(b, {k: k.data + np.float32(1)})
+    assert len(out) == len(b27)
+    back = read_model(out)
+    assert back.metadata["generation"] == "tf2.7" and back.metadata["binary_programs"] == progs
+    assert np.array_equal(back.metadata["weights"][0].value.data, k.data + np.float32(1))
+    for x, y in zip(b.metadata["weights"][1:], back.metadata["weights"][1:]):
+        assert x.value.data.tobytes() == y.value.data.tobytes(), x.value.name
+
+
+def test_tf27_jax_identical_and_inspect(tmp_path):
+    """``fbjax.load`` of a TF 2.7 copy: the same jitted program as the original's, identical outputs; ``Model.save``
+    round-trips; ``fbjax inspect`` shows the driver version, the compiled programs and each node's program."""
+    src = (GPU / "tflm_sine_float.F32.BUFFER.bin").read_bytes()
+    b27, progs = _as_tf27(src)
+    m1, m2 = fbjax.load(src), fbjax.load(b27)
+    assert [s.name for s in m2.inputs] == [s.name for s in m1.inputs] == ["0"]
+    for x in (0.0, 1.5, 4.0):
+        x = np.full((1, 1, 1, 1), x, np.float32)
+        assert np.array_equal(np.asarray(m1(x)), np.asarray(m2(x)))
+    assert m2.save(None) == b27
+    tuned = {k: np.asarray(v) * np.float32(0.5) for k, v in m2.params.items()}
+    back = read_model(m2.save(tmp_path / "tuned.bin", tuned))
+    assert back.metadata["generation"] == "tf2.7"
+    for w in back.metadata["weights"]:
+        assert np.array_equal(w.value.data, tuned[w.value.name]), w.value.name
+    p = tmp_path / "sine27.bin"
+    p.write_bytes(b27)
+    out = subprocess.run([sys.executable, "-m", "fbjax", "inspect", str(p)], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert "generation: tf2.7  precision: F32  storage: BUFFER" in out.stdout
+    assert f"driver version: {TF27_DRIVER}; compiled programs: {len(progs)} ({len(progs) * 64} B)" in out.stdout
+    fp = read_model(b27).metadata["nodes"][0].fingerprint
+    assert f"program {fp:#018x}" in out.stdout
 
 # --- running --------------------------------------------------------------------------------
 
