@@ -282,8 +282,8 @@ def _as_tf27(buf: bytes) -> tuple[bytes, list]:
 @pytest.mark.parametrize("f", FILES)
 def test_tf27_layout_reads_as_its_original(f):
     """Every shared TF 2.5 file, re-encoded in the TF 2.7 layout: detected as tf2.7 (and not as 2.5, nor the
-    original as 2.7), the same nodes, weights bit for bit, the numpy twin's outputs identical (same program,
-    same inputs), the 2.7 fields read back, and ``save`` keeps the bytes and the generation."""
+    original as 2.7), the same nodes, weights bit for bit, the 2.7 fields read back, and ``save`` keeps the
+    bytes and the generation."""
     src = (GPU / f).read_bytes()
     b27, progs = _as_tf27(src)
     assert gpu_cl.detect_generation(b27).name == "tf2.7"
@@ -304,9 +304,6 @@ def test_tf27_layout_reads_as_its_original(f):
     for x, y in zip(a.metadata["weights"], b.metadata["weights"], strict=True):
         assert x.value.name == y.value.name and x.layout == y.layout
         assert x.value.data.tobytes() == y.value.data.tobytes()
-    xs = _inputs(GPU / f, [(v.name, v.shape) for v in a.main_graph.inputs])
-    for x, y in zip(fbjax.reference.run(a, *xs), fbjax.reference.run(b, *xs), strict=True):
-        assert np.array_equal(x, y, equal_nan=True)
     # write-back: unchanged weights give the file's own bytes; tuned ones change only weight bytes
     assert fbjax.formats.gpu_cl_writer.write(b, {}) == b27
     k = b.metadata["weights"][0].value
@@ -317,6 +314,31 @@ def test_tf27_layout_reads_as_its_original(f):
     assert np.array_equal(back.metadata["weights"][0].value.data, k.data + np.float32(1))
     for x, y in zip(b.metadata["weights"][1:], back.metadata["weights"][1:]):
         assert x.value.data.tobytes() == y.value.data.tobytes(), x.value.name
+
+
+def _tf27_outputs_identical(f):
+    src = (GPU / f).read_bytes()
+    a, b = read_model(src), read_model(_as_tf27(src)[0])
+    xs = _inputs(GPU / f, [(v.name, v.shape) for v in a.main_graph.inputs])
+    for x, y in zip(fbjax.reference.run(a, *xs), fbjax.reference.run(b, *xs), strict=True):
+        assert np.array_equal(x, y, equal_nan=True)
+
+
+#: numpy-twin runs of the TF 2.7 copies: these by default (~1 s each), every file under -m slow
+FAST_TF27 = ("tflm_sine_float.F32.BUFFER.bin", "mediapipe_hand_recrop.F32.API.bin",
+             "mediapipe_selfie_segmentation.F32.API.bin", "mediapipe_face_detection_full_range_sparse.F32.BUFFER.bin")
+
+
+@pytest.mark.parametrize("f", [f for f in FILES if f in FAST_TF27])
+def test_tf27_copy_runs_as_its_original(f):
+    """The numpy twin's outputs on a TF 2.7 copy equal the 2.5 original's bit for bit (same program, same inputs)."""
+    _tf27_outputs_identical(f)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("f", [f for f in FILES if f not in FAST_TF27])
+def test_tf27_copy_runs_as_its_original_all(f):
+    _tf27_outputs_identical(f)
 
 
 def test_tf27_jax_identical_and_inspect(tmp_path):
