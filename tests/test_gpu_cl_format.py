@@ -30,9 +30,11 @@ from fbjax.errors import ModelFormatError, UnsupportedOperatorError
 from fbjax.formats import detect_format, gpu_cl, read_model, tflite
 from fbjax.formats._generated import gpu_cl_litert_generated as GL
 from fbjax.formats._generated import gpu_cl_tf25_generated as G25
-from fbjax.formats._generated import gpu_cl_tf27_generated as G27
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "fuzz"))
+from fuzz_corpus import TF27_DRIVER, gpu_cl_as_tf27 as _as_tf27  # noqa: E402
+
 SHARED = ROOT.parent / "shared" / "models"
 GPU = SHARED / "tflite-gpu-cl"
 pytestmark = pytest.mark.skipif(not GPU.is_dir(), reason="../shared/models/tflite-gpu-cl is absent")
@@ -235,48 +237,6 @@ def test_litert_layout_reads_as_its_original(f, tmp_path):
     assert back.metadata["generation"] == "litert"
     assert np.array_equal(back.metadata["weights"][0].value.data, k.data + np.float32(1))
 
-
-
-def _copy_to(mod, obj):
-    """A flatc object-API tree rebuilt with ``mod``'s classes (same table and field names)."""
-    if isinstance(obj, list):
-        return [_copy_to(mod, x) for x in obj]
-    if obj is None or isinstance(obj, (bool, int, float, str, bytes, np.ndarray)):
-        return obj
-    new = getattr(mod, type(obj).__name__)()
-    for k, v in vars(obj).items():
-        assert hasattr(new, k), (type(obj).__name__, k)
-        setattr(new, k, _copy_to(mod, v))
-    return new
-
-
-#: what the TF 2.7 copies carry besides the 2.5 file's fields
-TF27_DRIVER = "OpenCL 3.0 PoCL 3.1+debian Linux, RELOC, LLVM 15.0.6, SLEEF, DISTRO"
-
-
-def _as_tf27(buf: bytes) -> tuple[bytes, list]:
-    """A TF 2.5 file re-encoded in the TF 2.7 layout, field by field, plus the fields 2.7 adds: a driver
-    version, each node's program fingerprint (8 bytes of the SHA-256 of its code, standing in for the
-    delegate's hash of code and compiler options) and one ``BinaryProgram`` per distinct fingerprint
-    (64 stand-in bytes: a real one is the driver's compiled kernel). No device-written TF 2.7 file is public.
-    Returns the bytes and the programs ``[(fingerprint, size)]`` written."""
-    import hashlib
-
-    ic = G25.InferenceContextT.InitFromBuf(buf, G25.InferenceContext.GetRootAs(buf, 0)._tab.Pos)
-    new = _copy_to(G27, ic)
-    progs = {}
-    for n in new.nodes:
-        n.fingerprint = int.from_bytes(hashlib.sha256(n.gpuOp.code or b"").digest()[:8], "little")
-        if n.fingerprint not in progs:
-            bp = G27.BinaryProgramT()
-            bp.fingerprint = n.fingerprint
-            bp.binary = list(hashlib.sha256(n.fingerprint.to_bytes(8, "little")).digest() * 2)
-            progs[n.fingerprint] = bp
-    new.binaryPrograms = list(progs.values())
-    new.driverVersion = TF27_DRIVER
-    b = flatbuffers.Builder(len(buf) + 1024)
-    b.Finish(new.Pack(b))
-    return bytes(b.Output()), [(fp, 64) for fp in progs]
 
 
 @pytest.mark.parametrize("f", FILES)
