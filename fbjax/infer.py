@@ -467,9 +467,9 @@ def infer(
         check_out_path(out)
     files = example_files(examples) if isinstance(examples, (str, os.PathLike)) else None
 
-    from .signature import SignatureRunner
+    from .signature import ExamplesOf, SignatureRunner
 
-    if not isinstance(model, (Model, SignatureRunner)):
+    if not isinstance(model, (Model, SignatureRunner, ExamplesOf)):
         model = load(model, batch_size=None)
     if isinstance(model, SignatureRunner) and model.has_fixed_shapes():
         model = model.over_examples()  # a batch-1 signature: jax.vmap over the examples (fbjax.signature)
