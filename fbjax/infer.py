@@ -110,18 +110,19 @@ def iter_examples(examples, n_inputs: int = 1, names: Sequence[str] = ()) -> Ite
     """Yield one tuple of arrays per example.
 
     Args:
-        examples: an iterable of samples (an array, or a tuple of arrays --
-            or a dict keyed by input name -- for multi-input models; a numpy array of shape ``(N, ...)`` is N
-            samples), or a path to a directory of ``.npy`` files (one sample
-            of a single-input model each) or ``.npz`` files (one sample each,
-            one array per input, keyed by input name or ``arr_0``...), read
-            in sorted file-name order.
+        examples: an iterable of samples (an array, or a tuple of arrays
+            -- or a dict keyed by input name -- for multi-input models; a
+            numpy array of shape ``(N, ...)`` is N samples), or a path to
+            a directory of ``.npy`` files (one sample of a single-input
+            model each) or ``.npz`` files (one sample each, one array per
+            input, keyed by input name or ``arr_0``...), read in sorted
+            file-name order.
         n_inputs: number of model inputs.
         names: the model's input names (for ``.npz`` keys).
 
     Raises:
-        InputError: an example with the wrong number of arrays, an empty or
-            missing directory.
+        InputError: an example with the wrong number of arrays (or a dict
+            whose keys are not ``names``), an empty or missing directory.
     """
     for xs, _ in _iter_sourced(examples, n_inputs, names):
         yield xs

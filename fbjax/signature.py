@@ -256,6 +256,7 @@ class ExamplesOf:
 
     @property
     def params(self) -> dict:
+        """The model's weights (:attr:`fbjax.Model.params`)."""
         return self.runner.params
 
     @property
