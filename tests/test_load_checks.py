@@ -396,3 +396,19 @@ def test_load_traces_once_and_the_first_call_reuses_it(monkeypatch):
     np.testing.assert_array_equal(np.asarray(m(x)), x + 1)
     assert len(calls) == 1
     assert [s.shape for s in m.outputs] == [(4,)] and len(calls) == 1  # the traced shapes, no new trace
+
+
+def test_dynamic_input_dims_are_checked_at_the_first_call():
+    """With a dynamic (``-1``) input dimension there is no shape to trace at
+    load (documented in fbjax.load): the same bad TILE loads, and its first
+    call raises the lowering's error."""
+    b = TFLiteBuilder()
+    x = b.add_input((1, 3), F32, name="x", shape_signature=(-1, 3))
+    m_ = b.add_tensor((1,), I32, data=np.array([2], I32), name="multiples")
+    o = b.add_tensor((2, 3), F32, name="y", shape_signature=(-1, 3))
+    b.add_op("TILE", [x, m_], [o])
+    b.add_output(o)
+    m = fbjax.load(b.build())
+    assert m.inputs[0].shape == (None, 3)
+    with pytest.raises(ModelFormatError, match=r"\(TILE\): multiples has 1 entries for a rank-2 input"):
+        m(np.ones((2, 3), F32))
