@@ -677,7 +677,8 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
             cannot take. Arrays cast to the input's dtype (``same_kind``).
         static_bounds: ``False`` (default): an op whose output size depends
             on values computed by the graph (ONNX ``NonMaxSuppression``,
-            ``NonZero``, ``TopK``'s ``k``, ``Loop`` scan outputs) is refused (at load or at
+            ``NonZero``, ``TopK``'s ``k``, ``Loop`` scan outputs; TFLite
+            ``WHERE``, ``UNIQUE``) is refused (at load or at
             the first call). ``True``: such ops return
             their output padded to a bound known at load time (rows or
             columns filled with -1) and the model gets one extra int32
@@ -690,7 +691,12 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
             file: the axis' size (values 0, indices -1 past ``k``); ``Loop``
             with scan outputs and a
             condition computed from data: scan outputs padded with zeros to
-            the (load-time) trip count, the count being the iterations run.
+            the (load-time) trip count, the count being the iterations run;
+            TFLite ``WHERE`` on a computed condition: ``[condition size,
+            rank]`` int64 coordinates (-1 rows past the count); TFLite
+            ``UNIQUE`` on a computed input: values ``[input size]`` in order
+            of first appearance (zeros past the count), ``idx`` unchanged,
+            the count named after the values output.
             (TFLite ``NON_MAX_SUPPRESSION_V4/V5``
             always return outputs padded to their ``max_output_size`` and a
             count, as LiteRT does.)
