@@ -60,7 +60,7 @@ MaxPoolingWithArgmax2D MaxUnpooling2D ONE_HOT RANGE
 
 SUMS = frozenset("""
 ADD_N AVERAGE_POOL_2D BATCH_MATMUL CONV_2D CONV_3D CONV_3D_TRANSPOSE CUMSUM DEPTHWISE_CONV_2D FULLY_CONNECTED MEAN
-SUM SEGMENT_SUM UNSORTED_SEGMENT_SUM EMBEDDING_LOOKUP_SPARSE SCATTER_ND TRANSPOSE_CONV
+SUM SEGMENT_SUM UNSORTED_SEGMENT_SUM EMBEDDING_LOOKUP_SPARSE SCATTER_ND TRANSPOSE_CONV Convolution2DTransposeBias
 """.split())
 
 RECURRENT = frozenset("""
@@ -153,6 +153,16 @@ def fixture_bound(ops, op: str, model, xs, expected, k: int, attrs=None):
 
 
 def op_bound(op: str, model, xs, expected, k: int, attrs=None):
+    """:func:`_op_bound`, plus ``TRANS_ULPS`` of the result per side for a
+    fused TANH activation (slope <= 1: the input's error passes through)."""
+    b, why = _op_bound(op, model, xs, expected, k, attrs)
+    if b is not None and str((attrs or {}).get("fused_activation_function", "")).upper().endswith("TANH"):
+        b = b + 2 * TRANS_ULPS * 2 * U32 * np.abs(np.asarray(expected[k], np.float64))
+        why += " + fused tanh"
+    return b, why
+
+
+def _op_bound(op: str, model, xs, expected, k: int, attrs=None):
     """``(bound, reason)``: the elementwise bound on ``|fbjax - LiteRT|`` for
     output ``k`` of a one-op float32 model (``model``: it loaded with
     fbjax, ``xs``: its inputs, ``expected``: LiteRT's outputs). None when
