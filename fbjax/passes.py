@@ -293,7 +293,8 @@ def add_valid_counts(ir: ModelIR) -> None:
         elif node.op_set == "tflite":  # WHERE, UNIQUE: a stored input's result size is known at load
             x = node.inputs[0] if node.inputs else None
             out = node.outputs[0] if node.outputs else None
-            if x is None or x.data is not None or out is None or len(node.outputs) != (2 if node.op_name == "UNIQUE" else 1):
+            n_out = 2 if node.op_name == "UNIQUE" else 1
+            if x is None or x.data is not None or out is None or len(node.outputs) != n_out:
                 continue
             bound = _value_sized_bound(node)
             if bound is None:

@@ -69,10 +69,6 @@ BIDIRECTIONAL_SEQUENCE_LSTM
 """.split())
 
 
-def _one(xs):
-    return np.ones(1)
-
-
 #: op -> (ulps of |e| per implementation, absolute term in units of u per
 #: implementation: fn(inputs as float64, e) -> array), with the reason.
 ULPS = {

@@ -100,14 +100,22 @@ def test_unique_refused_at_load_without_static_bounds():
 
 
 def test_where_and_unique_on_constants_unchanged():
-    """Normal mode on constant inputs: exact sizes, computed at load, no count output."""
+    """On inputs stored in the file, both modes give the exact sizes (known
+    at load) and no count output: static-bound mode pads only computed inputs."""
     from fbjax.testing import single_op_model as som
 
     cond = np.array([[True, False, True], [False, False, True]])
-    m = fbjax.load(som("WHERE", [cond], output_shapes=[(3, 2)], output_dtypes=[np.int64]))
-    assert [o.name for o in m.outputs] == [m.outputs[0].name] and not m.outputs[0].name.endswith(":valid_count")
-    np.testing.assert_array_equal(np.asarray(m()), [[0, 0], [0, 2], [1, 2]])
-    fbjax.load(som("WHERE", [cond], output_shapes=[(3, 2)], output_dtypes=[np.int64]), static_bounds=True)
+    x = np.array([3.0, 1.0, 3.0, 2.0, 1.0, 5.0], np.float32)
+    for static in (False, True):
+        m = fbjax.load(som("WHERE", [cond], output_shapes=[(3, 2)], output_dtypes=[np.int64]), static_bounds=static)
+        assert len(m.outputs) == 1 and m.outputs[0].shape == (3, 2)
+        np.testing.assert_array_equal(np.asarray(m()), [[0, 0], [0, 2], [1, 2]])
+        m = fbjax.load(som("UNIQUE", [x], output_shapes=[(4,), (6,)], output_dtypes=[np.float32, np.int32]),
+                       static_bounds=static)
+        assert len(m.outputs) == 2
+        y, idx = m()
+        np.testing.assert_array_equal(np.asarray(y), [3.0, 1.0, 2.0, 5.0])
+        np.testing.assert_array_equal(np.asarray(idx), [0, 1, 0, 2, 1, 3])
 
 
 def test_where_static_bounds_matches_litert():
