@@ -18,6 +18,7 @@ from . import cache
 from .cache import compiler_options
 from .lower import state as _st
 from .lower.build import Program
+from .lower.registry import LOWERINGS
 from . import run
 from . import pipeline
 from .options import FILE_BATCH as _FILE
@@ -589,7 +590,7 @@ class Model:
                                  "infinite value(s); the file would carry them (check the training step)")
             for u in shared.get(name, [v]):
                 updates[u] = x
-        data = write_model(self.ir, updates, requantize=requantize)
+        data = write_model(self.ir, updates, requantize=requantize, registry=LOWERINGS)
         if path is not None:
             path = os.fspath(path)
             folder = os.path.dirname(os.path.abspath(path))
