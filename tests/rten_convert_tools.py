@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import contextlib
 import io
+import sys
+from pathlib import Path
 
 import onnx
 from rten_convert import converter as C
@@ -23,7 +25,11 @@ from rten_convert.errors import ConversionError
 from rten_convert.tensor_data import TensorDataBuilder
 from rten_convert.util import round_up
 
-from onnx_prepass import make_defaults_explicit  # noqa: F401 (used below, and by the tests)
+_TOOLS = str(Path(__file__).resolve().parents[1] / "tools")
+if _TOOLS not in sys.path:  # pytest's pythonpath has it, not a subprocess (tests/fuzz/fuzz_harness.py)
+    sys.path.insert(0, _TOOLS)
+
+from onnx_prepass import make_defaults_explicit  # noqa: E402,F401 (used below, and by the tests)
 
 
 class ConvertError(Exception):
