@@ -32,6 +32,7 @@ def supported_ops(op_set: str | None = None) -> dict[str, list[str]]:
             ``"tflite.int"`` (the bit-exact quantized kernels),
             ``"tflite.hybrid"``, ``"tflite.custom"`` (MediaPipe and
             registered custom ops), ``"onnx"`` (``.rten``), ``"stablehlo"``,
+            ``"stablehlo.custom_call"`` (custom-call targets with a handler),
             ``"gpu"`` (TFLite GPU delegate ``.bin``), ``"fbjax"`` (fbjax's own helper ops).
 
     Returns:

@@ -176,7 +176,7 @@ def _add_constant_input(parser) -> None:
                         "for inputs whose values fix shapes, e.g. a Reduce's axes: fbjax.load(constant_inputs=))")
     parser.add_argument("--static-bounds", action="store_true",
                         help="ops whose output size depends on computed values (ONNX NonMaxSuppression, NonZero, "
-                        "TopK's k, Loop scan outputs) return outputs padded to a load-time bound plus a "
+                        "TopK's k, Loop scan outputs; TFLite WHERE, UNIQUE) return outputs padded to a load-time bound plus a "
                         "'<name>:valid_count' output (fbjax.load(static_bounds=True))")
 
 

@@ -18,6 +18,7 @@ from . import cache
 from .cache import compiler_options
 from .lower import state as _st
 from .lower.build import Program
+from .lower.registry import LOWERINGS
 from . import run
 from . import pipeline
 from .options import FILE_BATCH as _FILE
@@ -176,7 +177,7 @@ class Model:
         # Per-call overhead of __call__ (issue 8): see _apply_leaves and __call__.
         self._param_names = tuple(self.params)
         self._param_shapes = {k: tuple(np.shape(v)) for k, v in program.params.items()}  # for _check_params
-        #: (shape, dtype) per input of the calls _check_inputs passed unchanged (bounded)
+        #: (shape, dtype) per input of the calls check_inputs passed unchanged (bounded)
         self._accepted: dict = {}
         self._warned_int: set = set()  # inputs already warned about integer data for a float input
         #: how calls run, chosen once here (:func:`fbjax.run.select`): its ``name`` says which
@@ -185,6 +186,26 @@ class Model:
             compiler_options=compiler_options(program.backend), trace_base=trace_base,
             chunks=None if chunks is None else (lambda: chunks(self)))
         self._unchecked = self.executor.unchecked  # __call__ may try executor.jitted_leaves before any check
+
+    @property
+    def x64(self) -> bool:
+        """True when calling the model runs under a scoped
+        ``jax.enable_x64(True)``: the file has 64-bit tensors (int64, float64)
+        or integer kernels that need 64-bit arithmetic (see the class
+        docstring). :meth:`apply` follows the caller's configuration."""
+        return self._x64
+
+    @property
+    def checks_inputs(self) -> bool:
+        """How :meth:`__call__` treats inputs. False (the fast path of the
+        plain ``jit`` executor): arrays of the :attr:`inputs`' shapes and
+        dtypes go straight to the jitted program, whose dispatch compares
+        them with its traces. True: each call goes through
+        :meth:`check_inputs` first (signatures that passed unchanged before
+        are remembered and skip it); it becomes True for good once a call
+        needed converting (another dtype, nested lists, a weakly typed
+        array), and is True from the start for the other executors."""
+        return not self._unchecked
 
     @property
     def outputs(self) -> list:
@@ -324,7 +345,7 @@ class Model:
     def _apply_leaves(self, leaves: tuple, *inputs):
         """:meth:`apply` with the params as a tuple in ``_param_names`` order
         (the jit dispatch flattens a tuple faster than a dict, whose keys it
-        sorts on every call), for inputs :meth:`_check_inputs` would pass
+        sorts on every call), for inputs :meth:`check_inputs` would pass
         unchanged.
 
         Raises:
@@ -336,14 +357,24 @@ class Model:
             raise _Unchecked()
         return self.apply(dict(zip(self._param_names, leaves)), *inputs)
 
-    #: most input signatures :meth:`_check_inputs` remembers as passing unchanged
+    #: most input signatures :meth:`check_inputs` remembers as passing unchanged
     _MAX_ACCEPTED = 64
 
     def _check_inputs(self, inputs: Sequence) -> Sequence:
-        """``inputs`` checked against :attr:`inputs` and cast to their dtypes
-        (same kind only). Raises :class:`InputError` on a wrong count, shape
-        or dtype. Inputs that pass unchanged have their ``(shape, dtype)``
-        signature remembered: :meth:`__call__` skips this for them."""
+        return self.check_inputs(inputs)  # through the public name (it may be wrapped on the instance)
+
+    def check_inputs(self, inputs: Sequence) -> Sequence:
+        """``inputs`` (a sequence in :attr:`inputs` order: numpy or JAX arrays,
+        or nested lists) checked against :attr:`inputs` and cast to their
+        dtypes (numpy's ``same_kind`` rule only); returns ``inputs`` itself
+        when nothing needed converting, else a new list. Inputs that pass
+        unchanged have their ``(shape, dtype)`` signature remembered:
+        :meth:`__call__` skips this for them.
+
+        Raises:
+            InputError: a wrong count, shape or dtype, strings, or integers
+                outside the range of an integer input.
+        """
         if len(inputs) != len(self.inputs):
             raise InputError(
                 f"the model takes {len(self.inputs)} input(s) {self.inputs}, got {len(inputs)}"
@@ -439,7 +470,7 @@ class Model:
             # Fast path (the Jit executor; tiny models: a few us of a ~20 us call): no check in
             # Python, the jit dispatch compares the inputs' shapes and dtypes with those of the
             # traces it keeps, and a new trace checks them (_apply_leaves); inputs it rejects go
-            # through _check_inputs below, and so do all later calls when they passed it.
+            # through check_inputs below, and so do all later calls when they passed it.
             try:
                 leaves = ex.leaves(params)
             except (KeyError, TypeError, IndexError):  # a name missing, or not a mapping: as before
@@ -452,13 +483,13 @@ class Model:
                         return ex.jitted_leaves(leaves, *inputs)
                 except (_Unchecked, TypeError):  # TypeError: not JAX types (strings, ...)
                     pass
-                self._check_inputs(inputs)  # InputError for bad inputs
+                self.check_inputs(inputs)  # InputError for bad inputs
                 self._unchecked = False  # inputs that need converting: check every call from now on
         try:  # a signature checked before: no checks
             ok = tuple([(x.shape, x.dtype) for x in inputs]) in self._accepted
         except (AttributeError, TypeError):  # not arrays, or an unhashable shape
             ok = False
-        xs = inputs if ok else self._check_inputs(inputs)
+        xs = inputs if ok else self.check_inputs(inputs)
         if ex.stateful:  # keep the variables between calls, as LiteRT does
             with jax.enable_x64(self._x64):
                 out, self.state = ex(self.params, self.state, *xs)
@@ -476,7 +507,7 @@ class Model:
         if self._stateful:
             raise InputError("this model keeps variables between calls (Model.state); inside jax transforms "
                              "call model.apply(params, *inputs, state=state), which returns (outputs, new_state)")
-        xs = self._check_inputs(inputs)
+        xs = self.check_inputs(inputs)
         with jax.enable_x64(self._x64):
             return self.apply(params, *xs)
 
@@ -561,7 +592,7 @@ class Model:
                                  "infinite value(s); the file would carry them (check the training step)")
             for u in shared.get(name, [v]):
                 updates[u] = x
-        data = write_model(self.ir, updates, requantize=requantize)
+        data = write_model(self.ir, updates, requantize=requantize, registry=LOWERINGS)
         if path is not None:
             path = os.fspath(path)
             folder = os.path.dirname(os.path.abspath(path))
@@ -613,7 +644,7 @@ def _file_quant(v: Value):
 
 class _Unchecked(Exception):
     """Raised while tracing :meth:`Model._apply_leaves` for inputs that need
-    :meth:`Model._check_inputs` (caught by :meth:`Model.__call__`)."""
+    :meth:`Model.check_inputs` (caught by :meth:`Model.__call__`)."""
 
 
 def _exact(x, spec: TensorSpec) -> bool:
@@ -748,7 +779,8 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
             cannot take. Arrays cast to the input's dtype (``same_kind``).
         static_bounds: ``False`` (default): an op whose output size depends
             on values computed by the graph (ONNX ``NonMaxSuppression``,
-            ``NonZero``, ``TopK``'s ``k``, ``Loop`` scan outputs) is refused (at load or at
+            ``NonZero``, ``TopK``'s ``k``, ``Loop`` scan outputs; TFLite
+            ``WHERE``, ``UNIQUE``) is refused (at load or at
             the first call). ``True``: such ops return
             their output padded to a bound known at load time (rows or
             columns filled with -1) and the model gets one extra int32
@@ -761,7 +793,12 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
             file: the axis' size (values 0, indices -1 past ``k``); ``Loop``
             with scan outputs and a
             condition computed from data: scan outputs padded with zeros to
-            the (load-time) trip count, the count being the iterations run.
+            the (load-time) trip count, the count being the iterations run;
+            TFLite ``WHERE`` on a computed condition: ``[condition size,
+            rank]`` int64 coordinates (-1 rows past the count); TFLite
+            ``UNIQUE`` on a computed input: values ``[input size]`` in order
+            of first appearance (zeros past the count), ``idx`` unchanged,
+            the count named after the values output.
             (TFLite ``NON_MAX_SUPPRESSION_V4/V5``
             always return outputs padded to their ``max_output_size`` and a
             count, as LiteRT does.)
