@@ -412,3 +412,16 @@ def test_dynamic_input_dims_are_checked_at_the_first_call():
     assert m.inputs[0].shape == (None, 3)
     with pytest.raises(ModelFormatError, match=r"\(TILE\): multiples has 1 entries for a rank-2 input"):
         m(np.ones((2, 3), F32))
+
+
+def test_jax_refusal_of_operands_is_a_format_error_naming_the_node():
+    """Operands an op cannot take by its own rules (``jax.lax`` raising a raw
+    ``TypeError``) are a ModelFormatError at load naming the node: here the
+    TF converter's defective ``while_loop`` fixture (a STABLEHLO_MULTIPLY of
+    float32 by int32 in its body, which StableHLO forbids); before, load
+    raised JAX's bare ``TypeError``."""
+    from pathlib import Path
+
+    path = Path(__file__).parent / "data" / "stablehlo_tflite" / "while_loop.tflite"
+    with pytest.raises(ModelFormatError, match=r"operator 1 \(STABLEHLO_MULTIPLY\).*float32\[4\], int32\[\]"):
+        fbjax.load(path)
