@@ -169,12 +169,12 @@ class Model:
         self._x64 = _needs_x64(ir)
         with jax.enable_x64(self._x64):
             self.params = {k: jax.device_put(v) for k, v in program.params.items()}  # no per-shape compiles (jnp.asarray: ~1 s)
-        # issue 3: resource variables (VAR_HANDLE ...) -> explicit state, see
+        # Resource variables (VAR_HANDLE ...) -> explicit state, see
         # fbjax.lower.state; None for models without variables.
-        self._stateful = _st.has_state(ir)  # TFLite variables/random ops, ONNX random ops (issue 5)
+        self._stateful = _st.has_state(ir)  # TFLite variables/random ops, ONNX random ops
         with jax.enable_x64(self._x64):
             self.state = _st.initial_state(program, self.params) if self._stateful else None
-        # Per-call overhead of __call__ (issue 8): see _apply_leaves and __call__.
+        # Per-call overhead of __call__: see _apply_leaves and __call__.
         self._param_names = tuple(self.params)
         self._param_shapes = {k: tuple(np.shape(v)) for k, v in program.params.items()}  # for _check_params
         #: (shape, dtype) per input of the calls check_inputs passed unchanged (bounded)

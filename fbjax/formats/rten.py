@@ -283,7 +283,7 @@ class _Reader:
                     f"{where}: inline data holds {arr.size} elements but shape {list(shape)} needs {n}"
                 )
             data = arr.view(np.uint8) if arr.dtype.itemsize == dtype.itemsize else arr.astype(dtype).view(np.uint8)
-        elif n == 0:  # a zero-element constant (shape [0], any zero dim) needs no bytes (issue 17)
+        elif n == 0:  # a zero-element constant (shape [0], any zero dim) needs no bytes
             data = np.zeros(0, np.uint8)
         else:
             raise ModelFormatError(f"{where}: constant has no data (neither inline nor data_offset)")

@@ -41,15 +41,15 @@ Per tensor kind:
   update, e.g. ``g * (w != 0)``).
 * INT4 constants are packed two per byte as the file stores them.
 
-Files that keep buffers after the flatbuffer (``offset``/``size`` relative
-to the file start, the over-2-GB convention litert-torch also uses for
-smaller files, FACTS.md) are written in the same layout. When every
-replaced buffer keeps its byte length and the flatbuffer itself does not
-change (no new scales, no shared buffer split), the new bytes are written
-over the old ones in a copy of the file: everything else stays byte for
-byte. Otherwise the flatbuffer is packed again with those buffers (and any
-large custom options) as ``offset``/``size`` entries, followed by their
-bytes, each 16-byte aligned; inline buffers stay inline.
+Files that keep buffers after the flatbuffer (``offset``/``size`` relative to
+the file start, the over-2-GB convention litert-torch also uses for smaller
+files; the schema's ``Buffer.offset``/``size``) are written in the same
+layout. When every replaced buffer keeps its byte length and the flatbuffer
+itself does not change (no new scales, no shared buffer split), the new bytes
+are written over the old ones in a copy of the file: everything else stays
+byte for byte. Otherwise the flatbuffer is packed again with those buffers
+(and any large custom options) as ``offset``/``size`` entries, followed by
+their bytes, each 16-byte aligned; inline buffers stay inline.
 """
 
 from __future__ import annotations
