@@ -1,4 +1,5 @@
-"""fbjax: flatbuffer ML models (TFLite, ...) as jitted, differentiable JAX functions.
+"""fbjax: flatbuffer ML models (``.tflite``, ``.rten``, ``stablehlo.flatbuf`` and
+TFLite GPU delegate ``.bin`` files) as jitted, differentiable JAX functions.
 
 Quick use::
 
