@@ -4,13 +4,28 @@ hand integer-vector attributes to the op sets: numpy int64 vectors, an
 absent optional vector as an empty one, ``padding`` flattened as ``[lo0,
 hi0, lo1, hi1, ...]``. The JAX lowering (:mod:`fbjax.lower.stablehlo`) and
 the numpy reference (:mod:`fbjax.reference.stablehlo`) both read them with
-these two helpers (numpy only)."""
+these two helpers (numpy only). :data:`MLIR_ELEMENT_TYPES` maps MLIR's
+element type names to numpy dtypes, for the MLIR writer
+(:mod:`fbjax.formats.stablehlo_mlir`) and the tests' MLIR-to-TFLite writer."""
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["ints", "pairs"]
+__all__ = ["MLIR_ELEMENT_TYPES", "ints", "pairs"]
+
+#: MLIR element type name -> numpy dtype (``bf16`` when ml_dtypes is present: JAX depends on it)
+MLIR_ELEMENT_TYPES = {
+    "f16": np.float16, "f32": np.float32, "f64": np.float64, "i1": np.bool_, "i8": np.int8, "i16": np.int16,
+    "i32": np.int32, "i64": np.int64, "ui8": np.uint8, "ui16": np.uint16, "ui32": np.uint32, "ui64": np.uint64,
+    "complex<f32>": np.complex64, "complex<f64>": np.complex128,
+}
+try:
+    import ml_dtypes
+
+    MLIR_ELEMENT_TYPES["bf16"] = ml_dtypes.bfloat16
+except ImportError:  # pragma: no cover - installed with jax
+    pass
 
 
 def ints(v) -> tuple:

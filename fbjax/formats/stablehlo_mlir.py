@@ -23,6 +23,7 @@ import numpy as np
 from ..errors import FbjaxError
 from . import stablehlo as shlo_format
 from ._generated import stablehlo_generated as S
+from .stablehlo_attrs import MLIR_ELEMENT_TYPES
 
 __all__ = ["ExportError", "module_to_stablehlo_flatbuffer", "StablehloFlatbufferWriter", "element_dtype",
            "tensor_shape", "dense_to_numpy"]
@@ -45,11 +46,9 @@ class ExportError(FbjaxError, NotImplementedError):
         )
 
 
-_ELEMENT_TYPES = {
-    "f16": np.float16, "f32": np.float32, "f64": np.float64,
-    "i8": np.int8, "i16": np.int16, "i32": np.int32, "i64": np.int64,
-    "ui8": np.uint8, "ui16": np.uint16, "ui32": np.uint32, "ui64": np.uint64,
-}
+#: the element types the stablehlo.flatbuf prototype can store
+_ELEMENT_TYPES = {k: MLIR_ELEMENT_TYPES[k] for k in
+                  ("f16", "f32", "f64", "i8", "i16", "i32", "i64", "ui8", "ui16", "ui32", "ui64")}
 
 _OPTIONS = {  # op name -> (OperatorOptions union tag, options class)
     name: (getattr(S.OperatorOptions, "".join(p.capitalize() for p in code.split("_")) + "Options"),
