@@ -38,6 +38,7 @@ FUZZ = ROOT / "tests" / "fuzz"
 sys.path.insert(0, str(FUZZ))
 
 import fuzz_corpus as C  # noqa: E402
+import schema_desc  # noqa: E402 (tools/schema_desc.py: the .fbs parser; pytest's pythonpath has tools/)
 
 SINE = C.SHARED_TFLITE / "tflm_sine_float.tflite"
 needs_sine = pytest.mark.skipif(not SINE.is_file(), reason=f"needs {SINE}")
@@ -90,19 +91,19 @@ def refuse(data, *fragments, fmt=None):
 
 # --- schema descriptions --------------------------------------------------------
 
-@pytest.mark.parametrize("name", ["tflite", "rten", "stablehlo", "gpu_cl_seed", "gpu_cl_tf25", "gpu_cl_litert"])
+@pytest.mark.parametrize("name", ["tflite", "rten", "stablehlo", "gpu_cl_seed", "gpu_cl_tf25", "gpu_cl_tf27", "gpu_cl_litert"])
 def test_schema_description_is_current(name):
     """The committed description equals a fresh parse of schemas/<name>.fbs
     (regenerate with `nox -s schemas`)."""
     import importlib
 
-    desc = V.parse_fbs((ROOT / "schemas" / f"{name}.fbs").read_text())
+    desc = schema_desc.parse_fbs((ROOT / "schemas" / f"{name}.fbs").read_text())
     mod = importlib.import_module(f"fbjax.formats._generated.{V.SCHEMAS[name]}")
     for key in ("ROOT", "FILE_IDENTIFIER", "ENUMS", "UNIONS", "STRUCTS", "TABLES"):
         assert getattr(mod, key) == desc[key], key
 
 
-@pytest.mark.parametrize("name", ["tflite", "rten", "stablehlo", "gpu_cl_seed", "gpu_cl_tf25", "gpu_cl_litert"])
+@pytest.mark.parametrize("name", ["tflite", "rten", "stablehlo", "gpu_cl_seed", "gpu_cl_tf25", "gpu_cl_tf27", "gpu_cl_litert"])
 def test_schema_slots_match_flatc_bindings(name):
     """Every field's vtable slot agrees with the accessor flatc generated."""
     src = (ROOT / "fbjax" / "formats" / "_generated" / f"{name}_generated.py").read_text()
@@ -122,7 +123,7 @@ def test_schema_slots_match_flatc_bindings(name):
 
 
 def test_parse_fbs_features():
-    desc = V.parse_fbs("""
+    desc = schema_desc.parse_fbs("""
         namespace a.b; attribute "priority";
         enum E : short { A = -1, B, C = 10 }
         enum F : ubyte (bit_flags) { X, Y }
@@ -150,7 +151,7 @@ def test_verifier_accepts_every_seed():
         if fmt == "gpu_cl":  # one schema per generation: detect_generation verifies against each
             from fbjax.formats.gpu_cl import detect_generation
 
-            assert detect_generation(data).name in ("seed", "tf2.5"), name
+            assert detect_generation(data).name in ("seed", "tf2.5", "tf2.7"), name
             continue
         start, size = 0, None
         if fmt == "rten" and data[:4] == b"RTEN":

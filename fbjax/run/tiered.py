@@ -167,6 +167,15 @@ class TieredCall:
         self.thread = t
         t.start()
 
+    def trace(self, *args, **kwargs):
+        """``jitted.trace``: the first call's trace without compiling (JAX
+        keeps it, so the first call's lowering reuses it)."""
+        return self.jitted.trace(*args, **kwargs)
+
+    def lower(self, *args, **kwargs):
+        """``jitted.lower`` (for inspection)."""
+        return self.jitted.lower(*args, **kwargs)
+
     def wait(self, timeout: Optional[float] = None) -> str:
         """Wait for the optimised tier (for tests and benchmarks); returns :attr:`tier`."""
         if self.thread is not None:
