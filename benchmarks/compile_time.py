@@ -35,6 +35,7 @@ import jax, numpy as np
 import jax.monitoring as mon
 import fbjax
 from fbjax.bench import _inputs
+assert fbjax.__file__.startswith(__import__("os").getcwd()), (fbjax.__file__, "not the fbjax under test")
 dur = {}
 def listen(event, secs, **kw):
     dur[event] = dur.get(event, 0.0) + secs
@@ -185,11 +186,14 @@ def run_one(path, kind, timeout=600, tiered=None, root=ROOT):
         env.pop("JAX_COMPILATION_CACHE_DIR", None)
         if tiered is not None:
             env["FBJAX_TIERED_COMPILE"] = "1" if tiered else "0"
-        p = subprocess.run([sys.executable, "-c", _CHILD, path, kind, "tiers"], env=env, capture_output=True,
-                           text=True, timeout=timeout)
+        # cwd=root: `python -c` puts the working directory first on sys.path
+        p = subprocess.run([sys.executable, "-c", _CHILD, os.path.abspath(path), kind, "tiers"], env=env,
+                           capture_output=True, text=True, timeout=timeout, cwd=root)
     if p.returncode != 0:
         return {"error": p.stderr.strip()[-500:]}
-    return json.loads(p.stdout.strip().splitlines()[-1])
+    rec = json.loads(p.stdout.strip().splitlines()[-1])
+    rec["fbjax_root"] = root
+    return rec
 
 
 def main(argv=None):
