@@ -39,6 +39,8 @@ import os
 import threading
 from typing import Callable, Optional
 
+from .. import cache
+
 __all__ = ["CHEAP_OPTIONS", "MIN_NODES", "TieredCall", "enabled", "worth_tiering", "mark_optimised",
            "optimised_marked"]
 
@@ -90,8 +92,6 @@ def worth_tiering(program) -> bool:
 
 
 def _marker(key: str) -> Optional[str]:
-    from .. import cache
-
     d = cache.trace_cache_dir()
     return None if d is None or cache.cache_dir() is None else os.path.join(d, key + ".optimised")
 
