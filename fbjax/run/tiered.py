@@ -129,8 +129,9 @@ class TieredCall:
 
     Attributes:
         tier: ``None`` before the first call, then ``"cheap"``, ``"optimised"``
-            once swapped in, or ``"jit"`` (the plain jit: compiling in tiers
-            failed, or calls with another signature).
+            once swapped in, or ``"jit"`` (compiling in tiers failed: calls
+            run the plain jit). Calls with another signature than the first
+            always run the plain jit.
     """
 
     def __init__(self, jitted: Callable, on_optimised: Optional[Callable[[], None]] = None):
