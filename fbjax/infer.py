@@ -313,22 +313,109 @@ def _example_bytes(model) -> int:
     return best
 
 
-def _chunk(model, batch: int) -> int:
-    """Examples per call on a CPU device: the largest divisor of ``batch``
-    whose activations fit :data:`fbjax.run.chunked.CHUNK_BYTES` (about
-    what stays in cache from one layer to the next), at least 1. XLA:CPU runs
-    a batch layer by layer, so a batch whose activations do not fit in cache
-    streams each from memory and runs slower per example than smaller calls
-    (``benchmarks/infer.py``)."""
+def _plan(model, batch: int) -> tuple:
+    """``(k, streams)`` on one CPU device: ``streams`` steps of ``k``
+    examples run at once, their activations together within
+    :data:`fbjax.run.chunked.CHUNK_BYTES` (about what stays in cache from one
+    layer to the next). XLA:CPU runs a batch layer by layer, so a batch whose
+    activations do not fit in cache streams each from memory and runs slower
+    per example than smaller calls; and two independent executions at once
+    fill the gaps between one stream's small per-layer kernels (the same
+    :data:`~fbjax.run.chunked.CHUNK_THREADS` streams as
+    :class:`~fbjax.run.chunked.ChunkedCall`) but thrash the cache when one
+    example's activations already fill it (MediaPipe palm detection, 3.5 MB
+    per example: half the examples/s). So: ``CHUNK_THREADS`` streams when that
+    many examples fit, else one; ``k`` the largest divisor of ``batch`` whose
+    ``streams * k`` examples fit, at least 1 (``benchmarks/infer.py``)."""
     cache = model.__dict__.setdefault("_infer_example_bytes", [])
     if not cache:
         cache.append(max(_example_bytes(model), 1))
     per = cache[0]
+    budget = _chunked.CHUNK_BYTES
+    streams = _chunked.CHUNK_THREADS if _chunked.CHUNK_THREADS * per <= budget else 1
     best = 1
     for k in range(1, batch + 1):
-        if batch % k == 0 and k * per <= _chunked.CHUNK_BYTES:
+        if batch % k == 0 and streams * k * per <= budget:
             best = k
-    return best
+    return best, max(1, streams)
+
+
+def _chunk(model, batch: int) -> int:
+    """Examples per call on a CPU device (the ``k`` of :func:`_plan`)."""
+    return _plan(model, batch)[0]
+
+
+class _NpyFiles:
+    """Reads ``.npy`` example files of one input straight into a step's
+    buffer: the header of each file is compared (as bytes) with the headers
+    already seen to describe a C-order array of exactly the input's
+    ``shape`` and ``dtype``, and the data is read with ``readinto`` into the
+    buffer (no per-file allocation, mapping or header parsing: ~4x less
+    work per file than ``np.load``). A header not seen before is parsed once
+    (``numpy.lib.format``); a file of another shape, dtype or order is left
+    to the caller (:meth:`read_into` returns False), which loads it the
+    general way and checks it there."""
+
+    _PREFIX = 12  # magic (6) + version (2) + header length (2 in version 1, 4 after)
+
+    def __init__(self, shape: tuple, dtype):
+        self.shape, self.dtype = tuple(shape), np.dtype(dtype)
+        self.nbytes = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+        self.headers: set = set()  # exact header bytes (magic to the data) known to match
+
+    def _matches(self, header: bytes) -> bool:
+        import io
+
+        f = io.BytesIO(header)
+        try:
+            version = np.lib.format.read_magic(f)
+            if version == (1, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+            elif version == (2, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+            else:
+                return False
+        except (ValueError, SyntaxError, TypeError):
+            return False  # np.load says what is wrong with it
+        return tuple(shape) == self.shape and (not fortran or len(shape) < 2) and dtype == self.dtype
+
+    def read_into(self, path: str, dest: memoryview) -> bool:
+        """Fill ``dest`` (``nbytes`` bytes) with the data of the ``.npy`` file
+        ``path`` when its header describes exactly this input's shape and
+        dtype (C order); False (``dest`` unspecified) otherwise.
+
+        Raises:
+            InputError: a file with a matching header but fewer data bytes
+                than it announces (truncated), naming the file.
+        """
+        with open(path, "rb", buffering=0) as f:
+            head = f.read(self._PREFIX)
+            if len(head) < 10 or head[:6] != b"\x93NUMPY":
+                return False
+            if head[6] == 1:
+                start = 10 + int.from_bytes(head[8:10], "little")
+            elif head[6] in (2, 3) and len(head) == 12:
+                start = 12 + int.from_bytes(head[8:12], "little")
+            else:
+                return False
+            if start > 1 << 20:
+                return False
+            header = head + f.read(start - len(head)) if start > len(head) else head[:start]
+            if len(header) != start:
+                return False
+            if header not in self.headers:
+                if not self._matches(header):
+                    return False
+                self.headers.add(header)
+            f.seek(start)
+            got = 0
+            while got < self.nbytes:
+                r = f.readinto(dest[got:])
+                if not r:
+                    raise InputError(f"{path}: holds {got} of the {self.nbytes} data bytes its header announces "
+                                     f"(a truncated file? write it again with numpy.save)")
+                got += r
+        return True
 
 
 def infer(
@@ -465,34 +552,80 @@ def infer(
             bar = tqdm(total=total, unit="ex", desc="fbjax.infer", disable=None)
         it = _iter_sourced(examples, len(specs), [s.name for s in specs], files)
         n_read = [0]  # examples taken from `it` so far (sink.count lags by the batch in flight)
+        pool = None  # the worker threads of the streamed steps (one CPU device, small activations)
+        pool_warm: list = []
 
         # One CPU device: each step is one call of k examples (see below), the steps of a batch
         # dispatched as they are read; else a step is the batch, split over the mesh.
-        k = _chunk(model, local_batch) if (isinstance(model, Model) and n_proc == 1 and n_local == 1
-                                           and devs[0].platform == "cpu"
-                                           and not getattr(model, "_stateful", False)) else None
+        k, streams = _plan(model, local_batch) if (isinstance(model, Model) and n_proc == 1 and n_local == 1
+                                                   and devs[0].platform == "cpu"
+                                                   and not getattr(model, "_stateful", False)) else (None, 1)
         per_step = local_batch if k is None else k
 
+        def checked(x, i, src, k, shp, s):
+            x = np.asarray(x)
+            if x.shape != shp:
+                where = f"example {i}" if src is None else f"{src} (example {i})"
+                raise InputError(
+                    f"{where}: input {k} ({s.name!r}) has shape {x.shape}, expected "
+                    f"{shp} (the model's input without its batch dimension)")
+            if x.dtype != s.dtype and not np.can_cast(x.dtype, s.dtype, "same_kind"):
+                where = f"example {i}" if src is None else f"{src} (example {i})"
+                raise InputError(f"{where}: input {k} ({s.name!r}) has dtype {x.dtype}, expected {s.dtype}")
+            return x
+
         def next_batch():
-            bufs = [np.zeros((per_step, *shp), s.dtype) for shp, s in zip(sample_shapes, specs)]
+            # np.empty, padding rows zeroed below: a fresh buffer per step (the call may keep
+            # reading it after returning), without writing each example twice
+            bufs = [np.empty((per_step, *shp), s.dtype) for shp, s in zip(sample_shapes, specs)]
             n = 0
             for xs, src in it:
                 i = n_read[0]
                 n_read[0] += 1
-                where = f"example {i}" if src is None else f"{src} (example {i})"
                 for k, (x, shp, s) in enumerate(zip(xs, sample_shapes, specs)):
-                    x = np.asarray(x)
-                    if x.shape != shp:
-                        raise InputError(
-                            f"{where}: input {k} ({s.name!r}) has shape {x.shape}, expected "
-                            f"{shp} (the model's input without its batch dimension)")
-                    if x.dtype != s.dtype and not np.can_cast(x.dtype, s.dtype, "same_kind"):
-                        raise InputError(f"{where}: input {k} ({s.name!r}) has dtype {x.dtype}, expected {s.dtype}")
-                    bufs[k][n] = x
+                    bufs[k][n] = checked(x, i, src, k, shp, s)
                 n += 1
                 if n == per_step:
                     break
+            for b in bufs:
+                b[n:] = 0
             return bufs, n
+
+        one = specs[0] if len(specs) == 1 else None
+        if (one is not None and isinstance(examples, np.ndarray) and examples.ndim == 1 + len(sample_shapes[0])
+                and examples.shape[1:] == sample_shapes[0] and examples.dtype == one.dtype):
+            # an array of examples: each full step is a view of it (no copy, no per-example work)
+            arr = examples
+
+            def next_batch():  # noqa: F811 - the array's own reader
+                i = n_read[0]
+                n = min(per_step, len(arr) - i)
+                n_read[0] = i + n
+                if n == per_step:
+                    return [arr[i:i + n]], n
+                buf = np.zeros((per_step, *sample_shapes[0]), one.dtype)
+                buf[:n] = arr[i:i + n]
+                return [buf], n
+        elif one is not None and files is not None:
+            # a directory for a one-input model: .npy files read straight into the step's buffer
+            # (_NpyFiles); any other file (another dtype, shape or order, .npz) the general way
+            npy = _NpyFiles(sample_shapes[0], one.dtype)
+            folder = os.fspath(examples)
+
+            def next_batch():  # noqa: F811 - the directory's own reader
+                buf = np.empty((per_step, *sample_shapes[0]), one.dtype)
+                flat = buf.reshape(-1).view(np.uint8).reshape(per_step, npy.nbytes)
+                n = 0
+                while n < per_step and n_read[0] < len(files):
+                    i = n_read[0]
+                    n_read[0] += 1
+                    f = files[i]
+                    if not (f.endswith(".npy") and npy.read_into(os.path.join(folder, f), memoryview(flat[n]))):
+                        for xs, src in _iter_sourced(folder, 1, [one.name], [f]):
+                            buf[n] = checked(xs[0], i, src, 0, sample_shapes[0], one)
+                    n += 1
+                buf[n:] = 0
+                return [buf], n
 
         def to_global(local):
             return multihost_utils.host_local_array_to_global_array(local, mesh, batch_spec) if n_proc > 1 \
@@ -526,6 +659,27 @@ def infer(
                 return run1(p_host, *placed)
 
             fetch_step = fetch
+            if streams > 1:
+                # `streams` steps at once: each runs in a worker thread (dispatch, then wait for its
+                # results, without the GIL), as XLA:CPU runs independent executions concurrently;
+                # the first step runs here alone (it compiles)
+                from concurrent.futures import Future, ThreadPoolExecutor
+
+                pool = ThreadPoolExecutor(streams, thread_name_prefix="fbjax-infer-run")
+
+                def run_step(placed):
+                    return fetch(run1(p_host, *placed))
+
+                def dispatch(placed):  # noqa: F811 - the streamed dispatch
+                    if pool_warm:
+                        return pool.submit(run_step, placed)
+                    pool_warm.append(True)
+                    done: Future = Future()
+                    done.set_result(run_step(placed))
+                    return done
+
+                def fetch_step(fut):  # noqa: F811 - the result of a streamed step
+                    return fut.result()
         else:
             p = model.params if params is None else params
             p = {name: jax.make_array_from_callback(np.shape(v), replicated, lambda idx, v=v: np.asarray(v)[idx])
@@ -583,6 +737,8 @@ def infer(
             raise
         finally:
             reader.close()
+            if pool is not None:
+                pool.shutdown(wait=True, cancel_futures=True)
             if bar is not None:
                 bar.close()
 
