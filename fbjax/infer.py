@@ -7,14 +7,22 @@
     fbjax.infer(model, "samples/", step_size=64, out="preds.npz")    # streamed
 
 Examples are cut into batches, read and assembled in a background thread
-two batches ahead of the device. On one CPU device each batch runs as
-calls of the prepared program ``Model.__call__`` uses
+ahead of the device: an array of examples is passed a view per step (no
+copy); a directory's ``.npy`` files of one input are read straight into
+the step's buffer (each header compared as bytes with the one parsed
+before, the data read with ``readinto``; files of another dtype, shape or
+order are loaded and checked the general way). On one CPU device each batch
+runs as calls of the prepared program ``Model.__call__`` uses
 (:mod:`fbjax.run.cpu_prepared`: weights relaid once, values read twice
 materialized) on chunks of examples whose activations fit in cache (the
 largest divisor of the batch under ``fbjax.run.chunked.CHUNK_BYTES``; 1 for the
 MediaPipe detectors, whose batched program is slower per example than
-batch-1 calls): so ``infer`` is at least as fast as a loop of ``model(x)``
-and as the batched program (``benchmarks/infer.py``). Otherwise each batch
+batch-1 calls), and when two chunks fit at once, two of them run
+concurrently in worker threads (as :class:`fbjax.run.chunked.ChunkedCall`
+does): per example the same program as a loop of ``model(x)``, with less
+host work per call (``benchmarks/infer.py``). The strategy is chosen from
+the model's activation sizes alone (no timing), so a run is deterministic.
+Otherwise each batch
 is placed on a 1-D device mesh (``jax.sharding.Mesh`` with axis
 ``"batch"``; the next batch is put while the current one runs), split along
 its leading dimension with ``NamedSharding(mesh, P("batch"))``, and run by
@@ -592,12 +600,13 @@ def infer(
             return bufs, n
 
         one = specs[0] if len(specs) == 1 else None
+        produce = next_batch
         if (one is not None and isinstance(examples, np.ndarray) and examples.ndim == 1 + len(sample_shapes[0])
                 and examples.shape[1:] == sample_shapes[0] and examples.dtype == one.dtype):
             # an array of examples: each full step is a view of it (no copy, no per-example work)
             arr = examples
 
-            def next_batch():  # noqa: F811 - the array's own reader
+            def next_view():
                 i = n_read[0]
                 n = min(per_step, len(arr) - i)
                 n_read[0] = i + n
@@ -606,13 +615,15 @@ def infer(
                 buf = np.zeros((per_step, *sample_shapes[0]), one.dtype)
                 buf[:n] = arr[i:i + n]
                 return [buf], n
+
+            produce = next_view
         elif one is not None and files is not None:
             # a directory for a one-input model: .npy files read straight into the step's buffer
             # (_NpyFiles); any other file (another dtype, shape or order, .npz) the general way
             npy = _NpyFiles(sample_shapes[0], one.dtype)
             folder = os.fspath(examples)
 
-            def next_batch():  # noqa: F811 - the directory's own reader
+            def next_files():
                 buf = np.empty((per_step, *sample_shapes[0]), one.dtype)
                 flat = buf.reshape(-1).view(np.uint8).reshape(per_step, npy.nbytes)
                 n = 0
@@ -626,6 +637,8 @@ def infer(
                     n += 1
                 buf[n:] = 0
                 return [buf], n
+
+            produce = next_files
 
         def to_global(local):
             return multihost_utils.host_local_array_to_global_array(local, mesh, batch_spec) if n_proc > 1 \
@@ -643,8 +656,9 @@ def infer(
         # divisor of the batch that fits) -- for the MediaPipe detectors k = 1, as the batched
         # program is slower per example than batch-1 calls; a step is dispatched as soon as its k
         # examples are read, so reading overlaps computing at any batch size (a batch of 64 that
-        # waited for its 64 files measured 0.7x a loop). Otherwise: one jitted model.apply of the
-        # whole batch over the mesh.
+        # waited for its 64 files measured 0.7x a loop); `streams` steps at once when their
+        # activations fit together (_plan). Otherwise: one jitted model.apply of the whole batch
+        # over the mesh.
         if k is not None:
             run1 = model.executor  # the executor Model.__call__ runs (fbjax.run), without its input checks
 
@@ -670,7 +684,7 @@ def infer(
                 def run_step(placed):
                     return fetch(run1(p_host, *placed))
 
-                def dispatch(placed):  # noqa: F811 - the streamed dispatch
+                def dispatch_streamed(placed):
                     if pool_warm:
                         return pool.submit(run_step, placed)
                     pool_warm.append(True)
@@ -678,8 +692,7 @@ def infer(
                     done.set_result(run_step(placed))
                     return done
 
-                def fetch_step(fut):  # noqa: F811 - the result of a streamed step
-                    return fut.result()
+                dispatch, fetch_step = dispatch_streamed, Future.result  # (a step's results: its future's)
         else:
             p = model.params if params is None else params
             p = {name: jax.make_array_from_callback(np.shape(v), replicated, lambda idx, v=v: np.asarray(v)[idx])
@@ -707,7 +720,7 @@ def infer(
         pending: deque = deque()  # (device results, n valid) per step dispatched, oldest first
         ahead = max(2, -(-32 // per_step)) if n_proc == 1 else 1
         # examples read and batched in a thread, at least 2 steps (~16 examples) ahead
-        reader = _Prefetch(next_batch, depth=max(2, -(-16 // per_step)))
+        reader = _Prefetch(produce, depth=max(2, -(-16 // per_step)))
 
         def drain(keep: int) -> None:
             while len(pending) > keep:
