@@ -47,6 +47,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import threading
 import zipfile
 from typing import Iterable, Iterator, Optional, Sequence, Union
 
@@ -242,6 +243,43 @@ class _Sink:
 def _output_keys(names: Sequence[str]) -> list:
     return [n if n and names.count(n) == 1 and "/" not in n and n != FILE_NAMES_KEY else f"output_{i}"
             for i, n in enumerate(names)]
+
+
+class _Direct:
+    """:class:`_Prefetch`'s interface without a thread: ``produce()`` called by
+    :meth:`get` itself (for sources whose steps cost nothing to make, such
+    as views of an array: a thread would only add hand-offs)."""
+
+    def __init__(self, produce):
+        self._produce, self._last = produce, None
+
+    def get(self):
+        if self._last is not None:
+            return self._last
+        value = self._produce()
+        if value[1] == 0:
+            self._last = value
+        return value
+
+    def close(self) -> None:
+        pass
+
+
+#: {streams: ThreadPoolExecutor} running the streamed steps of :func:`infer`, kept
+#: between calls (starting threads per call cost milliseconds on a busy machine)
+_STREAM_POOLS: dict = {}
+_STREAM_LOCK = threading.Lock()
+
+
+def _stream_pool(streams: int):
+    """The kept pool of ``streams`` worker threads (made at first use)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with _STREAM_LOCK:
+        pool = _STREAM_POOLS.get(streams)
+        if pool is None:
+            pool = _STREAM_POOLS[streams] = ThreadPoolExecutor(streams, thread_name_prefix="fbjax-infer-run")
+        return pool
 
 
 class _Prefetch:
@@ -560,8 +598,6 @@ def infer(
             bar = tqdm(total=total, unit="ex", desc="fbjax.infer", disable=None)
         it = _iter_sourced(examples, len(specs), [s.name for s in specs], files)
         n_read = [0]  # examples taken from `it` so far (sink.count lags by the batch in flight)
-        pool = None  # the worker threads of the streamed steps (one CPU device, small activations)
-        pool_warm: list = []
 
         # One CPU device: each step is one call of k examples (see below), the steps of a batch
         # dispatched as they are read; else a step is the batch, split over the mesh.
@@ -601,6 +637,7 @@ def infer(
 
         one = specs[0] if len(specs) == 1 else None
         produce = next_batch
+        next_view_fn = None
         if (one is not None and isinstance(examples, np.ndarray) and examples.ndim == 1 + len(sample_shapes[0])
                 and examples.shape[1:] == sample_shapes[0] and examples.dtype == one.dtype):
             # an array of examples: each full step is a view of it (no copy, no per-example work)
@@ -616,7 +653,7 @@ def infer(
                 buf[:n] = arr[i:i + n]
                 return [buf], n
 
-            produce = next_view
+            produce = next_view_fn = next_view
         elif one is not None and files is not None:
             # a directory for a one-input model: .npy files read straight into the step's buffer
             # (_NpyFiles); any other file (another dtype, shape or order, .npz) the general way
@@ -677,19 +714,20 @@ def infer(
                 # `streams` steps at once: each runs in a worker thread (dispatch, then wait for its
                 # results, without the GIL), as XLA:CPU runs independent executions concurrently;
                 # the first step runs here alone (it compiles)
-                from concurrent.futures import Future, ThreadPoolExecutor
+                from concurrent.futures import Future
 
-                pool = ThreadPoolExecutor(streams, thread_name_prefix="fbjax-infer-run")
+                pool = _stream_pool(streams)
+                warm = model.__dict__.setdefault("_infer_warm", set())  # step sizes run (compiled) before
 
                 def run_step(placed):
                     return fetch(run1(p_host, *placed))
 
                 def dispatch_streamed(placed):
-                    if pool_warm:
+                    if per_step in warm:
                         return pool.submit(run_step, placed)
-                    pool_warm.append(True)
                     done: Future = Future()
-                    done.set_result(run_step(placed))
+                    done.set_result(run_step(placed))  # the first step of this size runs here (compiles)
+                    warm.add(per_step)
                     return done
 
                 dispatch, fetch_step = dispatch_streamed, Future.result  # (a step's results: its future's)
@@ -720,7 +758,8 @@ def infer(
         pending: deque = deque()  # (device results, n valid) per step dispatched, oldest first
         ahead = max(2, -(-32 // per_step)) if n_proc == 1 else 1
         # examples read and batched in a thread, at least 2 steps (~16 examples) ahead
-        reader = _Prefetch(produce, depth=max(2, -(-16 // per_step)))
+        reader = (_Direct(produce) if produce is next_view_fn else
+                  _Prefetch(produce, depth=max(2, -(-16 // per_step))))
 
         def drain(keep: int) -> None:
             while len(pending) > keep:
@@ -750,8 +789,9 @@ def infer(
             raise
         finally:
             reader.close()
-            if pool is not None:
-                pool.shutdown(wait=True, cancel_futures=True)
+            for res_old, _ in pending:  # after an error: steps not started yet are dropped
+                if hasattr(res_old, "cancel"):
+                    res_old.cancel()
             if bar is not None:
                 bar.close()
 
