@@ -265,20 +265,23 @@ class _Direct:
         pass
 
 
-#: {streams: ThreadPoolExecutor} running the streamed steps of :func:`infer`, kept
-#: between calls (starting threads per call cost milliseconds on a busy machine)
+#: {(process id, streams): ThreadPoolExecutor} running the streamed steps of
+#: :func:`infer`, kept between calls (starting threads per call cost
+#: milliseconds on a busy machine); per process id, as a forked child has
+#: none of its parent's threads
 _STREAM_POOLS: dict = {}
 _STREAM_LOCK = threading.Lock()
 
 
 def _stream_pool(streams: int):
-    """The kept pool of ``streams`` worker threads (made at first use)."""
+    """The kept pool of ``streams`` worker threads of this process (made at first use)."""
     from concurrent.futures import ThreadPoolExecutor
 
+    key = (os.getpid(), streams)
     with _STREAM_LOCK:
-        pool = _STREAM_POOLS.get(streams)
+        pool = _STREAM_POOLS.get(key)
         if pool is None:
-            pool = _STREAM_POOLS[streams] = ThreadPoolExecutor(streams, thread_name_prefix="fbjax-infer-run")
+            pool = _STREAM_POOLS[key] = ThreadPoolExecutor(streams, thread_name_prefix="fbjax-infer-run")
         return pool
 
 
