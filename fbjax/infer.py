@@ -723,7 +723,8 @@ def infer(
                 warm = model.__dict__.setdefault("_infer_warm", set())  # step sizes run (compiled) before
 
                 def run_step(placed):
-                    return fetch(run1(p_host, *placed))
+                    with jax.enable_x64(x64):  # (JAX's config contexts are per thread)
+                        return fetch(run1(p_host, *placed))
 
                 def dispatch_streamed(placed):
                     if per_step in warm:

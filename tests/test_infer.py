@@ -600,3 +600,24 @@ def test_infer_reads_npy_files_into_the_step_buffer_and_names_bad_files(tmp_path
     (cut / "s007.npy").write_bytes(raw[:-10])  # the header promises 10 bytes more
     with pytest.raises(InputError, match=rf"^{re.escape(str(cut / 's007.npy'))}: holds .* truncated"):
         fbjax.infer(model, cut, step_size=4, progress=False)
+
+
+def test_infer_int64_model_keeps_64_bits_in_the_worker_threads():
+    """A model with int64 tensors runs under jax.enable_x64, a per-thread
+    setting: steps run in worker threads (two streams on one CPU device)
+    must set it there too, or int64 inputs above 2**31 lose their high bits.
+    ADD of integers is exact: x + x == 2 * x."""
+    from fbjax.infer import _plan
+
+    b = TFLiteBuilder()
+    x = b.add_input((1, 4), dtype=np.int64, name="x")
+    y = b.add_tensor((1, 4), dtype=np.int64, name="y")
+    b.add_op("ADD", [x, x], [y], options=dict(fused_activation_function="NONE"))
+    b.add_output(y)
+    model = fbjax.load(b.build(), batch_size=None)
+    xs = (np.int64(2) ** 40 + np.arange(7 * 4, dtype=np.int64)).reshape(7, 4)
+    assert _plan(model, 2)[1] == 2  # a tiny model: two streams
+    for _ in range(2):  # the first call runs its first step in this thread, the second all in workers
+        got = fbjax.infer(model, xs, step_size=2, progress=False)
+        assert got.dtype == np.int64
+        np.testing.assert_array_equal(got, 2 * xs)
