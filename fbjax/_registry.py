@@ -76,6 +76,11 @@ class OpDef:
             compute_dtype="bfloat16")``), the op still computes in float32
             (reductions, softmax, normalisations): its float inputs are
             widened to float32 before the call.
+        bounded_inputs: static input positions that static-bound mode
+            (``fbjax.load(..., static_bounds=True)``, a node given a
+            valid-count output by :func:`fbjax.passes.add_valid_counts`)
+            lets the graph compute: the op then pads its output to a bound
+            (TFLite WHERE's condition, UNIQUE's input).
         traced_weights: for hybrid kernels (``"tflite.hybrid"``): the
             lowering also takes its integer weights as traced arrays, so
             float mode can feed it re-quantized params
@@ -101,6 +106,7 @@ class OpDef:
     init_state: Optional[tuple] = None
     full_precision: bool = False
     traced_weights: bool = False
+    bounded_inputs: tuple = ()
 
     @property
     def key(self) -> tuple[str, str]:
@@ -109,7 +115,7 @@ class OpDef:
 
 _FACTS = frozenset({"batch", "foldable", "weights", "int_passthrough", "fq_rounding", "reads_input_twice",
                     "scalar_regions", "check", "stateful", "init_state", "full_precision",
-                    "traced_weights"})
+                    "traced_weights", "bounded_inputs"})
 
 
 class Registry:

@@ -173,7 +173,7 @@ def _add_constant_input(parser) -> None:
                         "for inputs whose values fix shapes, e.g. a Reduce's axes: fbjax.load(constant_inputs=))")
     parser.add_argument("--static-bounds", action="store_true",
                         help="ops whose output size depends on computed values (ONNX NonMaxSuppression, NonZero, "
-                        "TopK's k, Loop scan outputs) return outputs padded to a load-time bound plus a "
+                        "TopK's k, Loop scan outputs; TFLite WHERE, UNIQUE) return outputs padded to a load-time bound plus a "
                         "'<name>:valid_count' output (fbjax.load(static_bounds=True))")
 
 
@@ -379,8 +379,20 @@ def cmd_infer(args) -> int:
     # what can be checked without the model first (infer checks again, cheaply)
     check_out_path(args.out)
     n = len(example_files(args.inputs))
-    model = load(args.model, batch_size=None, quantized=args.quantized, constant_inputs=_constant_inputs(args),
-                 static_bounds=args.static_bounds)
+    if args.signature is None:
+        model = load(args.model, batch_size=None, quantized=args.quantized, constant_inputs=_constant_inputs(args),
+                     static_bounds=args.static_bounds)
+    else:  # one entry point, at the file's shapes (a batch-1 signature runs vmapped over the examples)
+        from .errors import InputError
+
+        loaded = load(args.model, quantized=args.quantized, constant_inputs=_constant_inputs(args),
+                      static_bounds=args.static_bounds)
+        try:
+            model = loaded.signature(args.signature)
+        except InputError as e:
+            raise SystemExit(f"fbjax infer: {e} (`fbjax inspect MODEL` lists them)") from None
+        if model.has_fixed_shapes():
+            model = model.over_examples()
     n_dev = jax.local_device_count()  # infer's default mesh: every device; this process's share of the batch
     eff = effective_batch_size(args.batch_size, n_dev)
     if args.batch_size is None:
@@ -589,6 +601,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="output .npz (keys: output names, plus '__files__') or .npy (one-output models); "
                     "its folder must exist")
     pf.add_argument("--no-progress", action="store_true", help="no progress bar")
+    pf.add_argument("--signature", "-s", metavar="KEY", default=None,
+                    help="run this signature (entry point) of the file; .npz samples keyed by its input names. "
+                    "A batch-1 signature (litert-torch) runs vmapped: each sample is an input without its "
+                    "leading 1 (rank-0/1 inputs such as positions whole)")
     _add_quantized(pf)
     _add_constant_input(pf)
     pf.set_defaults(func=cmd_infer)

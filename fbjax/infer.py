@@ -49,7 +49,7 @@ import shutil
 import tempfile
 import threading
 import zipfile
-from typing import Iterable, Iterator, Optional, Sequence, Union
+from typing import Iterable, Iterator, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
@@ -119,18 +119,19 @@ def iter_examples(examples, n_inputs: int = 1, names: Sequence[str] = ()) -> Ite
     """Yield one tuple of arrays per example.
 
     Args:
-        examples: an iterable of samples (an array, or a tuple of arrays for
-            multi-input models; a numpy array of shape ``(N, ...)`` is N
-            samples), or a path to a directory of ``.npy`` files (one sample
-            of a single-input model each) or ``.npz`` files (one sample each,
-            one array per input, keyed by input name or ``arr_0``...), read
-            in sorted file-name order.
+        examples: an iterable of samples (an array, or a tuple of arrays
+            -- or a dict keyed by input name -- for multi-input models; a
+            numpy array of shape ``(N, ...)`` is N samples), or a path to
+            a directory of ``.npy`` files (one sample of a single-input
+            model each) or ``.npz`` files (one sample each, one array per
+            input, keyed by input name or ``arr_0``...), read in sorted
+            file-name order.
         n_inputs: number of model inputs.
         names: the model's input names (for ``.npz`` keys).
 
     Raises:
-        InputError: an example with the wrong number of arrays, an empty or
-            missing directory.
+        InputError: an example with the wrong number of arrays (or a dict
+            whose keys are not ``names``), an empty or missing directory.
     """
     for xs, _ in _iter_sourced(examples, n_inputs, names):
         yield xs
@@ -160,10 +161,54 @@ def _iter_sourced(examples, n_inputs: int, names: Sequence[str], files: Optional
                     yield tuple(z[k] for k in keys), p
         return
     for i, ex in enumerate(examples):
+        if isinstance(ex, Mapping):  # {input name: array}
+            ex = _by_name(ex, names, f"example {i}")
         xs = tuple(ex) if isinstance(ex, (tuple, list)) else (ex,)
         if len(xs) != n_inputs:
             raise InputError(f"example {i} has {len(xs)} array(s); the model takes {n_inputs} input(s)")
         yield xs, None
+
+
+def _by_name(ex: Mapping, names: Sequence[str], where: str) -> tuple:
+    """The arrays of ``ex`` (input name -> array) in ``names`` order.
+
+    Raises:
+        InputError: a name missing from ``ex`` or one that is no input.
+    """
+    missing = [n for n in names if n not in ex]
+    unknown = [k for k in ex if k not in names]
+    if missing or unknown:
+        raise InputError(f"{where}: keys {list(ex)} do not match the input names {list(names)}"
+                         + (f" (missing {missing})" if missing else "") + (f" (unknown {unknown})" if unknown else ""))
+    return tuple(ex[n] for n in names)
+
+
+class _Stacked:
+    """``{input name: array (N, ...)}`` seen as N examples (tuples in input order)."""
+
+    def __init__(self, arrays: Sequence):
+        self.arrays = arrays
+        sizes = {int(np.shape(a)[0]) if np.ndim(a) else -1 for a in arrays}
+        if len(sizes) != 1 or -1 in sizes:
+            raise InputError(f"examples: the arrays of a dict of inputs must share their leading (examples) "
+                             f"dimension; got shapes {[np.shape(a) for a in arrays]}")
+        self.n = sizes.pop()
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self):
+        for i in range(self.n):
+            yield tuple(a[i] for a in self.arrays)
+
+
+def _named_examples(examples, names: Sequence[str]):
+    """A dict of stacked inputs keyed by input name as an iterable of
+    examples (:class:`_Stacked`); anything else as it is (per-example dicts
+    are read by :func:`_iter_sourced`)."""
+    if isinstance(examples, Mapping):
+        return _Stacked(_by_name(examples, names, "examples"))
+    return examples
 
 
 class _Sink:
@@ -485,13 +530,19 @@ def infer(
             (batch) dimension (``fbjax.load(path, batch_size=None)``), or a
             path, loaded that way. A model loaded with the file's batch-1
             shapes is re-loaded batch-polymorphic from its path. Or a
-            signature, ``model.signature(key)``, whose inputs have an unknown
-            leading dimension (examples in its input order).
+            signature, ``model.signature(key)``: one whose inputs have an
+            unknown leading dimension takes the batch there; one with fixed
+            shapes (litert-torch's batch-1 ``prefill_N``/``decode`` and
+            vision signatures) runs under ``jax.vmap`` over the examples,
+            each example an input without its leading 1 (rank 2 or more;
+            rank-0/1 inputs such as positions whole), outputs likewise
+            (:class:`fbjax.signature.ExamplesOf`).
         examples: samples shaped like the model's inputs without the batch
-            dimension: an iterable of arrays (tuples of arrays for multi-input
-            models), an array of shape ``(N, ...)``, or a directory of
-            ``.npy``/``.npz`` files read in sorted file-name order (see
-            :func:`iter_examples`).
+            dimension: an iterable of arrays (tuples of arrays in input order,
+            or dicts keyed by input name, for multi-input models), an array
+            of shape ``(N, ...)``, a dict of such arrays keyed by input
+            name, or a directory of ``.npy``/``.npz`` files read in sorted
+            file-name order (see :func:`iter_examples`).
         step_size: examples per step for this process, split over its
             devices; rounded up to a multiple of the number of this process's
             devices in the mesh. Default: 8 per device. (Not the model's
@@ -553,10 +604,12 @@ def infer(
         check_out_path(out)
     files = example_files(examples) if isinstance(examples, (str, os.PathLike)) else None
 
-    from .signature import SignatureRunner
+    from .signature import ExamplesOf, SignatureRunner
 
-    if not isinstance(model, (Model, SignatureRunner)):
+    if not isinstance(model, (Model, SignatureRunner, ExamplesOf)):
         model = load(model, batch_size=None)
+    if isinstance(model, SignatureRunner) and model.has_fixed_shapes():
+        model = model.over_examples()  # a batch-1 signature: jax.vmap over the examples (fbjax.signature)
     if any(s.shape is None or not s.shape or s.shape[0] is not None for s in model.inputs):
         if isinstance(model, SignatureRunner):
             raise InputError(f"infer needs a batch-polymorphic signature; {model.key!r} has inputs {model.inputs}")
@@ -569,6 +622,7 @@ def infer(
         if any(d is None for d in s.shape[1:]):
             raise InputError(f"input {s.name!r} has unknown non-batch dimensions {s}; infer needs them fixed")
     sample_shapes = [tuple(s.shape[1:]) for s in specs]
+    examples = _named_examples(examples, [s.name for s in specs])
 
     devs = list(devices) if devices is not None else list(jax.devices())
     devs.sort(key=lambda d: (d.process_index, d.id))

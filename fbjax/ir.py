@@ -26,6 +26,13 @@ Shape = Optional[tuple[Optional[int], ...]]
 VALID_COUNT_SUFFIX = ":valid_count"
 
 
+def has_valid_count(node) -> bool:
+    """``node`` was given a trailing int32 scalar :data:`VALID_COUNT_SUFFIX`
+    output (static-bound mode): it returns outputs padded to their bound."""
+    o = node.outputs[-1] if node.outputs else None
+    return o is not None and o.name.endswith(VALID_COUNT_SUFFIX) and o.shape == ()
+
+
 @dataclass(eq=False)
 class QuantParams:
     """Affine quantization: ``real = (q - zero_point) * scale``.
@@ -230,6 +237,12 @@ class OpContext:
 
     def out_dtype(self, i: int = 0) -> np.dtype:
         return np.dtype(self.node.outputs[i].dtype)
+
+    @property
+    def bounded(self) -> bool:
+        """The node carries a static-bound valid-count output (see
+        :func:`has_valid_count`)."""
+        return has_valid_count(self.node)
 
     def call_graph(self, index: int, *args):  # pragma: no cover - overridden
         raise NotImplementedError

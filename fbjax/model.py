@@ -535,20 +535,22 @@ class Model:
         for vid, name in self.program.param_of.items():
             by_name[name] = values[vid]
             shared.setdefault(name, []).append(values[vid])
-        quantized = {}
-        for g in self.ir.graphs:
-            for v in g.values:
-                if v.data is not None and v.quant is not None and np.dtype(v.dtype).kind in "iu":
-                    quantized.setdefault(v.name, []).append(v)
+        quantized, alias = _quantized_constants(self.ir)
         updates = {}
         for name, x in params.items():
             v = by_name.get(name)
             if v is None:
-                vs = quantized.get(name, [])
-                if len(vs) != 1:
-                    why = "names several quantized tensors" if vs else "is not a weight of this model"
+                if name not in quantized and name in alias:
+                    raise InputError(f"save: params key {name!r} names a quantized weight that several subgraphs "
+                                     f"read from one buffer; it is one weight, named {alias[name]!r} (its first "
+                                     "subgraph's name): save it under that name")
+                groups = quantized.get(name, {})
+                if len(groups) != 1:
+                    why = "names several quantized tensors" if groups else "is not a weight of this model"
                     raise InputError(f"save: params key {name!r} {why}")
+                (vs,) = groups.values()
                 v = vs[0]
+                shared.setdefault(name, vs)  # every subgraph's tensor on the buffer: written once
             x = np.asarray(x)
             if x.dtype.kind not in "fiub" and jnp.issubdtype(x.dtype, jnp.floating):
                 x = x.astype(np.float32)  # bfloat16/float8 (ml_dtypes): exact in float32, then cast to the file's dtype
@@ -574,6 +576,32 @@ class Model:
     def __repr__(self) -> str:
         name = os.path.basename(self.path) if self.path else "<bytes>"
         return f"<fbjax.Model {name} ({self.format}): inputs={self.inputs} outputs={self.outputs}>"
+
+
+def _quantized_constants(ir: ModelIR) -> tuple:
+    """The integer quantized constants :meth:`Model.save` takes by name.
+
+    A buffer that several subgraphs read (litert-torch's prefill and decode
+    share their int8 weights, each subgraph with its own tensor names) is
+    one weight with one name, its first subgraph's, as
+    :func:`fbjax.lower.build.unique_param_names` names float params.
+
+    Returns:
+        ``(quantized, alias)``: name -> {id(data): [the Values on that data,
+        every subgraph]} (more than one entry: the name is ambiguous), and
+        another subgraph's name of a shared weight -> its one name.
+    """
+    quantized: dict = {}
+    alias: dict = {}
+    first: dict = {}  # id(data) -> the weight's name
+    for g in ir.graphs:
+        for v in g.values:
+            if v.data is not None and v.quant is not None and np.dtype(v.dtype).kind in "iu":
+                name = first.setdefault(id(v.data), v.name)
+                if name != v.name:
+                    alias.setdefault(v.name, name)
+                quantized.setdefault(name, {}).setdefault(id(v.data), []).append(v)
+    return quantized, alias
 
 
 def _file_quant(v: Value):
@@ -677,7 +705,8 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
             cannot take. Arrays cast to the input's dtype (``same_kind``).
         static_bounds: ``False`` (default): an op whose output size depends
             on values computed by the graph (ONNX ``NonMaxSuppression``,
-            ``NonZero``, ``TopK``'s ``k``, ``Loop`` scan outputs) is refused (at load or at
+            ``NonZero``, ``TopK``'s ``k``, ``Loop`` scan outputs; TFLite
+            ``WHERE``, ``UNIQUE``) is refused (at load or at
             the first call). ``True``: such ops return
             their output padded to a bound known at load time (rows or
             columns filled with -1) and the model gets one extra int32
@@ -690,7 +719,12 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
             file: the axis' size (values 0, indices -1 past ``k``); ``Loop``
             with scan outputs and a
             condition computed from data: scan outputs padded with zeros to
-            the (load-time) trip count, the count being the iterations run.
+            the (load-time) trip count, the count being the iterations run;
+            TFLite ``WHERE`` on a computed condition: ``[condition size,
+            rank]`` int64 coordinates (-1 rows past the count); TFLite
+            ``UNIQUE`` on a computed input: values ``[input size]`` in order
+            of first appearance (zeros past the count), ``idx`` unchanged,
+            the count named after the values output.
             (TFLite ``NON_MAX_SUPPRESSION_V4/V5``
             always return outputs padded to their ``max_output_size`` and a
             count, as LiteRT does.)

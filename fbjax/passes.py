@@ -254,7 +254,8 @@ def bind_inputs(ir: ModelIR, constants) -> None:
 
 #: Ops whose output size depends on the values of their inputs, and which
 #: ``static_bounds=True`` pads to a bound: ``(op set, op name)``.
-VALUE_SIZED_OPS = frozenset({("onnx", "NonMaxSuppression"), ("onnx", "NonZero"), ("onnx", "Loop"), ("onnx", "TopK")})
+VALUE_SIZED_OPS = frozenset({("onnx", "NonMaxSuppression"), ("onnx", "NonZero"), ("onnx", "Loop"), ("onnx", "TopK"),
+                             ("tflite", "WHERE"), ("tflite", "UNIQUE")})
 
 
 def add_valid_counts(ir: ModelIR) -> None:
@@ -266,7 +267,9 @@ def add_valid_counts(ir: ModelIR) -> None:
     bound (see :func:`fbjax.load`) plus that count (for ``Loop``: the
     iterations run; scan outputs padded to the trip count; ``TopK``: only
     where ``k`` is not stored in the file, outputs of the axis' full
-    size)."""
+    size; TFLite ``WHERE``/``UNIQUE``: only where the input is not stored in
+    the file, ``[input size, rank]`` coordinates / ``[input size]`` values,
+    the count named after the first output)."""
     g = ir.main_graph
     for node in g.nodes:
         if (node.op_set, node.op_name) not in VALUE_SIZED_OPS:
@@ -287,6 +290,16 @@ def add_valid_counts(ir: ModelIR) -> None:
                     o.shape = tuple(x.shape)  # the bound: the axis' full size
             if out is None:
                 out = node.outputs[1]
+        elif node.op_set == "tflite":  # WHERE, UNIQUE: a stored input's result size is known at load
+            x = node.inputs[0] if node.inputs else None
+            out = node.outputs[0] if node.outputs else None
+            n_out = 2 if node.op_name == "UNIQUE" else 1
+            if x is None or x.data is not None or out is None or len(node.outputs) != n_out:
+                continue
+            bound = _value_sized_bound(node)
+            if bound is None:
+                continue
+            out.shape = bound
         else:
             if len(node.outputs) != 1 or node.outputs[0] is None:
                 continue
@@ -306,8 +319,13 @@ def _value_sized_bound(node: Node):
     x = node.inputs[0] if node.inputs else None
     if x is None or not x.static_shape:
         return None
+    size = int(np.prod(x.shape, dtype=np.int64))
     if node.op_name == "NonZero":
-        return (len(x.shape), int(np.prod(x.shape, dtype=np.int64)))
+        return (len(x.shape), size)
+    if node.op_name == "WHERE":  # one row of coordinates per element
+        return (size, len(x.shape))
+    if node.op_name == "UNIQUE":  # every element distinct
+        return (size,)
     scores = node.inputs[1] if len(node.inputs) > 1 else None
     mx = node.inputs[2] if len(node.inputs) > 2 else None
     if scores is None or not scores.static_shape or len(scores.shape) != 3:

@@ -62,6 +62,7 @@ class SignatureRunner:
         self._out_values = list(sig.outputs.values())
         self._out_pos = [out_ids.get(id(v)) for v in self._out_values]
         self._jitted = jax.jit(self.apply_tuple)
+        self._examples = None  # the ExamplesOf view, made once (fbjax.infer caches its jit on it)
 
     @property
     def params(self) -> dict:
@@ -189,5 +190,105 @@ class SignatureRunner:
             outs = self._jitted(self.model.params, *vals)
         return dict(zip(self._out_names, outs))
 
+    # -- over a stack of examples (fbjax.infer) ------------------------------
+    def has_fixed_shapes(self) -> bool:
+        """Whether every input dimension is fixed (litert-torch's batch-1
+        signatures): :func:`fbjax.infer` then runs :meth:`over_examples`."""
+        return all(s.shape is not None and all(d is not None for d in s.shape) for s in self.inputs)
 
-__all__ = ["SignatureRunner"]
+    def over_examples(self) -> "ExamplesOf":
+        """This fixed-shape signature run on a stack of examples under
+        ``jax.vmap`` (see :class:`ExamplesOf`); one object per runner.
+
+        Raises:
+            InputError: an input with an unknown dimension (a batch-polymorphic
+                signature takes the batch in its own leading dimension).
+        """
+        if not self.has_fixed_shapes():
+            raise InputError(f"signature {self.key!r} has inputs with unknown dimensions {self.inputs}: it takes "
+                             "a batch in their leading dimension, not a stack of examples")
+        if self._examples is None:
+            self._examples = ExamplesOf(self)
+        return self._examples
+
+
+def _leading_one(shape) -> bool:
+    """The size-1 leading dimension that a batch-1 signature has and an
+    example lacks: rank 2 or more, first dimension 1 (rank-0/1 tensors such
+    as litert-torch's positions, ``(16,)`` for ``prefill_16`` and ``(1,)``
+    for ``decode``, are taken whole)."""
+    return shape is not None and len(shape) >= 2 and shape[0] == 1
+
+
+class ExamplesOf:
+    """A fixed-shape (batch-1) signature applied to each of a stack of
+    examples: what :func:`fbjax.infer` runs for ``model.signature(key)``
+    when the signature has no unknown dimension to carry a batch
+    (litert-torch's ``prefill_N``/``decode`` and vision signatures).
+
+    An example of an input of rank 2 or more whose leading dimension is 1
+    (tokens ``(1, 16)``, a KV cache ``(1, 64, 2, 32)``, an image
+    ``(1, 3, 32, 32)``) is that input without the leading 1; a rank-0 or
+    rank-1 input (positions ``(16,)`` or ``(1,)``) or one whose leading
+    dimension is not 1 is given whole. Outputs likewise: per example, an
+    output of rank 2 or more with a leading 1 comes without it.
+    :meth:`apply` is ``jax.vmap`` over the examples' leading axis of the
+    signature's own function with the size-1 dimensions put back, so each
+    example is computed as one call of the signature computes it (the
+    vmapped program may order float sums differently from a single call).
+
+    Attributes:
+        runner: the :class:`SignatureRunner`.
+        inputs, outputs: ``TensorSpec``s in the signature's order, with a
+            leading ``None`` (the number of examples) before each example's
+            shape.
+    """
+
+    def __init__(self, runner: SignatureRunner):
+        self.runner = runner
+        self.key = runner.key
+        self._in_lead = [_leading_one(s.shape) for s in runner.inputs]
+        self._out_lead = [_leading_one(s.shape) for s in runner.outputs]
+        self.inputs = [s._replace(shape=(None, *(s.shape[1:] if lead else s.shape)))
+                       for s, lead in zip(runner.inputs, self._in_lead)]
+        self.outputs = [s._replace(shape=None if s.shape is None else (None, *(s.shape[1:] if lead else s.shape)))
+                        for s, lead in zip(runner.outputs, self._out_lead)]
+
+    @property
+    def params(self) -> dict:
+        """The model's weights (:attr:`fbjax.Model.params`)."""
+        return self.runner.params
+
+    @property
+    def _x64(self) -> bool:
+        return self.runner._x64
+
+    @property
+    def path(self):
+        return self.runner.path
+
+    def __repr__(self) -> str:
+        return f"<fbjax.signature.ExamplesOf {self.key!r}: inputs={self.inputs} outputs={self.outputs}>"
+
+    def apply(self, params: dict, *inputs) -> tuple:
+        """The signature on every example.
+
+        Args:
+            params: like :attr:`fbjax.Model.params`.
+            *inputs: per signature input (its order), the examples stacked:
+                shape ``(N, *example shape)`` (see the class docstring), the
+                input's dtype.
+
+        Returns:
+            per signature output (its order) an array ``(N, *example
+            output shape)``.
+        """
+        def one(*xs):
+            xs = [x[None] if lead else x for x, lead in zip(xs, self._in_lead)]
+            outs = self.runner.apply_tuple(params, *xs)
+            return tuple(o[0] if lead else o for o, lead in zip(outs, self._out_lead))
+
+        return jax.vmap(one)(*inputs)
+
+
+__all__ = ["SignatureRunner", "ExamplesOf"]

@@ -346,24 +346,132 @@ def test_quantized_tflite_dynamic_batch_equals_batch1_runs(name, quantized):
     numpy arithmetic on the shape (``int(np.prod(x.shape))``,
     ``np.arange(x.size)``, ``np.broadcast_shapes``) and did not export; the
     int16x8 ones were refused at load (traced without x64). Now exported with
-    a symbolic batch and called at batch 3 they equal, bit for bit, three
-    batch-1 runs of ``fbjax.load(path, quantized=...)``. Every per-example
-    size here is a multiple of the kernels' lane widths (8 for DEQUANTIZE, 16
-    for QUANTIZE and int16 ADD), so batch 3 and batch 1 take the same
-    rounding orders (other sizes: the next tests). Both modes: integer
-    kernels are exact; in float mode the same XLA float ops run per example
-    (measured equal here)."""
+    a symbolic batch and called at batch 3 they equal three batch-1 runs of
+    ``fbjax.load(path, quantized=...)``. Exact mode: bit for bit (integer
+    kernels; every per-example size here is a multiple of the kernels' lane
+    widths, 8 for DEQUANTIZE, 16 for QUANTIZE and int16 ADD, so batch 3 and
+    batch 1 take the same rounding orders; other sizes: the next tests).
+    Float mode runs float ops between fake quantizations, which two
+    differently compiled programs may round differently: see
+    :func:`_fake_quant_steps` for the bound."""
     path = os.path.join(QUANT, name + ".tflite")
     m, ex = _export_dynamic_q(path, quantized)
     m1 = fbjax.load(path, quantized=quantized)
     xs = _quant_inputs(m1, 3)
+    if quantized == "float":
+        xs = _off_grid_boundaries(m1, xs)
     y = _call_exported(m, ex, xs)
     runs = [_tuple(m1(*[x[i:i + 1] for x in xs])) for i in range(3)]
     assert len(y) == len(runs[0])
+    steps = _fake_quant_steps(m1, xs) if quantized == "float" else None
     for k, a in enumerate(y):
         r = np.concatenate([np.asarray(rr[k]) for rr in runs])
         assert a.shape == r.shape and a.shape[0] == 3 and a.dtype == r.dtype
-        np.testing.assert_array_equal(a, r)
+        if steps is None:
+            np.testing.assert_array_equal(a, r)
+        else:
+            assert_within(a, r, steps[m1.outputs[k].name].reshape(a.shape), f"{name} float mode, output {k}")
+
+
+def _off_grid_boundaries(m1, xs):
+    """The inputs, each element whose input fake quantization's ``v = x /
+    scale * gain + offset`` lies within ``2 x 4`` ulps of a half-integer
+    (where two programs may round it apart: :func:`_fake_quant_steps`) moved
+    by a quarter step away from it: inputs on which the equality argument
+    holds (about 1 in 4000 int8 inputs, 6% of int16 ones, are that close)."""
+    g = m1.ir.main_graph
+    pos = {id(v): i for i, v in enumerate(g.inputs)}
+    producer = {id(o): nd for nd in g.nodes for o in nd.outputs if o is not None}
+    xs = [np.array(x, copy=True) for x in xs]
+    for nd in g.nodes:
+        if nd.op_set != "fbjax" or nd.op_name != "FAKE_QUANT":
+            continue
+        src = nd.inputs[0]
+        while id(src) in producer and producer[id(src)].op_name == "IDENTITY":  # (an int16 input's identity)
+            src = producer[id(src)].inputs[0]
+        if id(src) not in pos:
+            continue
+        a = nd.attrs
+        scale, gain, offset = float(a.get("scale", 1.0)), np.asarray(a.get("gain", 1.0)), float(a.get("offset", 0.0))
+        assert np.ndim(scale) == 0 and not np.any(a.get("pre_shift", 0)), "per-channel input quantization: extend"
+        x = xs[pos[id(src)]]
+        v = x.astype(np.float64) / scale * gain + offset
+        zp, lo, hi = float(a.get("zero_point", 0)), float(a.get("qmin", -128)), float(a.get("qmax", 127))
+        near = (np.abs(np.abs(v - np.floor(v)) - 0.5) <= 2 * 4 * 2 * 2.0 ** -24 * (np.abs(v) + abs(offset)) + 1e-3) \
+            & (v + zp > lo) & (v + zp < hi)  # (a boundary outside the range is clipped away)
+        shift = np.where(v - np.floor(v) >= 0.5, 0.25, -0.25) * scale / gain
+        x[...] = np.where(near, x + shift, x).astype(x.dtype)
+    return xs
+
+
+def _fake_quant_steps(m1, xs) -> dict:
+    """Float mode: where two programs may differ, per output name.
+
+    Float mode's forward values are the integer kernels' (``STRAIGHT_THROUGH``
+    passes the integer path's dequantized result; the float op only gives the
+    gradient), so the only float roundings the programs may take differently
+    are each fake quantization's own ``v = x * f32(1/scale) * gain + offset``
+    on an input, or on a dequantized integer result moved by RESHAPE/
+    CONCATENATION (asserted: no other producer): at most 3 roundings, within
+    ``4`` ulps of ``|v|`` per program (FMA contraction or not). Where ``v``
+    is not within ``2 x 4`` ulps of a half-integer, both programs round to the
+    same grid value, and by induction (integer kernels are exact) the outputs
+    are equal. Checked on the batch-1 runs' pre-rounding values (numpy
+    reference, float32 steps as the kernel): no fake quantization before an
+    output is that close to a boundary (else the equality argument fails:
+    asserted), and at an output's own fake quantization such elements may
+    differ by one step (``scale``). Returns ``{output name: allowed
+    |difference| [batch, ...]}``."""
+    from dataclasses import replace
+
+    from fbjax import reference
+    from fbjax.reference.registry import REFERENCE
+
+    g = m1.ir.main_graph
+    producer = {id(o): nd for nd in g.nodes for o in nd.outputs if o is not None}
+    moved = {"STRAIGHT_THROUGH", "RESHAPE", "CONCATENATION", "IDENTITY"}
+    for nd in g.nodes:
+        if nd.op_name == "FAKE_QUANT" and nd.op_set == "fbjax":
+            p = producer.get(id(nd.inputs[0]))
+            assert p is None or p.op_name in moved, f"{p.op_name} feeds {nd.outputs[0].name}: derive its bound"
+    key = ("fbjax", "FAKE_QUANT")
+    orig = REFERENCE._ops[key]
+    seen = []
+
+    def recording(ctx, x, *, scale=1.0, gain=1.0, offset=0.0, zero_point=0, qmin=-128, qmax=127, **kw):
+        f = np.float32
+        v = (np.asarray(x, f) * f(f(1.0) / f(scale))).astype(f)
+        v = (v * np.asarray(gain, f)).astype(f) if (np.ndim(gain) or gain != 1.0) else v
+        v = (v + f(offset)).astype(f) if offset else v
+        room = 2 * 4 * 2 * 2.0 ** -24 * (np.abs(v) + abs(float(offset)))
+        near = (np.abs(np.abs(v.astype(np.float64) - np.floor(v)) - 0.5) <= room) \
+            & (v + np.asarray(zero_point, np.float64) > qmin) & (v + np.asarray(zero_point, np.float64) < qmax)
+        seen.append((ctx.outputs[0].name, near, float(np.max(np.asarray(scale)))))
+        return orig.fn(ctx, x, scale=scale, gain=gain, offset=offset, zero_point=zero_point, qmin=qmin, qmax=qmax,
+                       **kw)
+
+    REFERENCE._ops[key] = replace(orig, fn=recording)
+    try:
+        per_example = []
+        for i in range(xs[0].shape[0]):
+            seen.clear()
+            reference.run(m1, *[x[i:i + 1] for x in xs])
+            per_example.append(list(seen))
+    finally:
+        REFERENCE._ops[key] = orig
+    outs = {o.name for o in m1.outputs}
+    steps = {}
+    for o in m1.outputs:
+        rows = []
+        for rec in per_example:
+            inner = [nm for nm, near, _ in rec if nm not in outs and near.any()]
+            assert not inner, f"pre-rounding values within rounding error of a grid boundary at {inner}: redraw"
+            hit = [(near, sc) for nm, near, sc in rec if nm == o.name]
+            rows.append(np.where(hit[-1][0], hit[-1][1], 0.0) if hit else 0.0)
+        shape = tuple(o.shape[1:])
+        steps[o.name] = np.stack([np.broadcast_to(np.asarray(r, np.float64).reshape(
+            shape if np.size(r) > 1 else ()), shape) for r in rows])
+    return steps
 
 
 @pytest.mark.parametrize("name", ["ops/fully_connected_fint8", "ops/mean_fint8"])

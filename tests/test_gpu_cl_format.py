@@ -32,6 +32,9 @@ from fbjax.formats._generated import gpu_cl_litert_generated as GL
 from fbjax.formats._generated import gpu_cl_tf25_generated as G25
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "fuzz"))
+from fuzz_corpus import TF27_DRIVER, gpu_cl_as_tf27 as _as_tf27  # noqa: E402
+
 SHARED = ROOT.parent / "shared" / "models"
 GPU = SHARED / "tflite-gpu-cl"
 pytestmark = pytest.mark.skipif(not GPU.is_dir(), reason="../shared/models/tflite-gpu-cl is absent")
@@ -234,6 +237,94 @@ def test_litert_layout_reads_as_its_original(f, tmp_path):
     assert back.metadata["generation"] == "litert"
     assert np.array_equal(back.metadata["weights"][0].value.data, k.data + np.float32(1))
 
+
+
+@pytest.mark.parametrize("f", FILES)
+def test_tf27_layout_reads_as_its_original(f):
+    """Every shared TF 2.5 file, re-encoded in the TF 2.7 layout: detected as tf2.7 (and not as 2.5, nor the
+    original as 2.7), the same nodes, weights bit for bit, the 2.7 fields read back, and ``save`` keeps the
+    bytes and the generation."""
+    src = (GPU / f).read_bytes()
+    b27, progs = _as_tf27(src)
+    assert gpu_cl.detect_generation(b27).name == "tf2.7"
+    assert gpu_cl.detect_generation(src).name == "tf2.5"
+    with pytest.raises(ModelFormatError):  # neither layout verifies as the other
+        fbjax.formats.verify.verify(src, "gpu_cl_tf27", unchecked_enums=gpu_cl._UNCHECKED_ENUMS)
+    with pytest.raises(ModelFormatError):
+        fbjax.formats.verify.verify(b27, "gpu_cl_tf25", unchecked_enums=gpu_cl._UNCHECKED_ENUMS)
+    a, b = read_model(src), read_model(b27)
+    assert b.metadata["generation"] == "tf2.7" and a.metadata["driver_version"] is None
+    assert b.metadata["driver_version"] == TF27_DRIVER and b.metadata["binary_programs"] == progs
+    assert all(n.fingerprint in dict(progs) for n in b.metadata["nodes"])
+    for key in ("precision", "storage_type"):
+        assert b.metadata[key] == a.metadata[key]
+    assert [(n.op_name, n.attrs) for n in a.main_graph.nodes] == [(n.op_name, n.attrs) for n in b.main_graph.nodes]
+    assert [(v.name, v.shape) for v in a.main_graph.inputs] == [(v.name, v.shape) for v in b.main_graph.inputs]
+    assert [(v.name, v.shape) for v in a.main_graph.outputs] == [(v.name, v.shape) for v in b.main_graph.outputs]
+    for x, y in zip(a.metadata["weights"], b.metadata["weights"], strict=True):
+        assert x.value.name == y.value.name and x.layout == y.layout
+        assert x.value.data.tobytes() == y.value.data.tobytes()
+    # write-back: unchanged weights give the file's own bytes; tuned ones change only weight bytes
+    assert fbjax.formats.gpu_cl_writer.write(b, {}) == b27
+    k = b.metadata["weights"][0].value
+    out = fbjax.formats.gpu_cl_writer.write(b, {k: k.data + np.float32(1)})
+    assert len(out) == len(b27)
+    back = read_model(out)
+    assert back.metadata["generation"] == "tf2.7" and back.metadata["binary_programs"] == progs
+    assert np.array_equal(back.metadata["weights"][0].value.data, k.data + np.float32(1))
+    for x, y in zip(b.metadata["weights"][1:], back.metadata["weights"][1:]):
+        assert x.value.data.tobytes() == y.value.data.tobytes(), x.value.name
+
+
+def _tf27_outputs_identical(f):
+    src = (GPU / f).read_bytes()
+    a, b = read_model(src), read_model(_as_tf27(src)[0])
+    xs = _inputs(GPU / f, [(v.name, v.shape) for v in a.main_graph.inputs])
+    for x, y in zip(fbjax.reference.run(a, *xs), fbjax.reference.run(b, *xs), strict=True):
+        assert np.array_equal(x, y, equal_nan=True)
+
+
+#: numpy-twin runs of the TF 2.7 copies: these by default (~1 s each), every file under -m slow
+FAST_TF27 = ("tflm_sine_float.F32.BUFFER.bin", "mediapipe_hand_recrop.F32.API.bin",
+             "mediapipe_selfie_segmentation.F32.API.bin", "mediapipe_face_detection_full_range_sparse.F32.BUFFER.bin")
+
+
+@pytest.mark.parametrize("f", [f for f in FILES if f in FAST_TF27])
+def test_tf27_copy_runs_as_its_original(f):
+    """The numpy twin's outputs on a TF 2.7 copy equal the 2.5 original's bit for bit (same program, same inputs)."""
+    _tf27_outputs_identical(f)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("f", [f for f in FILES if f not in FAST_TF27])
+def test_tf27_copy_runs_as_its_original_all(f):
+    _tf27_outputs_identical(f)
+
+
+def test_tf27_jax_identical_and_inspect(tmp_path):
+    """``fbjax.load`` of a TF 2.7 copy: the same jitted program as the original's, identical outputs; ``Model.save``
+    round-trips; ``fbjax inspect`` shows the driver version, the compiled programs and each node's program."""
+    src = (GPU / "tflm_sine_float.F32.BUFFER.bin").read_bytes()
+    b27, progs = _as_tf27(src)
+    m1, m2 = fbjax.load(src), fbjax.load(b27)
+    assert [s.name for s in m2.inputs] == [s.name for s in m1.inputs] == ["0"]
+    for x in (0.0, 1.5, 4.0):
+        x = np.full((1, 1, 1, 1), x, np.float32)
+        assert np.array_equal(np.asarray(m1(x)), np.asarray(m2(x)))
+    assert m2.save(None) == b27
+    tuned = {k: np.asarray(v) * np.float32(0.5) for k, v in m2.params.items()}
+    back = read_model(m2.save(tmp_path / "tuned.bin", tuned))
+    assert back.metadata["generation"] == "tf2.7"
+    for w in back.metadata["weights"]:
+        assert np.array_equal(w.value.data, tuned[w.value.name]), w.value.name
+    p = tmp_path / "sine27.bin"
+    p.write_bytes(b27)
+    out = subprocess.run([sys.executable, "-m", "fbjax", "inspect", str(p)], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert "generation: tf2.7  precision: F32  storage: BUFFER" in out.stdout
+    assert f"driver version: {TF27_DRIVER}; compiled programs: {len(progs)} ({len(progs) * 64} B)" in out.stdout
+    fp = read_model(b27).metadata["nodes"][0].fingerprint
+    assert f"program {fp:#018x}" in out.stdout
 
 # --- running --------------------------------------------------------------------------------
 

@@ -286,14 +286,13 @@ def _stored_ranges(raw: bytes) -> list:
 
 
 _LM_HEAD = "Linear_lm_head;"  # decode's int8 lm_head weight: a buffer after the flatbuffer, read by decode only
-_SHARED = "arith.constant36"  # decode's name of an int8 weight whose buffer prefill reads as arith.constant15
+_SHARED = ("arith.constant15", "arith.constant36")  # prefill's and decode's names of the int8 embedding table's buffer
 _NORM = "arith.constant12"  # a float32 RMS-norm weight
 
 
 @pytest.mark.parametrize("mode,requantize,weight", [
     ("exact", "file", _LM_HEAD), ("float", "file", _LM_HEAD),
     ("float", "per_channel", _LM_HEAD),  # new scales: the flatbuffer is packed again
-    ("exact", "file", _SHARED),  # decode's copy only: the shared buffer is split, a new one appended
 ])
 def test_save_buffers_after_the_flatbuffer(tmp_path, mode, requantize, weight):
     """litert-torch keeps the quantized LLM's weights after the flatbuffer (Buffer.offset/size). Model.save
@@ -328,11 +327,7 @@ def test_save_buffers_after_the_flatbuffer(tmp_path, mode, requantize, weight):
     else:  # new symmetric scales max|x| / 127: within half a step of the given values
         step = np.max(np.abs(new_head), axis=1, keepdims=True) / 127
         assert np.all(np.abs(np.asarray(again.params[key]) - new_head) <= 0.5 * step * (1 + 1e-6))
-    if weight == _SHARED:  # prefill's copy keeps the file's values
-        old = [v for v in again.ir.graphs[0].values if v.name.endswith("arith.constant15")][0].data
-        np.testing.assert_array_equal(np.asarray(old), np.asarray(
-            [v for v in model.ir.graphs[0].values if v.name.endswith("arith.constant15")][0].data))
-    if requantize == "file" and weight != _SHARED:  # (c) same sizes: only the two replaced buffers' bytes differ
+    if requantize == "file":  # (c) same sizes: only the two replaced buffers' bytes differ
         assert len(out) == len(raw)
         diff = np.flatnonzero(np.frombuffer(out, np.uint8) != np.frombuffer(raw, np.uint8))
         inside = np.zeros(len(raw), bool)
@@ -354,6 +349,50 @@ def test_save_buffers_after_the_flatbuffer(tmp_path, mode, requantize, weight):
             assert _rel_err(got[k], want[k]) <= TOL, (sig, k)
     # the saved file carries the new weights: decode (which reads them) moves
     assert _rel_err(want["logits"], before["logits"]) > 1e-2
+
+
+def test_save_shared_int8_weight_once_in_exact_mode(tmp_path):
+    """litert-torch's prefill and decode subgraphs read one buffer for each weight they share, under
+    their own tensor names. In exact mode (int8 weights given as integers) that buffer is one weight
+    with one name, prefill's: saving it writes the buffer once, in place, and both signatures of the
+    saved file read the new values (fbjax and LiteRT's builtin kernels); decode's name is refused
+    with the name to use."""
+    src = _path("llama_q8")
+    raw = open(src, "rb").read()
+    model = fbjax.load(src)
+    pre_name, dec_name = _SHARED
+
+    def table(m, gi, name):
+        return [v for v in m.ir.graphs[gi].values if v.name == name and v.quant is not None][0]
+
+    old = table(model, 0, pre_name)
+    assert table(model, 1, dec_name).data is old.data  # one buffer: the reader gives both tensors one array
+    assert old.data.shape == (256, 128) and old.data.dtype == np.int8  # the int8 embedding table
+    new = np.clip(-old.data.astype(np.int16), -127, 127).astype(np.int8)
+    with pytest.raises(fbjax.InputError, match=f"one weight, named '{pre_name}'"):
+        model.save(None, {dec_name: new})
+    path = tmp_path / "tuned.tflite"
+    out = model.save(path, {pre_name: new})
+    # written once, in place: same size, only the bytes of one stored buffer differ
+    assert len(out) == len(raw)
+    diff = np.flatnonzero(np.frombuffer(out, np.uint8) != np.frombuffer(raw, np.uint8))
+    changed = {r for r in _stored_ranges(raw) if np.any((diff >= r[0]) & (diff < r[1]))}
+    assert diff.size and len(changed) == 1 and next(iter(changed))[1] - next(iter(changed))[0] == new.nbytes
+    again = fbjax.load(path)
+    a, b = table(again, 0, pre_name), table(again, 1, dec_name)
+    assert a.data is b.data  # still one buffer
+    np.testing.assert_array_equal(np.asarray(a.data), new)
+    litert = pytest.importorskip("ai_edge_litert.interpreter")
+    interp = litert.Interpreter(model_path=str(path),
+                                experimental_op_resolver_type=litert.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+    for key in SIGNATURES:
+        x, before = _io("llama_q8", key)
+        want = interp.get_signature_runner(key)(**x)
+        got = again.signature(key)(**x)
+        for k in want:
+            assert _rel_err(got[k], want[k]) <= TOL, (key, k)
+        # every signature moved: it reads the new table (a negated embedding changes every output)
+        assert max(_rel_err(want[k], before[k]) for k in want) > 1e-2, key
 
 
 _SHARDED = """

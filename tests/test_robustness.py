@@ -90,7 +90,7 @@ def refuse(data, *fragments, fmt=None):
 
 # --- schema descriptions --------------------------------------------------------
 
-@pytest.mark.parametrize("name", ["tflite", "rten", "stablehlo", "gpu_cl_seed", "gpu_cl_tf25", "gpu_cl_litert"])
+@pytest.mark.parametrize("name", ["tflite", "rten", "stablehlo", "gpu_cl_seed", "gpu_cl_tf25", "gpu_cl_tf27", "gpu_cl_litert"])
 def test_schema_description_is_current(name):
     """The committed description equals a fresh parse of schemas/<name>.fbs
     (regenerate with `nox -s schemas`)."""
@@ -102,7 +102,7 @@ def test_schema_description_is_current(name):
         assert getattr(mod, key) == desc[key], key
 
 
-@pytest.mark.parametrize("name", ["tflite", "rten", "stablehlo", "gpu_cl_seed", "gpu_cl_tf25", "gpu_cl_litert"])
+@pytest.mark.parametrize("name", ["tflite", "rten", "stablehlo", "gpu_cl_seed", "gpu_cl_tf25", "gpu_cl_tf27", "gpu_cl_litert"])
 def test_schema_slots_match_flatc_bindings(name):
     """Every field's vtable slot agrees with the accessor flatc generated."""
     src = (ROOT / "fbjax" / "formats" / "_generated" / f"{name}_generated.py").read_text()
@@ -150,7 +150,7 @@ def test_verifier_accepts_every_seed():
         if fmt == "gpu_cl":  # one schema per generation: detect_generation verifies against each
             from fbjax.formats.gpu_cl import detect_generation
 
-            assert detect_generation(data).name in ("seed", "tf2.5"), name
+            assert detect_generation(data).name in ("seed", "tf2.5", "tf2.7"), name
             continue
         start, size = 0, None
         if fmt == "rten" and data[:4] == b"RTEN":

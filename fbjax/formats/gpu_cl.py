@@ -14,14 +14,19 @@ the root table against each schema fbjax has (``schemas/gpu_cl_*.fbs``):
 * ``"tf2.5"`` (TensorFlow 2.5.0, ``schemas/gpu_cl_tf25.fbs``): FLOAT16 = 1,
   FLOAT32 = 2; ``const_tensors``; ``input_refs`` / ``output_refs`` (the TFLite
   tensor indices the graph's inputs and outputs stand for);
+* ``"tf2.7"`` (TensorFlow 2.7, ``schemas/gpu_cl_tf27.fbs``): the 2.5 layout
+  with ``driver_version`` and the compiled ``binary_programs`` (``BinaryProgram``:
+  a kernel fingerprint and the driver's program binary) in the root table's first
+  two slots, and ``CLNode.fingerprint`` naming each node's program;
 * ``"litert"`` (LiteRT today, ``schemas/gpu_cl_litert.fbs``): the graph moves
   to ``InferenceContext.gpu_model`` (``GpuModel`` / ``GpuNode``) beside
   ``driver_version`` and compiled ``binary_programs``; ``Arguments`` lose the
   Texture2D and TensorLinear objects (those weights are TensorDescriptor
   objects); precision lives in each operation's definition.
 
-The TF 2.7 generation (``CLNode.fingerprint`` and ``binary_programs`` on the
-2.5 layout) is not read: its schema is not among the sources fbjax has.
+fbjax reads the graph and the weights; compiled programs are device code for
+the driver that built them: ``fbjax inspect`` counts them, ``Model.save`` keeps
+their bytes as they are.
 
 A generation matches when the verifier accepts the file, the root table has
 no field the schema does not know and the graph has nodes. Op types exist only in node names
@@ -50,6 +55,7 @@ from . import verify as _verify
 from ._generated import gpu_cl_seed_generated as _GS
 from ._generated import gpu_cl_litert_generated as _GL
 from ._generated import gpu_cl_tf25_generated as _G25
+from ._generated import gpu_cl_tf27_generated as _G27
 from ._text import format_bytes
 
 OP_SET = "gpu"
@@ -72,6 +78,7 @@ class Generation:
 GENERATIONS = (
     Generation("seed", "gpu_cl_seed", _GS, 11, {1: np.dtype("<f4"), 2: np.dtype("<f2")}),
     Generation("tf2.5", "gpu_cl_tf25", _G25, 14, {1: np.dtype("<f2"), 2: np.dtype("<f4")}),
+    Generation("tf2.7", "gpu_cl_tf27", _G27, 16, {1: np.dtype("<f2"), 2: np.dtype("<f4")}),
     Generation("litert", "gpu_cl_litert", _GL, 5, {1: np.dtype("<f2"), 2: np.dtype("<f4")}),
 )
 PRECISIONS = {0: "F32", 1: "F32_F16", 2: "F16"}
@@ -184,6 +191,7 @@ class GpuNode:
     code: str
     work_group_size: tuple
     grid_size: tuple
+    fingerprint: Optional[int] = None  # TF 2.7: the fingerprint of the node's compiled program
 
 
 def _vec_offset(tab, slot_voffset: int) -> int:
@@ -295,8 +303,21 @@ def parse_nodes(ic, gen: Generation, label: str) -> list[GpuNode]:
             i, name, _parse_name(name, where), [int(x) for x in n.InputIdsAsNumpy()] if n.InputIdsLength() else [],
             [int(x) for x in n.OutputIdsAsNumpy()] if n.OutputIdsLength() else [], ints, floats,
             _objects(a, gen, where), (op.Code() or b"").decode("utf-8", "replace"),
-            _int3(op.WorkGroupSize()), _int3(op.GridSize())))
+            _int3(op.WorkGroupSize()), _int3(op.GridSize()),
+            n.Fingerprint() if hasattr(n, "Fingerprint") else None))
     return nodes
+
+
+def _programs(root) -> tuple[Optional[str], list]:
+    """``driver_version`` and the compiled programs ``[(fingerprint, bytes)]`` of a TF 2.7 / LiteRT root table."""
+    if not hasattr(root, "DriverVersion"):
+        return None, []
+    dv = root.DriverVersion()
+    progs = []
+    for j in range(root.BinaryProgramsLength()):
+        p = root.BinaryPrograms(j)
+        progs.append((p.Fingerprint(), p.BinaryLength()))
+    return (dv.decode("utf-8", "replace") if dv is not None else None), progs
 
 
 # --- weight layouts ------------------------------------------------------------
@@ -483,8 +504,10 @@ def read(source) -> ModelIR:
     Returns:
         a :class:`ModelIR` with ``format="gpu_cl"``; ``metadata`` holds
         ``generation``, ``precision``, ``storage_type``, the parsed ``nodes``
-        (:class:`GpuNode`) and ``weights`` (:class:`WeightRef`, for
-        write-back).
+        (:class:`GpuNode`), ``weights`` (:class:`WeightRef`, for
+        write-back), ``driver_version`` (str, or None before TF 2.7) and
+        ``binary_programs`` (``[(fingerprint, size in bytes)]`` of the
+        compiled programs, TF 2.7 and LiteRT).
 
     Raises:
         ModelFormatError: no generation matches, or the file contradicts
@@ -549,6 +572,7 @@ def read(source) -> ModelIR:
     meta = {"generation": gen.name, "precision": PRECISIONS.get(prec, str(prec)),
             "storage_type": STORAGE.get(storage, str(storage)),
             "nodes": gnodes, "weights": b.weights, "size": len(buf)}
+    meta["driver_version"], meta["binary_programs"] = _programs(root)
     return ModelIR("gpu_cl", [g], description=f"TFLite GPU delegate (OpenCL) serialized model, generation {gen.name}",
                    source=path, buffer=buf, metadata=meta)
 
@@ -744,6 +768,10 @@ def describe(ir: ModelIR) -> str:
     """What ``fbjax inspect`` prints for a ``.bin``: generation, precision, storage, nodes, tensors, weights."""
     md = ir.metadata
     lines = [f"generation: {md['generation']}  precision: {md['precision']}  storage: {md['storage_type']}"]
+    if md.get("driver_version") is not None or md.get("binary_programs"):
+        progs = md.get("binary_programs", [])
+        lines.append(f"driver version: {md.get('driver_version') or '(none)'}; compiled programs: {len(progs)} "
+                     f"({format_bytes(sum(n for _, n in progs))}), kept as stored")
     weight_bytes = sum(o.flat.nbytes for n in md["nodes"] for o in n.objects.values())
     lines.append(f"weight objects: {format_bytes(weight_bytes)} stored; decoded weights: "
                  f"{sum(w.value.data.size for w in md['weights']):,} values")
@@ -752,7 +780,8 @@ def describe(ir: ModelIR) -> str:
         ops = " -> ".join(f"{op} {i}" for op, i in n.ops)
         var = _variant(ir, n)
         lines.append(f"  [{n.index}] {ops}" + (f"  ({var})" if var else "")
-                     + f"  in {n.input_ids} out {n.output_ids}  work group {n.work_group_size} grid {n.grid_size}")
+                     + f"  in {n.input_ids} out {n.output_ids}  work group {n.work_group_size} grid {n.grid_size}"
+                     + (f"  program {n.fingerprint:#018x}" if n.fingerprint is not None else ""))
         for name, o in sorted(n.objects.items()):
             lines.append(f"        {name}: {o.kind} {o.dtype.name} x {o.flat.size} ({format_bytes(o.flat.nbytes)}) "
                          + " ".join(f"{k}={v}" for k, v in o.info.items()))

@@ -124,6 +124,7 @@ SCHEMAS = {
     "stablehlo": "stablehlo_schema_desc",
     "gpu_cl_seed": "gpu_cl_seed_schema_desc",
     "gpu_cl_tf25": "gpu_cl_tf25_schema_desc",
+    "gpu_cl_tf27": "gpu_cl_tf27_schema_desc",
     "gpu_cl_litert": "gpu_cl_litert_schema_desc",
 }
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from .._registry import OpDef, call_op, gap_detail, kernel_gaps
 from ..errors import ModelFormatError, UnsupportedOperatorError
-from ..ir import Graph, ModelIR, Node, OpContext, Value
+from ..ir import Graph, ModelIR, Node, OpContext, Value, has_valid_count
 from .registry import LOWERINGS
 
 
@@ -253,9 +253,10 @@ class Program:
         not_static = []  # (node key, why): every node whose static input is not known, reported together
         for node in nodes:
             opdef: OpDef = self.registry.get(node.op_set, node.op_name)
+            static = _static_positions(opdef, node)
             args = []
             for i, v in enumerate(node.inputs):
-                if i in opdef.static_inputs and v is not None:
+                if i in static and v is not None:
                     if v.data is not None:
                         args.append(np.asarray(v.data))
                         continue
@@ -455,6 +456,16 @@ def build(model: ModelIR, *, backend: Optional[str] = None, options: Optional[di
 SHAPE_ONLY = {("tflite", "SHAPE"), ("tflite", "RANK"), ("onnx", "Shape"), ("onnx", "Size")}
 
 
+def _static_positions(opdef: OpDef, node: Node) -> tuple:
+    """The input positions of ``node`` that must be known at load time: the
+    op's ``static_inputs``, less its ``bounded_inputs`` for a node padded to
+    a bound (static-bound mode gave it a valid-count output:
+    :func:`fbjax.passes.add_valid_counts`)."""
+    if opdef.bounded_inputs and has_valid_count(node):
+        return tuple(i for i in opdef.static_inputs if i not in opdef.bounded_inputs)
+    return opdef.static_inputs
+
+
 def static_input_suspects(model: ModelIR, registry=LOWERINGS) -> list:
     """Nodes whose load-time (``static_inputs``) operand may depend on a
     model input's values: it is not a constant and is computed, through ops
@@ -467,7 +478,7 @@ def static_input_suspects(model: ModelIR, registry=LOWERINGS) -> list:
         for node in g.nodes:
             opdef = registry.get(node.op_set, node.op_name)
             if opdef is not None and any(i < len(node.inputs) and node.inputs[i] is not None
-                                         and id(node.inputs[i]) in dynamic for i in opdef.static_inputs):
+                                         and id(node.inputs[i]) in dynamic for i in _static_positions(opdef, node)):
                 out.append(node)
             if node.key not in SHAPE_ONLY and any(v is not None and id(v) in dynamic for v in node.inputs):
                 dynamic.update(id(o) for o in node.outputs if o is not None)

@@ -6,18 +6,21 @@ of the file formats the small real models do not: TFLite control flow
 sparse constants, flexbuffer custom options and the >2 GB layout (buffers
 stored after the flatbuffer via ``offset``/``size``); RTen v1 and v2 files
 written by rten-convert; StableHLO flatbuffers with a REDUCE body; TFLite GPU
-delegate ``.bin`` files (both schema generations).
+delegate ``.bin`` files (the seed, TF 2.5 and TF 2.7 generations).
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 from pathlib import Path
 
 import flatbuffers
 import numpy as np
 
+from fbjax.formats._generated import gpu_cl_tf25_generated as G25
+from fbjax.formats._generated import gpu_cl_tf27_generated as G27
 from fbjax.formats._generated import stablehlo_generated as S
 from fbjax.formats._generated import tflite_generated as T
 
@@ -342,6 +345,47 @@ def stablehlo_conv() -> bytes:
     b.Finish(m.Pack(b))
     return bytes(b.Output())
 
+# --- TFLite GPU delegate: the TF 2.7 layout ---------------------------------------
+
+def _copy_to(mod, obj):
+    """A flatc object-API tree rebuilt with ``mod``'s classes (same table and field names)."""
+    if isinstance(obj, list):
+        return [_copy_to(mod, x) for x in obj]
+    if obj is None or isinstance(obj, (bool, int, float, str, bytes, np.ndarray)):
+        return obj
+    new = getattr(mod, type(obj).__name__)()
+    for k, v in vars(obj).items():
+        assert hasattr(new, k), (type(obj).__name__, k)
+        setattr(new, k, _copy_to(mod, v))
+    return new
+
+
+#: what the TF 2.7 copies carry besides the 2.5 file's fields
+TF27_DRIVER = "OpenCL 3.0 PoCL 3.1+debian Linux, RELOC, LLVM 15.0.6, SLEEF, DISTRO"
+
+
+def gpu_cl_as_tf27(buf: bytes) -> tuple[bytes, list]:
+    """A TF 2.5 file re-encoded in the TF 2.7 layout, field by field, plus the fields 2.7 adds: a driver
+    version, each node's program fingerprint (8 bytes of the SHA-256 of its code, standing in for the
+    delegate's hash of code and compiler options) and one ``BinaryProgram`` per distinct fingerprint
+    (64 stand-in bytes: a real one is the driver's compiled kernel). No device-written TF 2.7 file is public.
+    Returns the bytes and the programs ``[(fingerprint, size)]`` written."""
+    ic = G25.InferenceContextT.InitFromBuf(buf, G25.InferenceContext.GetRootAs(buf, 0)._tab.Pos)
+    new = _copy_to(G27, ic)
+    progs = {}
+    for n in new.nodes:
+        n.fingerprint = int.from_bytes(hashlib.sha256(n.gpuOp.code or b"").digest()[:8], "little")
+        if n.fingerprint not in progs:
+            bp = G27.BinaryProgramT()
+            bp.fingerprint = n.fingerprint
+            bp.binary = list(hashlib.sha256(n.fingerprint.to_bytes(8, "little")).digest() * 2)
+            progs[n.fingerprint] = bp
+    new.binaryPrograms = list(progs.values())
+    new.driverVersion = TF27_DRIVER
+    b = flatbuffers.Builder(len(buf) + 1024)
+    b.Finish(new.Pack(b))
+    return bytes(b.Output()), [(fp, 64) for fp in progs]
+
 
 # --- the corpus ---------------------------------------------------------------
 
@@ -362,6 +406,9 @@ def seeds() -> tuple[tuple[str, str, bytes], ...]:
         p = SHARED_GPU_CL / f
         if p.is_file():
             out.append((p.name, "gpu_cl", p.read_bytes()))
+    p = SHARED_GPU_CL / REAL_GPU_CL[0]
+    if p.is_file():
+        out.append(("tflm_sine_float.F32.BUFFER.tf27.bin", "gpu_cl", gpu_cl_as_tf27(p.read_bytes())[0]))
     out.append(("synthetic_conv", "stablehlo", stablehlo_conv()))
     extra = os.environ.get("FBJAX_FUZZ_SEEDS")  # more files: path[:format],...
     for item in filter(None, (extra or "").split(",")):

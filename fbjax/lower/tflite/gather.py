@@ -224,11 +224,25 @@ def EMBEDDING_LOOKUP(ctx, ids, params):
     return jnp.take(jnp.asarray(params), jnp.asarray(ids), axis=0, mode="clip")
 
 
-@register("tflite", "WHERE", static_inputs=(0,), differentiable=False)
+@register("tflite", "WHERE", static_inputs=(0,), differentiable=False, bounded_inputs=(0,))
 def WHERE(ctx, cond):
-    """TFLite WHERE (one input): ``[num_true, rank]`` int64 coordinates of
-    the true elements in row-major order. The output size depends on the
-    data, so the condition must be known at load time."""
+    """TFLite WHERE (one input, ``kernels/where.cc``): ``[num_true, rank]``
+    int64 coordinates of the nonzero elements of ``cond`` (bool or numeric),
+    in row-major order. The output size depends on the data, so as loaded
+    ``cond`` must be known at load time (refused at load otherwise). In
+    static-bound mode (``fbjax.load(..., static_bounds=True)``: the node has
+    a trailing ``:valid_count`` output) ``cond`` may be computed by the
+    graph: returns the coordinates padded with -1 rows to
+    ``[cond.size, rank]`` and the int32 ``num_true``; jittable and
+    vmappable."""
+    if ctx.bounded:
+        c = jnp.asarray(cond) != 0
+        n = int(np.prod(c.shape, dtype=np.int64))
+        count = jnp.sum(c, dtype=jnp.int32)
+        if c.ndim == 0:  # rank 0: one row of no coordinates
+            return jnp.zeros((1, 0), ctx.out_dtype(0)), count
+        coords = jnp.stack(jnp.nonzero(c, size=n, fill_value=-1), axis=-1)
+        return coords.astype(ctx.out_dtype(0)), count
     c = np.asarray(cond)
     return np.argwhere(c != 0).astype(ctx.out_dtype(0))
 
@@ -247,17 +261,47 @@ def SPARSE_TO_DENSE(ctx, indices, output_shape, values, default_value, *, valida
     return out.at[tuple(idx[:, j] for j in range(idx.shape[1]))].set(vals.astype(out.dtype), mode="drop")
 
 
-@register("tflite", "UNIQUE", static_inputs=(0,), differentiable=False)
+@register("tflite", "UNIQUE", static_inputs=(0,), differentiable=False, bounded_inputs=(0,))
 def UNIQUE(ctx, x, *, idx_out_type=None):
-    """TFLite UNIQUE: the distinct values of 1-D ``x`` in order of first
-    appearance, and for each element its index into them. The output size
-    depends on the data, so ``x`` must be known at load time."""
+    """TFLite UNIQUE (``kernels/unique.cc``): the distinct values ``y`` of 1-D
+    ``x`` in order of first appearance (each the value at its first
+    occurrence; values comparing equal, such as -0.0 and 0.0, are one), and
+    ``idx`` (int32 or int64, ``x``'s shape) with ``x[i] == y[idx[i]]``. The
+    size of ``y`` depends on the data, so as loaded ``x`` must be known at
+    load time (refused at load otherwise). In static-bound mode
+    (``fbjax.load(..., static_bounds=True)``: a trailing ``:valid_count``
+    output) ``x`` may be computed by the graph: ``y`` is padded with zeros
+    to ``x.size``, followed by ``idx`` and the int32 number of distinct
+    values; jittable and vmappable (a stable sort, O(n log n))."""
+    if ctx.bounded:
+        return _unique_padded(jnp.asarray(x).reshape(-1), ctx.out_dtype(1))
     x = np.asarray(x).reshape(-1)
     _, first, inv = np.unique(x, return_index=True, return_inverse=True)
     order = np.argsort(first)
     rank = np.empty_like(order)
     rank[order] = np.arange(order.size)
     return x[np.sort(first)], rank[inv.reshape(-1)].astype(ctx.out_dtype(1))
+
+
+def _unique_padded(x, idx_dtype):
+    """First-appearance unique of 1-D ``x`` with static shapes: ``(y padded
+    with zeros to x.size, idx, int32 count)``. Equal values are adjacent
+    after a stable sort; each run's first original position (the smallest,
+    a segment minimum) is the first occurrence of that value; ranking the
+    first occurrences by position gives the order of ``y``."""
+    n = x.shape[0]
+    if n == 0:
+        return x, jnp.zeros((0,), idx_dtype), jnp.int32(0)
+    pos = jnp.arange(n, dtype=jnp.int32)
+    perm = jnp.argsort(x, stable=True).astype(jnp.int32)
+    xs = x[perm]
+    run = jnp.cumsum(jnp.concatenate([jnp.zeros((1,), jnp.int32), (xs[1:] != xs[:-1]).astype(jnp.int32)]))
+    first_of_run = jax.ops.segment_min(perm, run, num_segments=n)
+    first = jnp.zeros((n,), jnp.int32).at[perm].set(first_of_run[run])  # per element: its first occurrence
+    is_first = first == pos
+    rank = jnp.cumsum(is_first.astype(jnp.int32)) - 1
+    y = jnp.zeros((n,), x.dtype).at[jnp.where(is_first, rank, n)].set(x, mode="drop")
+    return y, rank[first].astype(idx_dtype), jnp.sum(is_first, dtype=jnp.int32)
 
 
 @register("tflite", "EMBEDDING_LOOKUP_SPARSE", static_inputs=(2,))

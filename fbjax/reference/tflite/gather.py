@@ -182,8 +182,15 @@ def EMBEDDING_LOOKUP(ctx, ids, params):
 
 @register("tflite", "WHERE", static_inputs=(0,))
 def WHERE(ctx, cond):
-    """Coordinates of true elements."""
-    return np.argwhere(np.asarray(cond) != 0).astype(ctx.out_dtype(0))
+    """Coordinates of true elements; static-bound mode: padded with -1 rows
+    to one per element, and the count."""
+    c = np.asarray(cond)
+    idx = np.argwhere(c != 0).astype(ctx.out_dtype(0))
+    if ctx.bounded:
+        padded = np.full((c.size, c.ndim), -1, idx.dtype)
+        padded[:len(idx)] = idx
+        return padded, np.int32(len(idx))
+    return idx
 
 
 @register("tflite", "SPARSE_TO_DENSE", static_inputs=(1,))
@@ -208,7 +215,12 @@ def UNIQUE(ctx, x, *, idx_out_type=None):
             seen[v] = len(vals)
             vals.append(v)
         idx.append(seen[v])
-    return np.asarray(vals, np.asarray(x).dtype), np.asarray(idx, ctx.out_dtype(1))
+    y = np.asarray(vals, np.asarray(x).dtype)
+    if ctx.bounded:  # static-bound mode: values padded with zeros to one per element, and the count
+        padded = np.zeros(np.asarray(x).size, y.dtype)
+        padded[:len(y)] = y
+        return padded, np.asarray(idx, ctx.out_dtype(1)), np.int32(len(y))
+    return y, np.asarray(idx, ctx.out_dtype(1))
 
 
 @register("tflite", "EMBEDDING_LOOKUP_SPARSE", static_inputs=(2,))
