@@ -19,8 +19,8 @@ largest divisor of the batch under ``fbjax.run.chunked.CHUNK_BYTES``; 1 for the
 MediaPipe detectors, whose batched program is slower per example than
 batch-1 calls), and when two chunks fit at once, two of them run
 concurrently in worker threads (as :class:`fbjax.run.chunked.ChunkedCall`
-does): per example the same program as a loop of ``model(x)``, with less
-host work per call (``benchmarks/infer.py``). The strategy is chosen from
+does); for the MediaPipe detectors that is, per example, the program of a
+loop of ``model(x)`` with less host work per call (``benchmarks/infer.py``). The strategy is chosen from
 the model's activation sizes alone (no timing), so a run is deterministic.
 Otherwise each batch
 is placed on a 1-D device mesh (``jax.sharding.Mesh`` with axis
