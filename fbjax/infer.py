@@ -17,12 +17,15 @@ runs as calls of the prepared program ``Model.__call__`` uses
 materialized) on chunks of examples whose activations fit in cache (the
 largest divisor of the batch under ``fbjax.run.chunked.CHUNK_BYTES``; 1 for the
 MediaPipe detectors, whose batched program is slower per example than
-batch-1 calls), and when two chunks fit at once, two of them run
-concurrently in worker threads (as :class:`fbjax.run.chunked.ChunkedCall`
-does); for the MediaPipe detectors that is, per example, the program of a
-loop of ``model(x)`` with less host work per call (``benchmarks/infer.py``). The strategy is chosen from
-the model's activation sizes alone (no timing), so a run is deterministic.
-Otherwise each batch
+batch-1 calls); for the MediaPipe detectors that is, per example, the
+program of a loop of ``model(x)`` with less host work per call
+(``benchmarks/infer.py``). When two chunks fit in cache at once, the steps
+run either as one stream of asynchronous calls or two at a time in worker
+threads (as :class:`fbjax.run.chunked.ChunkedCall` does), whichever the
+first steps measure faster, measured again every
+:data:`STREAM_KEEP_STEPS` steps (:class:`_StreamChooser`). The chunk size
+comes from the model's activation sizes alone and each step is the same
+program either way, so results never depend on timing. Otherwise each batch
 is placed on a 1-D device mesh (``jax.sharding.Mesh`` with axis
 ``"batch"``; the next batch is put while the current one runs), split along
 its leading dimension with ``NamedSharding(mesh, P("batch"))``, and run by
@@ -48,6 +51,7 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 import zipfile
 from typing import Iterable, Iterator, Mapping, Optional, Sequence, Union
 
@@ -330,6 +334,64 @@ def _stream_pool(streams: int):
         return pool
 
 
+#: Steps :class:`_StreamChooser` times each way (one stream, then several at once)
+#: before keeping the faster way for :data:`STREAM_KEEP_STEPS` steps, and again.
+STREAM_PROBE_STEPS = 8
+STREAM_KEEP_STEPS = 64
+
+
+class _StreamChooser:
+    """How many steps :func:`infer` runs at once on one CPU device, by
+    timing: :data:`STREAM_PROBE_STEPS` steps with one stream (asynchronous
+    calls, as a loop of ``model(x)``), as many with ``streams`` concurrent
+    steps, then the faster of the two for :data:`STREAM_KEEP_STEPS` steps;
+    then it measures again (the load of a shared machine changes). Two
+    concurrent executions fill the gaps between one stream's small kernels on
+    an idle machine (1.4x) but lose to one stream when other processes hold
+    the cores. Each step is the same program on the same examples either
+    way, so the choice changes only the time, never a result.
+
+    The caller waits for every step in flight (:meth:`due`) before each
+    phase starts, so a phase's time is its own steps'."""
+
+    def __init__(self, streams: int):
+        self.streams = streams
+        self.times: dict = {}  # streams -> seconds per step, this probe round
+        self.phases = [(1, STREAM_PROBE_STEPS), (streams, STREAM_PROBE_STEPS)]
+        self.mode, self.left = self.phases[0]
+        self.start = None  # perf_counter at the phase's start; None: not started
+        self.steps = 0
+        self.history: list = []  # (mode, steps) of every phase run (for tests)
+
+    def due(self) -> bool:
+        """Whether a phase ends before the next step (the caller drains, then :meth:`begin`)."""
+        return self.start is None or self.left == 0
+
+    def begin(self, now: float) -> None:
+        """Close the phase that ran (time per step) and start the next at ``now``."""
+        if self.start is not None and self.steps:
+            self.history.append((self.mode, self.steps))
+            if len(self.times) < 2 and self.mode not in self.times:
+                self.times[self.mode] = (now - self.start) / self.steps
+            if self.phases:
+                self.phases.pop(0)
+            if not self.phases:
+                if len(self.times) == 2:  # both measured: keep the faster
+                    best = min(self.times, key=self.times.get)
+                    self.phases = [(best, STREAM_KEEP_STEPS)]
+                    self.times = {}
+                else:  # after keeping: measure again
+                    self.phases = [(1, STREAM_PROBE_STEPS), (self.streams, STREAM_PROBE_STEPS)]
+        self.mode, self.left = self.phases[0]
+        self.steps = 0
+        self.start = now
+
+    def took(self) -> None:
+        """One step of the current phase was dispatched."""
+        self.left -= 1
+        self.steps += 1
+
+
 class _Prefetch:
     """``produce()`` called in a background thread, up to ``depth`` results
     ahead of :meth:`get`, so that reading files and assembling batches
@@ -418,9 +480,11 @@ def _plan(model, batch: int) -> tuple:
     :data:`~fbjax.run.chunked.CHUNK_THREADS` streams as
     :class:`~fbjax.run.chunked.ChunkedCall`) but thrash the cache when one
     example's activations already fill it (MediaPipe palm detection, 3.5 MB
-    per example: half the examples/s). So: ``CHUNK_THREADS`` streams when that
-    many examples fit, else one; ``k`` the largest divisor of ``batch`` whose
-    ``streams * k`` examples fit, at least 1 (``benchmarks/infer.py``)."""
+    per example: half the examples/s). So: up to ``CHUNK_THREADS`` streams
+    when that many examples fit, else one; ``k`` the largest divisor of
+    ``batch`` whose ``streams * k`` examples fit, at least 1
+    (``benchmarks/infer.py``). Whether the streams run at once is timed
+    while running (:class:`_StreamChooser`)."""
     cache = model.__dict__.setdefault("_infer_example_bytes", [])
     if not cache:
         cache.append(max(_example_bytes(model), 1))
@@ -780,15 +844,26 @@ def infer(
                     with jax.enable_x64(x64):  # (JAX's config contexts are per thread)
                         return fetch(run1(p_host, *placed))
 
-                def dispatch_streamed(placed):
-                    if per_step in warm:
-                        return pool.submit(run_step, placed)
-                    done: Future = Future()
-                    done.set_result(run_step(placed))  # the first step of this size runs here (compiles)
-                    warm.add(per_step)
-                    return done
+                chooser = _StreamChooser(streams)
 
-                dispatch, fetch_step = dispatch_streamed, Future.result  # (a step's results: its future's)
+                def dispatch_streamed(placed):
+                    if per_step not in warm:
+                        done: Future = Future()
+                        done.set_result(run_step(placed))  # the first step of this size runs here (compiles)
+                        warm.add(per_step)
+                        return done
+                    if chooser.due():
+                        drain(0)  # the phase before is timed on its own steps
+                        chooser.begin(time.perf_counter())
+                    chooser.took()
+                    if chooser.mode == 1:
+                        return run1(p_host, *placed)  # asynchronous, as a loop of model(x)
+                    return pool.submit(run_step, placed)
+
+                def fetch_any(res):
+                    return res.result() if isinstance(res, Future) else fetch(res)
+
+                dispatch, fetch_step = dispatch_streamed, fetch_any
         else:
             p = model.params if params is None else params
             p = {name: jax.make_array_from_callback(np.shape(v), replicated, lambda idx, v=v: np.asarray(v)[idx])

@@ -621,3 +621,53 @@ def test_infer_int64_model_keeps_64_bits_in_the_worker_threads():
         got = fbjax.infer(model, xs, step_size=2, progress=False)
         assert got.dtype == np.int64
         np.testing.assert_array_equal(got, 2 * xs)
+
+
+def test_stream_chooser_keeps_the_faster_way_and_measures_again():
+    """_StreamChooser: probe one stream, then two, keep the faster (by the
+    times given), then probe again; driven here by fake clock readings."""
+    inf = sys.modules["fbjax.infer"]  # (fbjax.infer, the attribute, is the function)
+
+    for t1, t2, keep in ((2.0, 1.0, 2), (1.0, 2.0, 1)):
+        c = inf._StreamChooser(2)
+        clock, modes = 0.0, []
+        per_step = {1: t1, 2: t2}
+        for _ in range(2 * inf.STREAM_PROBE_STEPS + inf.STREAM_KEEP_STEPS + 1):
+            if c.due():
+                c.begin(clock)
+            c.took()
+            modes.append(c.mode)
+            clock += per_step[c.mode]
+        p = inf.STREAM_PROBE_STEPS
+        assert modes[:p] == [1] * p and modes[p:2 * p] == [2] * p
+        assert modes[2 * p:-1] == [keep] * inf.STREAM_KEEP_STEPS
+        assert modes[-1] == 1  # measuring again
+
+
+def test_infer_results_do_not_depend_on_the_streams_chosen(monkeypatch):
+    """Whatever _StreamChooser picks, each step is the same program on the
+    same examples: identical results to one stream throughout (an identical
+    program), within the per-sample bound of batch-1 calls."""
+    import fbjax.run.chunked as chunked
+    inf = sys.modules["fbjax.infer"]  # (fbjax.infer, the attribute, is the function)
+
+    made = []
+
+    class Recording(inf._StreamChooser):
+        def __init__(self, streams):
+            super().__init__(streams)
+            made.append(self)
+
+    monkeypatch.setattr(inf, "_StreamChooser", Recording)
+    monkeypatch.setattr(inf, "STREAM_PROBE_STEPS", 2)
+    monkeypatch.setattr(inf, "STREAM_KEEP_STEPS", 3)
+    src = conv_reshape_fc()
+    model = fbjax.load(src, batch_size=None)
+    xs = np.random.default_rng(14).standard_normal((23, 6, 6, 3)).astype(F32)
+    assert inf._plan(model, 1) == (1, 2)
+    got = fbjax.infer(model, xs, step_size=1, progress=False)
+    assert {m for m, _ in made[-1].history} == {1, 2}  # both ways ran
+    monkeypatch.setattr(chunked, "CHUNK_THREADS", 1)
+    assert inf._plan(model, 1) == (1, 1)
+    np.testing.assert_array_equal(got, fbjax.infer(model, xs, step_size=1, progress=False))
+    assert_per_sample(got, src, xs, "infer with streams chosen by timing")
