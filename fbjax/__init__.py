@@ -1,4 +1,5 @@
-"""fbjax: flatbuffer ML models (TFLite, ...) as jitted, differentiable JAX functions.
+"""fbjax: flatbuffer ML models (``.tflite``, ``.rten``, ``stablehlo.flatbuf`` and
+TFLite GPU delegate ``.bin`` files) as jitted, differentiable JAX functions.
 
 Quick use::
 
@@ -32,6 +33,7 @@ def supported_ops(op_set: str | None = None) -> dict[str, list[str]]:
             ``"tflite.int"`` (the bit-exact quantized kernels),
             ``"tflite.hybrid"``, ``"tflite.custom"`` (MediaPipe and
             registered custom ops), ``"onnx"`` (``.rten``), ``"stablehlo"``,
+            ``"stablehlo.custom_call"`` (custom-call targets with a handler),
             ``"gpu"`` (TFLite GPU delegate ``.bin``), ``"fbjax"`` (fbjax's own helper ops).
 
     Returns:

@@ -85,6 +85,18 @@ class OpDef:
             lowering also takes its integer weights as traced arrays, so
             float mode can feed it re-quantized params
             (:func:`fbjax.quantization.prepare`).
+        hybrid_eligible: for hybrid kernels (``"tflite.hybrid"``):
+            ``fn(node, weight) -> bool``, whether the kernel serves the
+            ``"tflite"`` node ``node`` with the quantized constant ``weight``
+            kept in its integer type (:func:`fbjax.quantization.prepare`,
+            ``quantized="exact"``); hybrid ops without it are never chosen.
+        squashing: the op maps its float input into a bounded range
+            (logistic, softmax): precision comparisons
+            (:mod:`fbjax.precision`) read its input, the logits, instead.
+        bias_scale: ``(weight input, bias input, activation input)`` for
+            TFLite ops whose int32 bias scale is activation scale times
+            weight scale: when the weights are re-quantized the bias is too
+            (:meth:`fbjax.Model.save`, :mod:`fbjax.formats.tflite_writer`).
     """
 
     op_set: str
@@ -107,6 +119,9 @@ class OpDef:
     full_precision: bool = False
     traced_weights: bool = False
     bounded_inputs: tuple = ()
+    hybrid_eligible: Optional[Callable] = None
+    squashing: bool = False
+    bias_scale: Optional[tuple] = None
 
     @property
     def key(self) -> tuple[str, str]:
@@ -115,7 +130,7 @@ class OpDef:
 
 _FACTS = frozenset({"batch", "foldable", "weights", "int_passthrough", "fq_rounding", "reads_input_twice",
                     "scalar_regions", "check", "stateful", "init_state", "full_precision",
-                    "traced_weights", "bounded_inputs"})
+                    "traced_weights", "bounded_inputs", "hybrid_eligible", "squashing", "bias_scale"})
 
 
 class Registry:

@@ -36,17 +36,19 @@ def _spec_str(name: str, shape, dtype, quant=None) -> str:
     return out
 
 
-def _output_shapes(path, g) -> list:
-    """The output shapes ``fbjax.load(path).outputs`` reports (inferred at
-    static input shapes, with a warning where the file's are wrong); the
-    file's declared shapes when the model does not load."""
+def _load_for_inspect(path):
+    """``(model, None)``, or ``(None, why)`` when ``fbjax.load(path)`` refuses
+    the file: load reads it, checks what can be known without running
+    (kernel dtypes, region arities, static inputs) and traces the model
+    abstractly at its input shapes, so every lowering's own check has run
+    (:func:`fbjax.model.load`)."""
     from .errors import FbjaxError
     from .model import load
 
     try:
-        return [s.shape for s in load(path).outputs]
-    except FbjaxError:
-        return [v.shape for v in g.outputs]
+        return load(path), None
+    except FbjaxError as e:
+        return None, f"{type(e).__name__}: {e}"
 
 
 def cmd_inspect(args) -> int:
@@ -87,8 +89,10 @@ def cmd_inspect(args) -> int:
     print("inputs:")
     for v in g.inputs:
         print("  " + _spec_str(v.name, v.shape, v.dtype, v.quant))
-    print("outputs:")
-    for v, shape in zip(g.outputs, _output_shapes(args.model, g)):  # inferred shapes win over declared ones
+    model, problem = _load_for_inspect(args.model)
+    print("outputs:")  # the shapes fbjax.load infers win over the file's declared ones
+    shapes = [s.shape for s in model.outputs] if model is not None else [v.shape for v in g.outputs]
+    for v, shape in zip(g.outputs, shapes):
         print("  " + _spec_str(v.name, shape, v.dtype, v.quant))
     if ir.signatures:  # every entry point (`fbjax run MODEL --signature KEY` runs one)
         print(f"signatures ({len(ir.signatures)}):")
@@ -145,7 +149,6 @@ def cmd_inspect(args) -> int:
         print(f"unsupported: {', '.join(unsupported)}")
         print("fbjax cannot run this model yet; see `fbjax.supported_ops()` or register a custom op.")
         return 0
-    problem = _load_problem(args.model)
     if problem:
         print(f"fbjax cannot run this model: {problem}")
         return 1
@@ -175,32 +178,6 @@ def _add_constant_input(parser) -> None:
                         help="ops whose output size depends on computed values (ONNX NonMaxSuppression, NonZero, "
                         "TopK's k, Loop scan outputs; TFLite WHERE, UNIQUE) return outputs padded to a load-time bound plus a "
                         "'<name>:valid_count' output (fbjax.load(static_bounds=True))")
-
-
-def _load_problem(path) -> Optional[str]:
-    """Why ``fbjax.load(path)`` or a call on inputs of the file's shapes would
-    fail, known without running: the load (kernel dtypes, region arities,
-    static inputs...) and an abstract trace of the model (``jax.eval_shape``:
-    every lowering's own checks, nothing computed). None when both pass."""
-    import jax
-
-    from .errors import FbjaxError
-    from .model import load
-
-    try:
-        model = load(path)
-    except FbjaxError as e:
-        return f"{type(e).__name__}: {e}"
-    specs = [jax.ShapeDtypeStruct(s.shape, s.dtype) for s in model.inputs
-             if s.shape is not None and None not in s.shape]
-    if len(specs) != len(model.inputs):
-        return None  # dynamic input shapes: the trace needs a size per call
-    try:
-        with jax.enable_x64(model._x64):
-            jax.eval_shape(lambda p, *x: model.apply(p, *x), model.params, *specs)
-    except FbjaxError as e:
-        return f"{type(e).__name__}: {e}"
-    return None
 
 
 #: random integer inputs that are not quantized values are drawn in [0, this): in range as token ids,
@@ -344,7 +321,9 @@ def cmd_run(args) -> int:
         print(f"the output is the probability that each pixel shows a person: > 0.5 on {mask.mean():.1%} of "
               f"the image; intersection over union with the drawn figure (which covers {figure.mean():.1%}): {iou:.3f}")
     print(f"backend: {jax.default_backend()}  devices: {len(jax.devices())}")
-    print(f"load: {t_load * 1e3:.1f} ms   first result (trace + compile + run): {t_first * 1e3:.1f} ms")
+    print(f"load: {t_load * 1e3:.1f} ms   first result (compile + run; load traced it): {t_first * 1e3:.1f} ms"
+          if getattr(model, "_traced_outputs", None) is not None else
+          f"load: {t_load * 1e3:.1f} ms   first result (trace + compile + run): {t_first * 1e3:.1f} ms")
     if times:
         print(
             f"steady-state latency over {len(times)} runs: median {np.median(times) * 1e3:.3f} ms, "

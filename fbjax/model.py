@@ -18,6 +18,7 @@ from . import cache
 from .cache import compiler_options
 from .lower import state as _st
 from .lower.build import Program
+from .lower.registry import LOWERINGS
 from . import run
 from . import pipeline
 from .options import FILE_BATCH as _FILE
@@ -168,15 +169,15 @@ class Model:
         self._x64 = _needs_x64(ir)
         with jax.enable_x64(self._x64):
             self.params = {k: jax.device_put(v) for k, v in program.params.items()}  # no per-shape compiles (jnp.asarray: ~1 s)
-        # issue 3: resource variables (VAR_HANDLE ...) -> explicit state, see
+        # Resource variables (VAR_HANDLE ...) -> explicit state, see
         # fbjax.lower.state; None for models without variables.
-        self._stateful = _st.has_state(ir)  # TFLite variables/random ops, ONNX random ops (issue 5)
+        self._stateful = _st.has_state(ir)  # TFLite variables/random ops, ONNX random ops
         with jax.enable_x64(self._x64):
             self.state = _st.initial_state(program, self.params) if self._stateful else None
-        # Per-call overhead of __call__ (issue 8): see _apply_leaves and __call__.
+        # Per-call overhead of __call__: see _apply_leaves and __call__.
         self._param_names = tuple(self.params)
         self._param_shapes = {k: tuple(np.shape(v)) for k, v in program.params.items()}  # for _check_params
-        #: (shape, dtype) per input of the calls _check_inputs passed unchanged (bounded)
+        #: (shape, dtype) per input of the calls check_inputs passed unchanged (bounded)
         self._accepted: dict = {}
         self._warned_int: set = set()  # inputs already warned about integer data for a float input
         #: how calls run, chosen once here (:func:`fbjax.run.select`): its ``name`` says which
@@ -187,12 +188,32 @@ class Model:
         self._unchecked = self.executor.unchecked  # __call__ may try executor.jitted_leaves before any check
 
     @property
+    def x64(self) -> bool:
+        """True when calling the model runs under a scoped
+        ``jax.enable_x64(True)``: the file has 64-bit tensors (int64, float64)
+        or integer kernels that need 64-bit arithmetic (see the class
+        docstring). :meth:`apply` follows the caller's configuration."""
+        return self._x64
+
+    @property
+    def checks_inputs(self) -> bool:
+        """How :meth:`__call__` treats inputs. False (the fast path of the
+        plain ``jit`` executor): arrays of the :attr:`inputs`' shapes and
+        dtypes go straight to the jitted program, whose dispatch compares
+        them with its traces. True: each call goes through
+        :meth:`check_inputs` first (signatures that passed unchanged before
+        are remembered and skip it); it becomes True for good once a call
+        needed converting (another dtype, nested lists, a weakly typed
+        array), and is True from the start for the other executors."""
+        return not self._unchecked
+
+    @property
     def outputs(self) -> list:
         """The outputs' :class:`TensorSpec`, in output order.
 
         Shapes fbjax infers win over shapes the file merely declares: when
-        every input shape is static, the first read traces the model
-        (``jax.eval_shape``, nothing runs) and takes the shapes it computes
+        every input shape is static, they are the shapes :func:`load`'s
+        abstract trace of the model computed (nothing runs)
         (files are written with placeholder shapes, e.g. PaddlePaddle's
         scalar ``float32()`` outputs of a graph that computes ``(1, 2)``),
         with a ``UserWarning`` naming each output whose declared shape was
@@ -324,7 +345,7 @@ class Model:
     def _apply_leaves(self, leaves: tuple, *inputs):
         """:meth:`apply` with the params as a tuple in ``_param_names`` order
         (the jit dispatch flattens a tuple faster than a dict, whose keys it
-        sorts on every call), for inputs :meth:`_check_inputs` would pass
+        sorts on every call), for inputs :meth:`check_inputs` would pass
         unchanged.
 
         Raises:
@@ -336,14 +357,24 @@ class Model:
             raise _Unchecked()
         return self.apply(dict(zip(self._param_names, leaves)), *inputs)
 
-    #: most input signatures :meth:`_check_inputs` remembers as passing unchanged
+    #: most input signatures :meth:`check_inputs` remembers as passing unchanged
     _MAX_ACCEPTED = 64
 
     def _check_inputs(self, inputs: Sequence) -> Sequence:
-        """``inputs`` checked against :attr:`inputs` and cast to their dtypes
-        (same kind only). Raises :class:`InputError` on a wrong count, shape
-        or dtype. Inputs that pass unchanged have their ``(shape, dtype)``
-        signature remembered: :meth:`__call__` skips this for them."""
+        return self.check_inputs(inputs)  # through the public name (it may be wrapped on the instance)
+
+    def check_inputs(self, inputs: Sequence) -> Sequence:
+        """``inputs`` (a sequence in :attr:`inputs` order: numpy or JAX arrays,
+        or nested lists) checked against :attr:`inputs` and cast to their
+        dtypes (numpy's ``same_kind`` rule only); returns ``inputs`` itself
+        when nothing needed converting, else a new list. Inputs that pass
+        unchanged have their ``(shape, dtype)`` signature remembered:
+        :meth:`__call__` skips this for them.
+
+        Raises:
+            InputError: a wrong count, shape or dtype, strings, or integers
+                outside the range of an integer input.
+        """
         if len(inputs) != len(self.inputs):
             raise InputError(
                 f"the model takes {len(self.inputs)} input(s) {self.inputs}, got {len(inputs)}"
@@ -439,7 +470,7 @@ class Model:
             # Fast path (the Jit executor; tiny models: a few us of a ~20 us call): no check in
             # Python, the jit dispatch compares the inputs' shapes and dtypes with those of the
             # traces it keeps, and a new trace checks them (_apply_leaves); inputs it rejects go
-            # through _check_inputs below, and so do all later calls when they passed it.
+            # through check_inputs below, and so do all later calls when they passed it.
             try:
                 leaves = ex.leaves(params)
             except (KeyError, TypeError, IndexError):  # a name missing, or not a mapping: as before
@@ -452,13 +483,13 @@ class Model:
                         return ex.jitted_leaves(leaves, *inputs)
                 except (_Unchecked, TypeError):  # TypeError: not JAX types (strings, ...)
                     pass
-                self._check_inputs(inputs)  # InputError for bad inputs
+                self.check_inputs(inputs)  # InputError for bad inputs
                 self._unchecked = False  # inputs that need converting: check every call from now on
         try:  # a signature checked before: no checks
             ok = tuple([(x.shape, x.dtype) for x in inputs]) in self._accepted
         except (AttributeError, TypeError):  # not arrays, or an unhashable shape
             ok = False
-        xs = inputs if ok else self._check_inputs(inputs)
+        xs = inputs if ok else self.check_inputs(inputs)
         if ex.stateful:  # keep the variables between calls, as LiteRT does
             with jax.enable_x64(self._x64):
                 out, self.state = ex(self.params, self.state, *xs)
@@ -476,7 +507,7 @@ class Model:
         if self._stateful:
             raise InputError("this model keeps variables between calls (Model.state); inside jax transforms "
                              "call model.apply(params, *inputs, state=state), which returns (outputs, new_state)")
-        xs = self._check_inputs(inputs)
+        xs = self.check_inputs(inputs)
         with jax.enable_x64(self._x64):
             return self.apply(params, *xs)
 
@@ -561,7 +592,7 @@ class Model:
                                  "infinite value(s); the file would carry them (check the training step)")
             for u in shared.get(name, [v]):
                 updates[u] = x
-        data = write_model(self.ir, updates, requantize=requantize)
+        data = write_model(self.ir, updates, requantize=requantize, registry=LOWERINGS)
         if path is not None:
             path = os.fspath(path)
             folder = os.path.dirname(os.path.abspath(path))
@@ -613,7 +644,7 @@ def _file_quant(v: Value):
 
 class _Unchecked(Exception):
     """Raised while tracing :meth:`Model._apply_leaves` for inputs that need
-    :meth:`Model._check_inputs` (caught by :meth:`Model.__call__`)."""
+    :meth:`Model.check_inputs` (caught by :meth:`Model.__call__`)."""
 
 
 def _exact(x, spec: TensorSpec) -> bool:
@@ -633,22 +664,65 @@ def _x64_enabled() -> bool:
     return bool(_X64.value)
 
 
+def _abstract_apply(model: "Model"):
+    """``model.apply`` as one function object per model, so that JAX's trace
+    cache (keyed on the function) serves its repeated abstract traces."""
+    fn = model.__dict__.get("_abstract_fn")
+    if fn is None:
+        fn = model.__dict__["_abstract_fn"] = lambda p, *xs: model.apply(p, *xs)
+    return fn
+
+
+def _trace_at_load(model: "Model") -> None:
+    """Trace ``model``'s first call at its input shapes without running it,
+    so that every lowering's own checks (``ctx.error``: an op, attribute or
+    dtype fbjax cannot lower, a file that contradicts itself) raise in
+    :func:`load`, not at the first call. The trace is the executor's
+    (``executor.trace``): the first call with arrays of those shapes and
+    dtypes reuses it (JAX keeps traces per function and argument types), so
+    load plus first call costs what the first call alone did. The computed
+    output shapes are kept for :attr:`Model.outputs`. Skipped when an input
+    dimension is dynamic (``None``: nothing to trace until a call gives the
+    size; those checks fire at the first call).
+
+    Raises:
+        what the lowerings raise (UnsupportedOperatorError,
+        ModelFormatError, InputError).
+    """
+    if any(s.shape is None or None in s.shape for s in model.inputs):
+        return
+    specs = [jax.ShapeDtypeStruct(s.shape, s.dtype) for s in model.inputs]
+    ex = model.executor
+    with jax.enable_x64(model._x64), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the call itself warns about what it meets
+        if not hasattr(ex, "trace"):  # chunked: the trace Model.outputs made (its chunk model traces at its load)
+            out = jax.eval_shape(_abstract_apply(model), model.params, *specs)
+        elif ex.stateful:
+            out = ex.trace(model.params, model.state, *specs)
+        else:
+            out = ex.trace(model.params, *specs)
+    model._traced_outputs = out[0] if model._stateful else out
+
+
 def _inferred_outputs(model: "Model") -> list:
     """``model``'s output specs with the shapes tracing computes at its
-    static input shapes (see :attr:`Model.outputs`); the declared specs
-    when an input is dynamic or tracing fails (the call reports why)."""
+    static input shapes (see :attr:`Model.outputs`; the load-time trace's,
+    :func:`_trace_at_load`); the declared specs when an input is dynamic or
+    tracing fails (the call reports why)."""
     declared = model._declared_outputs
     if any(s.shape is None or None in s.shape for s in model.inputs):
         return list(declared)
-    structs = [jax.ShapeDtypeStruct(s.shape, s.dtype) for s in model.inputs]
-    try:
-        with jax.enable_x64(model._x64), warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the call itself warns about what it meets
-            res = jax.eval_shape(lambda p, *xs: model.apply(p, *xs), model.params, *structs)
-    except Exception:  # noqa: BLE001 - best effort: calling the model reports what is wrong
-        return list(declared)
-    if model._stateful:
-        res = res[0]
+    res = getattr(model, "_traced_outputs", None)
+    if res is None:
+        structs = [jax.ShapeDtypeStruct(s.shape, s.dtype) for s in model.inputs]
+        try:
+            with jax.enable_x64(model._x64), warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # the call itself warns about what it meets
+                res = jax.eval_shape(_abstract_apply(model), model.params, *structs)
+        except Exception:  # noqa: BLE001 - best effort: calling the model reports what is wrong
+            return list(declared)
+        if model._stateful:
+            res = res[0]
     res = res if isinstance(res, (tuple, list)) else (res,)
     out = []
     for spec, r in zip(declared, res):
@@ -753,6 +827,13 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
         UnsupportedOperatorError: the model uses ops fbjax cannot lower, or
             ops whose registered kernel check finds no kernel for their
             dtypes (int16 SQUARED_DIFFERENCE); every one is listed.
+        ModelFormatError, UnsupportedOperatorError, InputError: what a
+            lowering refuses (``ctx.error``: attributes or shapes that
+            contradict the op, a case fbjax does not implement), found by
+            an abstract trace of the model's first call at its input shapes
+            (:func:`_trace_at_load`; nothing runs, and the first call reuses
+            the trace). Skipped for inputs with a dynamic (``None``)
+            dimension: those errors then come from the first call.
         InputError: ``while_max_iterations`` is not None or an int >= 0;
             ``batch_size`` is not ``"file"``, None/``"dynamic"`` or a
             positive int, or the model cannot take another batch (the
@@ -782,4 +863,5 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
     model = Model(ir, program, path, chunks=chunks if fixed_batch else None, load_kwargs=load_kwargs,
                   trace_base=lambda prog: run.trace_base(prog, source, options, constant_inputs))
     model.input_quantization, model.output_quantization = file_quant
+    _trace_at_load(model)  # every lowering error raised here, not at the first call (which reuses the trace)
     return model

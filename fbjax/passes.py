@@ -202,7 +202,7 @@ def check_batch_size(ir: ModelIR, program, batch: Optional[int]) -> None:
                 )
 
 
-# --- constant_inputs= (issue 15 item 6) ------------------------------------------------------
+# --- constant_inputs= ------------------------------------------------------
 
 
 def bind_inputs(ir: ModelIR, constants) -> None:

@@ -38,12 +38,11 @@ import numpy as np
 
 from .formats import read_model
 from .lower.build import build
+from .lower.registry import LOWERINGS
 
 #: unit roundoff (half the machine epsilon) of each reduced compute dtype
 UNIT_ROUNDOFF = {"bfloat16": 2.0 ** -8, "float16": 2.0 ** -11}
 
-#: ops whose output is a probability: compared at their input (the logits)
-_SQUASHING = {("tflite", "LOGISTIC"), ("tflite", "SOFTMAX"), ("onnx", "Sigmoid"), ("onnx", "Softmax")}
 
 
 def error_bound(dtype: str, depth: int) -> float:
@@ -122,7 +121,8 @@ def compare(source, dtypes: Sequence[str] = ("bfloat16", "float16"), *, seed: in
     compared = []
     for v in g.outputs:
         n = producer.get(id(v))
-        if n is not None and n.key in _SQUASHING and n.inputs and _float(n.inputs[0]):
+        od = None if n is None else LOWERINGS.get(*n.key)
+        if od is not None and od.squashing and n.inputs and _float(n.inputs[0]):  # a probability: its logits
             compared.append((v.name, n.inputs[0]))
         elif _float(v):
             compared.append((v.name, v))

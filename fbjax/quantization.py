@@ -142,46 +142,27 @@ def _consumers(graph: Graph) -> dict:
     return uses
 
 
-def _dequantize_hybrid_weights(graph: Graph, hybrid_ops: frozenset) -> int:
+def _dequantize_hybrid_weights(graph: Graph, registry, hybrid_ops: Optional[frozenset] = None) -> int:
     """Hybrid (dynamic-range) ops: quantized constants all of whose consumers
     compute in float.
 
-    When every consumer is an op in ``hybrid_ops`` (the ``"tflite.hybrid"``
-    lowerings) reading the constant as its int8 weights (input 1, zero point
-    0) with a float32 activation input (input 0; TRANSPOSE_CONV: input 2)
-    and float32 outputs, the consumers
-    move to ``"tflite.hybrid"`` and the weights stay int8 (TFLite's hybrid
-    kernels). Otherwise the constant is dequantized to float32 and the
-    consumers run in float. ``hybrid_ops``: the names of the registered
-    ``"tflite.hybrid"`` lowerings. Returns the number of constants handled.
+    When every consumer is an op whose ``"tflite.hybrid"`` lowering in
+    ``registry`` declares it can read the constant as its integer weights
+    (the ``hybrid_eligible`` fact: int8 weights with zero point 0, float32
+    activations and outputs...), the consumers move to ``"tflite.hybrid"``
+    and the weights stay int8 (TFLite's hybrid kernels). Otherwise the
+    constant is dequantized to float32 and the consumers run in float.
+    ``hybrid_ops``: only these hybrid op names (default: all registered).
+    Returns the number of constants handled.
     """
     uses = _consumers(graph)
     count = 0
     f32 = np.dtype(np.float32)
 
-    def lookup_kernel(n, v):  # EMBEDDING_LOOKUP of a quantized table (int8; INT4 files unpacked to int8)
-        ins = list(n.inputs)
-        s = np.asarray(v.quant.scale).reshape(-1)
-        return (n.op_name == "EMBEDDING_LOOKUP" and "EMBEDDING_LOOKUP" in hybrid_ops and len(ins) == 2
-                and ins[1] is v and np.dtype(v.dtype) == np.int8 and not np.any(np.asarray(v.quant.zero_point))
-                and (s.size == 1 or v.quant.block_size > 0
-                     or (v.quant.quantized_dimension == 0 and v.shape and s.size == v.shape[0]))
-                and all(o is None or np.dtype(o.dtype) == f32 for o in n.outputs))
-
     def hybrid_kernel(n, v):
-        if n.op_name == "EMBEDDING_LOOKUP":
-            return lookup_kernel(n, v)
-        ins = list(n.inputs)
-        act = 2 if n.op_name == "TRANSPOSE_CONV" else 0  # (output_shape, weights, input, bias)
-        rest = ins[3:] if act == 2 else ins[2:]
-        return (n.op_name in hybrid_ops and len(ins) > max(act, 1) and ins[1] is v and np.dtype(v.dtype) == np.int8
-                and not np.any(np.asarray(v.quant.zero_point)) and ins[act] is not None and ins[act].data is None
-                and np.dtype(ins[act].dtype) == f32 and all(o is None or np.dtype(o.dtype) == f32 for o in n.outputs)
-                and all(x is None or np.dtype(x.dtype) == f32 for x in rest)
-                and n.attrs.get("fused_activation_function", "NONE") in ("NONE", "RELU", "RELU6", "RELU_N1_TO_1")
-                and n.attrs.get("weights_format", "DEFAULT") == "DEFAULT"
-                and (n.op_name != "BATCH_MATMUL" or np.asarray(v.quant.scale).size == 1)
-                and (not v.quant.block_size or n.op_name == "FULLY_CONNECTED"))
+        od = registry.get("tflite.hybrid", n.op_name)
+        return (od is not None and od.hybrid_eligible is not None
+                and (hybrid_ops is None or n.op_name in hybrid_ops) and bool(od.hybrid_eligible(n, v)))
 
     for v in graph.values:
         if not _is_quantized_const(v):
@@ -215,10 +196,9 @@ def _op_names(registry, op_set: str) -> frozenset:
 
 def _prepare_exact(model: ModelIR, registry) -> None:
     int_ops = _op_names(registry, "tflite.int")
-    hybrid_ops = _op_names(registry, "tflite.hybrid")
     passthrough = registry.names_with("tflite", "int_passthrough")  # data movement: the float lowering serves
     for g in model.graphs:
-        _dequantize_hybrid_weights(g, hybrid_ops)
+        _dequantize_hybrid_weights(g, registry)
         for n in g.nodes:
             if n.op_set != "tflite":
                 continue
@@ -429,11 +409,10 @@ def _hybrid_forward_nodes(n: Node, orig: dict, orig_data: dict, traced_ok: froze
 
 def _prepare_float(model: ModelIR, registry) -> None:
     int_ops = _op_names(registry, "tflite.int")
-    hybrid_ops = _op_names(registry, "tflite.hybrid")
     traced_ok = registry.names_with("tflite.hybrid", "traced_weights")
     for g in model.graphs:
         # 0. hybrid ops: found as in exact mode (then forward by their kernel, below)
-        _dequantize_hybrid_weights(g, hybrid_ops)
+        _dequantize_hybrid_weights(g, registry)
         # 1. constants: dequantize (weights become float params).
         orig = {}  # id(value) -> (QuantParams, integer dtype) before the rewrite
         orig_data = {}  # id(constant) -> integer data from the file

@@ -21,19 +21,10 @@ from collections import Counter
 
 import numpy as np
 
+from fbjax.formats.stablehlo_attrs import MLIR_ELEMENT_TYPES
 from fbjax.testing import BUILTIN_CODES, TFLiteBuilder
 
-_ELEMENT_TYPES = {
-    "f16": np.float16, "f32": np.float32, "f64": np.float64, "i1": np.bool_, "i8": np.int8, "i16": np.int16,
-    "i32": np.int32, "i64": np.int64, "ui8": np.uint8, "ui16": np.uint16, "ui32": np.uint32, "ui64": np.uint64,
-    "complex<f32>": np.complex64, "complex<f64>": np.complex128,
-}
-try:
-    import ml_dtypes
-
-    _ELEMENT_TYPES["bf16"] = ml_dtypes.bfloat16
-except ImportError:  # pragma: no cover
-    pass
+_ELEMENT_TYPES = MLIR_ELEMENT_TYPES  # one table, shared with fbjax's MLIR writer
 
 _COMPARE_TYPES = {"NOTYPE": "STABLEHLO_COMPARISON_TYPE_NOTYPE", "FLOAT": "STABLEHLO_COMPARISON_TYPE_FLOAT",
                   "TOTALORDER": "STABLEHLO_COMPARISON_TYPE_FLOAT_TOTAL_ORDER",

@@ -6,7 +6,7 @@ call (``tflm_sine_float``: ~35 us per call, of which ~24 us is a bare
 tuple of leaves and, for a model without prepared program
 (``Model.executor.name == "jit"``), leaves the input checks to the jit dispatch: a new
 input signature is checked when it is traced (``Model._apply_leaves``) and
-inputs that need converting go through ``Model._check_inputs`` as before.
+inputs that need converting go through ``Model.check_inputs`` as before.
 These tests check that every behaviour of the checked call is kept: the
 oracle is the plain jit of ``Model.apply`` on the inputs converted as the
 docstring says (same program, same XLA: results are compared exactly);
@@ -60,13 +60,13 @@ def test_matching_inputs_skip_the_python_checks(fc_bytes, monkeypatch):
     x = _x()
     np.testing.assert_array_equal(m(x), _ref(m, m.params, x))
     calls = []
-    orig = m._check_inputs
-    monkeypatch.setattr(m, "_check_inputs", lambda inputs: calls.append(1) or orig(inputs))
+    orig = m.check_inputs
+    monkeypatch.setattr(m, "check_inputs", lambda inputs: calls.append(1) or orig(inputs))
     for _ in range(3):
         np.testing.assert_array_equal(m(x), _ref(m, m.params, x))
         np.testing.assert_array_equal(m(jnp.asarray(x)), _ref(m, m.params, x))
     assert calls == []  # numpy and jax arrays of the spec's shape and dtype: no check in Python
-    assert m._unchecked
+    assert not m.checks_inputs
 
 
 @pytest.mark.parametrize("bad, match", [
@@ -84,7 +84,7 @@ def test_bad_inputs_raise_input_error_every_time(fc_bytes, bad, match):
     for _ in range(2):  # the failed trace is not cached as a success
         with pytest.raises(InputError, match=match):
             m(*bad)
-    assert m._unchecked  # a wrong call does not slow down the next ones
+    assert not m.checks_inputs  # a wrong call does not slow down the next ones
     np.testing.assert_array_equal(m(x), _ref(m, m.params, x))
 
 
@@ -100,7 +100,7 @@ def test_inputs_that_need_converting_are_converted(fc_bytes, make):
     conv = np.asarray(y).astype(F32)
     for _ in range(2):
         np.testing.assert_array_equal(m(y), _ref(m, m.params, conv))
-    assert not m._unchecked  # from now on every call is checked first
+    assert m.checks_inputs  # from now on every call is checked first
     np.testing.assert_array_equal(m(x), _ref(m, m.params, x))
 
 
@@ -227,12 +227,12 @@ def test_x64_model_keeps_64_bit_inputs():
     """A model with int64 tensors runs under a scoped ``enable_x64(True)``:
     int64 inputs go through unconverted, int32 ones are cast to int64."""
     m = fbjax.load(single_op_model("CAST", [(2, 3)], input_dtypes=[np.int64], output_dtypes=[np.float64]))
-    assert m._x64 and not jax.config.jax_enable_x64
+    assert m.x64 and not jax.config.jax_enable_x64
     big = np.array([[2**40 + 1, -3, 0], [7, 2**53, 1]], np.int64)
     y = m(big)
-    assert y.dtype == np.float64 and m._unchecked
+    assert y.dtype == np.float64 and not m.checks_inputs
     np.testing.assert_array_equal(y, big.astype(np.float64))
     small = np.arange(6, dtype=np.int32).reshape(2, 3)
     np.testing.assert_array_equal(m(small), small.astype(np.float64))
-    assert not m._unchecked
+    assert m.checks_inputs
     np.testing.assert_array_equal(m(big), big.astype(np.float64))

@@ -291,7 +291,7 @@ def test_softmax_input_is_computed_once():
     import onnx
 
     from fbjax import bench
-    from fbjax.formats.onnx_prepass import make_defaults_explicit
+    from onnx_prepass import make_defaults_explicit
     from fbjax.lower.inference import fan_out_values
 
     path = bench.light_onnx_path("squeezenet")

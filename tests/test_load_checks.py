@@ -9,7 +9,11 @@
   arity found and expected, and the likely intended body; the reference,
   which used to return wrong numbers for it, refuses it too;
 * reverse-mode ``jax.grad`` through a ``lax.while_loop`` WHILE points to
-  ``while_max_iterations``.
+  ``while_max_iterations``;
+* every lowering's own check (``ctx.error``) fires in ``fbjax.load``, which
+  traces the model abstractly at its input shapes (the first call reuses
+  that trace); ``fbjax inspect`` exits 1 on such files, and the numpy twins
+  refuse the same files.
 
 The fixtures are built here with :class:`fbjax.testing.TFLiteBuilder`.
 """
@@ -258,3 +262,166 @@ def test_static_input_computed_from_an_input_shape_still_loads():
     m = fbjax.load(b.build())
     v = np.arange(6, dtype=F32).reshape(2, 3)
     np.testing.assert_array_equal(np.asarray(m(v)), v)
+
+
+# --- lowering errors (ctx.error) raised by fbjax.load, not the first call ----------------
+#
+# fbjax.load traces the model abstractly at its input shapes (the executor's
+# first-call trace, reused by the first call), so the lowerings' own checks
+# fire there. One small bad file per op set that has such checks; each op is
+# one a converter would never write this way.
+
+def _tflite_tile_bad() -> bytes:
+    """TILE of a rank-2 input with a 1-entry ``multiples``: array.py's
+    "multiples has 1 entries for a rank-2 input"."""
+    return single_op_model("TILE", [(2, 3), np.array([2], np.int32)], output_shapes=[(4, 3)])
+
+
+def _stablehlo_reshape_bad() -> bytes:
+    """STABLEHLO_RESHAPE of 6 elements to a declared (4, 2) output."""
+    from fbjax.testing import stablehlo_op_model
+
+    return stablehlo_op_model("STABLEHLO_RESHAPE", [((2, 3), F32)], [((4, 2), F32)])
+
+
+def _rten_reshape_bad() -> bytes:
+    """An RTen (ONNX op set) Reshape of 6 elements to ``[4, -1]`` (6 is not
+    a multiple of 4), written with the flatbuffers object API of the
+    committed schema (rten-convert would refuse the ONNX graph)."""
+    import flatbuffers
+
+    from fbjax.formats._generated import rten_generated as R
+
+    def node(name, kind, data):
+        n = R.NodeT()
+        n.name, n.dataType, n.data = name, kind, data
+        return n
+
+    x = R.ValueNodeT()
+    x.shape, x.dtype = [R.DimT() for _ in range(2)], R.DataType.Float
+    x.shape[0].value, x.shape[1].value = 2, 3
+    y = R.ValueNodeT()
+    y.dtype = R.DataType.Float
+    c = R.ConstantNodeT()
+    c.shape, c.dtype, c.dataType = [2], R.ConstantDataType.Int32, R.ConstantData.Int32Data
+    c.data = R.Int32DataT()
+    c.data.data = [4, -1]
+    op = R.OperatorNodeT()
+    op.type, op.attrsType, op.inputs, op.outputs = R.OperatorType.Reshape, R.OperatorAttrs.NONE, [0, 1], [2]
+    g = R.GraphT()
+    g.nodes = [node("x", R.NodeKind.ValueNode, x), node("shape", R.NodeKind.ConstantNode, c),
+               node("y", R.NodeKind.ValueNode, y), node("reshape", R.NodeKind.OperatorNode, op)]
+    g.inputs, g.outputs = [0], [2]
+    m = R.ModelT()
+    m.schemaVersion, m.graph = 1, g
+    b = flatbuffers.Builder(1024)
+    b.Finish(m.Pack(b))
+    return bytes(b.Output())
+
+
+def _int16_add_bad() -> bytes:
+    """int16 ADD with zero points 5 (LiteRT's add.cc rejects non-zero int16
+    zero points in Prepare): a ``tflite.int`` integer-kernel check."""
+    q = dict(scale=[1 / 1024], zero_point=[5])
+    b = TFLiteBuilder()
+    x = b.add_input((2, 3), np.int16, name="x", quant=q)
+    y = b.add_input((2, 3), np.int16, name="y", quant=q)
+    o = b.add_tensor((2, 3), np.int16, name="out", quant=dict(scale=[1 / 512], zero_point=[5]))
+    b.add_op("ADD", [x, y], [o])
+    b.add_output(o)
+    return b.build()
+
+
+_LOWERING_ERRORS = {
+    # case: (file maker, fbjax error, message naming the op and what is wrong, the numpy reference's error)
+    "tflite:TILE": (_tflite_tile_bad, ModelFormatError, r"operator 0 \(TILE\): multiples has 1 entries for a rank-2",
+                    ModelFormatError),
+    "tflite.int:ADD": (_int16_add_bad, ModelFormatError, r"operator 0 \(ADD\): int16 ADD/SUB needs zero points 0",
+                       UnsupportedOperatorError),  # the reference has no int16 ADD: refused before it runs
+    "stablehlo:reshape": (_stablehlo_reshape_bad, ModelFormatError,
+                          r"\(stablehlo.reshape\): cannot reshape \(2, 3\) to \(4, 2\)", ModelFormatError),
+    "onnx:Reshape": (_rten_reshape_bad, ModelFormatError, r"\(Reshape\): cannot reshape \(2, 3\) to \[4, -1\]",
+                     ModelFormatError),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_LOWERING_ERRORS))
+def test_lowering_error_raised_by_load(case):
+    make, err, msg, _ = _LOWERING_ERRORS[case]
+    with pytest.raises(err, match=msg):
+        fbjax.load(make())
+
+
+@pytest.mark.parametrize("case", sorted(_LOWERING_ERRORS))
+def test_reference_refuses_what_the_lowering_refuses(case):
+    """The numpy twin raises the same error at the node (TILE used to
+    return np.tile's (2, 6) for the 1-entry multiples; the reshapes a raw
+    numpy ValueError), or refuses the model before running (no int16 ADD)."""
+    make, _, msg, ref_err = _LOWERING_ERRORS[case]
+    from fbjax.formats import read_model
+
+    data = make()
+    xs = [np.ones(v.shape, v.dtype) for v in read_model(data).main_graph.inputs]
+    with pytest.raises(ref_err, match=msg if ref_err is ModelFormatError else r"ADD.*int16"):
+        fbjax.reference.run(data, *xs)
+
+
+@pytest.mark.parametrize("case", sorted(_LOWERING_ERRORS))
+def test_inspect_refuses_what_load_refuses(tmp_path, capsys, case):
+    """``fbjax inspect`` exits 1 with load's error (in-process: the CLI's
+    ``main``, no interpreter start per case)."""
+    from fbjax.cli import main
+
+    make, err, msg, _ = _LOWERING_ERRORS[case]
+    p = tmp_path / ("m.rten" if case.startswith("onnx") else "m.tflite")
+    p.write_bytes(make())
+    rc = main(["inspect", str(p)])
+    out = capsys.readouterr().out
+    assert rc == 1, out
+    assert "fbjax can run this model" not in out and f"fbjax cannot run this model: {err.__name__}" in out, out
+
+
+def test_load_traces_once_and_the_first_call_reuses_it(monkeypatch):
+    """The load-time trace is the first call's: the graph is walked once
+    (``Program.apply`` calls) across load, the first call and a second."""
+    from fbjax.lower.build import Program
+
+    calls = []
+    orig = Program.apply
+    monkeypatch.setattr(Program, "apply", lambda self, *a, **k: calls.append(1) or orig(self, *a, **k))
+    m = fbjax.load(single_op_model("ADD", [(4,), np.ones(4, F32)]))
+    assert len(calls) == 1
+    x = np.arange(4, dtype=F32)
+    np.testing.assert_array_equal(np.asarray(m(x)), x + 1)  # exact: one float32 add of small integers
+    np.testing.assert_array_equal(np.asarray(m(x)), x + 1)
+    assert len(calls) == 1
+    assert [s.shape for s in m.outputs] == [(4,)] and len(calls) == 1  # the traced shapes, no new trace
+
+
+def test_dynamic_input_dims_are_checked_at_the_first_call():
+    """With a dynamic (``-1``) input dimension there is no shape to trace at
+    load (documented in fbjax.load): the same bad TILE loads, and its first
+    call raises the lowering's error."""
+    b = TFLiteBuilder()
+    x = b.add_input((1, 3), F32, name="x", shape_signature=(-1, 3))
+    m_ = b.add_tensor((1,), I32, data=np.array([2], I32), name="multiples")
+    o = b.add_tensor((2, 3), F32, name="y", shape_signature=(-1, 3))
+    b.add_op("TILE", [x, m_], [o])
+    b.add_output(o)
+    m = fbjax.load(b.build())
+    assert m.inputs[0].shape == (None, 3)
+    with pytest.raises(ModelFormatError, match=r"\(TILE\): multiples has 1 entries for a rank-2 input"):
+        m(np.ones((2, 3), F32))
+
+
+def test_jax_refusal_of_operands_is_a_format_error_naming_the_node():
+    """Operands an op cannot take by its own rules (``jax.lax`` raising a raw
+    ``TypeError``) are a ModelFormatError at load naming the node: here the
+    TF converter's defective ``while_loop`` fixture (a STABLEHLO_MULTIPLY of
+    float32 by int32 in its body, which StableHLO forbids); before, load
+    raised JAX's bare ``TypeError``."""
+    from pathlib import Path
+
+    path = Path(__file__).parent / "data" / "stablehlo_tflite" / "while_loop.tflite"
+    with pytest.raises(ModelFormatError, match=r"operator 1 \(STABLEHLO_MULTIPLY\).*float32\[4\], int32\[\]"):
+        fbjax.load(path)

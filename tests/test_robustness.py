@@ -38,6 +38,7 @@ FUZZ = ROOT / "tests" / "fuzz"
 sys.path.insert(0, str(FUZZ))
 
 import fuzz_corpus as C  # noqa: E402
+import schema_desc  # noqa: E402 (tools/schema_desc.py: the .fbs parser; pytest's pythonpath has tools/)
 
 SINE = C.SHARED_TFLITE / "tflm_sine_float.tflite"
 needs_sine = pytest.mark.skipif(not SINE.is_file(), reason=f"needs {SINE}")
@@ -96,7 +97,7 @@ def test_schema_description_is_current(name):
     (regenerate with `nox -s schemas`)."""
     import importlib
 
-    desc = V.parse_fbs((ROOT / "schemas" / f"{name}.fbs").read_text())
+    desc = schema_desc.parse_fbs((ROOT / "schemas" / f"{name}.fbs").read_text())
     mod = importlib.import_module(f"fbjax.formats._generated.{V.SCHEMAS[name]}")
     for key in ("ROOT", "FILE_IDENTIFIER", "ENUMS", "UNIONS", "STRUCTS", "TABLES"):
         assert getattr(mod, key) == desc[key], key
@@ -122,7 +123,7 @@ def test_schema_slots_match_flatc_bindings(name):
 
 
 def test_parse_fbs_features():
-    desc = V.parse_fbs("""
+    desc = schema_desc.parse_fbs("""
         namespace a.b; attribute "priority";
         enum E : short { A = -1, B, C = 10 }
         enum F : ubyte (bit_flags) { X, Y }

@@ -201,9 +201,10 @@ def test_save_per_channel_requantizes_dependent_int32_bias():
     ir = read(src)
     values = {v.name: v for v in ir.main_graph.values}
     from fbjax.formats.tflite_writer import write
+    from fbjax.lower import LOWERINGS
 
     new_w = rng.standard_normal((2, 1, 1, 2)) * 0.5
-    out = read(write(ir, {values["w"]: new_w}, requantize="per_channel")).main_graph
+    out = read(write(ir, {values["w"]: new_w}, requantize="per_channel", registry=LOWERINGS)).main_graph
     ov = {v.name: v for v in out.values}
     new_ws = (np.abs(new_w).reshape(2, -1).max(axis=1) / 127).astype(F32)
     np.testing.assert_allclose(ov["w"].quant.scale, new_ws, rtol=1e-7)

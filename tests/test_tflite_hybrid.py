@@ -221,14 +221,15 @@ def test_weight_shared_with_non_hybrid_op_is_dequantized():
     """A weight that some consumer cannot read as hybrid int8 weights is
     dequantized for all of them (float fallback), not half-converted."""
     from fbjax.formats import read_model
+    from fbjax.lower import LOWERINGS
     from fbjax.quantization import _dequantize_hybrid_weights
 
     ir = read_model(DATA / "fully_connected.tflite")
     g = ir.main_graph
-    assert _dequantize_hybrid_weights(g, hybrid_ops=frozenset()) == 1
+    assert _dequantize_hybrid_weights(g, LOWERINGS, hybrid_ops=frozenset()) == 1
     assert g.nodes[0].op_set == "tflite" and np.dtype(g.nodes[0].inputs[1].dtype) == np.float32
     ir = read_model(DATA / "fully_connected.tflite")
-    assert _dequantize_hybrid_weights(ir.main_graph, hybrid_ops=frozenset({"FULLY_CONNECTED"})) == 1
+    assert _dequantize_hybrid_weights(ir.main_graph, LOWERINGS, hybrid_ops=frozenset({"FULLY_CONNECTED"})) == 1
     assert ir.main_graph.nodes[0].op_set == "tflite.hybrid"
 
 

@@ -312,17 +312,11 @@ def _build(name):
 
 @pytest.fixture(scope="module", autouse=True)
 def _custom_call_handler():
-    from fbjax.lower.stablehlo.custom import CUSTOM_CALLS
-    from fbjax.reference.stablehlo import custom as ref_custom
+    from fbjax.reference.stablehlo.custom import register_reference_custom_call
 
-    CUSTOM_CALLS["fbjax_test.double"] = lambda x, backend_config=b"": x * 2
-    ref_calls = getattr(ref_custom, "REFERENCE_CUSTOM_CALLS", None)
-    if ref_calls is not None:
-        ref_calls["fbjax_test.double"] = lambda x, backend_config=b"": np.asarray(x) * 2
+    fbjax.register_custom_call("fbjax_test.double", lambda x, backend_config=b"": x * 2, replace=True)
+    register_reference_custom_call("fbjax_test.double", lambda x, backend_config=b"": np.asarray(x) * 2)
     yield
-    CUSTOM_CALLS.pop("fbjax_test.double", None)
-    if ref_calls is not None:
-        ref_calls.pop("fbjax_test.double", None)
 
 
 def _litert(data: bytes, values) -> list:

@@ -91,10 +91,13 @@ WRITERS = {"tflite": "tflite_writer", "rten": "rten_writer", "stablehlo": "stabl
            "gpu_cl": "gpu_cl_writer"}
 
 
-def write_model(ir: ModelIR, updates: Mapping, *, requantize: str = "file") -> bytes:
+def write_model(ir: ModelIR, updates: Mapping, *, requantize: str = "file", registry=None) -> bytes:
     """The bytes of ``ir``'s file (``ir.format``) with the constants in
     ``updates`` (``{Value: array}``) replaced; everything else as the file had
-    it. Used by :meth:`fbjax.Model.save`.
+    it. Used by :meth:`fbjax.Model.save`, which hands down ``registry`` (the
+    op registry, ``fbjax.lower.LOWERINGS``: formats sit below the lowering)
+    for the op facts a writer reads (TFLite's ``bias_scale``, needed by
+    ``requantize="per_channel"``).
 
     Raises:
         InputError: no writer for the format, or values the writer refuses.
@@ -106,4 +109,4 @@ def write_model(ir: ModelIR, updates: Mapping, *, requantize: str = "file") -> b
         module = None
     if module is None:
         raise InputError(f"saving {ir.format!r} models is not supported yet (writers: {sorted(WRITERS)})")
-    return module.write(ir, updates, requantize=requantize)
+    return module.write(ir, updates, requantize=requantize, registry=registry)

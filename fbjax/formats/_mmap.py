@@ -6,9 +6,8 @@ A path is deliberately not memory-mapped: a loaded model keeps views on the
 buffer (constants, the bytes :meth:`fbjax.Model.save` rewrites), and a file
 rewritten or truncated in place under a mapping (a service hot-reloading a
 model, a tool writing the next version to the same path) makes the next read
-of a vanished page kill the process with SIGBUS (issue 15 item 5). One read
-costs the file's size in memory once; nothing fbjax returns can then see the
-file change.
+of a vanished page kill the process with SIGBUS. One read costs the file's
+size in memory once; nothing fbjax returns can then see the file change.
 """
 
 from __future__ import annotations

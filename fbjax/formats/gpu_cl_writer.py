@@ -18,13 +18,12 @@ import numpy as np
 
 from ..errors import InputError
 from ..ir import ModelIR, Value
+from ._writing import check_writable
 
 __all__ = ["write"]
 
-REQUANTIZE_MODES = ("file", "per_channel")
 
-
-def write(ir: ModelIR, updates: Mapping[Value, np.ndarray], *, requantize: str = "file") -> bytes:
+def write(ir: ModelIR, updates: Mapping[Value, np.ndarray], *, requantize: str = "file", registry=None) -> bytes:
     """The ``.bin`` bytes of ``ir``'s source file with some weights replaced.
 
     Args:
@@ -32,6 +31,8 @@ def write(ir: ModelIR, updates: Mapping[Value, np.ndarray], *, requantize: str =
         updates: IR constant (a decoded weight) -> new values, its TFLite-layout shape.
         requantize: accepted for :meth:`fbjax.Model.save`'s signature; GPU
             weights are float, so it changes nothing.
+        registry: accepted for :func:`fbjax.formats.write_model`'s signature
+            (the op registry; this writer needs no op facts).
 
     Returns:
         the new file's bytes.
@@ -40,10 +41,7 @@ def write(ir: ModelIR, updates: Mapping[Value, np.ndarray], *, requantize: str =
         InputError: a constant that is not a decoded GPU weight, a shape
             mismatch, a value a float16 object cannot hold.
     """
-    if ir.format != "gpu_cl":
-        raise InputError(f"the GPU delegate writer cannot write a {ir.format!r} model")
-    if requantize not in REQUANTIZE_MODES:
-        raise InputError(f"requantize must be one of {REQUANTIZE_MODES}, got {requantize!r}")
+    check_writable(ir, "gpu_cl", "GPU delegate", requantize, needs_buffer=False)
     out = bytearray(ir.buffer)
     refs = {id(w.value): w for w in ir.metadata["weights"]}
     nodes = ir.metadata["nodes"]

@@ -34,13 +34,25 @@ readers, so both refuse such a file.
 from __future__ import annotations
 
 import re
-from typing import Callable, Optional
+from typing import Callable, NamedTuple, Optional
 
 from ..errors import ModelFormatError
 from ..ir import ModelIR, Node
 
 #: a region's expected ``(inputs, outputs)`` given its node; None: not checked
 Arity = Callable[[Node], tuple[Optional[int], Optional[int]]]
+
+
+class Region(NamedTuple):
+    """What fbjax knows of one region attribute of an op (the one table of
+    it: the readers' arity check here, and the ``scalar_regions`` fact the
+    lowerings declare from :func:`scalar_regions`)."""
+
+    #: the body's expected ``(inputs, outputs)`` given the node
+    arity: Arity
+    #: a scalar computation (reduction body, sort comparator, scatter
+    #: update): it never sees a batch dimension
+    scalar: bool = False
 
 
 def _n_in(n: Node) -> int:
@@ -51,22 +63,32 @@ def _n_out(n: Node) -> int:
     return len(n.outputs)
 
 
-#: (op_set, op_name) -> {attribute naming a subgraph: arity rule}
-RULES: dict[tuple[str, str], dict[str, Arity]] = {
-    ("tflite", "WHILE"): {"cond_subgraph_index": lambda n: (_n_in(n), 1),
-                          "body_subgraph_index": lambda n: (_n_in(n), _n_in(n))},
-    ("tflite", "IF"): {"then_subgraph_index": lambda n: (_n_in(n) - 1, _n_out(n)),
-                       "else_subgraph_index": lambda n: (_n_in(n) - 1, _n_out(n))},
-    ("tflite", "CALL"): {"subgraph": lambda n: (_n_in(n), _n_out(n))},
-    ("tflite", "CALL_ONCE"): {"init_subgraph_index": lambda n: (0, None)},
-    ("stablehlo", "stablehlo.while"): {"cond": lambda n: (_n_in(n), 1),
-                                       "body": lambda n: (_n_in(n), _n_in(n))},
-    ("stablehlo", "stablehlo.reduce"): {"computation": lambda n: (_n_in(n), _n_in(n) // 2)},
-    ("stablehlo", "stablehlo.reduce_window"): {"computation": lambda n: (_n_in(n), _n_in(n) // 2)},
-    ("stablehlo", "stablehlo.sort"): {"comparator": lambda n: (2 * _n_in(n), 1)},
-    ("stablehlo", "stablehlo.scatter"): {"update_computation": lambda n: (2 * (_n_in(n) - 1) // 2, _n_out(n))},
-    ("stablehlo", "stablehlo.composite"): {"decomposition": lambda n: (_n_in(n), _n_out(n))},
+#: (op_set, op_name) -> {attribute naming a subgraph: its :class:`Region`}
+RULES: dict[tuple[str, str], dict[str, Region]] = {
+    ("tflite", "WHILE"): {"cond_subgraph_index": Region(lambda n: (_n_in(n), 1)),
+                          "body_subgraph_index": Region(lambda n: (_n_in(n), _n_in(n)))},
+    ("tflite", "IF"): {"then_subgraph_index": Region(lambda n: (_n_in(n) - 1, _n_out(n))),
+                       "else_subgraph_index": Region(lambda n: (_n_in(n) - 1, _n_out(n)))},
+    ("tflite", "CALL"): {"subgraph": Region(lambda n: (_n_in(n), _n_out(n)))},
+    ("tflite", "CALL_ONCE"): {"init_subgraph_index": Region(lambda n: (0, None))},
+    ("stablehlo", "stablehlo.while"): {"cond": Region(lambda n: (_n_in(n), 1)),
+                                       "body": Region(lambda n: (_n_in(n), _n_in(n)))},
+    ("stablehlo", "stablehlo.reduce"): {"computation": Region(lambda n: (_n_in(n), _n_in(n) // 2), scalar=True)},
+    ("stablehlo", "stablehlo.reduce_window"): {
+        "computation": Region(lambda n: (_n_in(n), _n_in(n) // 2), scalar=True)},
+    ("stablehlo", "stablehlo.sort"): {"comparator": Region(lambda n: (2 * _n_in(n), 1), scalar=True)},
+    ("stablehlo", "stablehlo.scatter"): {
+        "update_computation": Region(lambda n: (2 * (_n_in(n) - 1) // 2, _n_out(n)), scalar=True)},
+    ("stablehlo", "stablehlo.composite"): {"decomposition": Region(lambda n: (_n_in(n), _n_out(n)))},
 }
+
+
+def scalar_regions(op_set: str, op_name: str) -> tuple:
+    """The region attributes of ``(op_set, op_name)`` whose bodies are scalar
+    computations (:attr:`Region.scalar`), for the op's ``scalar_regions``
+    registry fact."""
+    return tuple(a for a, r in RULES.get((op_set, op_name), {}).items() if r.scalar)
+
 
 _TRAILING_INDEX = re.compile(r"^(.*?)(\d+)$")
 
@@ -103,7 +125,7 @@ def check_regions(ir: ModelIR) -> None:
                 idx = int(node.attrs[attr])
                 if not 0 <= idx < len(graphs):
                     continue  # range: checked by the reader (verify.check_call_graph)
-                want_in, want_out = rule(node)
+                want_in, want_out = rule.arity(node)
                 body = graphs[idx]
                 got_in, got_out = len(body.inputs), len(body.outputs)
                 bad_in = want_in is not None and got_in != want_in

@@ -31,11 +31,10 @@ import numpy as np
 from ..errors import InputError
 from ..ir import ModelIR, Value
 from ._generated import rten_generated as R
+from ._writing import REQUANTIZE_MODES, check_writable  # noqa: F401 (REQUANTIZE_MODES: re-exported)
 from .rten import DTYPES, MAGIC, parse_header
 
 __all__ = ["write", "encode", "patch"]
-
-REQUANTIZE_MODES = ("file", "per_channel")
 
 _INLINE = {  # ConstantData union type -> (table class, element dtype)
     R.ConstantData.FloatData: (R.FloatData, DTYPES[1]),
@@ -152,7 +151,7 @@ def _constants(raw, moff: int, toff) -> list:
     return graphs
 
 
-def write(ir: ModelIR, updates: Mapping[Value, np.ndarray], *, requantize: str = "file") -> bytes:
+def write(ir: ModelIR, updates: Mapping[Value, np.ndarray], *, requantize: str = "file", registry=None) -> bytes:
     """The ``.rten`` bytes of ``ir``'s source file with some constants replaced.
 
     Args:
@@ -162,6 +161,8 @@ def write(ir: ModelIR, updates: Mapping[Value, np.ndarray], *, requantize: str =
         requantize: accepted for :meth:`fbjax.Model.save`'s signature
             (``"file"`` or ``"per_channel"``); RTen constants have no
             quantization parameters, so it changes nothing.
+        registry: accepted for :func:`fbjax.formats.write_model`'s signature
+            (the op registry; this writer needs no op facts).
 
     Returns:
         the new file's bytes: the original bytes with the updated constants'
@@ -171,12 +172,7 @@ def write(ir: ModelIR, updates: Mapping[Value, np.ndarray], *, requantize: str =
         InputError: a constant not stored in the file, a shape mismatch, a
             value the stored dtype cannot hold.
     """
-    if ir.format != "rten":
-        raise InputError(f"the RTen writer cannot write a {ir.format!r} model")
-    if ir.buffer is None:
-        raise InputError("the model's file contents are no longer available; load it again to save it")
-    if requantize not in REQUANTIZE_MODES:
-        raise InputError(f"requantize must be one of {REQUANTIZE_MODES}, got {requantize!r}")
+    check_writable(ir, "rten", "RTen", requantize)
     raw = ir.buffer
     if len(raw) >= 4 and bytes(raw[:4]) == MAGIC:
         _, moff, _, toff = parse_header(raw)

@@ -381,7 +381,7 @@ def _to_ir(m, path) -> ModelIR:
                 raise ModelFormatError(f"{where}: {kind} {lst.index(None)} refers to tensor -1")
         gname = sg.name.decode("utf-8", "replace") if isinstance(sg.name, bytes) else (sg.name or f"subgraph_{si}")
         graphs.append(Graph(gname, g_in, g_out, nodes, values))
-        fill_zero_size_constants(graphs[-1])  # zero-element constants have empty buffers (issue 17)
+        fill_zero_size_constants(graphs[-1])  # zero-element constants have empty buffers
     _verify.check_call_graph(len(graphs), calls)
     ir = ModelIR("stablehlo", graphs, 0, {}, "", path, None, {"version": int(m.version)})
     check_regions(ir)  # region bodies' arities

@@ -28,7 +28,8 @@ import numpy as np
 from ..errors import InputError
 from ..ir import ModelIR, Value
 from ._generated import stablehlo_generated as S
-from .rten_writer import REQUANTIZE_MODES, encode, patch
+from ._writing import check_writable
+from .rten_writer import encode, patch
 from .stablehlo import DATATYPE_NAMES, tensor_dtype
 
 __all__ = ["write"]
@@ -54,7 +55,7 @@ def _encode_int4(name: str, new, stored: np.dtype, shape: tuple, old_last: int) 
     return packed.tobytes()
 
 
-def write(ir: ModelIR, updates: Mapping[Value, np.ndarray], *, requantize: str = "file") -> bytes:
+def write(ir: ModelIR, updates: Mapping[Value, np.ndarray], *, requantize: str = "file", registry=None) -> bytes:
     """The ``stablehlo.flatbuf`` bytes of ``ir``'s source file with some constants replaced.
 
     Args:
@@ -63,6 +64,8 @@ def write(ir: ModelIR, updates: Mapping[Value, np.ndarray], *, requantize: str =
         updates: IR constant -> new contents (same shape as the file's).
         requantize: accepted for :meth:`fbjax.Model.save`'s signature; the
             format has no quantization parameters, so it changes nothing.
+        registry: accepted for :func:`fbjax.formats.write_model`'s signature
+            (the op registry; this writer needs no op facts).
 
     Returns:
         the new file's bytes; only the updated buffers' data differ.
@@ -72,12 +75,7 @@ def write(ir: ModelIR, updates: Mapping[Value, np.ndarray], *, requantize: str =
             mismatch, a value the stored type cannot hold, a buffer shared
             with a tensor that was not updated the same way.
     """
-    if ir.format != "stablehlo":
-        raise InputError(f"the StableHLO writer cannot write a {ir.format!r} model")
-    if ir.buffer is None:
-        raise InputError("the model's file contents are no longer available; load it again to save it")
-    if requantize not in REQUANTIZE_MODES:
-        raise InputError(f"requantize must be one of {REQUANTIZE_MODES}, got {requantize!r}")
+    check_writable(ir, "stablehlo", "StableHLO", requantize)
     raw = ir.buffer
     if not updates:
         return bytes(raw)

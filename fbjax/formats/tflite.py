@@ -359,7 +359,7 @@ def _tensor_value(t, ti: int, buffers, raw, where: str, shared: Optional[dict] =
     v = Value(name=name, dtype=dtype, shape=tuple(shape), quant=quant,
               index=ti, is_variable=bool(t.isVariable))
     # tensors of several subgraphs on one buffer (litert-torch's prefill and decode signatures share
-    # their weights): one array object, so fbjax.lower.build names them one param (issue 17)
+    # their weights): one array object, so fbjax.lower.build names them one param
     key = (int(t.buffer), t.type, tuple(d if d is not None else 1 for d in shape))
     if shared is not None and t.sparsity is None and key in shared:
         v.data = shared[key]
@@ -572,7 +572,7 @@ def _to_ir(m, raw, path) -> ModelIR:
         gname = sg.name.decode("utf-8", "replace") if isinstance(sg.name, bytes) else (sg.name or f"subgraph_{si}")
         _blockwise_quant(sg.tensors or [], values, where)
         graphs.append(Graph(gname, g_in, g_out, nodes, values))
-        fill_zero_size_constants(graphs[-1])  # empty buffers of zero-element tensors: constants (issue 17)
+        fill_zero_size_constants(graphs[-1])  # empty buffers of zero-element tensors: constants
     _verify.check_call_graph(n_sub, calls)
 
     sigs = {}

@@ -41,15 +41,15 @@ Per tensor kind:
   update, e.g. ``g * (w != 0)``).
 * INT4 constants are packed two per byte as the file stores them.
 
-Files that keep buffers after the flatbuffer (``offset``/``size`` relative
-to the file start, the over-2-GB convention litert-torch also uses for
-smaller files, FACTS.md) are written in the same layout. When every
-replaced buffer keeps its byte length and the flatbuffer itself does not
-change (no new scales, no shared buffer split), the new bytes are written
-over the old ones in a copy of the file: everything else stays byte for
-byte. Otherwise the flatbuffer is packed again with those buffers (and any
-large custom options) as ``offset``/``size`` entries, followed by their
-bytes, each 16-byte aligned; inline buffers stay inline.
+Files that keep buffers after the flatbuffer (``offset``/``size`` relative to
+the file start, the over-2-GB convention litert-torch also uses for smaller
+files; the schema's ``Buffer.offset``/``size``) are written in the same
+layout. When every replaced buffer keeps its byte length and the flatbuffer
+itself does not change (no new scales, no shared buffer split), the new bytes
+are written over the old ones in a copy of the file: everything else stays
+byte for byte. Otherwise the flatbuffer is packed again with those buffers
+(and any large custom options) as ``offset``/``size`` entries, followed by
+their bytes, each 16-byte aligned; inline buffers stay inline.
 """
 
 from __future__ import annotations
@@ -63,17 +63,22 @@ from ..errors import InputError
 from ..ir import ModelIR, Value
 from ..quantmath import requantize_weights, weights_roundtrip
 from ._generated import tflite_generated as T
+from ._writing import REQUANTIZE_MODES, check_writable
 from .tflite import FILE_IDENTIFIER, TENSOR_TYPE_NAMES, densify, opcode_name, tensor_dtype
 
 __all__ = ["write", "quantize", "REQUANTIZE_MODES"]
 
 _ALIGN = 16
-REQUANTIZE_MODES = ("file", "per_channel")
 
-# op name -> (weight input, bias input) for ops whose int32 bias scale is
-# input_scale * weight_scale
-_BIAS_OPS = {"CONV_2D": (1, 2), "DEPTHWISE_CONV_2D": (1, 2), "FULLY_CONNECTED": (1, 2),
-             "TRANSPOSE_CONV": (1, 3)}
+
+def _bias_ops(registry) -> Optional[dict]:
+    """TFLite op name -> ``(weight input, bias input, activation input)``
+    for the ops whose int32 bias scale is activation scale * weight scale:
+    the ``bias_scale`` fact of their registration in ``registry`` (the op
+    registry is handed down: formats sit below the lowering that fills it)."""
+    if registry is None:
+        return None
+    return {od.name: tuple(od.bias_scale) for od in registry if od.op_set == "tflite" and od.bias_scale}
 
 
 class _AlignedBufferT(T.BufferT):
@@ -170,15 +175,11 @@ class _Writer:
     passes may have rewritten (``quantized="float"`` dequantizes constants
     in place, ``batch_size`` changes shapes)."""
 
-    def __init__(self, ir: ModelIR, requantize: str):
-        if ir.format != "tflite":
-            raise InputError(f"the TFLite writer cannot write a {ir.format!r} model")
-        if ir.buffer is None:
-            raise InputError("the model's file contents are no longer available; load it again to save it")
-        if requantize not in REQUANTIZE_MODES:
-            raise InputError(f"requantize must be one of {REQUANTIZE_MODES}, got {requantize!r}")
+    def __init__(self, ir: ModelIR, requantize: str, registry=None):
+        check_writable(ir, "tflite", "TFLite", requantize)
         self.ir = ir
         self.requantize = requantize
+        self.bias_ops = _bias_ops(registry)
         raw = ir.buffer
         self.raw = raw
         self.m = T.ModelT.InitFromObj(T.Model.GetRootAs(raw, 0))
@@ -359,16 +360,19 @@ class _Writer:
         """Re-quantize the int32 biases whose scale is input_scale * weight_scale."""
         from ..ir import QuantParams
 
+        if self.bias_ops is None:
+            raise InputError("requantize='per_channel' changes the scales int32 biases depend on, which the "
+                             "op registry declares (bias_scale): save through Model.save, or pass "
+                             "registry=fbjax.lower.LOWERINGS to fbjax.formats.write_model")
         names = [opcode_name(oc) for oc in (self.m.operatorCodes or [])]
         for si, sg in enumerate(self.m.subgraphs or []):
             for op in sg.operators or []:
                 op_set, op_name = names[op.opcodeIndex]
-                io = _BIAS_OPS.get(op_name) if op_set == "tflite" else None
+                io = self.bias_ops.get(op_name) if op_set == "tflite" else None
                 ins = [int(i) for i in (op.inputs if op.inputs is not None else [])]
-                if io is None or len(ins) <= io[1]:
+                if io is None or len(ins) <= max(io):
                     continue
-                wi, bi = ins[io[0]], ins[io[1]]
-                xi = ins[2] if op_name == "TRANSPOSE_CONV" else ins[0]
+                wi, bi, xi = ins[io[0]], ins[io[1]], ins[io[2]]
                 if (si, wi) not in new_quant or bi < 0 or xi < 0 or (si, bi) in new_quant:
                     continue
                 bt, xt = sg.tensors[bi], sg.tensors[xi]
@@ -474,7 +478,7 @@ class _Writer:
         return bytes(builder.Output())
 
 
-def write(ir: ModelIR, updates: Mapping[Value, np.ndarray], *, requantize: str = "file") -> bytes:
+def write(ir: ModelIR, updates: Mapping[Value, np.ndarray], *, requantize: str = "file", registry=None) -> bytes:
     """The ``.tflite`` bytes of ``ir``'s source file with some constants replaced.
 
     Args:
@@ -487,14 +491,18 @@ def write(ir: ModelIR, updates: Mapping[Value, np.ndarray], *, requantize: str =
         requantize: ``"file"`` (keep the file's scales and zero points) or
             ``"per_channel"`` (new symmetric per-channel scales, and the
             dependent int32 biases re-quantized; see the module docstring).
+        registry: the op registry (``fbjax.lower.LOWERINGS``), whose
+            ``bias_scale`` facts say which biases depend on a weight's
+            scales; needed for ``requantize="per_channel"`` only.
 
     Returns:
         the new file's bytes; everything not updated is kept.
 
     Raises:
         InputError: a shape mismatch, a value the tensor's type cannot hold,
-            a sparse tensor whose zeros were changed.
+            a sparse tensor whose zeros were changed; ``per_channel``
+            without ``registry``.
     """
-    w = _Writer(ir, requantize)
+    w = _Writer(ir, requantize, registry)
     w.apply(updates)
     return w.pack()

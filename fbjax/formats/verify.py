@@ -6,7 +6,7 @@ makes them loop for hours or allocate without bound, and a garbage offset
 raises ``IndexError``/``struct.error`` deep inside. :func:`verify` walks the
 whole flatbuffer from its root, driven by a compact description of the schema
 (``fbjax/formats/_generated/<name>_schema_desc.py``, generated from
-``schemas/<name>.fbs`` by ``nox -s schemas``), and checks what the C++
+``schemas/<name>.fbs`` by ``nox -s schemas``: ``tools/schema_desc.py``), and checks what the C++
 ``flatbuffers::Verifier`` checks, plus a little more:
 
 * the root offset, each table's vtable (offset, size, alignment) and each
@@ -31,8 +31,8 @@ the file it is, e.g. ``flatbuffer: vector at offset 0x1234
 The module also holds format-neutral semantic helpers the frontends share
 (:func:`check_shape`, :func:`check_call_graph`, :func:`check_byte_range`,
 :func:`read_rten_header`, :func:`check_flexbuffer` for TFLite custom
-options) and the ``.fbs`` parser that produces the schema descriptions
-(``python -m fbjax.formats.verify gen schemas/x.fbs out.py``).
+options). The ``.fbs`` parser that produces the schema descriptions is a
+tool of the repository (``tools/schema_desc.py``, run by ``nox -s schemas``).
 
 Entry points for the frontends: ``verify(raw, "tflite")``,
 ``verify(raw, "rten", start=model_offset, size=model_length)``,
@@ -44,10 +44,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib
-import pprint
-import re
 import struct
-import sys
 from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
 
 import numpy as np
@@ -56,7 +53,7 @@ from ..errors import ModelFormatError
 
 __all__ = [
     "Limits", "limits", "get_limits", "verify", "check_shape", "check_call_graph",
-    "check_byte_range", "read_rten_header", "check_flexbuffer", "parse_fbs", "SCHEMAS",
+    "check_byte_range", "read_rten_header", "check_flexbuffer", "SCHEMAS",
 ]
 
 
@@ -669,244 +666,3 @@ def check_flexbuffer(raw: bytes, where: str = "custom options", limits: Optional
         raise ModelFormatError(f"{where}: unknown flexbuffer type {t}")
 
     walk(n - 2 - root_width, root_width, packed, 0)
-
-
-# --- .fbs parser (generates the schema descriptions) ----------------------
-
-_TOKEN = re.compile(r'\s+|//[^\n]*|/\*.*?\*/|"(?:[^"\\]|\\.)*"|[A-Za-z_][\w.]*|-?[\d.][\w.+-]*|.', re.S)
-
-
-def _tokens(text: str) -> list[str]:
-    return [t for t in _TOKEN.findall(text) if t.strip() and not t.startswith(("//", "/*"))]
-
-
-def parse_fbs(text: str) -> dict:
-    """Parse a flatbuffers schema into the description :func:`verify` uses.
-
-    Handles what TFLite/RTen/StableHLO schemas use: ``namespace``,
-    ``include``, ``attribute``, ``file_identifier``/``file_extension``,
-    ``enum``, ``union``, ``table``, ``struct`` (with fixed arrays),
-    ``root_type``, field defaults and attributes (``id``, ``deprecated``,
-    ``required``, ``bit_flags``).
-
-    Returns:
-        ``{"ROOT", "FILE_IDENTIFIER", "ENUMS", "UNIONS", "STRUCTS", "TABLES"}``.
-    """
-    toks = _tokens(text)
-    i = 0
-    enums: dict = {}
-    unions: dict = {}
-    structs_raw: dict = {}
-    tables: dict = {}
-    out: dict = {"ROOT": None, "FILE_IDENTIFIER": None}
-
-    def expect(tok):
-        nonlocal i
-        if toks[i] != tok:
-            raise ValueError(f"fbs parse error: expected {tok!r}, got {toks[i]!r} (token {i})")
-        i += 1
-
-    def attrs():
-        nonlocal i
-        found = {}
-        if i < len(toks) and toks[i] == "(":
-            i += 1
-            while toks[i] != ")":
-                key = toks[i].strip('"')
-                i += 1
-                val = None
-                if toks[i] == ":":
-                    val = toks[i + 1].strip('"')
-                    i += 2
-                found[key] = val
-                if toks[i] == ",":
-                    i += 1
-            i += 1
-        return found
-
-    def typ():
-        nonlocal i
-        if toks[i] == "[":
-            inner = toks[i + 1]
-            i += 2
-            if toks[i] == ":":  # fixed array in a struct
-                n = int(toks[i + 1])
-                i += 2
-                expect("]")
-                return ("array", inner, n)
-            expect("]")
-            return f"[{_base(inner)}]"
-        t = toks[i]
-        i += 1
-        return _base(t)
-
-    while i < len(toks):
-        t = toks[i]
-        if t in ("namespace", "include", "attribute", "file_extension"):
-            while toks[i] != ";":
-                i += 1
-            i += 1
-        elif t == "file_identifier":
-            out["FILE_IDENTIFIER"] = toks[i + 1].strip('"')
-            i += 3
-        elif t == "root_type":
-            out["ROOT"] = _base(toks[i + 1])
-            i += 3
-        elif t == "enum":
-            name = toks[i + 1]
-            i += 2
-            expect(":")
-            under = toks[i]
-            i += 1
-            a = attrs()
-            expect("{")
-            vals, nxt = [], 0
-            bits = "bit_flags" in a
-            while toks[i] != "}":
-                i += 1  # member name
-                if toks[i] == "=":
-                    nxt = int(toks[i + 1], 0)
-                    i += 2
-                attrs()
-                vals.append((1 << nxt) if bits else nxt)
-                nxt += 1
-                if toks[i] == ",":
-                    i += 1
-            i += 1
-            enums[name] = (_SCALARS[under][0], tuple(sorted(vals)), bits)
-        elif t == "union":
-            name = toks[i + 1]
-            i += 2
-            attrs()
-            expect("{")
-            members, nxt = {}, 1
-            while toks[i] != "}":
-                member = toks[i]
-                i += 1
-                if toks[i] == ":":
-                    member = toks[i + 1]
-                    i += 2
-                if toks[i] == "=":
-                    nxt = int(toks[i + 1], 0)
-                    i += 2
-                members[nxt] = _base(member)
-                nxt += 1
-                if toks[i] == ",":
-                    i += 1
-            i += 1
-            unions[name] = members
-        elif t in ("table", "struct"):
-            name = toks[i + 1]
-            i += 2
-            a_decl = attrs()
-            expect("{")
-            fields = []
-            while toks[i] != "}":
-                fname = toks[i]
-                i += 1
-                expect(":")
-                ftype = typ()
-                if toks[i] == "=":
-                    i += 2
-                a = attrs()
-                expect(";")
-                fields.append((fname, ftype, a))
-            i += 1
-            if t == "table":
-                tables[name] = fields
-            else:
-                structs_raw[name] = (fields, a_decl)
-        elif t == ";":
-            i += 1
-        else:
-            raise ValueError(f"fbs parse error: unexpected {t!r} (token {i})")
-
-    # structs: size and alignment
-    structs: dict = {}
-
-    def struct_layout(sname):
-        if sname in structs:
-            return structs[sname][:2]
-        fields, a_decl = structs_raw[sname]
-        off, align = 0, 1
-        for fname, ftype, _ in fields:
-            n = 1
-            if isinstance(ftype, tuple):
-                _, ftype, n = ftype
-            if ftype in _SCALARS:
-                sz = al = _SCALARS[ftype][1]
-            elif ftype in enums:
-                sz = al = struct.calcsize(enums[ftype][0])
-            else:
-                sz, al = struct_layout(ftype)
-            off = (off + al - 1) // al * al + sz * n
-            align = max(align, al)
-        if "force_align" in a_decl:
-            align = max(align, int(a_decl["force_align"]))
-        size = (off + align - 1) // align * align
-        structs[sname] = (size, align, tuple(f[0] for f in fields))
-        return size, align
-
-    for s in structs_raw:
-        struct_layout(s)
-
-    out_tables = {}
-    for tname, fields in tables.items():
-        explicit = any("id" in a for _, _, a in fields)
-        slot = 0
-        entries = []
-        for fname, ftype, a in fields:
-            is_union = isinstance(ftype, str) and ftype in unions
-            if explicit:
-                if "id" not in a:
-                    raise ValueError(f"{tname}.{fname}: all fields need an id once one has")
-                s = int(a["id"])
-            else:
-                s = slot + 1 if is_union else slot
-                slot += 2 if is_union else 1
-            flags = tuple(sorted(k for k in ("deprecated", "required") if k in a))
-            entries.append((fname, s, ftype, flags))
-        out_tables[tname] = tuple(entries)
-    out["ENUMS"] = enums
-    out["UNIONS"] = unions
-    out["STRUCTS"] = structs
-    out["TABLES"] = out_tables
-    if out["ROOT"] is None:
-        raise ValueError("fbs has no root_type")
-    return out
-
-
-def _base(name: str) -> str:
-    return name.rsplit(".", 1)[-1]
-
-
-def render_description(desc: dict, source: str) -> str:
-    """Python source of a schema description module."""
-    lines = [
-        f'"""Schema description of {source} for fbjax.formats.verify.',
-        "",
-        "Generated by `nox -s schemas` (python -m fbjax.formats.verify gen). Do not edit.",
-        "TABLES: table -> ((field, vtable slot, type, flags), ...); a union field's",
-        "_type lives in the slot before it. ENUMS: name -> (struct format, values, bit_flags).",
-        '"""',
-        "",
-    ]
-    for key in ("ROOT", "FILE_IDENTIFIER", "ENUMS", "UNIONS", "STRUCTS", "TABLES"):
-        lines.append(f"{key} = {pprint.pformat(desc[key], width=110, compact=True)}")
-        lines.append("")
-    return "\n".join(lines)
-
-
-def _main(argv: list[str]) -> int:
-    if len(argv) == 3 and argv[0] == "gen":
-        with open(argv[1]) as f:
-            desc = parse_fbs(f.read())
-        with open(argv[2], "w") as f:
-            f.write(render_description(desc, argv[1]))
-        return 0
-    print("usage: python -m fbjax.formats.verify gen SCHEMA.fbs OUT.py", file=sys.stderr)
-    return 2
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(_main(sys.argv[1:]))

@@ -19,7 +19,7 @@ import jax
 import numpy as np
 
 from .._registry import OpDef, call_op, gap_detail, kernel_gaps
-from ..errors import ModelFormatError, UnsupportedOperatorError
+from ..errors import FbjaxError, ModelFormatError, UnsupportedOperatorError
 from ..ir import Graph, ModelIR, Node, OpContext, Value, has_valid_count
 from .registry import LOWERINGS
 
@@ -296,11 +296,11 @@ class Program:
             if all(_is_static(a) for a in args) and not outs_float and opdef.foldable:
                 # Shape-like integer computation: evaluate now, keep numpy.
                 with jax.ensure_compile_time_eval():
-                    res = call_op(opdef, ctx, args, node.attrs)
+                    res = _call_checked(opdef, ctx, args, node)
                 res = _as_list(res, node)
                 res = [None if r is None else np.asarray(r) for r in res]
             else:
-                res = _as_list(call_op(opdef, ctx, args, node.attrs), node)
+                res = _as_list(_call_checked(opdef, ctx, args, node), node)
             for o, r in zip(node.outputs, res):
                 if o is not None:
                     env[id(o)] = r
@@ -309,6 +309,31 @@ class Program:
                                            detail=" ".join(why for _, why in not_static))
         return env
 
+
+
+def _call_checked(opdef: OpDef, ctx, args, node: Node):
+    """``call_op`` for one node, with ``jax.lax``'s own refusals of its
+    operands (a ``TypeError``/``ValueError`` such as "lax.mul requires
+    arguments to have the same dtypes") turned into a ModelFormatError that
+    names the node: the lowering follows the op's spec, so operands the op
+    cannot take mean the file contradicts itself (or, for a file its own
+    runtime accepts, an fbjax bug to report). fbjax's own errors and JAX's
+    tracing signals (``jax.errors.JAXTypeError``: a value needed at trace
+    time) pass through unchanged.
+
+    Raises:
+        ModelFormatError: the op's operands break ``jax.lax``'s rules.
+    """
+    try:
+        return call_op(opdef, ctx, args, node.attrs)
+    except (TypeError, ValueError) as e:
+        if isinstance(e, (FbjaxError, jax.errors.JAXTypeError)):
+            raise
+        shapes = ", ".join(f"{getattr(a, 'dtype', type(a).__name__)}{list(np.shape(a))}" for a in args)
+        raise ModelFormatError(
+            f"{node.location}: {node.op_name} cannot take its operands ({shapes}): {e} The file contradicts the "
+            f"op's rules; if its own runtime runs it, this is an fbjax bug: please report it with the file."
+        ) from e
 
 #: op sets of integer (quantized) kernels: their float inputs (scales, hybrid activations) stay float32
 _INTEGER_OP_SETS = frozenset({"tflite.int", "fbjax"})

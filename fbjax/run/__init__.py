@@ -19,7 +19,11 @@ chosen once at load by :func:`select`:
 Each executor has ``name`` (one of the above), ``stateful`` and
 ``unchecked`` (whether ``Model.__call__`` may try its ``jitted_leaves``
 before checking inputs), and is called as ``fn(params, *inputs)`` (stateless)
-or ``fn(params, state, *inputs)`` (stateful).
+or ``fn(params, state, *inputs)`` (stateful). All but ``"chunked"`` have
+``trace(params[, state], *specs)``: the first call's trace on
+``jax.ShapeDtypeStruct`` inputs, nothing run, returning the outputs'
+``ShapeDtypeStruct`` pytree; :func:`fbjax.load` runs it so the lowerings'
+errors are raised at load, and the first call reuses that trace.
 """
 
 from __future__ import annotations

@@ -239,6 +239,14 @@ class CpuPrepared:
     def __call__(self, params: dict, *inputs):
         return self.jitted(*self.args(params), *inputs)
 
+    def trace(self, params: dict, *specs):
+        """Trace the first call on inputs of ``specs`` (``jax.ShapeDtypeStruct``)
+        without running the model (the computed-ahead values are computed
+        here, as the first call would); the first call reuses the trace.
+        Returns the outputs' ``ShapeDtypeStruct`` pytree; raises what the
+        lowerings raise."""
+        return self.jitted.trace(*self.args(params), *specs).out_info
+
 
 def prepared(program, compiler_options=None) -> CpuPrepared:
     """The prepared program of ``program`` (see :func:`fbjax.lower.inference.worth_preparing`

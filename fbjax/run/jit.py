@@ -54,6 +54,14 @@ class Jit:
     def __call__(self, params: dict, *inputs):
         return self.jitted(params, *inputs)
 
+    def trace(self, params: dict, *specs):
+        """Trace the first call on inputs of ``specs`` (``jax.ShapeDtypeStruct``)
+        without running it: what :meth:`fbjax.Model.__call__`'s fast path
+        calls (:attr:`jitted_leaves`), so that call reuses this trace (JAX
+        keeps traces per function and argument types). Returns the outputs'
+        ``ShapeDtypeStruct`` pytree; raises what the lowerings raise."""
+        return self.jitted_leaves.trace(self.leaves(params), *specs).out_info
+
 
 class Stateful:
     """``fn(params, state, *inputs) -> (outputs, new_state)``: ``jax.jit``
@@ -75,3 +83,8 @@ class Stateful:
 
     def __call__(self, params: dict, state: dict, *inputs):
         return self.jitted(params, *inputs, state=state)
+
+    def trace(self, params: dict, state: dict, *specs):
+        """Trace the first call (see :meth:`Jit.trace`); returns
+        ``(outputs, new_state)`` as ``ShapeDtypeStruct`` pytrees."""
+        return self.jitted.trace(params, *specs, state=state).out_info

@@ -44,6 +44,7 @@ class TraceCached(CpuPrepared):
         self.trace_base = trace_base
         self.exported = None
         self._call = None  # what __call__ runs: self.jitted, or a jit of the Exported
+        self._ran = False  # whether a call ran (the first one lowers the Exported program)
 
     @property
     def runs_exported(self) -> bool:
@@ -69,9 +70,10 @@ class TraceCached(CpuPrepared):
 
     def __call__(self, params: dict, *inputs):
         args = self.args(params)
-        first = self._call is None
-        if first:
+        first = not self._ran
+        if self._call is None:
             self._call = self._first_call(args, inputs)
+        self._ran = True
         if self._call is not self.jitted:
             try:
                 if first and self.exported is not None:
@@ -82,6 +84,21 @@ class TraceCached(CpuPrepared):
             except (TypeError, ValueError):  # other shapes/dtypes than the cached program's: trace them
                 self._call = self.jitted
         return self.jitted(*args, *inputs)
+
+    def trace(self, params: dict, *specs):
+        """The first call's work short of compiling, on inputs of ``specs``
+        (``jax.ShapeDtypeStruct``): the ``Exported`` program read from the
+        cache (a program fbjax traced before without error), else traced,
+        exported and stored; when export cannot take the program, the
+        plain jit's trace (:meth:`CpuPrepared.trace`). Returns the outputs'
+        ``ShapeDtypeStruct`` pytree; raises what the lowerings raise."""
+        if self._call is None:
+            self._call = self._first_call(self.args(params), specs)
+        if self.exported is not None:
+            ex = self.exported
+            return jax.tree_util.tree_unflatten(ex.out_tree, [jax.ShapeDtypeStruct(a.shape, a.dtype)
+                                                              for a in ex.out_avals])
+        return super().trace(params, *specs)
 
 
 def trace_base(program, source, options, constant_inputs=None) -> Optional[tuple]:

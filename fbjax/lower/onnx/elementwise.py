@@ -20,13 +20,17 @@ from . import random as _random
 from ._util import OP_SET, as_bool, from_bool, is_float
 
 
+#: unary ops whose output lies in a bounded range (the ``squashing`` fact)
+_SQUASHING = frozenset({"Sigmoid"})
+
+
 def _unary(name: str, fn, doc: str, differentiable: bool = True):
     def op(ctx, X):
         return fn(jnp.asarray(X))
 
     op.__name__ = op.__qualname__ = name
     op.__doc__ = f"ONNX ``{name}``: {doc}"
-    register(OP_SET, name, differentiable=differentiable)(op)
+    register(OP_SET, name, differentiable=differentiable, squashing=name in _SQUASHING)(op)
     return op
 
 

@@ -71,7 +71,8 @@ def _shifted(x, a):
     return d, jnp.exp(jnp.where(d > 0, jnp.zeros((), d.dtype), d))
 
 
-@register(OP_SET, "Softmax", reads_input_twice=True, batch=batch_rules.onnx_axis, full_precision=True)
+@register(OP_SET, "Softmax", reads_input_twice=True, batch=batch_rules.onnx_axis, full_precision=True,
+          squashing=True)
 def Softmax(ctx, input, *, axis=0):
     """ONNX ``Softmax`` along ``axis`` (schema default 0; rten-convert 0.22 writes
     a missing ONNX axis as 0). float32 in and out; ``exp(x - max) / sum``."""

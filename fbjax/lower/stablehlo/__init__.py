@@ -35,8 +35,8 @@ select, transcendental), :mod:`.linalg`, :mod:`.conv`, :mod:`.reduce`,
 """
 
 from . import control, conv, custom, elementwise, linalg, reduce, shape  # noqa: F401
-from .custom import CUSTOM_CALLS, register_custom_call
+from .custom import CUSTOM_CALL_OP_SET, register_custom_call
 
 OP_SET = "stablehlo"
 
-__all__ = ["OP_SET", "CUSTOM_CALLS", "register_custom_call"]
+__all__ = ["OP_SET", "CUSTOM_CALL_OP_SET", "register_custom_call"]

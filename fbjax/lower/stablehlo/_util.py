@@ -1,23 +1,12 @@
-"""Small helpers shared by the StableHLO lowering families."""
+"""Small helpers shared by the StableHLO lowering families. The attribute
+helpers (:func:`ints`, :func:`pairs`) are the readers' own
+(:mod:`fbjax.formats.stablehlo_attrs`), shared with the reference."""
 
 from __future__ import annotations
 
 import numpy as np
 
-
-def ints(v) -> tuple:
-    """A static integer vector attribute (None -> empty) as a tuple of ints."""
-    if v is None:
-        return ()
-    return tuple(int(x) for x in np.asarray(v).reshape(-1))
-
-
-def pairs(padding, rank: int) -> list:
-    """Flattened ``[lo0, hi0, lo1, hi1, ...]`` -> ``[(lo0, hi0), ...]``; empty -> zeros."""
-    p = ints(padding)
-    if not p:
-        return [(0, 0)] * rank
-    return [(p[2 * i], p[2 * i + 1]) for i in range(len(p) // 2)]
+from ...formats.stablehlo_attrs import ints, pairs  # noqa: F401 (re-exported to the families)
 
 
 def out_shape(ctx, i: int = 0, batch=None) -> tuple:

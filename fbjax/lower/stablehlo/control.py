@@ -15,6 +15,7 @@ import numpy as np
 from jax import lax
 
 from ... import batch_rules
+from ...formats.regions import scalar_regions
 from ._util import ints, register
 
 OP_SET = "stablehlo"
@@ -27,7 +28,8 @@ def _graph(ctx, index, what: str) -> int:
     return index
 
 
-@register(OP_SET, "stablehlo.sort", batch=batch_rules.hlo_sort, scalar_regions=("comparator",))
+@register(OP_SET, "stablehlo.sort", batch=batch_rules.hlo_sort,
+          scalar_regions=scalar_regions(OP_SET, "stablehlo.sort"))
 def sort(ctx, *inputs, dimension=-1, is_stable=False, comparator=-1):
     """``stablehlo.sort``: sorts N same-shape operands together along
     ``dimension`` with the ``comparator`` body (``comparator(lhs0, rhs0,

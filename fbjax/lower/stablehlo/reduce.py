@@ -30,6 +30,7 @@ import numpy as np
 from jax import lax
 
 from ... import batch_rules
+from ...formats.regions import scalar_regions
 from ._util import ints, pairs, register
 
 OP_SET = "stablehlo"
@@ -109,7 +110,8 @@ def _body(ctx, computation: int):
     return fn
 
 
-@register(OP_SET, "stablehlo.reduce", batch=batch_rules.hlo_dimensions, scalar_regions=("computation",), full_precision=True)
+@register(OP_SET, "stablehlo.reduce", batch=batch_rules.hlo_dimensions,
+          scalar_regions=scalar_regions(OP_SET, "stablehlo.reduce"), full_precision=True)
 def reduce(ctx, *args, dimensions=(), computation=-1):
     """``stablehlo.reduce``: reduces N operands over ``dimensions`` with the
     body graph ``computation`` (accumulators first), starting from N scalar
@@ -138,7 +140,8 @@ def reduce(ctx, *args, dimensions=(), computation=-1):
     return list(lax.reduce(tuple(operands), tuple(inits), _body(ctx, computation), dims))
 
 
-@register(OP_SET, "stablehlo.reduce_window", batch=batch_rules.hlo_reduce_window, scalar_regions=("computation",), full_precision=True)
+@register(OP_SET, "stablehlo.reduce_window", batch=batch_rules.hlo_reduce_window,
+          scalar_regions=scalar_regions(OP_SET, "stablehlo.reduce_window"), full_precision=True)
 def reduce_window(ctx, *args, window_dimensions=(), window_strides=None, base_dilations=None,
                   window_dilations=None, padding=None, computation=-1):
     """``stablehlo.reduce_window``: windowed reduction of N operands with the

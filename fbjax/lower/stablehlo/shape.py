@@ -8,6 +8,7 @@ import numpy as np
 from jax import lax
 
 from ... import batch_rules
+from ...formats.regions import scalar_regions
 from ._util import ints, out_shape, register
 
 OP_SET = "stablehlo"
@@ -222,7 +223,8 @@ def _scatter_kind(model, index: int, n: int):
     return _SCATTER_MONOIDS.get(m)
 
 
-@register(OP_SET, "stablehlo.scatter", batch=batch_rules.hlo_not_followed, scalar_regions=("update_computation",))
+@register(OP_SET, "stablehlo.scatter", batch=batch_rules.hlo_not_followed,
+          scalar_regions=scalar_regions(OP_SET, "stablehlo.scatter"))
 def scatter(ctx, *args, update_window_dims=(), inserted_window_dims=(), scatter_dims_to_operand_dims=(),
             index_vector_dim=0, indices_are_sorted=False, unique_indices=False, input_batching_dims=(),
             scatter_indices_batching_dims=(), update_computation=-1):

@@ -37,7 +37,7 @@ def _add_bias(y, b):
     return y if b is None else y + b
 
 
-@register("tflite", "CONV_2D", weights=((1, "OHWI"), (2, "O")))
+@register("tflite", "CONV_2D", weights=((1, "OHWI"), (2, "O")), bias_scale=(1, 2, 0))
 def CONV_2D(ctx, x, w, b=None, *, padding="SAME", stride_w=1, stride_h=1,
             dilation_w_factor=1, dilation_h_factor=1, fused_activation_function="NONE"):
     """TFLite CONV_2D (``kernels/conv.cc``), float.
@@ -73,7 +73,7 @@ def CONV_2D(ctx, x, w, b=None, *, padding="SAME", stride_w=1, stride_h=1,
     return apply_fused(ctx, _add_bias(y, b), fused_activation_function)
 
 
-@register("tflite", "DEPTHWISE_CONV_2D")
+@register("tflite", "DEPTHWISE_CONV_2D", bias_scale=(1, 2, 0))
 def DEPTHWISE_CONV_2D(ctx, x, w, b=None, *, padding="SAME", stride_w=1, stride_h=1,
                       depth_multiplier=0, dilation_w_factor=1, dilation_h_factor=1,
                       fused_activation_function="NONE"):
@@ -105,7 +105,7 @@ def DEPTHWISE_CONV_2D(ctx, x, w, b=None, *, padding="SAME", stride_w=1, stride_h
     return apply_fused(ctx, _add_bias(y, b), fused_activation_function)
 
 
-@register("tflite", "FULLY_CONNECTED", weights=((1, "OI"), (2, "O")))
+@register("tflite", "FULLY_CONNECTED", weights=((1, "OI"), (2, "O")), bias_scale=(1, 2, 0))
 def FULLY_CONNECTED(ctx, x, w, b=None, *, fused_activation_function="NONE", weights_format="DEFAULT",
                     keep_num_dims=False, asymmetric_quantize_inputs=False):
     """TFLite FULLY_CONNECTED (``kernels/fully_connected.cc``), float.

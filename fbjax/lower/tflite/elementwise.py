@@ -126,7 +126,7 @@ def TANH(ctx, x):
     return jnp.tanh(x)
 
 
-@register("tflite", "LOGISTIC")
+@register("tflite", "LOGISTIC", squashing=True)
 def LOGISTIC(ctx, x):
     """TFLite LOGISTIC (``kernels/activations.cc``), float: ``1 / (1 + exp(-x))``."""
     require_unquantized(ctx, "LOGISTIC")

@@ -142,7 +142,8 @@ def GELU(ctx, x, *, approximate=False):
     return jax.nn.gelu(jnp.asarray(x), approximate=bool(approximate))
 
 
-@register("tflite", "SOFTMAX", reads_input_twice=True, batch=batch_rules.tflite_axis_attr, full_precision=True)
+@register("tflite", "SOFTMAX", reads_input_twice=True, batch=batch_rules.tflite_axis_attr, full_precision=True,
+          squashing=True)
 def SOFTMAX(ctx, x, *, beta=1.0):
     """TFLite SOFTMAX: ``softmax(beta * x)`` over the last axis, float."""
     require_unquantized(ctx, "SOFTMAX")

@@ -93,7 +93,7 @@ def _transpose_conv(ctx, output_shape, w, x, b, padding, strides, spec, act):
     return apply_fused(ctx, y, act)
 
 
-@register("tflite", "TRANSPOSE_CONV", static_inputs=(0,))
+@register("tflite", "TRANSPOSE_CONV", static_inputs=(0,), bias_scale=(1, 3, 2))  # (output_shape, w, x, b)
 def TRANSPOSE_CONV(ctx, output_shape, weights, x, bias=None, *, padding="SAME", stride_w=1, stride_h=1,
                    fused_activation_function="NONE", quantized_bias_type=None):
     """TFLite TRANSPOSE_CONV: scatter-style transposed convolution of NHWC

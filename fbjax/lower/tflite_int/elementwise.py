@@ -199,7 +199,7 @@ def QUANTIZE(ctx, x):
     vo = ctx.outputs[0]
     if vo.quant is not None and np.asarray(vo.quant.scale).size > 1 and jnp.issubdtype(jnp.asarray(x).dtype,
                                                                                        jnp.floating):
-        from .hybrid import per_channel_quantize  # per-channel output scales (issue 4)
+        from .hybrid import per_channel_quantize  # per-channel output scales
         return per_channel_quantize(ctx, x)
     so, zo = scale_zp(ctx, vo, "output")
     lo, hi = qrange(vo.dtype)

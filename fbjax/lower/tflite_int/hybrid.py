@@ -169,6 +169,53 @@ def _per_channel(ctx):
     return s.size > 1 and bool(np.any(s != s[0]))
 
 
+_F32_DT = np.dtype(np.float32)
+
+
+def _float_outputs(n) -> bool:
+    return all(o is None or np.dtype(o.dtype) == _F32_DT for o in n.outputs)
+
+
+def _int8_symmetric(v) -> bool:
+    return np.dtype(v.dtype) == np.int8 and not np.any(np.asarray(v.quant.zero_point))
+
+
+def dense_eligible(act: int = 0, *, per_tensor_only: bool = False, blockwise: bool = False):
+    """The ``hybrid_eligible`` fact of the dense hybrid kernels: ``fn(node,
+    weight) -> bool``, true when the node reads ``weight`` as its int8
+    weights (input 1, zero point 0), its activation (input ``act``) is a
+    float32 tensor computed at run time, its other inputs and its outputs
+    are float32, its fused activation is one the kernel applies (NONE, RELU,
+    RELU6, RELU_N1_TO_1) and its weights are in the DEFAULT format.
+    ``per_tensor_only``: one weight scale only (BATCH_MATMUL);
+    ``blockwise``: block-wise weight scales are read (FULLY_CONNECTED)."""
+
+    def eligible(n, v) -> bool:
+        ins = list(n.inputs)
+        x = ins[act] if len(ins) > max(act, 1) else None
+        return (x is not None and ins[1] is v and _int8_symmetric(v) and x.data is None
+                and np.dtype(x.dtype) == _F32_DT and _float_outputs(n)
+                and all(r is None or np.dtype(r.dtype) == _F32_DT for r in ins[max(act, 1) + 1:])
+                and n.attrs.get("fused_activation_function", "NONE") in ("NONE", "RELU", "RELU6", "RELU_N1_TO_1")
+                and n.attrs.get("weights_format", "DEFAULT") == "DEFAULT"
+                and (not per_tensor_only or np.asarray(v.quant.scale).size == 1)
+                and (not v.quant.block_size or blockwise))
+
+    return eligible
+
+
+def _lookup_eligible(n, v) -> bool:
+    """``hybrid_eligible`` of EMBEDDING_LOOKUP: an int8 table (INT4 files
+    unpacked to int8; zero point 0) as input 1 with one scale, block-wise
+    scales, or one scale per row, and float32 outputs."""
+    ins = list(n.inputs)
+    s = np.asarray(v.quant.scale).reshape(-1)
+    return (len(ins) == 2 and ins[1] is v and _int8_symmetric(v)
+            and (s.size == 1 or v.quant.block_size > 0
+                 or (v.quant.quantized_dimension == 0 and v.shape and s.size == v.shape[0]))
+            and _float_outputs(n))
+
+
 def _scale_out(acc, scale, bias):
     """``float32(acc) * scale (+ bias)`` with two float32 roundings."""
     y = acc.astype(jnp.float32) * scale
@@ -177,7 +224,8 @@ def _scale_out(acc, scale, bias):
     return y
 
 
-@register(OP_SET, "FULLY_CONNECTED", differentiable=False, traced_weights=True)
+@register(OP_SET, "FULLY_CONNECTED", differentiable=False, traced_weights=True,
+          hybrid_eligible=dense_eligible(blockwise=True))
 def FULLY_CONNECTED(ctx, x, w, b=None, *, fused_activation_function="NONE", weights_format="DEFAULT",
                     keep_num_dims=False, asymmetric_quantize_inputs=False):
     """Hybrid TFLite FULLY_CONNECTED (``fully_connected.cc`` ``EvalHybrid``).
@@ -220,7 +268,7 @@ def _conv_input(ctx, x, asymmetric):
     return q, s
 
 
-@register(OP_SET, "CONV_2D", differentiable=False, traced_weights=True)
+@register(OP_SET, "CONV_2D", differentiable=False, traced_weights=True, hybrid_eligible=dense_eligible())
 def CONV_2D(ctx, x, w, b=None, *, padding="SAME", stride_w=1, stride_h=1,
             dilation_w_factor=1, dilation_h_factor=1, fused_activation_function="NONE"):
     """Hybrid TFLite CONV_2D (``conv.cc`` ``EvalHybrid`` / ``EvalHybridPerChannel``).
@@ -247,7 +295,7 @@ def CONV_2D(ctx, x, w, b=None, *, padding="SAME", stride_w=1, stride_h=1,
     return _activation(ctx, _scale_out(acc, scale, b), fused_activation_function)
 
 
-@register(OP_SET, "DEPTHWISE_CONV_2D", differentiable=False, traced_weights=True)
+@register(OP_SET, "DEPTHWISE_CONV_2D", differentiable=False, traced_weights=True, hybrid_eligible=dense_eligible())
 def DEPTHWISE_CONV_2D(ctx, x, w, b=None, *, padding="SAME", stride_w=1, stride_h=1, depth_multiplier=0,
                       dilation_w_factor=1, dilation_h_factor=1, fused_activation_function="NONE"):
     """Hybrid TFLite DEPTHWISE_CONV_2D (``depthwise_conv.cc``
@@ -276,7 +324,8 @@ def DEPTHWISE_CONV_2D(ctx, x, w, b=None, *, padding="SAME", stride_w=1, stride_h
     return _activation(ctx, y, fused_activation_function)
 
 
-@register(OP_SET, "BATCH_MATMUL", differentiable=False, traced_weights=True)
+@register(OP_SET, "BATCH_MATMUL", differentiable=False, traced_weights=True,
+          hybrid_eligible=dense_eligible(per_tensor_only=True))
 def BATCH_MATMUL(ctx, a, b, *, adj_x=False, adj_y=False, asymmetric_quantize_inputs=False):
     """Hybrid TFLite BATCH_MATMUL (``batch_matmul.cc`` ``EvalHybrid``): float32
     lhs ``a`` ``[..., M, K]``, int8 constant rhs ``b`` ``[..., K, N]``
@@ -303,7 +352,8 @@ def BATCH_MATMUL(ctx, a, b, *, adj_x=False, adj_y=False, asymmetric_quantize_inp
     return _scale_out(acc, scale, None)
 
 
-@register(OP_SET, "TRANSPOSE_CONV", differentiable=False, static_inputs=(0,), traced_weights=True)
+@register(OP_SET, "TRANSPOSE_CONV", differentiable=False, static_inputs=(0,), traced_weights=True,
+          hybrid_eligible=dense_eligible(act=2))  # (output_shape, weights, input, bias)
 def TRANSPOSE_CONV(ctx, output_shape, w, x, b=None, *, padding="SAME", stride_w=1, stride_h=1,
                    fused_activation_function="NONE"):
     """Hybrid TFLite TRANSPOSE_CONV (``transpose_conv.cc`` ``EvalHybrid``).
@@ -427,7 +477,7 @@ def _row_scales(ctx, rows: int) -> np.ndarray:
     return np.broadcast_to(s, (rows,)).astype(_F32)
 
 
-@register(OP_SET, "EMBEDDING_LOOKUP", differentiable=False)
+@register(OP_SET, "EMBEDDING_LOOKUP", differentiable=False, hybrid_eligible=_lookup_eligible)
 def EMBEDDING_LOOKUP(ctx, ids, table):
     """Hybrid TFLite EMBEDDING_LOOKUP (``embedding_lookup.cc`` ``EvalHybrid``).
 

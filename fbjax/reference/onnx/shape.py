@@ -28,9 +28,13 @@ def Size(ctx, data):
 
 @register(OP_SET, "Reshape")
 def Reshape(ctx, data, shape, *, allow_zero=False):
-    """numpy ONNX ``Reshape`` (0 copies unless ``allow_zero``; one -1 inferred)."""
+    """numpy ONNX ``Reshape`` (0 copies unless ``allow_zero``; one -1
+    inferred); ModelFormatError for a shape the input cannot take."""
     x = np.asarray(data)
     tgt = [x.shape[i] if (d == 0 and not allow_zero) else d for i, d in enumerate(ints(shape))]
+    known = int(np.prod([d for d in tgt if d != -1]))
+    if tgt.count(-1) > 1 or (-1 in tgt and (known == 0 or x.size % known)) or (-1 not in tgt and known != x.size):
+        raise ctx.error(f"cannot reshape {x.shape} to {ints(shape)}")
     return out(ctx, x.reshape(tgt))
 
 

@@ -1,21 +1,12 @@
-"""Helpers shared by the StableHLO reference families (numpy only)."""
+"""Helpers shared by the StableHLO reference families (numpy only). The attribute
+helpers (:func:`ints`, :func:`pairs`) are the readers' own
+(:mod:`fbjax.formats.stablehlo_attrs`), shared with the lowering."""
 
 from __future__ import annotations
 
 import numpy as np
 
-
-def ints(v) -> tuple:
-    if v is None:
-        return ()
-    return tuple(int(x) for x in np.asarray(v).reshape(-1))
-
-
-def pairs(padding, rank: int) -> list:
-    p = ints(padding)
-    if not p:
-        return [(0, 0)] * rank
-    return [(p[2 * i], p[2 * i + 1]) for i in range(len(p) // 2)]
+from ...formats.stablehlo_attrs import ints, pairs  # noqa: F401 (re-exported to the families)
 
 
 def out_shape(ctx, i: int = 0) -> tuple:

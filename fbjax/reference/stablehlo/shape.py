@@ -14,8 +14,12 @@ OP_SET = "stablehlo"
 
 @register(OP_SET, "stablehlo.reshape")
 def reshape(ctx, operand):
-    """Row-major reshape to the output shape."""
-    return np.reshape(np.asarray(operand), out_shape(ctx))
+    """Row-major reshape to the output shape (ModelFormatError when the
+    sizes differ)."""
+    shape = out_shape(ctx)
+    if int(np.prod(shape)) != np.size(operand):
+        raise ctx.error(f"cannot reshape {tuple(np.shape(operand))} to {tuple(shape)}")
+    return np.reshape(np.asarray(operand), shape)
 
 
 @register(OP_SET, "stablehlo.broadcast_in_dim")

@@ -24,8 +24,12 @@ def _axis(ctx, a, rank):
 
 @register("tflite", "TILE", static_inputs=(1,))
 def TILE(ctx, x, multiples):
-    """``np.tile``."""
-    return np.tile(x, _ints(multiples))
+    """``np.tile``; one multiple per input dim (np.tile would prepend dims
+    for a shorter ``multiples``: a malformed file, ModelFormatError)."""
+    m = _ints(multiples)
+    if len(m) != np.ndim(x):
+        raise ctx.error(f"multiples has {len(m)} entries for a rank-{np.ndim(x)} input")
+    return np.tile(x, m)
 
 
 @register("tflite", "BROADCAST_TO", static_inputs=(1,))

@@ -116,7 +116,7 @@ def QUANTIZE(ctx, x):
     """Reference QUANTIZE (float or integer input)."""
     vo = ctx.outputs[0]
     if vo.quant is not None and np.asarray(vo.quant.scale).size > 1 and np.asarray(x).dtype.kind == "f":
-        from .hybrid import per_channel_quantize  # per-channel output scales (issue 4)
+        from .hybrid import per_channel_quantize  # per-channel output scales
         return per_channel_quantize(ctx, x)
     so, zo = sz(ctx, vo)
     lo, hi = qrange(vo.dtype)

@@ -6,13 +6,20 @@ rten-convert 0.22 writes a Softmax / LogSoftmax whose ONNX node leaves out
 what the ``.rten`` file says, so such a file computes something else than
 the ONNX model (:func:`fbjax.formats.rten.read` warns where the result is
 constant). :func:`make_defaults_explicit` states the ONNX axis in the
-``.onnx`` before converting::
+``.onnx`` before converting. A tool of the repository (not part of the
+installed package: it edits ONNX files, it reads no model format of
+fbjax's)::
+
+    python tools/onnx_prepass.py model.onnx model.explicit.onnx
+    rten-convert model.explicit.onnx model.rten
+
+or from Python, with ``tools/`` on ``sys.path``::
 
     import onnx
-    from fbjax.formats.onnx_prepass import make_defaults_explicit
+    from onnx_prepass import make_defaults_explicit
 
     m, changed, left = make_defaults_explicit(onnx.load("model.onnx"))
-    onnx.save(m, "model.explicit.onnx")   # then: rten-convert model.explicit.onnx model.rten
+    onnx.save(m, "model.explicit.onnx")
 
 Needs the ``onnx`` package (not a dependency of fbjax's runtime; it comes
 with ``'.[test]'``).
@@ -20,10 +27,13 @@ with ``'.[test]'``).
 
 from __future__ import annotations
 
+import argparse
+import sys
+
 try:
     import onnx
 except ImportError as e:  # pragma: no cover - the package is optional
-    raise ImportError("fbjax.formats.onnx_prepass works on ONNX models: pip install onnx") from e
+    raise ImportError("tools/onnx_prepass.py works on ONNX models: pip install onnx") from e
 
 __all__ = ["make_defaults_explicit"]
 
@@ -132,3 +142,29 @@ def make_defaults_explicit(model: onnx.ModelProto):
 
     walk(out.graph, inferred.graph, {})
     return (out if changed else model), changed, left
+
+
+def main(argv=None) -> int:
+    """``python tools/onnx_prepass.py IN.onnx OUT.onnx``: write ``IN`` with
+    the defaults stated (:func:`make_defaults_explicit`) and list what
+    changed and what could not be. Exit status 0; 1 when some node was left
+    unchanged (its converted file will still differ from the ONNX model)."""
+    p = argparse.ArgumentParser(
+        prog="python tools/onnx_prepass.py",
+        description="State the ONNX default axis of Softmax/LogSoftmax/Hardmax nodes that leave it out, "
+                    "before converting with rten-convert (which would write axis=0).")
+    p.add_argument("src", help="the .onnx model to read")
+    p.add_argument("dst", help="where to write the model with the axes stated")
+    args = p.parse_args(argv)
+    model, changed, left = make_defaults_explicit(onnx.load(args.src))
+    onnx.save(model, args.dst)
+    for line in changed:
+        print(f"stated  {line}")
+    for line in left:
+        print(f"LEFT    {line}", file=sys.stderr)
+    print(f"{args.dst}: {len(changed)} node(s) changed, {len(left)} left; next: rten-convert {args.dst} OUT.rten")
+    return 1 if left else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
