@@ -19,7 +19,11 @@ examples (float32 normal, seed 0), images/s of:
 
 Each round runs every variant once, in an order that alternates; the figure
 is the best (minimum-time) round, as the machine is shared. ``ratio`` =
-infer images/s / max(loop, batched) images/s (target: >= 1). The results of
+infer images/s / max(loop, batched) images/s (target: >= 1). ``paired`` is
+the median over rounds of the same ratio taken within each round (the
+variants of one round run back to back, so they see the same load from
+other processes: the fairer figure on a busy machine); ``load`` is the
+1-minute load average (``os.getloadavg``) when the row was measured. The results of
 ``infer`` are checked against the loop's (max abs difference / max abs
 value).
 """
@@ -93,23 +97,30 @@ def bench_model(path: str, batches, n: int, runs: int) -> list:
                     f()
                     ts[k].append(time.perf_counter() - t)
             rate = {k: n / min(v) for k, v in ts.items()}
+            best_other = [min(a, c) for a, c in zip(ts["loop"], ts["batched"])]
+
+            def paired(k):
+                return float(np.median([o / t for o, t in zip(best_other, ts[k])]))
+
             rec = {"model": os.path.basename(path), "batch": b, "examples": n, "runs": runs,
                    **{f"{k} ex/s": round(v, 1) for k, v in rate.items()},
                    "ratio": round(rate["infer"] / max(rate["loop"], rate["batched"]), 2),
                    "ratio dir": round(rate["infer dir"] / max(rate["loop"], rate["batched"]), 2),
-                   "max rel err": max(errs.values())}
+                   "paired": round(paired("infer"), 2), "paired dir": round(paired("infer dir"), 2),
+                   "load": round(os.getloadavg()[0], 1), "max rel err": max(errs.values())}
             print(json.dumps(rec), flush=True)
             records.append(rec)
     return records
 
 
 def markdown(records) -> str:
-    head = "| model | batch | loop ex/s | batched ex/s | infer ex/s | infer dir ex/s | infer / best | dir / best | max rel err |"
-    lines = [head, "|" + "---|" * 9]
+    head = ("| model | batch | loop ex/s | batched ex/s | infer ex/s | infer dir ex/s | infer / best | dir / best "
+            "| paired | paired dir | load | max rel err |")
+    lines = [head, "|" + "---|" * 12]
     for r in records:
         lines.append(f"| {r['model']} | {r['batch']} | {r['loop ex/s']:.0f} | {r['batched ex/s']:.0f} | "
                      f"{r['infer ex/s']:.0f} | {r['infer dir ex/s']:.0f} | {r['ratio']:.2f} | {r['ratio dir']:.2f} | "
-                     f"{r['max rel err']:.1e} |")
+                     f"{r['paired']:.2f} | {r['paired dir']:.2f} | {r['load']:.1f} | {r['max rel err']:.1e} |")
     return "\n".join(lines)
 
 

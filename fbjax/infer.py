@@ -7,14 +7,25 @@
     fbjax.infer(model, "samples/", step_size=64, out="preds.npz")    # streamed
 
 Examples are cut into batches, read and assembled in a background thread
-two batches ahead of the device. On one CPU device each batch runs as
-calls of the prepared program ``Model.__call__`` uses
+ahead of the device: an array of examples is passed a view per step (no
+copy); a directory's ``.npy`` files of one input are read straight into
+the step's buffer (each header compared as bytes with the one parsed
+before, the data read with ``readinto``; files of another dtype, shape or
+order are loaded and checked the general way). On one CPU device each batch
+runs as calls of the prepared program ``Model.__call__`` uses
 (:mod:`fbjax.run.cpu_prepared`: weights relaid once, values read twice
 materialized) on chunks of examples whose activations fit in cache (the
 largest divisor of the batch under ``fbjax.run.chunked.CHUNK_BYTES``; 1 for the
 MediaPipe detectors, whose batched program is slower per example than
-batch-1 calls): so ``infer`` is at least as fast as a loop of ``model(x)``
-and as the batched program (``benchmarks/infer.py``). Otherwise each batch
+batch-1 calls); for the MediaPipe detectors that is, per example, the
+program of a loop of ``model(x)`` with less host work per call
+(``benchmarks/infer.py``). When two chunks fit in cache at once, the steps
+run either as one stream of asynchronous calls or two at a time in worker
+threads (as :class:`fbjax.run.chunked.ChunkedCall` does), whichever the
+first steps measure faster, measured again every
+:data:`STREAM_KEEP_STEPS` steps (:class:`_StreamChooser`). The chunk size
+comes from the model's activation sizes alone and each step is the same
+program either way, so results never depend on timing. Otherwise each batch
 is placed on a 1-D device mesh (``jax.sharding.Mesh`` with axis
 ``"batch"``; the next batch is put while the current one runs), split along
 its leading dimension with ``NamedSharding(mesh, P("batch"))``, and run by
@@ -39,6 +50,8 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import threading
+import time
 import zipfile
 from typing import Iterable, Iterator, Mapping, Optional, Sequence, Union
 
@@ -281,6 +294,104 @@ def _output_keys(names: Sequence[str]) -> list:
             for i, n in enumerate(names)]
 
 
+class _Direct:
+    """:class:`_Prefetch`'s interface without a thread: ``produce()`` called by
+    :meth:`get` itself (for sources whose steps cost nothing to make, such
+    as views of an array: a thread would only add hand-offs)."""
+
+    def __init__(self, produce):
+        self._produce, self._last = produce, None
+
+    def get(self):
+        if self._last is not None:
+            return self._last
+        value = self._produce()
+        if value[1] == 0:
+            self._last = value
+        return value
+
+    def close(self) -> None:
+        pass
+
+
+#: {(process id, streams): ThreadPoolExecutor} running the streamed steps of
+#: :func:`infer`, kept between calls (starting threads per call cost
+#: milliseconds on a busy machine); per process id, as a forked child has
+#: none of its parent's threads
+_STREAM_POOLS: dict = {}
+_STREAM_LOCK = threading.Lock()
+
+
+def _stream_pool(streams: int):
+    """The kept pool of ``streams`` worker threads of this process (made at first use)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    key = (os.getpid(), streams)
+    with _STREAM_LOCK:
+        pool = _STREAM_POOLS.get(key)
+        if pool is None:
+            pool = _STREAM_POOLS[key] = ThreadPoolExecutor(streams, thread_name_prefix="fbjax-infer-run")
+        return pool
+
+
+#: Steps :class:`_StreamChooser` times each way (one stream, then several at once)
+#: before keeping the faster way for :data:`STREAM_KEEP_STEPS` steps, and again.
+STREAM_PROBE_STEPS = 8
+STREAM_KEEP_STEPS = 64
+
+
+class _StreamChooser:
+    """How many steps :func:`infer` runs at once on one CPU device, by
+    timing: :data:`STREAM_PROBE_STEPS` steps with one stream (asynchronous
+    calls, as a loop of ``model(x)``), as many with ``streams`` concurrent
+    steps, then the faster of the two for :data:`STREAM_KEEP_STEPS` steps;
+    then it measures again (the load of a shared machine changes). Two
+    concurrent executions fill the gaps between one stream's small kernels on
+    an idle machine (1.4x) but lose to one stream when other processes hold
+    the cores. Each step is the same program on the same examples either
+    way, so the choice changes only the time, never a result.
+
+    The caller waits for every step in flight (:meth:`due`) before each
+    phase starts, so a phase's time is its own steps'."""
+
+    def __init__(self, streams: int):
+        self.streams = streams
+        self.times: dict = {}  # streams -> seconds per step, this probe round
+        self.phases = [(1, STREAM_PROBE_STEPS), (streams, STREAM_PROBE_STEPS)]
+        self.mode, self.left = self.phases[0]
+        self.start = None  # perf_counter at the phase's start; None: not started
+        self.steps = 0
+        self.history: list = []  # (mode, steps) of every phase run (for tests)
+
+    def due(self) -> bool:
+        """Whether a phase ends before the next step (the caller drains, then :meth:`begin`)."""
+        return self.start is None or self.left == 0
+
+    def begin(self, now: float) -> None:
+        """Close the phase that ran (time per step) and start the next at ``now``."""
+        if self.start is not None and self.steps:
+            self.history.append((self.mode, self.steps))
+            if len(self.times) < 2 and self.mode not in self.times:
+                self.times[self.mode] = (now - self.start) / self.steps
+            if self.phases:
+                self.phases.pop(0)
+            if not self.phases:
+                if len(self.times) == 2:  # both measured: keep the faster
+                    best = min(self.times, key=self.times.get)
+                    self.phases = [(best, STREAM_KEEP_STEPS)]
+                    self.times = {}
+                else:  # after keeping: measure again
+                    self.phases = [(1, STREAM_PROBE_STEPS), (self.streams, STREAM_PROBE_STEPS)]
+        self.mode, self.left = self.phases[0]
+        self.steps = 0
+        self.start = now
+
+    def took(self) -> None:
+        """One step of the current phase was dispatched."""
+        self.left -= 1
+        self.steps += 1
+
+
 class _Prefetch:
     """``produce()`` called in a background thread, up to ``depth`` results
     ahead of :meth:`get`, so that reading files and assembling batches
@@ -358,22 +469,111 @@ def _example_bytes(model) -> int:
     return best
 
 
-def _chunk(model, batch: int) -> int:
-    """Examples per call on a CPU device: the largest divisor of ``batch``
-    whose activations fit :data:`fbjax.run.chunked.CHUNK_BYTES` (about
-    what stays in cache from one layer to the next), at least 1. XLA:CPU runs
-    a batch layer by layer, so a batch whose activations do not fit in cache
-    streams each from memory and runs slower per example than smaller calls
-    (``benchmarks/infer.py``)."""
+def _plan(model, batch: int) -> tuple:
+    """``(k, streams)`` on one CPU device: ``streams`` steps of ``k``
+    examples run at once, their activations together within
+    :data:`fbjax.run.chunked.CHUNK_BYTES` (about what stays in cache from one
+    layer to the next). XLA:CPU runs a batch layer by layer, so a batch whose
+    activations do not fit in cache streams each from memory and runs slower
+    per example than smaller calls; and two independent executions at once
+    fill the gaps between one stream's small per-layer kernels (the same
+    :data:`~fbjax.run.chunked.CHUNK_THREADS` streams as
+    :class:`~fbjax.run.chunked.ChunkedCall`) but thrash the cache when one
+    example's activations already fill it (MediaPipe palm detection, 3.5 MB
+    per example: half the examples/s). So: up to ``CHUNK_THREADS`` streams
+    when that many examples fit, else one; ``k`` the largest divisor of
+    ``batch`` whose ``streams * k`` examples fit, at least 1
+    (``benchmarks/infer.py``). Whether the streams run at once is timed
+    while running (:class:`_StreamChooser`)."""
     cache = model.__dict__.setdefault("_infer_example_bytes", [])
     if not cache:
         cache.append(max(_example_bytes(model), 1))
     per = cache[0]
+    budget = _chunked.CHUNK_BYTES
+    streams = _chunked.CHUNK_THREADS if _chunked.CHUNK_THREADS * per <= budget else 1
     best = 1
     for k in range(1, batch + 1):
-        if batch % k == 0 and k * per <= _chunked.CHUNK_BYTES:
+        if batch % k == 0 and streams * k * per <= budget:
             best = k
-    return best
+    return best, max(1, streams)
+
+
+def _chunk(model, batch: int) -> int:
+    """Examples per call on a CPU device (the ``k`` of :func:`_plan`)."""
+    return _plan(model, batch)[0]
+
+
+class _NpyFiles:
+    """Reads ``.npy`` example files of one input straight into a step's
+    buffer: the header of each file is compared (as bytes) with the headers
+    already seen to describe a C-order array of exactly the input's
+    ``shape`` and ``dtype``, and the data is read with ``readinto`` into the
+    buffer (no per-file allocation, mapping or header parsing: ~4x less
+    work per file than ``np.load``). A header not seen before is parsed once
+    (``numpy.lib.format``); a file of another shape, dtype or order is left
+    to the caller (:meth:`read_into` returns False), which loads it the
+    general way and checks it there."""
+
+    _PREFIX = 12  # magic (6) + version (2) + header length (2 in version 1, 4 after)
+
+    def __init__(self, shape: tuple, dtype):
+        self.shape, self.dtype = tuple(shape), np.dtype(dtype)
+        self.nbytes = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+        self.headers: set = set()  # exact header bytes (magic to the data) known to match
+
+    def _matches(self, header: bytes) -> bool:
+        import io
+
+        f = io.BytesIO(header)
+        try:
+            version = np.lib.format.read_magic(f)
+            if version == (1, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+            elif version == (2, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+            else:
+                return False
+        except (ValueError, SyntaxError, TypeError):
+            return False  # np.load says what is wrong with it
+        return tuple(shape) == self.shape and (not fortran or len(shape) < 2) and dtype == self.dtype
+
+    def read_into(self, path: str, dest: memoryview) -> bool:
+        """Fill ``dest`` (``nbytes`` bytes) with the data of the ``.npy`` file
+        ``path`` when its header describes exactly this input's shape and
+        dtype (C order); False (``dest`` unspecified) otherwise.
+
+        Raises:
+            InputError: a file with a matching header but fewer data bytes
+                than it announces (truncated), naming the file.
+        """
+        with open(path, "rb", buffering=0) as f:
+            head = f.read(self._PREFIX)
+            if len(head) < 10 or head[:6] != b"\x93NUMPY":
+                return False
+            if head[6] == 1:
+                start = 10 + int.from_bytes(head[8:10], "little")
+            elif head[6] in (2, 3) and len(head) == 12:
+                start = 12 + int.from_bytes(head[8:12], "little")
+            else:
+                return False
+            if start > 1 << 20:
+                return False
+            header = head + f.read(start - len(head)) if start > len(head) else head[:start]
+            if len(header) != start:
+                return False
+            if header not in self.headers:
+                if not self._matches(header):
+                    return False
+                self.headers.add(header)
+            f.seek(start)
+            got = 0
+            while got < self.nbytes:
+                r = f.readinto(dest[got:])
+                if not r:
+                    raise InputError(f"{path}: holds {got} of the {self.nbytes} data bytes its header announces "
+                                     f"(a truncated file? write it again with numpy.save)")
+                got += r
+        return True
 
 
 def infer(
@@ -522,31 +722,81 @@ def infer(
 
         # One CPU device: each step is one call of k examples (see below), the steps of a batch
         # dispatched as they are read; else a step is the batch, split over the mesh.
-        k = _chunk(model, local_batch) if (isinstance(model, Model) and n_proc == 1 and n_local == 1
-                                           and devs[0].platform == "cpu"
-                                           and not getattr(model, "_stateful", False)) else None
+        k, streams = _plan(model, local_batch) if (isinstance(model, Model) and n_proc == 1 and n_local == 1
+                                                   and devs[0].platform == "cpu"
+                                                   and not getattr(model, "_stateful", False)) else (None, 1)
         per_step = local_batch if k is None else k
 
+        def checked(x, i, src, k, shp, s):
+            x = np.asarray(x)
+            if x.shape != shp:
+                where = f"example {i}" if src is None else f"{src} (example {i})"
+                raise InputError(
+                    f"{where}: input {k} ({s.name!r}) has shape {x.shape}, expected "
+                    f"{shp} (the model's input without its batch dimension)")
+            if x.dtype != s.dtype and not np.can_cast(x.dtype, s.dtype, "same_kind"):
+                where = f"example {i}" if src is None else f"{src} (example {i})"
+                raise InputError(f"{where}: input {k} ({s.name!r}) has dtype {x.dtype}, expected {s.dtype}")
+            return x
+
         def next_batch():
-            bufs = [np.zeros((per_step, *shp), s.dtype) for shp, s in zip(sample_shapes, specs)]
+            # np.empty, padding rows zeroed below: a fresh buffer per step (the call may keep
+            # reading it after returning), without writing each example twice
+            bufs = [np.empty((per_step, *shp), s.dtype) for shp, s in zip(sample_shapes, specs)]
             n = 0
             for xs, src in it:
                 i = n_read[0]
                 n_read[0] += 1
-                where = f"example {i}" if src is None else f"{src} (example {i})"
                 for k, (x, shp, s) in enumerate(zip(xs, sample_shapes, specs)):
-                    x = np.asarray(x)
-                    if x.shape != shp:
-                        raise InputError(
-                            f"{where}: input {k} ({s.name!r}) has shape {x.shape}, expected "
-                            f"{shp} (the model's input without its batch dimension)")
-                    if x.dtype != s.dtype and not np.can_cast(x.dtype, s.dtype, "same_kind"):
-                        raise InputError(f"{where}: input {k} ({s.name!r}) has dtype {x.dtype}, expected {s.dtype}")
-                    bufs[k][n] = x
+                    bufs[k][n] = checked(x, i, src, k, shp, s)
                 n += 1
                 if n == per_step:
                     break
+            for b in bufs:
+                b[n:] = 0
             return bufs, n
+
+        one = specs[0] if len(specs) == 1 else None
+        produce = next_batch
+        next_view_fn = None
+        if (one is not None and isinstance(examples, np.ndarray) and examples.ndim == 1 + len(sample_shapes[0])
+                and examples.shape[1:] == sample_shapes[0] and examples.dtype == one.dtype):
+            # an array of examples: each full step is a view of it (no copy, no per-example work)
+            arr = examples
+
+            def next_view():
+                i = n_read[0]
+                n = min(per_step, len(arr) - i)
+                n_read[0] = i + n
+                if n == per_step:
+                    return [arr[i:i + n]], n
+                buf = np.zeros((per_step, *sample_shapes[0]), one.dtype)
+                buf[:n] = arr[i:i + n]
+                return [buf], n
+
+            produce = next_view_fn = next_view
+        elif one is not None and files is not None:
+            # a directory for a one-input model: .npy files read straight into the step's buffer
+            # (_NpyFiles); any other file (another dtype, shape or order, .npz) the general way
+            npy = _NpyFiles(sample_shapes[0], one.dtype)
+            folder = os.fspath(examples)
+
+            def next_files():
+                buf = np.empty((per_step, *sample_shapes[0]), one.dtype)
+                flat = buf.reshape(-1).view(np.uint8).reshape(per_step, npy.nbytes)
+                n = 0
+                while n < per_step and n_read[0] < len(files):
+                    i = n_read[0]
+                    n_read[0] += 1
+                    f = files[i]
+                    if not (f.endswith(".npy") and npy.read_into(os.path.join(folder, f), memoryview(flat[n]))):
+                        for xs, src in _iter_sourced(folder, 1, [one.name], [f]):
+                            buf[n] = checked(xs[0], i, src, 0, sample_shapes[0], one)
+                    n += 1
+                buf[n:] = 0
+                return [buf], n
+
+            produce = next_files
 
         def to_global(local):
             return multihost_utils.host_local_array_to_global_array(local, mesh, batch_spec) if n_proc > 1 \
@@ -564,8 +814,9 @@ def infer(
         # divisor of the batch that fits) -- for the MediaPipe detectors k = 1, as the batched
         # program is slower per example than batch-1 calls; a step is dispatched as soon as its k
         # examples are read, so reading overlaps computing at any batch size (a batch of 64 that
-        # waited for its 64 files measured 0.7x a loop). Otherwise: one jitted model.apply of the
-        # whole batch over the mesh.
+        # waited for its 64 files measured 0.7x a loop); `streams` steps at once when their
+        # activations fit together (_plan). Otherwise: one jitted model.apply of the whole batch
+        # over the mesh.
         if k is not None:
             run1 = model.executor  # the executor Model.__call__ runs (fbjax.run), without its input checks
 
@@ -580,6 +831,39 @@ def infer(
                 return run1(p_host, *placed)
 
             fetch_step = fetch
+            if streams > 1:
+                # `streams` steps at once: each runs in a worker thread (dispatch, then wait for its
+                # results, without the GIL), as XLA:CPU runs independent executions concurrently;
+                # the first step runs here alone (it compiles)
+                from concurrent.futures import Future
+
+                pool = _stream_pool(streams)
+                warm = model.__dict__.setdefault("_infer_warm", set())  # step sizes run (compiled) before
+
+                def run_step(placed):
+                    with jax.enable_x64(x64):  # (JAX's config contexts are per thread)
+                        return fetch(run1(p_host, *placed))
+
+                chooser = _StreamChooser(streams)
+
+                def dispatch_streamed(placed):
+                    if per_step not in warm:
+                        done: Future = Future()
+                        done.set_result(run_step(placed))  # the first step of this size runs here (compiles)
+                        warm.add(per_step)
+                        return done
+                    if chooser.due():
+                        drain(0)  # the phase before is timed on its own steps
+                        chooser.begin(time.perf_counter())
+                    chooser.took()
+                    if chooser.mode == 1:
+                        return run1(p_host, *placed)  # asynchronous, as a loop of model(x)
+                    return pool.submit(run_step, placed)
+
+                def fetch_any(res):
+                    return res.result() if isinstance(res, Future) else fetch(res)
+
+                dispatch, fetch_step = dispatch_streamed, fetch_any
         else:
             p = model.params if params is None else params
             p = {name: jax.make_array_from_callback(np.shape(v), replicated, lambda idx, v=v: np.asarray(v)[idx])
@@ -607,7 +891,8 @@ def infer(
         pending: deque = deque()  # (device results, n valid) per step dispatched, oldest first
         ahead = max(2, -(-32 // per_step)) if n_proc == 1 else 1
         # examples read and batched in a thread, at least 2 steps (~16 examples) ahead
-        reader = _Prefetch(next_batch, depth=max(2, -(-16 // per_step)))
+        reader = (_Direct(produce) if produce is next_view_fn else
+                  _Prefetch(produce, depth=max(2, -(-16 // per_step))))
 
         def drain(keep: int) -> None:
             while len(pending) > keep:
@@ -637,6 +922,9 @@ def infer(
             raise
         finally:
             reader.close()
+            for res_old, _ in pending:  # after an error: steps not started yet are dropped
+                if hasattr(res_old, "cancel"):
+                    res_old.cancel()
             if bar is not None:
                 bar.close()
 

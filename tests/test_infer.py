@@ -13,6 +13,7 @@ process.
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -520,14 +521,16 @@ def test_infer_runs_cache_sized_chunks_of_the_prepared_program_on_cpu():
     model(x) on chunks whose activations fit inference.CHUNK_BYTES (one
     example for palm detection, 3.5 MB per example), padding the last batch:
     results within the shared-model bound of per-example calls."""
-    from fbjax.infer import _chunk
+    from fbjax.infer import _chunk, _plan
 
     path = TFLITE_MODELS / "mediapipe_face_detection_short_range.tflite"
     model = fbjax.load(path, batch_size=None)
     palm = fbjax.load(TFLITE_MODELS / "mediapipe_palm_detection_lite.tflite", batch_size=None)
     assert _chunk(palm, 8) == 1 and _chunk(palm, 64) == 1
+    assert _plan(palm, 8) == (1, 1)  # one example fills the cache: one stream
     k = _chunk(model, 6)
     assert 1 <= k < 6 and 6 % k == 0  # 1.3 MB per example: more than one chunk per batch of 6
+    assert _plan(model, 6) == (k, 2)  # two examples fit: two streams of steps at once
     xs = np.random.default_rng(5).random((7, 128, 128, 3), dtype=F32)  # 6 + 1 padded
     got = fbjax.infer(model, xs, batch_size=6, progress=False)
     single = fbjax.load(path)
@@ -552,3 +555,119 @@ def test_infer_reader_errors_reach_the_caller_and_the_reader_stops():
     with pytest.raises(ValueError, match="broken example source"):
         fbjax.infer(model, examples(), batch_size=2, progress=False)
     assert not [t for t in threading.enumerate() if t.name == "fbjax-infer-reader"]
+
+
+def test_infer_reads_npy_files_into_the_step_buffer_and_names_bad_files(tmp_path):
+    """A directory of .npy files for a one-input model is read by header
+    bytes + readinto (fbjax.infer._NpyFiles): one header parsed for many
+    files, files in another layout (float64, Fortran order, format 2.0)
+    read the general way, the same numbers as the same examples from an
+    array (the same program on the same step buffers: identical results),
+    and a file of another kind, shape or length rejected naming it."""
+    from fbjax.infer import _NpyFiles
+
+    src = conv_reshape_fc()
+    model = fbjax.load(src, batch_size=None)
+    xs = np.random.default_rng(13).standard_normal((9, 6, 6, 3)).astype(F32)
+    d = _sample_dir(tmp_path / "in", xs)
+    np.save(d / "s003.npy", xs[3].astype(np.float64))  # float64: cast (same kind), as from an iterable
+    np.save(d / "s004.npy", np.asfortranarray(xs[4]))  # Fortran order: the same values
+    with open(d / "s005.npy", "wb") as f:  # header format 2.0 (4-byte header length)
+        np.lib.format.write_array(f, xs[5], version=(2, 0))
+    got = fbjax.infer(model, d, step_size=4, progress=False)
+    np.testing.assert_array_equal(got, fbjax.infer(model, xs, step_size=4, progress=False))
+    assert_per_sample(got, src, xs, "infer from a directory of .npy files")
+
+    npy = _NpyFiles((6, 6, 3), F32)
+    dest = np.empty((6, 6, 3), F32)
+    view = memoryview(dest.reshape(-1).view(np.uint8))
+    for i in (0, 1, 2, 6):
+        assert npy.read_into(str(d / f"s{i:03d}.npy"), view)
+        np.testing.assert_array_equal(dest, xs[i])
+    assert len(npy.headers) == 1  # parsed once, then compared as bytes
+    assert npy.read_into(str(d / "s005.npy"), view) and len(npy.headers) == 2
+    assert not npy.read_into(str(d / "s003.npy"), view)  # float64: left to the general path
+    assert not npy.read_into(str(d / "s004.npy"), view)  # Fortran order: likewise
+
+    bad = {"complex": (np.zeros((6, 6, 3), np.complex64), r"has dtype complex64, expected float32"),
+           "shape": (np.zeros((6, 6, 2), F32), r"has shape \(6, 6, 2\), expected \(6, 6, 3\)")}
+    for tag, (x, msg) in bad.items():
+        b = _sample_dir(tmp_path / tag, xs, bad={6: x})
+        with pytest.raises(InputError, match=rf"^{re.escape(str(b / 's006.npy'))} \(example 6\): input 0 \('x'\) {msg}"):
+            fbjax.infer(model, b, step_size=4, progress=False)
+    cut = _sample_dir(tmp_path / "cut", xs)
+    raw = (cut / "s007.npy").read_bytes()
+    (cut / "s007.npy").write_bytes(raw[:-10])  # the header promises 10 bytes more
+    with pytest.raises(InputError, match=rf"^{re.escape(str(cut / 's007.npy'))}: holds .* truncated"):
+        fbjax.infer(model, cut, step_size=4, progress=False)
+
+
+def test_infer_int64_model_keeps_64_bits_in_the_worker_threads():
+    """A model with int64 tensors runs under jax.enable_x64, a per-thread
+    setting: steps run in worker threads (two streams on one CPU device)
+    must set it there too, or int64 inputs above 2**31 lose their high bits.
+    ADD of integers is exact: x + x == 2 * x."""
+    from fbjax.infer import _plan
+
+    b = TFLiteBuilder()
+    x = b.add_input((1, 4), dtype=np.int64, name="x")
+    y = b.add_tensor((1, 4), dtype=np.int64, name="y")
+    b.add_op("ADD", [x, x], [y], options=dict(fused_activation_function="NONE"))
+    b.add_output(y)
+    model = fbjax.load(b.build(), batch_size=None)
+    xs = (np.int64(2) ** 40 + np.arange(7 * 4, dtype=np.int64)).reshape(7, 4)
+    assert _plan(model, 2)[1] == 2  # a tiny model: two streams
+    for _ in range(2):  # the first call runs its first step in this thread, the second all in workers
+        got = fbjax.infer(model, xs, step_size=2, progress=False)
+        assert got.dtype == np.int64
+        np.testing.assert_array_equal(got, 2 * xs)
+
+
+def test_stream_chooser_keeps_the_faster_way_and_measures_again():
+    """_StreamChooser: probe one stream, then two, keep the faster (by the
+    times given), then probe again; driven here by fake clock readings."""
+    inf = sys.modules["fbjax.infer"]  # (fbjax.infer, the attribute, is the function)
+
+    for t1, t2, keep in ((2.0, 1.0, 2), (1.0, 2.0, 1)):
+        c = inf._StreamChooser(2)
+        clock, modes = 0.0, []
+        per_step = {1: t1, 2: t2}
+        for _ in range(2 * inf.STREAM_PROBE_STEPS + inf.STREAM_KEEP_STEPS + 1):
+            if c.due():
+                c.begin(clock)
+            c.took()
+            modes.append(c.mode)
+            clock += per_step[c.mode]
+        p = inf.STREAM_PROBE_STEPS
+        assert modes[:p] == [1] * p and modes[p:2 * p] == [2] * p
+        assert modes[2 * p:-1] == [keep] * inf.STREAM_KEEP_STEPS
+        assert modes[-1] == 1  # measuring again
+
+
+def test_infer_results_do_not_depend_on_the_streams_chosen(monkeypatch):
+    """Whatever _StreamChooser picks, each step is the same program on the
+    same examples: identical results to one stream throughout (an identical
+    program), within the per-sample bound of batch-1 calls."""
+    import fbjax.run.chunked as chunked
+    inf = sys.modules["fbjax.infer"]  # (fbjax.infer, the attribute, is the function)
+
+    made = []
+
+    class Recording(inf._StreamChooser):
+        def __init__(self, streams):
+            super().__init__(streams)
+            made.append(self)
+
+    monkeypatch.setattr(inf, "_StreamChooser", Recording)
+    monkeypatch.setattr(inf, "STREAM_PROBE_STEPS", 2)
+    monkeypatch.setattr(inf, "STREAM_KEEP_STEPS", 3)
+    src = conv_reshape_fc()
+    model = fbjax.load(src, batch_size=None)
+    xs = np.random.default_rng(14).standard_normal((23, 6, 6, 3)).astype(F32)
+    assert inf._plan(model, 1) == (1, 2)
+    got = fbjax.infer(model, xs, step_size=1, progress=False)
+    assert {m for m, _ in made[-1].history} == {1, 2}  # both ways ran
+    monkeypatch.setattr(chunked, "CHUNK_THREADS", 1)
+    assert inf._plan(model, 1) == (1, 1)
+    np.testing.assert_array_equal(got, fbjax.infer(model, xs, step_size=1, progress=False))
+    assert_per_sample(got, src, xs, "infer with streams chosen by timing")
