@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .errors import InputError
+from .errors import FbjaxError, InputError, ModelFormatError
 from .formats import read_model, write_model
 from .ir import ModelIR, Value
 from . import cache
@@ -695,12 +695,21 @@ def _trace_at_load(model: "Model") -> None:
     ex = model.executor
     with jax.enable_x64(model._x64), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the call itself warns about what it meets
-        if not hasattr(ex, "trace"):  # chunked: the trace Model.outputs made (its chunk model traces at its load)
-            out = jax.eval_shape(_abstract_apply(model), model.params, *specs)
-        elif ex.stateful:
-            out = ex.trace(model.params, model.state, *specs)
-        else:
-            out = ex.trace(model.params, *specs)
+        try:
+            if not hasattr(ex, "trace"):  # chunked: the trace Model.outputs made (its chunk model traces at its load)
+                out = jax.eval_shape(_abstract_apply(model), model.params, *specs)
+            elif ex.stateful:
+                out = ex.trace(model.params, model.state, *specs)
+            else:
+                out = ex.trace(model.params, *specs)
+        except (TypeError, ValueError) as e:
+            where = getattr(e, "fbjax_node", None)
+            if where is None or isinstance(e, FbjaxError):
+                raise
+            # jax.lax refused an op's operands while the file's own dtypes and shapes were fed in
+            raise ModelFormatError(
+                f"{where} cannot be lowered: {e} The file contradicts the op's rules; if its own runtime "
+                "runs it, this is an fbjax bug: please report it with the file.") from e
     model._traced_outputs = out[0] if model._stateful else out
 
 

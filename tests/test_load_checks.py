@@ -419,9 +419,26 @@ def test_jax_refusal_of_operands_is_a_format_error_naming_the_node():
     ``TypeError``) are a ModelFormatError at load naming the node: here the
     TF converter's defective ``while_loop`` fixture (a STABLEHLO_MULTIPLY of
     float32 by int32 in its body, which StableHLO forbids); before, load
-    raised JAX's bare ``TypeError``."""
+    raised JAX's bare ``TypeError``. A caller feeding its own dtypes at
+    call time still gets JAX's ``TypeError`` (labelled with the node)."""
     from pathlib import Path
 
     path = Path(__file__).parent / "data" / "stablehlo_tflite" / "while_loop.tflite"
-    with pytest.raises(ModelFormatError, match=r"operator 1 \(STABLEHLO_MULTIPLY\).*float32\[4\], int32\[\]"):
+    with pytest.raises(ModelFormatError, match=r"operator 1 \(STABLEHLO_MULTIPLY\): stablehlo.multiply "
+                                               r"\(operands float32\[4\], int32\[\]\) cannot be lowered"):
         fbjax.load(path)
+
+
+def test_callers_own_dtypes_keep_jax_type_error():
+    """Only the load-time trace (the file's own dtypes) turns ``jax.lax``'s
+    refusal into a ModelFormatError: ``model.apply`` traced with float64
+    inputs against float32 weights raises JAX's ``TypeError``, labelled with
+    the node (tests and users catch it to fall back to float32)."""
+    from pathlib import Path
+
+    m = fbjax.load(Path(__file__).parent / "data" / "tflite_builtins" / "transpose_conv_same.tflite")
+    with jax.enable_x64(True):
+        x = jnp.ones(m.inputs[-1].shape, jnp.float64)
+        with pytest.raises(TypeError, match="same dtypes") as info:
+            jax.make_jaxpr(m.apply)(m.params, x)
+    assert "TRANSPOSE_CONV" in info.value.fbjax_node

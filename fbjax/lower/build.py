@@ -312,28 +312,26 @@ class Program:
 
 
 def _call_checked(opdef: OpDef, ctx, args, node: Node):
-    """``call_op`` for one node, with ``jax.lax``'s own refusals of its
-    operands (a ``TypeError``/``ValueError`` such as "lax.mul requires
-    arguments to have the same dtypes") turned into a ModelFormatError that
-    names the node: the lowering follows the op's spec, so operands the op
-    cannot take mean the file contradicts itself (or, for a file its own
-    runtime accepts, an fbjax bug to report). fbjax's own errors and JAX's
-    tracing signals (``jax.errors.JAXTypeError``: a value needed at trace
-    time) pass through unchanged.
-
-    Raises:
-        ModelFormatError: the op's operands break ``jax.lax``'s rules.
-    """
+    """``call_op`` for one node. When ``jax.lax`` refuses the op's operands
+    (a ``TypeError``/``ValueError`` such as "lax.mul requires arguments to
+    have the same dtypes"), the exception is re-raised unchanged (callers
+    that feed their own dtypes may catch it) but labelled with the innermost
+    node it came from (``exc.fbjax_node``, and a note on Python >= 3.11):
+    the load-time trace (:func:`fbjax.model._trace_at_load`), which feeds the
+    file's own dtypes, turns a labelled error into a ModelFormatError naming
+    that node. fbjax's own errors and JAX's tracing signals
+    (``jax.errors.JAXTypeError``: a value needed at trace time) are left as
+    they are."""
     try:
         return call_op(opdef, ctx, args, node.attrs)
     except (TypeError, ValueError) as e:
-        if isinstance(e, (FbjaxError, jax.errors.JAXTypeError)):
-            raise
-        shapes = ", ".join(f"{getattr(a, 'dtype', type(a).__name__)}{list(np.shape(a))}" for a in args)
-        raise ModelFormatError(
-            f"{node.location}: {node.op_name} cannot take its operands ({shapes}): {e} The file contradicts the "
-            f"op's rules; if its own runtime runs it, this is an fbjax bug: please report it with the file."
-        ) from e
+        if not isinstance(e, (FbjaxError, jax.errors.JAXTypeError)) and getattr(e, "fbjax_node", None) is None:
+            shapes = ", ".join(f"{getattr(a, 'dtype', type(a).__name__)}{list(np.shape(a))}" for a in args)
+            e.fbjax_node = f"{node.location}: {node.op_name} (operands {shapes})"
+            if hasattr(e, "add_note"):
+                e.add_note(f"fbjax: raised while lowering {e.fbjax_node}")
+        raise
+
 
 #: op sets of integer (quantized) kernels: their float inputs (scales, hybrid activations) stay float32
 _INTEGER_OP_SETS = frozenset({"tflite.int", "fbjax"})
