@@ -382,7 +382,7 @@ def cmd_infer(args) -> int:
         how = f"{eff // n_dev} per device"
     print(f"model {os.path.basename(args.model)}: inputs {model.inputs}")
     print(f"{n} examples in {args.inputs}; {len(jax.devices())} device(s) ({jax.default_backend()}); "
-          f"batch size {eff} ({how})")
+          f"step size {eff} examples ({how})")
     t0 = time.perf_counter()
     out = infer(model, args.inputs, step_size=args.batch_size, out=args.out, progress=not args.no_progress)
     dt = time.perf_counter() - t0

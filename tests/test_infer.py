@@ -397,7 +397,7 @@ def test_cli_infer_header_prints_the_effective_batch_size_on_2_devices(tmp_path)
                        env=_env(2), capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "2 device(s)" in r.stdout
-    assert "batch size 4 (3 rounded up to a multiple of 2 devices; 2 per device)" in r.stdout, r.stdout
+    assert "step size 4 examples (3 rounded up to a multiple of 2 devices; 2 per device)" in r.stdout, r.stdout
     assert_per_sample(np.load(tmp_path / "o.npy"), src, xs, "2 devices, batch 4")
 
 

@@ -45,7 +45,7 @@ def srdhm(a, b):
     as the C kernel. 26 StableHLO ops instead of the 81 of the former
     emulation in 16-bit limbs (bit-identical: checked on 3e5 random and
     edge-case pairs against the numpy reference), which made the quantized
-    programs slow to compile (issue 19). The saturating case ``a == b ==
+    programs slow to compile. The saturating case ``a == b ==
     INT32_MIN`` is tested only where ``b`` is not a constant without
     ``INT32_MIN`` (quantized multipliers are positive).
     """
