@@ -28,26 +28,18 @@ registered under that name below.
 
 from __future__ import annotations
 
-import importlib.machinery
 import os
 import sys
 import tempfile
-import types
 
 import numpy as np
 import torch
 import torch._dynamo  # noqa: F401  (before the stand-in below: dynamo probes which packages exist)
 
-import ai_edge_litert.schema_py_generated as _schema  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/data
+import litert_schema_shim  # noqa: E402
 
-for _name in ("tensorflow", "tensorflow.lite", "tensorflow.lite.python"):
-    if _name not in sys.modules:
-        _m = types.ModuleType(_name)
-        _m.__spec__ = importlib.machinery.ModuleSpec(_name, None, is_package=True)
-        _m.__path__ = []
-        sys.modules[_name] = _m
-sys.modules["tensorflow.lite.python.schema_py_generated"] = _schema
-sys.modules["tensorflow.lite.python"].schema_py_generated = _schema
+litert_schema_shim.install()
 
 import litert_torch  # noqa: E402
 from ai_edge_litert import interpreter as litert  # noqa: E402
