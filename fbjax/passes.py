@@ -73,7 +73,7 @@ from typing import Optional
 
 import numpy as np
 
-from .errors import InputError
+from .errors import InputError, UnsupportedOperatorError
 from .batch_rules import refusal
 from .ir import VALID_COUNT_SUFFIX, ModelIR, Node, Value
 
@@ -186,7 +186,7 @@ def check_batch_size(ir: ModelIR, program, batch: Optional[int]) -> None:
                for v in g.inputs]
         try:
             outs = jax.eval_shape(lambda p, *xs: program.apply(p, None, *xs)[0], params, *ins)
-        except InputError:
+        except (InputError, UnsupportedOperatorError):  # an op fbjax cannot lower says so itself
             raise
         except Exception as e:  # noqa: BLE001 - any trace failure means the rewrite is not valid
             raise InputError(f"batch_size: the rewritten model does not trace at batch {n}: "

@@ -48,7 +48,8 @@ def lower(ir: ModelIR, options: LoadOptions, *, x64: bool = False) -> Program:
         UnsupportedOperatorError: ops without a lowering (every one listed).
         InputError: an output does not follow the batch.
     """
-    program = build(ir, options=options.lowering())
+    # no separate static-input trace: load's trace of the first call (fbjax.model._trace_at_load) raises it
+    program = build(ir, options=options.lowering(), check_static=False)
     if options.rewrites_batch:
         with jax.enable_x64(x64):  # int16x8 kernels trace only with x64, as Model runs them
             check_batch_size(ir, program, options.batch_size)

@@ -442,10 +442,14 @@ def unique_param_names(model: ModelIR) -> dict:
     return names
 
 
-def build(model: ModelIR, *, backend: Optional[str] = None, options: Optional[dict] = None) -> Program:
+def build(model: ModelIR, *, backend: Optional[str] = None, options: Optional[dict] = None,
+          check_static: bool = True) -> Program:
     """Lower a model.
 
     Args:
+        check_static: run :func:`check_static_inputs` (an abstract trace of
+            suspect models). :func:`fbjax.load` passes False: its own
+            load-time trace of the first call raises the same error.
         options: lowering options read by lowerings as ``ctx.options``:
             ``while_max_iterations`` (int or None): lower TFLite WHILE to a
             bounded, reverse-differentiable ``lax.scan`` of that many steps
@@ -470,7 +474,8 @@ def build(model: ModelIR, *, backend: Optional[str] = None, options: Optional[di
         if name not in params:  # (one param for the Values of several subgraphs on one buffer)
             params[name] = master_weight(values[vid].data)
     program = Program(model, params, param_of, backend or jax.default_backend(), options=dict(options or {}))
-    check_static_inputs(program)
+    if check_static:
+        check_static_inputs(program)
     return program
 
 
