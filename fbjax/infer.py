@@ -19,8 +19,7 @@ largest divisor of the batch under ``fbjax.run.chunked.CHUNK_BYTES``; 1 for the
 MediaPipe detectors, whose batched program is slower per example than
 batch-1 calls); for the MediaPipe detectors that is, per example, the
 program of a loop of ``model(x)`` with less host work per call
-(``benchmarks/infer.py``). When two chunks fit in cache at once, the steps
-run either as one stream of asynchronous calls or two at a time in worker
+(``benchmarks/infer.py``). The steps run either as one stream of asynchronous calls or two at a time in worker
 threads (as :class:`fbjax.run.chunked.ChunkedCall` does), whichever the
 first steps measure faster, measured again every
 :data:`STREAM_KEEP_STEPS` steps (:class:`_StreamChooser`). The chunk size
@@ -470,32 +469,32 @@ def _example_bytes(model) -> int:
 
 
 def _plan(model, batch: int) -> tuple:
-    """``(k, streams)`` on one CPU device: ``streams`` steps of ``k``
-    examples run at once, their activations together within
+    """``(k, streams)`` on one CPU device: up to ``streams`` steps of ``k``
+    examples run at once. XLA:CPU runs a batch layer by layer, so a batch
+    whose activations do not fit in cache streams each from memory and runs
+    slower per example than smaller calls: ``k`` is the largest divisor of
+    ``batch`` whose ``streams * k`` examples' activations fit within
     :data:`fbjax.run.chunked.CHUNK_BYTES` (about what stays in cache from one
-    layer to the next). XLA:CPU runs a batch layer by layer, so a batch whose
-    activations do not fit in cache streams each from memory and runs slower
-    per example than smaller calls; and two independent executions at once
-    fill the gaps between one stream's small per-layer kernels (the same
-    :data:`~fbjax.run.chunked.CHUNK_THREADS` streams as
-    :class:`~fbjax.run.chunked.ChunkedCall`) but thrash the cache when one
-    example's activations already fill it (MediaPipe palm detection, 3.5 MB
-    per example: half the examples/s). So: up to ``CHUNK_THREADS`` streams
-    when that many examples fit, else one; ``k`` the largest divisor of
-    ``batch`` whose ``streams * k`` examples fit, at least 1
-    (``benchmarks/infer.py``). Whether the streams run at once is timed
-    while running (:class:`_StreamChooser`)."""
+    layer to the next), at least 1. ``streams`` is always
+    :data:`~fbjax.run.chunked.CHUNK_THREADS`: two independent executions at
+    once fill the gaps between one stream's small per-layer kernels, even
+    when one example's activations already fill the cache (MediaPipe palm
+    detection, 3.5 MB per example, batch-1 steps on the 2-core machine: one
+    stream 145-162 examples/s, two 163-197, measured side by side); whether
+    they do run at once is timed while running (:class:`_StreamChooser`),
+    since on a machine whose cores other processes hold one stream wins
+    (``benchmarks/infer.py``)."""
     cache = model.__dict__.setdefault("_infer_example_bytes", [])
     if not cache:
         cache.append(max(_example_bytes(model), 1))
     per = cache[0]
     budget = _chunked.CHUNK_BYTES
-    streams = _chunked.CHUNK_THREADS if _chunked.CHUNK_THREADS * per <= budget else 1
+    streams = max(1, _chunked.CHUNK_THREADS)
     best = 1
     for k in range(1, batch + 1):
         if batch % k == 0 and streams * k * per <= budget:
             best = k
-    return best, max(1, streams)
+    return best, streams
 
 
 def _chunk(model, batch: int) -> int:
@@ -814,8 +813,8 @@ def infer(
         # divisor of the batch that fits) -- for the MediaPipe detectors k = 1, as the batched
         # program is slower per example than batch-1 calls; a step is dispatched as soon as its k
         # examples are read, so reading overlaps computing at any batch size (a batch of 64 that
-        # waited for its 64 files measured 0.7x a loop); `streams` steps at once when their
-        # activations fit together (_plan). Otherwise: one jitted model.apply of the whole batch
+        # waited for its 64 files measured 0.7x a loop); up to `streams` steps at once, as
+        # timing decides (_plan, _StreamChooser). Otherwise: one jitted model.apply of the whole batch
         # over the mesh.
         if k is not None:
             run1 = model.executor  # the executor Model.__call__ runs (fbjax.run), without its input checks

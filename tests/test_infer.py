@@ -527,7 +527,7 @@ def test_infer_runs_cache_sized_chunks_of_the_prepared_program_on_cpu():
     model = fbjax.load(path, batch_size=None)
     palm = fbjax.load(TFLITE_MODELS / "mediapipe_palm_detection_lite.tflite", batch_size=None)
     assert _chunk(palm, 8) == 1 and _chunk(palm, 64) == 1
-    assert _plan(palm, 8) == (1, 1)  # one example fills the cache: one stream
+    assert _plan(palm, 8) == (1, 2)  # one example fills the cache: batch-1 steps, two streams timed
     k = _chunk(model, 6)
     assert 1 <= k < 6 and 6 % k == 0  # 1.3 MB per example: more than one chunk per batch of 6
     assert _plan(model, 6) == (k, 2)  # two examples fit: two streams of steps at once
