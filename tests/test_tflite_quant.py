@@ -189,6 +189,34 @@ def test_mbqm_matches_reference_twin():
         assert np.max(np.abs(got - x.astype(np.float64) * real)) <= 1.0
 
 
+@pytest.mark.parametrize("ties_up", [False, True, "per_channel"])
+def test_mbqm_one_int64_expression_matches_twin(ties_up):
+    """fixedpoint.mbqm folds SRDHM and the final shift into one int64
+    expression: equal to the numpy reference's two separate roundings
+    (RoundingDivideByPOT, or the gemm output stage's ties-up shift) for
+    every shift in [-31, 8], per-channel multipliers including 2^30 (dense
+    exact ties), INT32_MAX and negative ones, on dense small inputs (ties)
+    and the whole int32 range (left shifts wrap as in C)."""
+    from fbjax.reference.tflite_int.conv import gemm_rescale
+
+    rng = np.random.default_rng(7)
+    x = np.concatenate([np.arange(-4096, 4096), rng.integers(-(2**31), 2**31, 8192),
+                        np.repeat(_edge_int32(), 2)]).astype(np.int32)
+    ms = np.array([2**30, 2**31 - 1, 1518500250, -(2**30) - 12345, 1073741825, 2**30 + 2**29], np.int64)
+    ch = ms.size
+    x = x[: x.size // ch * ch].reshape(-1, ch)
+    for base in range(-31, 9):
+        shifts = np.clip(base + np.arange(ch) % 3 - 1, -31, 30)
+        up = (np.arange(ch) % 2 == 0) if ties_up == "per_channel" else bool(ties_up)
+        got = np.asarray(jfp.mbqm(x, ms, shifts, ties_up=up))
+        want_away = nfp.mbqm(x, ms, shifts)
+        want_up = gemm_rescale(x, ms, shifts)
+        want = np.where(np.broadcast_to(up, want_up.shape), want_up, want_away)
+        assert np.array_equal(got, want), base
+    # ties really occur and the two rules really differ on them
+    assert not np.array_equal(nfp.mbqm(x, ms, -3), gemm_rescale(x, ms, -3))
+
+
 # --- per-op models: exact -----------------------------------------------------------
 
 @pytest.mark.parametrize("path", OPS, ids=_stem)

@@ -60,6 +60,29 @@ def activation_range(ctx, fused, out_v):
     raise ctx.error(f"fused activation {fused} is not supported on quantized tensors")
 
 
+def lookup(table, x, lo=0):
+    """``table[x - lo]`` for a load-time numpy ``table`` and indices in range
+    by construction (gather clamping is then never used, so
+    ``mode="clip"``: one gather, no negative-index fix-up). ``x`` of an
+    8-bit or 16-bit type whose codes cover the table exactly (``lo`` its
+    minimum, ``table`` one entry per code) indexes through its unsigned
+    reinterpretation, the table rotated to match: no arithmetic on ``x``.
+    Other ``x``: int32 ``x - lo``."""
+    table = np.asarray(table)
+    x = jnp.asarray(x)
+    dt = np.dtype(x.dtype)
+    if dt.kind in "iu" and dt.itemsize <= 2 and table.size == 1 << (8 * dt.itemsize) and lo == np.iinfo(dt).min:
+        if dt.kind == "i":
+            u = np.dtype(f"uint{8 * dt.itemsize}")
+            table = table[np.arange(table.size) ^ (table.size >> 1)]  # code c sits at c mod 2^bits
+            x = jax.lax.bitcast_convert_type(x, u)
+        return jnp.take(jnp.asarray(table), x, mode="clip")
+    idx = jnp.asarray(x).astype(jnp.int32)
+    if lo:
+        idx = idx - jnp.int32(lo)
+    return jnp.take(jnp.asarray(table), idx, mode="clip")
+
+
 def as_i32(x):
     return jnp.asarray(x).astype(jnp.int32)
 

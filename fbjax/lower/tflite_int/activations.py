@@ -5,7 +5,8 @@ load time from the dequantized inputs in float32 (``LUTPopulate``); SOFTMAX
 uses the optimized kernel's float exp table (``PopulateSoftmaxLookupTable``)
 with a sequential float32 sum, as the builtin (non-XNNPACK) x86 kernel does;
 HARD_SWISH is the int16 fixed-point ``reference_ops::HardSwish`` including
-its deliberately non-rounding final doubling multiply.
+its deliberately non-rounding final doubling multiply, tabulated at load
+for the 256 input codes.
 
 int16 (16x8) kernels, bit-exact against LiteRT's builtin kernels: LOGISTIC and
 TANH interpolate TFLite's 256-entry ``sigmoid_table_uint16``, except with a
@@ -26,7 +27,7 @@ from jax import lax
 from ...quantmath import erfcf, tanhf
 from ..registry import register
 from . import fixedpoint as fp
-from ._common import as_i32, out_dtype, qrange, round_half_away, scale_zp
+from ._common import as_i32, lookup, out_dtype, qrange, round_half_away, scale_zp
 
 
 
@@ -64,7 +65,11 @@ def _apply_lut(ctx, x, table, lo):
     if np.dtype(ctx.inputs[0].dtype).itemsize != 1:
         raise ctx.error(f"{ctx.node.op_name} on {np.dtype(ctx.inputs[0].dtype).name} inputs is not supported "
                         "(only the 8-bit lookup-table kernels are implemented)")
-    return jnp.take(jnp.asarray(table), as_i32(x) - lo).astype(out_dtype(ctx))
+    od = out_dtype(ctx)
+    lo_o, hi_o = qrange(od)
+    if table.min() >= lo_o and table.max() <= hi_o:
+        table = table.astype(od)  # gather the output type directly
+    return lookup(table, x, lo).astype(od)
 
 
 def _sigmoid(v):
@@ -130,7 +135,7 @@ def SOFTMAX(ctx, x, *, beta=1.0):
     table = np.array([_expf(_f32(scale * _f32(d))) for d in range(256)], np.float32)
     q = as_i32(x)
     d = jnp.max(q, axis=-1, keepdims=True) - q
-    e = jnp.take(jnp.asarray(table), d)
+    e = lookup(table, d)
     s = _seq_sum(e)[..., None]
     inv = jnp.float32(1.0) / (s * jnp.float32(so))
     p = e * inv
@@ -142,41 +147,44 @@ def SOFTMAX(ctx, x, *, beta=1.0):
     return jnp.clip(r, lo, hi).astype(vo.dtype)
 
 
-# --- HARD_SWISH (int16 fixed point) ---------------------------------------------
+# --- HARD_SWISH (int16 fixed point, tabulated per input code) -------------------
+#
+# The int16 helpers below take the array module: jnp inside the program
+# (gemmlowp's int16 logistic/tanh), numpy at load time (HARD_SWISH's table).
 
 def _wrap16(x):
     return ((x + 32768) & 0xFFFF) - 32768
 
 
-def _srdhm16(a, b):
+def _srdhm16(a, b, xp=jnp):
     """gemmlowp ``SaturatingRoundingDoublingHighMul`` on int16 (int32 math)."""
     ab = a * b
-    nudge = jnp.where(ab >= 0, 1 << 14, 1 - (1 << 14))
+    nudge = xp.where(ab >= 0, 1 << 14, 1 - (1 << 14))
     s = ab + nudge
-    q = jnp.where(s >= 0, s >> 15, -((-s) >> 15))
-    return jnp.where((a == -32768) & (b == -32768), 32767, q)
+    q = xp.where(s >= 0, s >> 15, -((-s) >> 15))
+    return xp.where((a == -32768) & (b == -32768), 32767, q)
 
 
-def _sdhm16(a, b):
+def _sdhm16(a, b, xp=jnp):
     """``SaturatingDoublingHighMul`` on int16: ``a*b / 2^15`` truncated."""
     ab = a * b
-    q = jnp.where(ab >= 0, ab >> 15, -((-ab) >> 15))
-    return jnp.where((a == -32768) & (b == -32768), 32767, q)
+    q = xp.where(ab >= 0, ab >> 15, -((-ab) >> 15))
+    return xp.where((a == -32768) & (b == -32768), 32767, q)
 
 
-def _rdbpot16(x, e):
+def _rdbpot16(x, e, xp=jnp):
     """gemmlowp ``RoundingDivideByPOT`` on int16: the mask ``(1 << e) - 1``
     is truncated to int16, which matters for ``e > 15`` (tiny scales)."""
     if e == 0:
         return x
     mask = ((((1 << e) - 1) + 32768) & 0xFFFF) - 32768
     rem = x & mask
-    th = _wrap16((mask >> 1) + (x < 0).astype(jnp.int32))
-    return (x >> e) + (rem > th).astype(jnp.int32)
+    th = _wrap16((mask >> 1) + (x < 0).astype(xp.int32))
+    return (x >> e) + (rem > th).astype(xp.int32)
 
 
-def _sat_lshift16(x, n):
-    return jnp.clip(x * (1 << n), -32768, 32767)
+def _sat_lshift16(x, n, xp=jnp):
+    return xp.clip(x * (1 << n), -32768, 32767)
 
 
 def _downscale16(m):
@@ -185,35 +193,50 @@ def _downscale16(m):
     return (m + (1 << 15)) >> 16
 
 
-@register(OP_SET, "HARD_SWISH", differentiable=False)
-def HARD_SWISH(ctx, x):
-    """Quantized HARD_SWISH (``reference_ops::HardSwish``): int16 fixed point
-    with a 15-bit "relu-ish" multiplier in ``[0, 1]``."""
-    vi, vo = ctx.inputs[0], ctx.outputs[0]
-    si, zi = scale_zp(ctx, vi, "input")
-    so, zo = scale_zp(ctx, vo, "output")
+def hard_swish_table(si, zi, so, zo, in_dtype, out_dtype) -> tuple[np.ndarray, int]:
+    """``(table, lowest code)``: ``reference_ops::HardSwish`` (int16 fixed
+    point with a 15-bit "relu-ish" multiplier in ``[0, 1]`` and a
+    deliberately non-rounding final doubling multiply) evaluated at load time
+    in numpy int64 for every code of the 8-bit input, clamped to the output
+    type. Exact by construction: the kernel is elementwise in one 8-bit
+    input (256 codes), so a gather of this table replaces ~120 StableHLO
+    ops per node. Intermediates never leave int16 (saturating shifts clamp,
+    products of two int16 fit), so int64 and the C int32 arithmetic agree."""
     hires = _f32(_f32(1.0 / 128.0) * si)
     reluish_scale = _f32(3.0 / 32768.0)
     om, oe = fp.quantize_multiplier(float(_f32(hires / so)))
     rm, re_ = fp.quantize_multiplier(float(_f32(hires / reluish_scale)))
-    om16, rm16 = _downscale16(om), _downscale16(rm)
-    v = _wrap16(as_i32(x) - zi)
+    om16, rm16 = np.int64(_downscale16(om)), np.int64(_downscale16(rm))
+    lo, hi = qrange(in_dtype)
+    codes = np.arange(lo, hi + 1, dtype=np.int64)
+    v = _wrap16(codes - zi)
     hi_in = _wrap16(v * (1 << 7))
-    pre_out = _srdhm16(hi_in, jnp.int32(om16))
+    pre_out = _srdhm16(hi_in, om16, np)
     r = hi_in
     if re_ > 0:
-        r = _sat_lshift16(r, re_ - 1)
-    r = _srdhm16(r, jnp.int32(rm16))
+        r = _sat_lshift16(r, re_ - 1, np)
+    r = _srdhm16(r, rm16, np)
     if re_ > 0:
-        r = _sat_lshift16(r, 1)
+        r = _sat_lshift16(r, 1, np)
     if re_ < 0:
-        r = _rdbpot16(r, -re_)
+        r = _rdbpot16(r, -re_, np)
     r = (r + (1 << 15)) >> 1
-    pre = _sdhm16(r, pre_out)
-    out = _rdbpot16(pre, -oe) if oe <= 0 else pre
+    pre = _sdhm16(r, pre_out, np)
+    out = _rdbpot16(pre, -oe, np) if oe <= 0 else pre
     out = _wrap16(out + zo)
-    lo, hi = qrange(vo.dtype)
-    return jnp.clip(out, lo, hi).astype(vo.dtype)
+    olo, ohi = qrange(out_dtype)
+    return np.clip(out, olo, ohi).astype(np.int32), lo
+
+
+@register(OP_SET, "HARD_SWISH", differentiable=False)
+def HARD_SWISH(ctx, x):
+    """Quantized HARD_SWISH, 8-bit (``reference_ops::HardSwish``): a gather
+    from the 256-entry table of :func:`hard_swish_table`."""
+    vi, vo = ctx.inputs[0], ctx.outputs[0]
+    si, zi = scale_zp(ctx, vi, "input")
+    so, zo = scale_zp(ctx, vo, "output")
+    table, lo = hard_swish_table(si, zi, so, zo, vi.dtype, vo.dtype)
+    return _apply_lut(ctx, x, table, lo)
 
 
 def _gelu(v):
@@ -408,8 +431,8 @@ def _sigmoid16_common(ctx, x, tanh):
     bits = 8 if tanh else 9
     uh = a >> bits
     idx = jnp.minimum(uh, 254)
-    table = jnp.asarray(sigmoid_table_uint16())
-    ua, ub = jnp.take(table, idx), jnp.take(table, idx + 1)
+    table = sigmoid_table_uint16()
+    ua, ub = lookup(table, idx), lookup(table, idx + 1)
     ut = a & ((1 << bits) - 1)
     if tanh:
         r = jnp.where(uh >= 255, 0xFFFF << 8, (ua << 8) + ut * (ub - ua))
@@ -564,9 +587,9 @@ def lut16_lookup(x, lut):
     x = as_i32(x)
     idx = 256 + (x >> 7)
     off = x & 0x7F
-    t = jnp.asarray(lut, jnp.int32)
-    base = jnp.take(t, idx)
-    slope = _wrap16_arr(jnp.take(t, idx + 1) - base)
+    t = np.asarray(lut, np.int32)
+    base = lookup(t, idx)
+    slope = _wrap16_arr(lookup(t, idx + 1) - base)
     return _wrap16_arr(base + ((slope * off + 64) >> 7))
 
 

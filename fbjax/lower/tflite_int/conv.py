@@ -66,6 +66,9 @@ def _requantize(ctx, acc, channels, fused, *, float_product=False, channel_axis=
                 gemm_rounding=False, wide_gemm=False):
     """acc (int32/int64, channels along ``channel_axis``) -> output dtype.
 
+    ``gemm_rounding``: an int32 accumulator's final shift rounds ties up
+    (the gemm output stage) instead of away from zero; a bool, or a numpy
+    bool per channel (the depthwise kernel's vector body and scalar tail).
     ``wide_gemm``: a 16x8 accumulator without an int64 bias is rescaled by
     the gemm output stage (ties of the final shift up) rather than
     ``RoundingDivideByPOT`` (LiteRT's int16 FULLY_CONNECTED)."""
@@ -81,11 +84,9 @@ def _requantize(ctx, acc, channels, fused, *, float_product=False, channel_axis=
         # through the gemm output stage, whose final shift rounds ties up
         # (verified on the a16w8 encoder: ties away were one step off on
         # -0.5 ties)
-        y = (fp.mbqm_gemm if wide_gemm else fp.mbqm)(acc.astype(jnp.int32), mult, shift)
-    elif gemm_rounding:
-        y = fp.mbqm_gemm(acc, mult, shift)
+        y = fp.mbqm(acc.astype(jnp.int32), mult, shift, ties_up=wide_gemm)
     else:
-        y = fp.mbqm(acc, mult, shift)
+        y = fp.mbqm(acc, mult, shift, ties_up=gemm_rounding)
     _, z_out = scale_zp(ctx, out_v, "output")
     lo, hi = activation_range(ctx, fused, out_v)
     return clamp_cast(y + jnp.int32(z_out), lo, hi, out_dtype(ctx))
@@ -158,16 +159,12 @@ def DEPTHWISE_CONV_2D(ctx, x, w, b=None, *, padding="SAME", stride_w=1, stride_h
     bb = _bias(ctx, b, acc_t)
     if bb is not None:
         acc = acc + bb
-    y = _requantize(ctx, acc, oc, fused_activation_function, int64_rescale=_int64_bias(ctx, 2),
-                    gemm_rounding=GEMM_ROUNDING)
-    tail = oc % 8
-    if GEMM_ROUNDING and tail and acc.dtype == jnp.int32:
-        # the 8-channel vector body rounds the final shift's ties up, the
-        # scalar tail (last C % 8 channels) away from zero (verified with
-        # LiteRT's intermediates on 28- and 36-channel layers)
-        y_tail = _requantize(ctx, acc, oc, fused_activation_function, gemm_rounding=False)
-        y = jnp.where(np.arange(oc) >= oc - tail, y_tail, y)
-    return y
+    # the 8-channel vector body rounds the final shift's ties up, the scalar
+    # tail (last C % 8 channels) away from zero (verified with LiteRT's
+    # intermediates on 28- and 36-channel layers)
+    ties_up = GEMM_ROUNDING and (np.arange(oc) < oc - oc % 8 if oc % 8 else True)
+    return _requantize(ctx, acc, oc, fused_activation_function, int64_rescale=_int64_bias(ctx, 2),
+                       gemm_rounding=ties_up)
 
 
 @register(OP_SET, "FULLY_CONNECTED", differentiable=False, fq_rounding=rounding.conv)

@@ -21,7 +21,7 @@ from ..registry import register
 from . import fixedpoint as fp
 from . import rounding
 from ..kernels import tail_mask
-from ._common import (activation_range, as_i32, clamp_cast, out_dtype, qparams, qrange,
+from ._common import (activation_range, as_i32, clamp_cast, lookup, out_dtype, qparams, qrange,
                       scale_zp)
 
 OP_SET = "tflite.int"
@@ -213,7 +213,7 @@ def QUANTIZE(ctx, x):
         return q.astype(np.dtype(vo.dtype))
     si, zi = scale_zp(ctx, ctx.inputs[0], "input")
     m, s = fp.quantize_multiplier(float(si) / float(so))
-    y = fp.mbqm(as_i32(x) - zi, m, s) + zo
+    ties_up = False
     if np.dtype(ctx.inputs[0].dtype).itemsize == 1 and np.dtype(vo.dtype).itemsize == 1:
         # optimized 8-bit Requantize: its 16-lane vector body (NEON via
         # NEON_2_SSE on x86) rounds the final shift half up; the scalar tail
@@ -221,9 +221,9 @@ def QUANTIZE(ctx, x):
         # MultiplyByQuantizedMultiplier as above (verified on
         # ai-edge-quantizer's int8 -> int8 QUANTIZE, sizes multiple of 16; the
         # tail split follows the kernel's loop structure).
-        yg = fp.mbqm_gemm(as_i32(x) - zi, m, s) + zo
         in_tail = tail_mask(x.shape, 16)
-        y = yg if in_tail is None else jnp.where(in_tail, y, yg)
+        ties_up = True if in_tail is None else ~in_tail
+    y = fp.mbqm(as_i32(x) - zi, m, s, ties_up=ties_up) + zo
     return clamp_cast(y, lo, hi, vo.dtype)
 
 
@@ -252,11 +252,10 @@ def DEQUANTIZE(ctx, x):
         # Its scalar tail (the last size % 8 elements after the 8-wide vector
         # loop) computes (q - zp) * s instead.
         tail = ((codes - np.float32(z.reshape(()))).astype(np.float32) * sc).astype(np.float32)
-        idx = as_i32(x) - lo
-        y = jnp.take(jnp.asarray(table), idx)
+        y = lookup(table, x, lo)
         in_tail = tail_mask(x.shape, 8)
         if in_tail is not None:
-            y = jnp.where(in_tail, jnp.take(jnp.asarray(tail), idx), y)
+            y = jnp.where(in_tail, lookup(tail, x, lo), y)
         return y.astype(out_dtype(ctx))
     if s.size == 1 and np.dtype(v.dtype) == np.int16:
         # Tabulated too (65536 float32 values): XLA:CPU drops the barrier
@@ -269,7 +268,7 @@ def DEQUANTIZE(ctx, x):
         lo, hi = qrange(v.dtype)
         codes = np.arange(lo, hi + 1, dtype=np.int64) - np.int64(z.reshape(()))
         table = (codes.astype(np.float32) * np.float32(s.reshape(()))).astype(np.float32)
-        return jnp.take(jnp.asarray(table), as_i32(x) - lo).astype(out_dtype(ctx))
+        return lookup(table, x, lo).astype(out_dtype(ctx))
     y = ((as_i32(x) - jnp.asarray(z)).astype(jnp.float32) * jnp.asarray(s)).astype(out_dtype(ctx))
     # The product is rounded to float32 before any consumer sees it; without
     # the barrier XLA:CPU fuses it into a following add as one FMA (float
@@ -362,7 +361,7 @@ def CONCATENATION(ctx, *xs, axis=0, fused_activation_function="NONE"):
         ilo, ihi = qrange(v.dtype)
         f = (np.arange(ilo, ihi + 1).astype(np.float32) * sc).astype(np.float32) + bias
         table = np.clip(np.sign(f) * np.floor(np.abs(f.astype(np.float64)) + 0.5) + zo, lo, hi).astype(np.int32)
-        parts.append(jnp.take(jnp.asarray(table), as_i32(x) - ilo).astype(vo.dtype))
+        parts.append(lookup(table.astype(vo.dtype), x, ilo))
     y = jnp.concatenate(parts, axis=ax)
     if fused_activation_function not in (None, "NONE"):
         lo2, hi2 = activation_range(ctx, fused_activation_function, vo)

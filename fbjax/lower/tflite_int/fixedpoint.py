@@ -41,27 +41,30 @@ def srdhm(a, b):
 
     The product is formed exactly in int64 (``jax.enable_x64`` around these
     few operations only: the user's setting and the rest of the program stay
-    32-bit): ``(a*b + nudge) / 2^31`` with XLA's truncating integer division,
-    as the C kernel. 26 StableHLO ops instead of the 81 of the former
-    emulation in 16-bit limbs (bit-identical: checked on 3e5 random and
-    edge-case pairs against the numpy reference), which made the quantized
-    programs slow to compile. The saturating case ``a == b ==
-    INT32_MIN`` is tested only where ``b`` is not a constant without
-    ``INT32_MIN`` (quantized multipliers are positive).
+    32-bit). The C kernel's ``(a*b + nudge) / 2^31`` with truncating division
+    and ``nudge = 2^30`` or ``1 - 2^30`` by the product's sign is
+    ``floor((a*b + 2^30) / 2^31)`` for either sign (for ``p = a*b < 0``:
+    ``trunc((p + 1 - 2^30) / 2^31) = ceil(...) = floor((p + 2^30) / 2^31)``),
+    i.e. one add and one arithmetic shift of the int64 product (checked
+    against the numpy reference's truncating formula on random and edge
+    pairs). The saturating case ``a == b == INT32_MIN`` is tested only where
+    ``b`` is not a constant without ``INT32_MIN`` (quantized multipliers
+    never are).
     """
     b_const = isinstance(b, (np.ndarray, np.generic, int))
     needs_sat = not b_const or bool(np.any(np.asarray(b) == INT32_MIN))
     a = jnp.asarray(a, jnp.int32)
-    b = jnp.asarray(b, jnp.int32)
-    shape = jnp.broadcast_shapes(a.shape, b.shape)
-    a32, b32 = jnp.broadcast_to(a, shape), jnp.broadcast_to(b, shape)
     with jax.enable_x64(True):
-        p = lax.mul(lax.convert_element_type(a32, jnp.int64), lax.convert_element_type(b32, jnp.int64))
-        nudge = lax.select(p >= 0, lax.full_like(p, 2**30), lax.full_like(p, 1 - 2**30))
-        r = lax.convert_element_type(lax.div(lax.add(p, nudge), lax.full_like(p, 2**31)), jnp.int32)
+        if b_const:
+            b64 = jnp.asarray(np.asarray(b, np.int64))
+        else:
+            b64 = lax.convert_element_type(jnp.asarray(b, jnp.int32), jnp.int64)
+        p = lax.convert_element_type(a, jnp.int64) * b64
+        r = lax.convert_element_type((p + np.int64(2**30)) >> np.int64(31), jnp.int32)
     if not needs_sat:
         return r
-    return jnp.where((a32 == INT32_MIN) & (b32 == INT32_MIN), jnp.int32(INT32_MAX), r)
+    b = jnp.asarray(b, jnp.int32)
+    return jnp.where((a == INT32_MIN) & (b == INT32_MIN), jnp.int32(INT32_MAX), r)
 
 
 def rdbpot(x, exponent):
@@ -83,55 +86,66 @@ def shift_left(x, n):
     return x * (jnp.int32(1) << jnp.asarray(n, jnp.int32))
 
 
-def mbqm(x, multiplier, shift):
-    """``MultiplyByQuantizedMultiplier(x, multiplier, shift)`` (double rounding).
+def _const(v):
+    """A numpy constant as a scalar when all its values are equal (one
+    StableHLO constant instead of an array)."""
+    v = np.asarray(v)
+    return v.reshape(-1)[0] if v.size and np.all(v == v.reshape(-1)[0]) else v
 
-    ``multiplier``/``shift`` are int32 (numpy) broadcastable against ``x``
-    (per-channel along the last axis when 1-D of the channel count).
+
+def mbqm(x, multiplier, shift, *, ties_up=False):
+    """``MultiplyByQuantizedMultiplier(x, multiplier, shift)`` (double rounding):
+    ``RoundingDivideByPOT(SRDHM(x * 2^left, M), right)``, or with ``ties_up``
+    the x86 gemm output stage's final shift (ties toward +inf) instead of
+    ``RoundingDivideByPOT`` (ties away from zero).
+
+    ``x`` int32; ``multiplier``/``shift`` int32 (numpy) broadcastable against
+    ``x`` (per channel along the last axis when 1-D of the channel count);
+    ``ties_up`` a bool, or a bool array (numpy, or computed in the program)
+    broadcastable against ``x`` (the kernels whose vector body and scalar
+    tail round differently). Returns int32.
+
+    Both roundings are one int64 expression on ``t = (x * 2^left) * M``
+    (``x * 2^left`` wraps in int32 first, as in C): with ``r = floor((t +
+    2^30) / 2^31)`` (SRDHM, see :func:`srdhm`) and ``e = right > 0``, the
+    final shift is ``floor((r + c) / 2^e)`` with ``c = 2^(e-1)`` (ties up)
+    or ``2^(e-1) - [r < 0]`` (ties away), and ``floor((floor(a/b) + c)/d) =
+    floor((a + c b) / (b d))`` for integer ``c``, so the result is
+    ``(t + 2^30 + 2^(30+e) - [t < -2^30] 2^31) >> (31 + e)``; ``|t| <= 2^62``
+    leaves room in int64. No int32 intermediate can overflow, as in the
+    numpy reference (``fbjax.reference.tflite_int``); checked against it in
+    tests/test_tflite_quant.py on random and edge inputs, every shift and
+    both tie rules.
     """
-    multiplier = np.asarray(multiplier, np.int32)
-    shift = np.asarray(shift, np.int32)
+    multiplier = np.asarray(multiplier, np.int64)
+    shift = np.asarray(shift, np.int64)
     left = np.maximum(shift, 0)
     right = np.maximum(-shift, 0)
-    y = x if not left.any() else shift_left(x, left)
-    y = srdhm(y, multiplier)
-    return y if not right.any() else rdbpot(y, right)
-
-
-def mbqm_smaller_than_one(x, multiplier, shift):
-    """``MultiplyByQuantizedMultiplierSmallerThanOneExp``: ``shift <= 0``."""
-    return rdbpot(srdhm(x, np.asarray(multiplier, np.int32)), np.maximum(-np.asarray(shift, np.int32), 0))
-
-
-def mbqm_greater_than_one(x, multiplier, left_shift):
-    """``MultiplyByQuantizedMultiplierGreaterThanOne``: ``SRDHM(x << left_shift, M)``."""
-    return srdhm(shift_left(x, left_shift), np.asarray(multiplier, np.int32))
+    y = jnp.asarray(x, jnp.int32)
+    if left.any():
+        y = shift_left(y, _const(left).astype(np.int32))
+    k = np.int64(2**30) + np.where(right > 0, np.left_shift(np.int64(1), 30 + right), 0).astype(np.int64)
+    traced = not isinstance(ties_up, (bool, np.bool_, np.ndarray))
+    away = (right > 0) & (True if traced else ~np.asarray(ties_up, bool))
+    with jax.enable_x64(True):
+        t = lax.convert_element_type(y, jnp.int64) * jnp.asarray(_const(multiplier))
+        s = t + jnp.asarray(_const(k))
+        if away.any():
+            corr = np.where(away, np.int64(2**31), np.int64(0))
+            neg = t < np.int64(-(2**30))
+            if traced:  # a mask computed in the program (kernels.tail_mask with a symbolic batch)
+                neg = neg & jnp.logical_not(ties_up)
+            s = s - jnp.where(neg, jnp.asarray(_const(corr)), np.int64(0))
+        s = s >> jnp.asarray(_const(31 + right).astype(np.int64))
+        return lax.convert_element_type(s, jnp.int32)
 
 
 # --- load-time (numpy / Python float64) ---------------------------------------
-
-def rounding_shift_right_half_up(x, exponent):
-    """``(x + 2^(e-1)) >> e`` (ties toward +infinity), ``e`` in ``[0, 31]``."""
-    x = jnp.asarray(x, jnp.int32)
-    e = np.asarray(exponent, np.int32)
-    if not e.any():
-        return x
-    half = np.where(e > 0, np.left_shift(np.int64(1), np.maximum(e, 1) - 1), 0).astype(np.int32)
-    # x + half may overflow int32 only for |x| near 2^31, where TFLite's
-    # kernels overflow too.
-    y = x + jnp.asarray(half)
-    return lax.shift_right_arithmetic(y, jnp.broadcast_to(jnp.asarray(e), y.shape))
-
 
 def mbqm_gemm(x, multiplier, shift):
     """The rescale of TFLite's x86 gemm output stage (ruy), used by the
     builtin int8 CONV_2D / FULLY_CONNECTED kernels:
     ``SRDHM(x * 2^left, M)`` then a right shift rounding ties toward +inf
     (``RoundingDivideByPOT`` rounds them away from zero; the two differ only
-    on negative exact ties)."""
-    multiplier = np.asarray(multiplier, np.int32)
-    shift = np.asarray(shift, np.int32)
-    left = np.maximum(shift, 0)
-    right = np.maximum(-shift, 0)
-    y = x if not left.any() else shift_left(x, left)
-    return rounding_shift_right_half_up(srdhm(y, multiplier), right)
+    on negative exact ties): :func:`mbqm` with ``ties_up=True``."""
+    return mbqm(x, multiplier, shift, ties_up=True)

@@ -19,7 +19,7 @@ from .. import kernels
 from ..registry import register
 from . import fixedpoint as fp
 from . import rounding
-from ._common import activation_range, as_i32, clamp_cast, out_dtype, qrange, scale_zp
+from ._common import activation_range, as_i32, clamp_cast, lookup, out_dtype, qrange, scale_zp
 
 OP_SET = "tflite.int"
 
@@ -117,9 +117,7 @@ def _mean_or_sum(ctx, x, axis, keep_dims, compute_sum):
         acc = jnp.sum(xi, axis=axes)
         c = x.shape[3]
         body = c - c % 16
-        y = fp.mbqm_gemm(acc, m2, s2)
-        if body < c:
-            y = jnp.where(np.arange(c) >= body, fp.mbqm(acc, m2, s2), y)
+        y = fp.mbqm(acc, m2, s2, ties_up=np.arange(c) < body if body < c else True)
         return _finish(ctx, y + bias, x.shape, axes, keep_dims)
     if compute_sum:
         # QuantizedMeanOrSum, sum branch: round(S * scale + bias) + zp_out in
@@ -138,7 +136,7 @@ def _mean_or_sum(ctx, x, axis, keep_dims, compute_sum):
         olo, ohi = qrange(vo.dtype)
         table = np.clip(r + zo, olo, ohi).astype(np.int32)
         acc = jnp.sum(xi, axis=axes)
-        return _finish(ctx, jnp.take(jnp.asarray(table), acc - smin), x.shape, axes, keep_dims)
+        return _finish(ctx, lookup(table, acc, smin), x.shape, axes, keep_dims)
     if not compute_sum:
         shift = n.bit_length() - 1
         shift = min(shift, 32, 31 + s)
