@@ -217,6 +217,39 @@ def test_mbqm_one_int64_expression_matches_twin(ties_up):
     assert not np.array_equal(nfp.mbqm(x, ms, -3), gemm_rescale(x, ms, -3))
 
 
+@pytest.mark.parametrize("dtype", ["int8", "uint8"])
+def test_hard_swish_table_matches_reference_kernel(dtype):
+    """The 8-bit HARD_SWISH lowering gathers from a table built at load:
+    every one of the 256 input codes equals the numpy reference's scalar
+    int16 fixed-point kernel, over scales that exercise every branch
+    (relu-ish exponent > 0, = 0, < 0; output exponent <= 0 and > 0) and
+    zero points at both ends of the range."""
+    from types import SimpleNamespace
+
+    from fbjax.ir import QuantParams
+    from fbjax.lower.tflite_int.activations import hard_swish_table
+    from fbjax.reference.tflite_int.activations import HARD_SWISH as ref_hard_swish
+
+    dt = np.dtype(dtype)
+    lo, hi = np.iinfo(dt).min, np.iinfo(dt).max
+    codes = np.arange(lo, hi + 1).astype(dt)
+    rng = np.random.default_rng(11)
+    cases = [(0.02, 0.015), (0.5, 0.4), (0.008, 0.01), (0.001, 0.002), (3e-5, 0.05), (0.05, 0.002), (0.1, 2e-4)]
+    cases += [(float(a), float(b)) for a, b in 10.0 ** rng.uniform(-4, 0, (12, 2))]
+    for k, (si, so) in enumerate(cases):
+        zi, zo = [int(z) for z in rng.integers(lo, hi + 1, 2)] if k % 3 else (lo if k % 2 else hi, 0 if lo else 128)
+
+        def val(s, z):
+            return SimpleNamespace(dtype=dt, quant=QuantParams(scale=np.array([s], np.float32),
+                                                               zero_point=np.array([z], np.int64)))
+
+        ctx = SimpleNamespace(inputs=[val(si, zi)], outputs=[val(so, zo)], error=ValueError)
+        want = ref_hard_swish(ctx, codes)
+        table, t_lo = hard_swish_table(np.float32(si), zi, np.float32(so), zo, dt, dt)
+        assert t_lo == lo
+        assert np.array_equal(table.astype(dt), want), (si, so, zi, zo)
+
+
 # --- per-op models: exact -----------------------------------------------------------
 
 @pytest.mark.parametrize("path", OPS, ids=_stem)
