@@ -196,7 +196,9 @@ def test_mbqm_one_int64_expression_matches_twin(ties_up):
     (RoundingDivideByPOT, or the gemm output stage's ties-up shift) for
     every shift in [-31, 8], per-channel multipliers including 2^30 (dense
     exact ties), INT32_MAX and negative ones, on dense small inputs (ties)
-    and the whole int32 range (left shifts wrap as in C)."""
+    and the whole int32 range (left shifts wrap as in C); and
+    fixedpoint.requantize (zero point folded into the same expression, clamp
+    in int64) as the reference's clip(mbqm + zero point)."""
     from fbjax.reference.tflite_int.conv import gemm_rescale
 
     rng = np.random.default_rng(7)
@@ -213,6 +215,11 @@ def test_mbqm_one_int64_expression_matches_twin(ties_up):
         want_up = gemm_rescale(x, ms, shifts)
         want = np.where(np.broadcast_to(up, want_up.shape), want_up, want_away)
         assert np.array_equal(got, want), base
+        # with the output zero point folded in (or added after: large offsets) and the clamp
+        for off, (lo, hi, dt) in ((-128, (-128, 127, np.int8)), (255, (0, 255, np.uint8)),
+                                  (3 << 20, (-(2**31), 2**31 - 1, np.int32))):
+            got = np.asarray(jfp.requantize(x, ms, shifts, ties_up=up, offset=off, clamp=(lo, hi), dtype=dt))
+            assert got.dtype == dt and np.array_equal(got, np.clip(want + off, lo, hi)), (base, off)
     # ties really occur and the two rules really differ on them
     assert not np.array_equal(nfp.mbqm(x, ms, -3), gemm_rescale(x, ms, -3))
 

@@ -152,14 +152,22 @@ def _add_sub(ctx, a, b, fused, sign, pot_scale_int16):
 
         ya, yb = rescale(fa, m1, s1), rescale(fb, m2, s2)
     else:
-        xa = fp.shift_left(as_i32(a) - za, left_shift)
-        xb = fp.shift_left(as_i32(b) - zb, left_shift)
-        ya = fp.mbqm(xa, m1, s1)
-        yb = fp.mbqm(xb, m2, s2)
+        ya = _shifted_rescale(a, va, za, left_shift, m1, s1)
+        yb = _shifted_rescale(b, vb, zb, left_shift, m2, s2)
     raw = ya + yb if sign > 0 else ya - yb
-    y = fp.mbqm(raw, mo, so_) + zo
     lo, hi = activation_range(ctx, fused, vo)
-    return clamp_cast(y, lo, hi, out_dtype(ctx))
+    return fp.requantize(raw, mo, so_, offset=zo, clamp=(lo, hi), dtype=out_dtype(ctx))
+
+
+def _shifted_rescale(q, v, z, left_shift, m, s):
+    """``MBQM((q - z) << left_shift, m, s)``; where ``(q - z) << left_shift``
+    cannot wrap in int32 (8-bit inputs: ``|q - z| <= 255``, ``255 << 20 <
+    2^31``) the shift moves into the int64 multiplier, ``(q - z) * (m <<
+    left_shift)``: the same product, fewer operations."""
+    lo, hi = qrange(v.dtype)
+    if max(abs(lo - z), abs(hi - z)) << left_shift < 2**31 and not int(s) > 0:
+        return fp.mbqm(as_i32(q) - z, np.int64(m) << left_shift, s)
+    return fp.mbqm(fp.shift_left(as_i32(q) - z, left_shift), m, s)
 
 
 @register(OP_SET, "ADD", differentiable=False)
@@ -186,9 +194,9 @@ def MUL(ctx, a, b, *, fused_activation_function="NONE"):
     so, zo = scale_zp(ctx, ctx.outputs[0], "output")
     real = np.float32(np.float32(sa) * np.float32(sb)) / np.float32(so)
     m, s = fp.quantize_multiplier(float(np.float32(real)))
-    y = fp.mbqm((as_i32(a) - za) * (as_i32(b) - zb), m, s) + zo
     lo, hi = activation_range(ctx, fused_activation_function, ctx.outputs[0])
-    return clamp_cast(y, lo, hi, out_dtype(ctx))
+    return fp.requantize((as_i32(a) - za) * (as_i32(b) - zb), m, s, offset=zo, clamp=(lo, hi),
+                         dtype=out_dtype(ctx))
 
 
 @register(OP_SET, "QUANTIZE", differentiable=False, fq_rounding=rounding.quantize)
@@ -223,8 +231,7 @@ def QUANTIZE(ctx, x):
         # tail split follows the kernel's loop structure).
         in_tail = tail_mask(x.shape, 16)
         ties_up = True if in_tail is None else ~in_tail
-    y = fp.mbqm(as_i32(x) - zi, m, s, ties_up=ties_up) + zo
-    return clamp_cast(y, lo, hi, vo.dtype)
+    return fp.requantize(as_i32(x) - zi, m, s, ties_up=ties_up, offset=zo, clamp=(lo, hi), dtype=vo.dtype)
 
 
 @register(OP_SET, "DEQUANTIZE", differentiable=False)
@@ -283,8 +290,7 @@ def _relu_x(ctx, x, act_min, act_max):
     qmin = max(lo, zo + int(fp.round_half_away(float(np.float32(act_min) / so))))
     qmax = hi if act_max is None else min(hi, zo + int(fp.round_half_away(float(np.float32(act_max) / so))))
     m, s = fp.quantize_multiplier(float(np.float32(si / so)))
-    y = zo + fp.mbqm(as_i32(x) - zi, m, s)
-    return clamp_cast(y, qmin, qmax, out_dtype(ctx))
+    return fp.requantize(as_i32(x) - zi, m, s, offset=zo, clamp=(qmin, qmax), dtype=out_dtype(ctx))
 
 
 @register(OP_SET, "RELU", differentiable=False)
@@ -404,9 +410,8 @@ def SQUARED_DIFFERENCE(ctx, a, b):
     ya = fp.mbqm(fp.shift_left(as_i32(a) - za, ls), m1, s1)
     yb = fp.mbqm(fp.shift_left(as_i32(b) - zb, ls), m2, s2)
     d = ya - yb
-    y = fp.mbqm(d * d, mo, so_) + zo
     lo, hi = qrange(ctx.outputs[0].dtype)
-    return clamp_cast(y, lo, hi, out_dtype(ctx))
+    return fp.requantize(d * d, mo, so_, offset=zo, clamp=(lo, hi), dtype=out_dtype(ctx))
 
 
 @register(OP_SET, ("TRANSPOSE",), differentiable=False, static_inputs=(1,))

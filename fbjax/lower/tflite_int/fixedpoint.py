@@ -117,6 +117,22 @@ def mbqm(x, multiplier, shift, *, ties_up=False):
     tests/test_tflite_quant.py on random and edge inputs, every shift and
     both tie rules.
     """
+    return requantize(x, multiplier, shift, ties_up=ties_up)
+
+
+def requantize(x, multiplier, shift, *, ties_up=False, offset=0, clamp=None, dtype=jnp.int32):
+    """``clamp(mbqm(x, multiplier, shift, ties_up=ties_up) + offset)`` cast
+    to ``dtype``, all in the one int64 expression of :func:`mbqm` (the
+    kernels' rescale, output zero point and activation clamp).
+
+    ``offset``: an int (the output zero point), added exactly before the
+    final shift as ``offset * 2^(31+e)`` when that is at most ``2^61`` in
+    magnitude (with ``|t| < 2^62`` and ``2^30 + 2^(30+e) <= 2^61`` the sum
+    stays inside int64), else after it. ``clamp``:
+    ``(lo, hi)`` ints or None (then the result must fit ``dtype``, as the
+    int32 results of :func:`mbqm` do). As the numpy reference, nothing wraps
+    after the left shift: ``mbqm + offset`` is clamped in int64.
+    """
     multiplier = np.asarray(multiplier, np.int64)
     shift = np.asarray(shift, np.int64)
     left = np.maximum(shift, 0)
@@ -125,6 +141,10 @@ def mbqm(x, multiplier, shift, *, ties_up=False):
     if left.any():
         y = shift_left(y, _const(left).astype(np.int32))
     k = np.int64(2**30) + np.where(right > 0, np.left_shift(np.int64(1), 30 + right), 0).astype(np.int64)
+    offset = int(offset)
+    fold = offset != 0 and abs(offset) << (31 + int(right.max(initial=0))) <= 2**61
+    if fold:
+        k = k + np.int64(offset) * np.left_shift(np.int64(1), 31 + right)
     traced = not isinstance(ties_up, (bool, np.bool_, np.ndarray))
     away = (right > 0) & (True if traced else ~np.asarray(ties_up, bool))
     with jax.enable_x64(True):
@@ -137,7 +157,11 @@ def mbqm(x, multiplier, shift, *, ties_up=False):
                 neg = neg & jnp.logical_not(ties_up)
             s = s - jnp.where(neg, jnp.asarray(_const(corr)), np.int64(0))
         s = s >> jnp.asarray(_const(31 + right).astype(np.int64))
-        return lax.convert_element_type(s, jnp.int32)
+        if offset and not fold:
+            s = s + np.int64(offset)
+        if clamp is not None:
+            s = lax.clamp(np.int64(clamp[0]), s, np.int64(clamp[1]))
+        return lax.convert_element_type(s, np.dtype(dtype))
 
 
 # --- load-time (numpy / Python float64) ---------------------------------------
