@@ -73,18 +73,21 @@ def lookup(table, x, lo=0):
     dt = np.dtype(x.dtype)
     if dt.kind in "iu" and dt.itemsize <= 2 and table.size == 1 << (8 * dt.itemsize) and lo == np.iinfo(dt).min:
         if dt.kind == "i":
-            u = np.dtype(f"uint{8 * dt.itemsize}")
             table = table[np.arange(table.size) ^ (table.size >> 1)]  # code c sits at c mod 2^bits
-            x = jax.lax.bitcast_convert_type(x, u)
-        return jnp.take(jnp.asarray(table), x, mode="clip")
-    idx = jnp.asarray(x).astype(jnp.int32)
-    if lo:
-        idx = idx - jnp.int32(lo)
-    return jnp.take(jnp.asarray(table), idx, mode="clip")
+            x = jax.lax.bitcast_convert_type(x, np.dtype(f"uint{8 * dt.itemsize}"))
+    else:
+        if dt != np.int32:
+            x = jax.lax.convert_element_type(x, np.int32)
+        if lo:
+            x = jax.lax.sub(x, np.int32(lo))
+    dn = jax.lax.GatherDimensionNumbers(offset_dims=(), collapsed_slice_dims=(0,), start_index_map=(0,))
+    return jax.lax.gather(jnp.asarray(table), jax.lax.expand_dims(x, (x.ndim,)), dn, slice_sizes=(1,),
+                          mode=jax.lax.GatherScatterMode.CLIP)
 
 
 def as_i32(x):
-    return jnp.asarray(x).astype(jnp.int32)
+    x = jnp.asarray(x)
+    return x if x.dtype == np.int32 else jax.lax.convert_element_type(x, np.int32)
 
 
 def clamp_cast(x, lo, hi, dtype):

@@ -18,6 +18,7 @@ gemmlowp's fixed-point ``logistic``/``tanh`` (Q3.12 in, Q0.15 out); SOFTMAX is
 
 from __future__ import annotations
 
+import functools
 import math
 
 import jax.numpy as jnp
@@ -48,8 +49,16 @@ def _lut(ctx, transform):
     vi, vo = ctx.inputs[0], ctx.outputs[0]
     si, zi = scale_zp(ctx, vi, "input")
     so, zo = scale_zp(ctx, vo, "output")
-    lo, hi = qrange(vi.dtype)
-    olo, ohi = qrange(vo.dtype)
+    return _lut_table(transform, si, zi, so, zo, np.dtype(vi.dtype), np.dtype(vo.dtype))
+
+
+@functools.lru_cache(maxsize=1024)
+def _lut_table(transform, si, zi, so, zo, in_dtype, out_dtype):
+    """The table of :func:`_lut`, kept per quantization (a model is traced
+    at load and again for its first call; 256 scalar float32 evaluations
+    take a few ms per node)."""
+    lo, hi = qrange(in_dtype)
+    olo, ohi = qrange(out_dtype)
     inv = _f32(_f32(1.0) / so)
     table = np.empty(hi - lo + 1, np.int32)
     for val in range(lo, hi + 1):
@@ -58,6 +67,7 @@ def _lut(ctx, transform):
         r = fp.round_half_away(float(_f32(t * inv)))
         q = int(_f32(r + zo)) if abs(r) < 2**31 else (ohi if r > 0 else olo)
         table[val - lo] = min(max(q, olo), ohi)
+    table.setflags(write=False)
     return table, lo
 
 
@@ -69,7 +79,8 @@ def _apply_lut(ctx, x, table, lo):
     lo_o, hi_o = qrange(od)
     if table.min() >= lo_o and table.max() <= hi_o:
         table = table.astype(od)  # gather the output type directly
-    return lookup(table, x, lo).astype(od)
+    y = lookup(table, x, lo)
+    return y if y.dtype == od else lax.convert_element_type(y, od)
 
 
 def _sigmoid(v):
@@ -193,6 +204,7 @@ def _downscale16(m):
     return (m + (1 << 15)) >> 16
 
 
+@functools.lru_cache(maxsize=1024)
 def hard_swish_table(si, zi, so, zo, in_dtype, out_dtype) -> tuple[np.ndarray, int]:
     """``(table, lowest code)``: ``reference_ops::HardSwish`` (int16 fixed
     point with a 15-bit "relu-ish" multiplier in ``[0, 1]`` and a
@@ -225,7 +237,9 @@ def hard_swish_table(si, zi, so, zo, in_dtype, out_dtype) -> tuple[np.ndarray, i
     out = _rdbpot16(pre, -oe, np) if oe <= 0 else pre
     out = _wrap16(out + zo)
     olo, ohi = qrange(out_dtype)
-    return np.clip(out, olo, ohi).astype(np.int32), lo
+    table = np.clip(out, olo, ohi).astype(np.int32)
+    table.setflags(write=False)
+    return table, lo
 
 
 @register(OP_SET, "HARD_SWISH", differentiable=False)
@@ -235,7 +249,7 @@ def HARD_SWISH(ctx, x):
     vi, vo = ctx.inputs[0], ctx.outputs[0]
     si, zi = scale_zp(ctx, vi, "input")
     so, zo = scale_zp(ctx, vo, "output")
-    table, lo = hard_swish_table(si, zi, so, zo, vi.dtype, vo.dtype)
+    table, lo = hard_swish_table(si, zi, so, zo, np.dtype(vi.dtype), np.dtype(vo.dtype))
     return _apply_lut(ctx, x, table, lo)
 
 

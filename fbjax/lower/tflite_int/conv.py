@@ -45,18 +45,19 @@ def _centered(ctx, x, v, acc, what):
     if z.size != 1:
         if np.any(z != z[0]):
             raise ctx.error(f"{what} has per-channel zero points, which TFLite does not support here")
-    return jnp.asarray(x).astype(acc) - acc(int(z[0]))
+    x = lax.convert_element_type(jnp.asarray(x), np.dtype(acc))
+    return lax.sub(x, np.dtype(acc).type(int(z[0]))) if int(z[0]) else x
 
 
 def _weights(ctx, w, v, acc):
     """Weights minus their zero point(s) (per-channel zero points broadcast
     along ``quantized_dimension``)."""
     s, z = qparams(ctx, v, "weights")
-    w = jnp.asarray(w).astype(acc)
+    w = lax.convert_element_type(jnp.asarray(w), np.dtype(acc))
     if not np.any(z):
         return w
     if z.size == 1:
-        return w - acc(int(z[0]))
+        return lax.sub(w, np.dtype(acc).type(int(z[0])))
     shape = [1] * w.ndim
     shape[v.quant.quantized_dimension] = z.size
     return w - jnp.asarray(z.reshape(shape)).astype(acc)
@@ -98,7 +99,14 @@ def _int64_bias(ctx, pos):
 
 
 def _bias(ctx, b, acc_dtype):
-    return None if b is None else jnp.asarray(b).astype(acc_dtype)
+    return None if b is None else lax.convert_element_type(jnp.asarray(b), np.dtype(acc_dtype))
+
+
+def _add_bias(acc, b):
+    """``acc + b``, ``b`` along the last axis (one broadcast, no ``jnp`` dispatch)."""
+    if b is None:
+        return acc
+    return lax.add(acc, lax.broadcast_in_dim(b, acc.shape, tuple(range(acc.ndim - b.ndim, acc.ndim))))
 
 
 def _padding(ctx, padding, in_hw, k_hw, strides, dil):
@@ -130,9 +138,7 @@ def CONV_2D(ctx, x, w, b=None, *, padding="SAME", stride_w=1, stride_h=1,
     wc = _weights(ctx, w, ctx.inputs[1], acc_t)
     acc = lax.conv_general_dilated(xc, wc, strides, pads, rhs_dilation=dil, dimension_numbers=_NHWC_OHWI,
                                    feature_group_count=c_in // i, preferred_element_type=acc_t)
-    bb = _bias(ctx, b, acc_t)
-    if bb is not None:
-        acc = acc + bb
+    acc = _add_bias(acc, _bias(ctx, b, acc_t))
     return _requantize(ctx, acc, o, fused_activation_function, int64_rescale=_int64_bias(ctx, 2),
                        gemm_rounding=GEMM_ROUNDING)
 
@@ -156,9 +162,7 @@ def DEPTHWISE_CONV_2D(ctx, x, w, b=None, *, padding="SAME", stride_w=1, stride_h
     acc = kernels.depthwise_conv(xc, wc[0], window_strides=strides, padding=pads, rhs_dilation=dil,
                                  lhs_spec="NHWC", backend=getattr(ctx, "backend", None))
     acc = acc.astype(acc_t)
-    bb = _bias(ctx, b, acc_t)
-    if bb is not None:
-        acc = acc + bb
+    acc = _add_bias(acc, _bias(ctx, b, acc_t))
     # the 8-channel vector body rounds the final shift's ties up, the scalar
     # tail (last C % 8 channels) away from zero (verified with LiteRT's
     # intermediates on 28- and 36-channel layers)
@@ -192,9 +196,7 @@ def FULLY_CONNECTED(ctx, x, w, b=None, *, fused_activation_function="NONE", weig
     xc = _centered(ctx, x.reshape(-1, i), ctx.inputs[0], acc_t, "input")
     wc = _weights(ctx, w, ctx.inputs[1], acc_t)
     acc = lax.dot_general(xc, wc, (((1,), (1,)), ((), ())), preferred_element_type=acc_t)
-    bb = _bias(ctx, b, acc_t)
-    if bb is not None:
-        acc = acc + bb
+    acc = _add_bias(acc, _bias(ctx, b, acc_t))
     if acc_t == jnp.int64 and _fc16_float_requant(ctx, quantized_bias_type):
         return _fc16_requant_float(ctx, acc, o, fused_activation_function).reshape(lead + (o,))
     per_tensor = (ctx.inputs[1].quant is not None and not ctx.inputs[1].quant.per_channel
@@ -259,9 +261,7 @@ def TRANSPOSE_CONV(ctx, output_shape, w, x, b=None, *, padding="SAME", stride_w=
     wc = _weights(ctx, w, ctx.inputs[1], acc_t)[:, ::-1, ::-1, :]
     acc = lax.conv_general_dilated(qx, wc, (1, 1), pads, lhs_dilation=strides, dimension_numbers=_NHWC_OHWI,
                                    preferred_element_type=acc_t)
-    bb = _bias(ctx, b, acc_t)
-    if bb is not None:
-        acc = acc + bb
+    acc = _add_bias(acc, _bias(ctx, b, acc_t))
     o = w.shape[0]
     s_in, _ = scale_zp(ctx, in_v, "input")
     mult, shift = conv_multipliers(ctx, in_v, ctx.inputs[1], ctx.outputs[0], o)

@@ -166,8 +166,8 @@ def _shifted_rescale(q, v, z, left_shift, m, s):
     left_shift)``: the same product, fewer operations."""
     lo, hi = qrange(v.dtype)
     if max(abs(lo - z), abs(hi - z)) << left_shift < 2**31 and not int(s) > 0:
-        return fp.mbqm(as_i32(q) - z, np.int64(m) << left_shift, s)
-    return fp.mbqm(fp.shift_left(as_i32(q) - z, left_shift), m, s)
+        return fp.mbqm(_minus(q, z), np.int64(m) << left_shift, s)
+    return fp.mbqm(fp.shift_left(_minus(q, z), left_shift), m, s)
 
 
 @register(OP_SET, "ADD", differentiable=False)
@@ -195,8 +195,14 @@ def MUL(ctx, a, b, *, fused_activation_function="NONE"):
     real = np.float32(np.float32(sa) * np.float32(sb)) / np.float32(so)
     m, s = fp.quantize_multiplier(float(np.float32(real)))
     lo, hi = activation_range(ctx, fused_activation_function, ctx.outputs[0])
-    return fp.requantize((as_i32(a) - za) * (as_i32(b) - zb), m, s, offset=zo, clamp=(lo, hi),
+    return fp.requantize(lax.mul(_minus(a, za), _minus(b, zb)), m, s, offset=zo, clamp=(lo, hi),
                          dtype=out_dtype(ctx))
+
+
+def _minus(q, z):
+    """int32 ``q - z`` (``lax`` calls: tracing time is part of the first call)."""
+    q = as_i32(q)
+    return lax.sub(q, np.int32(z)) if z else q
 
 
 @register(OP_SET, "QUANTIZE", differentiable=False, fq_rounding=rounding.quantize)
@@ -231,7 +237,7 @@ def QUANTIZE(ctx, x):
         # tail split follows the kernel's loop structure).
         in_tail = tail_mask(x.shape, 16)
         ties_up = True if in_tail is None else ~in_tail
-    return fp.requantize(as_i32(x) - zi, m, s, ties_up=ties_up, offset=zo, clamp=(lo, hi), dtype=vo.dtype)
+    return fp.requantize(_minus(x, zi), m, s, ties_up=ties_up, offset=zo, clamp=(lo, hi), dtype=vo.dtype)
 
 
 @register(OP_SET, "DEQUANTIZE", differentiable=False)

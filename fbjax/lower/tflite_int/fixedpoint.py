@@ -93,6 +93,18 @@ def _const(v):
     return v.reshape(-1)[0] if v.size and np.all(v == v.reshape(-1)[0]) else v
 
 
+def bconst(v, shape, dtype):
+    """numpy ``v`` as an operand of a ``lax`` binary op on arrays of
+    ``shape``: a scalar when all its values are equal, else broadcast with
+    numpy's trailing alignment (``lax`` calls, no ``jnp`` dispatch: tracing
+    time is part of a model's first call)."""
+    v = _const(np.asarray(v).astype(dtype))
+    if v.ndim == 0:
+        return v
+    nd = len(shape)
+    return lax.broadcast_in_dim(jnp.asarray(v), tuple(shape), tuple(range(nd - v.ndim, nd)))
+
+
 def mbqm(x, multiplier, shift, *, ties_up=False):
     """``MultiplyByQuantizedMultiplier(x, multiplier, shift)`` (double rounding):
     ``RoundingDivideByPOT(SRDHM(x * 2^left, M), right)``, or with ``ties_up``
@@ -137,9 +149,14 @@ def requantize(x, multiplier, shift, *, ties_up=False, offset=0, clamp=None, dty
     shift = np.asarray(shift, np.int64)
     left = np.maximum(shift, 0)
     right = np.maximum(-shift, 0)
-    y = jnp.asarray(x, jnp.int32)
+    y = jnp.asarray(x)
+    if y.dtype != np.int32:
+        y = lax.convert_element_type(y, np.int32)
+    shape = y.shape
     if left.any():
-        y = shift_left(y, _const(left).astype(np.int32))
+        # x * 2^left wrapping in int32 as C's x * (1 << left) (2^31 is INT32_MIN)
+        pot = (np.left_shift(np.int64(1), left) & 0xFFFFFFFF).astype(np.uint32).view(np.int32)
+        y = lax.mul(y, bconst(pot, shape, np.int32))
     k = np.int64(2**30) + np.where(right > 0, np.left_shift(np.int64(1), 30 + right), 0).astype(np.int64)
     offset = int(offset)
     fold = offset != 0 and abs(offset) << (31 + int(right.max(initial=0))) <= 2**61
@@ -148,17 +165,17 @@ def requantize(x, multiplier, shift, *, ties_up=False, offset=0, clamp=None, dty
     traced = not isinstance(ties_up, (bool, np.bool_, np.ndarray))
     away = (right > 0) & (True if traced else ~np.asarray(ties_up, bool))
     with jax.enable_x64(True):
-        t = lax.convert_element_type(y, jnp.int64) * jnp.asarray(_const(multiplier))
-        s = t + jnp.asarray(_const(k))
+        t = lax.mul(lax.convert_element_type(y, np.int64), bconst(multiplier, shape, np.int64))
+        s = lax.add(t, bconst(k, shape, np.int64))
         if away.any():
-            corr = np.where(away, np.int64(2**31), np.int64(0))
-            neg = t < np.int64(-(2**30))
+            neg = lax.lt(t, np.int64(-(2**30)))
             if traced:  # a mask computed in the program (kernels.tail_mask with a symbolic batch)
-                neg = neg & jnp.logical_not(ties_up)
-            s = s - jnp.where(neg, jnp.asarray(_const(corr)), np.int64(0))
-        s = s >> jnp.asarray(_const(31 + right).astype(np.int64))
+                neg = lax.bitwise_and(neg, lax.bitwise_not(jnp.broadcast_to(ties_up, shape)))
+            corr = np.where(away, np.int64(2**31), np.int64(0))
+            s = lax.sub(s, lax.mul(lax.convert_element_type(neg, np.int64), bconst(corr, shape, np.int64)))
+        s = lax.shift_right_arithmetic(s, bconst(31 + right, shape, np.int64))
         if offset and not fold:
-            s = s + np.int64(offset)
+            s = lax.add(s, np.int64(offset))
         if clamp is not None:
             s = lax.clamp(np.int64(clamp[0]), s, np.int64(clamp[1]))
         return lax.convert_element_type(s, np.dtype(dtype))

@@ -82,11 +82,13 @@ def _axes(ctx, x, axis):
     return tuple(axes)
 
 
-def _finish(ctx, y, x_shape, axes, keep_dims):
+def _finish(ctx, y, x_shape, axes, keep_dims, clamped=False):
     if keep_dims:
         y = jnp.expand_dims(y, axes)
     lo, hi = qrange(ctx.outputs[0].dtype)
-    return clamp_cast(y, lo, hi, out_dtype(ctx)).reshape(
+    if not clamped:
+        y = clamp_cast(y, lo, hi, out_dtype(ctx))
+    return y.reshape(
         tuple(d for d in ctx.outputs[0].shape) if ctx.outputs[0].static_shape else y.shape)
 
 
@@ -117,8 +119,9 @@ def _mean_or_sum(ctx, x, axis, keep_dims, compute_sum):
         acc = jnp.sum(xi, axis=axes)
         c = x.shape[3]
         body = c - c % 16
-        y = fp.mbqm(acc, m2, s2, ties_up=np.arange(c) < body if body < c else True)
-        return _finish(ctx, y + bias, x.shape, axes, keep_dims)
+        y = fp.requantize(acc, m2, s2, ties_up=np.arange(c) < body if body < c else True, offset=bias,
+                          clamp=qrange(vo.dtype), dtype=vo.dtype)
+        return _finish(ctx, y, x.shape, axes, keep_dims, clamped=True)
     if compute_sum:
         # QuantizedMeanOrSum, sum branch: round(S * scale + bias) + zp_out in
         # float32, scale = s_in / s_out, bias = -zp_in * scale * n. S is an
@@ -143,8 +146,8 @@ def _mean_or_sum(ctx, x, axis, keep_dims, compute_sum):
         m = int((np.int64(m) << np.int64(shift)) // np.int64(n))
         s = s - shift
     acc = jnp.sum(xi, axis=axes) - zi * n
-    y = fp.mbqm(acc, m, s) + zo
-    return _finish(ctx, y, x.shape, axes, keep_dims)
+    y = fp.requantize(acc, m, s, offset=zo, clamp=qrange(vo.dtype), dtype=vo.dtype)
+    return _finish(ctx, y, x.shape, axes, keep_dims, clamped=True)
 
 
 @register(OP_SET, "MEAN", differentiable=False, static_inputs=(1,), fq_rounding=rounding.mean)
