@@ -1,9 +1,11 @@
 """TFLite/gemmlowp fixed-point primitives in 32-bit JAX integer arithmetic.
 
 Everything here is exact and leaves ``jax_enable_x64`` as the user set it:
-the 64-bit product inside :func:`srdhm` is formed in int64 under a local
-``jax.enable_x64`` (a few operations, converted back to int32).
-Load-time helpers (:func:`quantize_multiplier`) are numpy.
+the 64-bit products inside :func:`srdhm` and :func:`requantize` are formed
+in int64 under a local ``jax.enable_x64`` (a few operations, converted back
+to int32 or the output type). :func:`requantize` is the whole output stage
+of a kernel (rescale with either tie rule, zero point, clamp, cast) as one
+int64 expression. Load-time helpers (:func:`quantize_multiplier`) are numpy.
 
 Semantics follow TFLite's ``kernels/internal/common.h``:
 
