@@ -18,6 +18,15 @@ Contents:
   :func:`resize_nearest` that apply them;
 * fused activations: :func:`fused_activation`, :func:`activation_range`,
   :func:`clamp_to_activation_range`.
+
+Kernel choices: the kernels taking ``backend`` (:func:`conv`,
+:func:`depthwise_conv`, :func:`use_shifted_window`) take XLA:CPU's fast
+paths when it is ``"cpu"`` (``None``: ``jax.default_backend()``) and the
+plain ``jax.lax`` kernels for any other value: ``"gpu"``, ``"tpu"``, or
+``"xla"``, which a program built with the ``kernels="xla"`` lowering option
+passes on CPU (``ctx.backend``, see
+:data:`fbjax.lower.build.KERNEL_CHOICES`: the quick tier of
+:mod:`fbjax.run.tiered`).
 """
 
 from __future__ import annotations
@@ -158,7 +167,10 @@ def conv(
     path, which is both slow there and, with jaxlib 0.10.2's YNNPACK fusion,
     miscompiled under ``jit`` (see :data:`DEPTHWISE_STRATEGY`): depthwise
     cases (one input channel per group) go through :func:`depthwise_conv`,
-    other groupings through one convolution per group, concatenated.
+    other groupings through one convolution per group, concatenated; small
+    ungrouped first layers go through kernel taps (:data:`SMALL_CONV_TAPS`).
+    Any other ``backend`` (``"xla"`` included: the CPU quick tier, compiled
+    without YNNPACK fusion) gets one ``lax.conv_general_dilated``.
     """
     groups = int(feature_group_count)
     lhs_spec, rhs_spec, out_spec = dimension_numbers
@@ -367,7 +379,8 @@ def depthwise_conv(
             ``[1, H, W, C*M]`` minus the leading 1).
         window_strides, padding, rhs_dilation: per spatial dimension;
             ``padding`` is explicit ``(before, after)`` pairs.
-        backend: ``"cpu"``, ``"gpu"``, ... (selects the strategy).
+        backend: ``"cpu"`` (shifted), ``"gpu"``, ``"xla"``, ... (conv):
+            selects the strategy (see the module docstring).
         strategy: ``"conv"`` (``lax.conv_general_dilated`` with
             ``feature_group_count = C``) or ``"shifted"`` (sum over kernel
             taps of strided slices of the padded input times the tap's

@@ -40,9 +40,10 @@ import threading
 from typing import Callable, Optional
 
 from .. import cache
+from ..cache import _NO_YNN
 
 __all__ = ["CHEAP_OPTIONS", "MIN_NODES", "TieredCall", "enabled", "worth_tiering", "mark_optimised",
-           "optimised_marked"]
+           "optimised_marked", "quick_options"]
 
 #: XLA:CPU options of the quick first tier (see the module docstring for
 #: the measurements). Tried and not kept: ``xla_llvm_disable_expensive_passes``
@@ -117,13 +118,31 @@ def mark_optimised(key: str) -> None:
         pass
 
 
+def quick_options() -> dict:
+    """XLA options the quick tier compiles with, on top of its jit's own
+    (the executor's, e.g. :func:`fbjax.cache.compiler_options`):
+    :data:`CHEAP_OPTIONS` with XLA:CPU's YNNPACK fusion off whatever the
+    environment says, as the quick program's grouped convolutions need
+    (:data:`fbjax.lower.kernels.DEPTHWISE_STRATEGY`)."""
+    return dict(_NO_YNN, **CHEAP_OPTIONS)
+
+
 class TieredCall:
     """``call(*args)``: ``jitted(*args)``, compiled in two tiers for the first
     argument signature (see the module docstring).
 
     Args:
-        jitted: a ``jax.jit`` function (its own ``compiler_options`` are the
-            optimised tier's; :data:`CHEAP_OPTIONS` are added for the first).
+        jitted: a ``jax.jit`` function: what calls with another signature
+            than the first run, and by default both tiers' program.
+        quick: a ``jax.jit`` of the quick program (the same computation on
+            the same arguments, lowered with the plain kernel choices:
+            ``kernels="xla"``, :data:`fbjax.lower.build.KERNEL_CHOICES`),
+            compiled with :func:`quick_options` for the first call; default
+            ``jitted`` (both tiers compile one lowering).
+        optimised: ``f() -> jax.jit`` function whose program the optimised
+            tier compiles (with its own options), called in the background
+            thread (where :class:`~fbjax.run.trace_cache.TraceCached`
+            traces and exports); default ``jitted``.
         on_optimised: called (in the background thread) once the optimised
             executable is ready, e.g. :func:`mark_optimised`.
 
@@ -134,8 +153,11 @@ class TieredCall:
             always run the plain jit.
     """
 
-    def __init__(self, jitted: Callable, on_optimised: Optional[Callable[[], None]] = None):
+    def __init__(self, jitted: Callable, on_optimised: Optional[Callable[[], None]] = None, *,
+                 quick: Optional[Callable] = None, optimised: Optional[Callable[[], Callable]] = None):
         self.jitted = jitted
+        self.quick = jitted if quick is None else quick
+        self._optimised = optimised
         self._on_optimised = on_optimised
         self._compiled = None  # what calls with the first signature run
         self._lock = threading.Lock()
@@ -143,9 +165,9 @@ class TieredCall:
         self.thread: Optional[threading.Thread] = None
 
     def _start(self, args: tuple):
-        lowered = self.jitted.lower(*args)  # errors of tracing (bad inputs) propagate; the next call tries again
+        lowered = self.quick.lower(*args)  # errors of tracing (bad inputs) propagate; the next call tries again
         try:
-            cheap = lowered.compile(compiler_options=dict(CHEAP_OPTIONS))
+            cheap = lowered.compile(compiler_options=quick_options())
         except Exception:  # noqa: BLE001 - options another jaxlib lacks, AOT limits: the plain jit
             self.tier = "jit"
             return
@@ -153,7 +175,8 @@ class TieredCall:
 
         def optimise():
             try:
-                best = lowered.compile()
+                fn = self.jitted if self._optimised is None else self._optimised()
+                best = (lowered if fn is self.quick else fn.lower(*args)).compile()
             except Exception:  # noqa: BLE001 - the plain jit then compiles (and reports) it
                 self.tier = "jit"
                 return
@@ -169,12 +192,12 @@ class TieredCall:
         t.start()
 
     def trace(self, *args, **kwargs):
-        """``jitted.trace``: the first call's trace without compiling (JAX
+        """``quick.trace``: the first call's trace without compiling (JAX
         keeps it, so the first call's lowering reuses it)."""
-        return self.jitted.trace(*args, **kwargs)
+        return self.quick.trace(*args, **kwargs)
 
     def lower(self, *args, **kwargs):
-        """``jitted.lower`` (for inspection)."""
+        """``jitted.lower`` (for inspection: the optimised program)."""
         return self.jitted.lower(*args, **kwargs)
 
     def wait(self, timeout: Optional[float] = None) -> str:
