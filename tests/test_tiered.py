@@ -2,7 +2,7 @@
 
 The first call of a large enough program runs a quickly compiled tier (the
 prepared executors: the program lowered with the plain kernel choices,
-``kernels="xla"``) and the optimised program is swapped in once a
+``kernels="quick"``) and the optimised program is swapped in once a
 background thread has traced and compiled it. The oracle for results is a
 float64 numpy convolution, or fbjax's numpy reference interpreter (float64
 sums): the tiers compute differently lowered and fused programs, so each is
@@ -28,6 +28,7 @@ import pytest
 import fbjax
 import fbjax.reference
 from fbjax import run
+from fbjax.lower import kernels
 from fbjax.run import tiered, trace_cache
 from fbjax.testing import TFLiteBuilder, single_op_model
 
@@ -125,9 +126,10 @@ def _grouped_chain():
     return b.build(), (9 + 1) + (9 + 1) + (36 + 1) + (8 + 1)
 
 
-def test_quick_tier_runs_the_plain_kernel_choices(tiering):
+def test_quick_tier_runs_the_plain_kernel_choices(tiering, monkeypatch):
     """The quick program lowers depthwise and grouped convolutions as one
-    grouped ``conv_general_dilated`` each; the optimised program takes the
+    grouped ``conv_general_dilated`` each (depthwise ones up to
+    ``QUICK_SHIFTED_MIN_OUTPUT`` outputs); the optimised program takes the
     CPU paths (shifted depthwise, one convolution per group). Both tiers' values are held to
     the numpy reference (float64 sums) within the float32 rounding of the
     chain's sums (``abs_magnitude``: |weights| times |inputs|), plus one
@@ -143,6 +145,11 @@ def test_quick_tier_runs_the_plain_kernel_choices(tiering):
     grouped = lambda text: sorted(int(g) for g in re.findall(r"feature_group_count=(\d+)", text) if g != "1")
     assert grouped(quick) == [2, 4, 4], grouped(quick)  # the 2-group conv, both depthwise
     assert grouped(best) == [], grouped(best)  # per-group convolutions, shifted depthwise
+    with monkeypatch.context() as mp:  # the first depthwise (256 outputs) large enough to stay shifted
+        mp.setattr(kernels, "QUICK_SHIFTED_MIN_OUTPUT", 200)
+        m2 = fbjax.load(src)
+        ex2 = m2.executor
+        assert grouped(str(ex2.quick.trace(*ex2.args(m2.params), spec).jaxpr)) == [2, 4]
 
     ref = fbjax.reference.run(src, x)[0]
     bound = (gamma(n_sum) + gamma(5)) * abs_magnitude(m, x)
@@ -164,6 +171,8 @@ def test_other_signature_falls_back_to_the_jit(tiering):
 
 def test_when_tiering_applies(monkeypatch):
     monkeypatch.setenv("FBJAX_TIERED_COMPILE", "1")
+    # the quick tier keeps YNNPACK fusion off (it miscompiles grouped-convolution chains) whatever XLA_FLAGS says
+    assert tiered.quick_options() == dict(tiered.CHEAP_OPTIONS, xla_cpu_experimental_ynn_fusion_type="")
     assert tiered.enabled("cpu") and not tiered.enabled("gpu") and not tiered.enabled("tpu")
     m = fbjax.load(single_op_model("ADD", [(2, 3), (2, 3)]))
     assert not tiered.worth_tiering(m.program)  # one node: compiles fast, keeps the jit's faster dispatch

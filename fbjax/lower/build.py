@@ -75,8 +75,8 @@ class LowerContext(OpContext):
         backend: the backend whose kernel choices lowerings make
             (:attr:`Program.kernel_backend`): the program's backend
             (``"cpu"``, ``"gpu"``, ``"tpu"``; ``jax.default_backend()`` at
-            build time), or ``"xla"`` for a program built with the
-            ``kernels="xla"`` option (the plain ``jax.lax`` kernels).
+            build time), or ``"cpu_quick"`` for a CPU program built with the
+            ``kernels="quick"`` option (:data:`KERNEL_CHOICES`).
         options: the lowering options given to :func:`build` (e.g.
             ``while_max_iterations``).
         run: the :class:`Run` the node is evaluated in.
@@ -154,13 +154,16 @@ def _concrete(x):
 #: CPU: depthwise convolutions as shifted multiply-adds, small first layers
 #: as kernel taps, grouped convolutions per group, small pools as shifted
 #: slices -- fast to run on XLA:CPU, but 4-5x the StableHLO ops of the
-#: plain lowering, so slower to trace, lower and compile). ``"xla"``: the
-#: plain ``jax.lax`` kernels other backends use (one grouped
-#: ``conv_general_dilated`` per depthwise or grouped convolution,
-#: ``reduce_window`` pools): what the CPU quick tier runs
-#: (:mod:`fbjax.run.tiered`). Integer kernels keep their exact arithmetic
-#: either way.
-KERNEL_CHOICES = ("backend", "xla")
+#: plain lowering, so slower to trace, lower and compile). ``"quick"``: on
+#: CPU the choices cheapest to trace, lower and compile, what the CPU quick
+#: tier runs (:mod:`fbjax.run.tiered`): the plain ``jax.lax`` kernels other
+#: backends use (one grouped ``conv_general_dilated`` per depthwise or
+#: grouped convolution, no kernel taps, ``reduce_window`` pools), except
+#: depthwise convolutions with large outputs, which stay shifted
+#: (:data:`fbjax.lower.kernels.QUICK_SHIFTED_MIN_OUTPUT`); on other
+#: backends the same as ``"backend"``. Integer kernels keep their exact
+#: arithmetic either way.
+KERNEL_CHOICES = ("backend", "quick")
 
 
 @dataclass
@@ -194,10 +197,11 @@ class Program:
     @property
     def kernel_backend(self) -> str:
         """The backend whose kernel choices the lowerings make (``ctx.backend``):
-        :attr:`backend`, or ``"xla"`` (no backend's special paths) when the
-        program was built with ``options["kernels"] == "xla"``
-        (:data:`KERNEL_CHOICES`)."""
-        return "xla" if self.options.get("kernels") == "xla" else self.backend
+        :attr:`backend`, or ``"cpu_quick"`` for a CPU program built with
+        ``options["kernels"] == "quick"`` (:data:`KERNEL_CHOICES`)."""
+        if self.options.get("kernels") == "quick" and self.backend == "cpu":
+            return "cpu_quick"
+        return self.backend
 
     def apply(self, params: dict, state: Optional[dict], *inputs) -> tuple:
         """Run the main graph: pure and traceable.
@@ -488,7 +492,7 @@ def build(model: ModelIR, *, backend: Optional[str] = None, options: Optional[di
             compute in (float32 arrays are cast to it before each op;
             ``full_precision`` ops and integer kernels compute in float32;
             graph outputs return in the file's dtypes); ``kernels``
-            (``"backend"`` or ``"xla"``, :data:`KERNEL_CHOICES`): whose
+            (``"backend"`` or ``"quick"``, :data:`KERNEL_CHOICES`): whose
             kernel choices the lowerings make.
 
     Returns:

@@ -88,7 +88,7 @@ class CpuPrepared:
         jitted: the jit of the prepared program, ``jitted(*args(params), *inputs)``.
         quick: on CPU (:func:`~fbjax.run.tiered.worth_tiering`), the jit of
             the same prepared program lowered with the plain kernel choices
-            (``kernels="xla"``, :data:`fbjax.lower.build.KERNEL_CHOICES`),
+            (``kernels="quick"``, :data:`fbjax.lower.build.KERNEL_CHOICES`),
             taking the same arguments; else None.
         run: what calls run: :attr:`jitted`, or on CPU a
             :class:`~fbjax.run.tiered.TieredCall` of it (:attr:`quick`
@@ -153,7 +153,7 @@ class CpuPrepared:
         if worth_tiering(program):
             # the quick tier: the same prepared program lowered with the plain kernel choices (its own
             # registry view: the optimised program may be traced in the background thread meanwhile)
-            quick = dataclasses.replace(program, options=dict(opts, kernels="xla"),
+            quick = dataclasses.replace(program, options=dict(opts, kernels="quick"),
                                         registry=_Inference(program.registry, fan_out, replaced, self._key))
             self.quick = jax.jit(self._runner(quick), compiler_options=compiler_options)
             self.run = TieredCall(self.jitted, quick=self.quick)

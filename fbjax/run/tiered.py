@@ -39,6 +39,8 @@ import os
 import threading
 from typing import Callable, Optional
 
+import jax
+
 from .. import cache
 from ..cache import _NO_YNN
 
@@ -136,7 +138,7 @@ class TieredCall:
             than the first run, and by default both tiers' program.
         quick: a ``jax.jit`` of the quick program (the same computation on
             the same arguments, lowered with the plain kernel choices:
-            ``kernels="xla"``, :data:`fbjax.lower.build.KERNEL_CHOICES`),
+            ``kernels="quick"``, :data:`fbjax.lower.build.KERNEL_CHOICES`),
             compiled with :func:`quick_options` for the first call; default
             ``jitted`` (both tiers compile one lowering).
         optimised: ``f() -> jax.jit`` function whose program the optimised
@@ -160,6 +162,7 @@ class TieredCall:
         self._optimised = optimised
         self._on_optimised = on_optimised
         self._compiled = None  # what calls with the first signature run
+        self._lowered = None  # the quick tier's lowering, until the background thread took it
         self._lock = threading.Lock()
         self.tier: Optional[str] = None
         self.thread: Optional[threading.Thread] = None
@@ -172,10 +175,14 @@ class TieredCall:
             self.tier = "jit"
             return
         self._compiled, self.tier = cheap, "cheap"
+        self._lowered = lowered  # the optimised tier compiles it too when quick is jitted
 
+    def _launch(self, args: tuple):
+        """Start the background thread compiling the optimised tier."""
         def optimise():
             try:
                 fn = self.jitted if self._optimised is None else self._optimised()
+                lowered, self._lowered = self._lowered, None
                 best = (lowered if fn is self.quick else fn.lower(*args)).compile()
             except Exception:  # noqa: BLE001 - the plain jit then compiles (and reports) it
                 self.tier = "jit"
@@ -211,6 +218,12 @@ class TieredCall:
             with self._lock:
                 if self.tier is None:
                     self._start(args)
+                    if self.tier == "cheap":
+                        try:
+                            # the first call's run completes before the background work competes for the cores
+                            return jax.block_until_ready(self._compiled(*args))
+                        finally:
+                            self._launch(args)
         if self.tier != "jit":
             try:
                 return self._compiled(*args)
