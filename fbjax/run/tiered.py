@@ -1,29 +1,45 @@
 """Tiered compilation of the CPU executors' programs: a quick first call,
 the optimised program swapped in when it is ready.
 
-XLA:CPU's backend compile is 75-90 % of a model's cold first call (seconds
-on a 2-core machine). :class:`TieredCall` compiles the program's first
-signature twice from one lowering:
+XLA:CPU's backend compile of the optimised program is most of a model's
+cold first call (seconds on a 2-core machine), and fbjax's CPU kernel
+choices (shifted depthwise convolutions, kernel taps: fast to run) make
+4-5x the StableHLO ops of the plain ``jax.lax`` lowering, which traces,
+lowers and compiles that much longer. :class:`TieredCall` runs the
+program's first signature in two tiers:
 
-1. at once, with :data:`CHEAP_OPTIONS` (LLVM at ``-O0``, XLA's legacy
-   elemental emitters instead of the fusion emitters): measured on the
-   2-core machine (one process per setting, load 4-7), backend compile
-   mediapipe_face_detection_short_range 3.7 -> 0.5 s and
-   mediapipe_palm_detection_lite 4.0 -> 0.65 s, while a call runs 5-8x
-   slower (1.6 -> 11 ms, 11 -> 84 ms); the first call returns this tier's
-   result;
-2. in a background thread, with the executor's own options (the optimised
-   program, written to JAX's persistent compilation cache when that is on);
-   calls run it from the moment it is ready.
+1. at once: the *quick program* -- for the prepared executors
+   (:class:`~fbjax.run.cpu_prepared.CpuPrepared`,
+   :class:`~fbjax.run.trace_cache.TraceCached`) the same prepared graph
+   lowered with the ``kernels="quick"`` choices
+   (:data:`fbjax.lower.build.KERNEL_CHOICES`: grouped convolutions as one
+   ``conv_general_dilated``, no kernel taps, only large depthwise
+   convolutions shifted), for the plain jit executor its own program --
+   compiled with :func:`quick_options` (LLVM at ``-O0``, XLA's legacy
+   elemental emitters, no YNNPACK fusion). The load-time trace
+   (:func:`fbjax.model._trace_at_load`) is this program's, so the first call
+   only lowers and compiles it. Measured on the 2-core machine
+   (mediapipe_palm_detection_lite: 3450 -> ~1030 StableHLO ops, backend
+   compile ~0.6 -> ~0.2 s, one call ~80 -> ~170 ms); the first call
+   returns this tier's result, after which
+2. a background thread traces the optimised program (the executor's own
+   kernel choices; :class:`~fbjax.run.trace_cache.TraceCached` exports it
+   into fbjax's trace cache), lowers it and compiles it with the
+   executor's own options (into JAX's persistent compilation cache when
+   that is on); calls run it from the moment it is ready. The thread
+   starts once the first call's result is computed, so it does not compete
+   with that run for the cores.
 
-Both tiers compile the same lowered StableHLO, so they compute the same
-operations (float results may differ in the last bits where one tier fuses
-or vectorises and the other does not; integer results are identical).
+The two tiers compute the same operations through differently lowered and
+fused programs: float results agree within float32 rounding of the same
+sums (``tests/test_tiered.py`` holds both to a float64 oracle), not bit for
+bit; integer kernels compute exactly in either tier.
 
 When the optimised executable of a program is known to be in the
 persistent cache (:func:`mark_optimised` left a marker for its trace-cache
 key after an earlier process compiled it), there is nothing to tier: the
-plain jit reads it from the cache.
+cached ``Exported`` program is read and the plain jit reads its executable
+from the cache.
 
 On by default for fbjax's CPU executors; ``FBJAX_TIERED_COMPILE=0`` turns it
 off (every first call compiles the optimised program directly).
