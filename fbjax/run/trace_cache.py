@@ -79,8 +79,11 @@ class TraceCached(CpuPrepared):
                     self.exported = ex
                     return jax.jit(ex.call, compiler_options=self._compiler_options)
 
-                return TieredCall(self.jitted, on_optimised=lambda: mark_optimised(key), quick=self.quick,
-                                  optimised=optimised)
+                def marked():  # the cached Exported program's executable is in the persistent cache now
+                    if self.exported is not None:
+                        mark_optimised(key)
+
+                return TieredCall(self.jitted, on_optimised=marked, quick=self.quick, optimised=optimised)
             if exported is None:
                 exported = export.export(self.jitted, platforms=(self.base.backend,))(*args, *inputs)
                 cache.save_exported(key, exported)
