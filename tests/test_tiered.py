@@ -161,6 +161,17 @@ def test_quick_tier_runs_the_plain_kernel_choices(tiering, monkeypatch):
     assert_within(m(x), ref, bound, "optimised tier")
 
 
+def test_kernels_option_is_checked():
+    from fbjax.formats import read_model
+    from fbjax.lower.build import build
+    ir = read_model(single_op_model("ADD", [(2, 3), (2, 3)]), None)
+    assert build(ir, backend="cpu", options={"kernels": "quick"}).kernel_backend == "cpu_quick"
+    assert build(ir, backend="gpu", options={"kernels": "quick"}).kernel_backend == "gpu"  # plain there anyway
+    assert build(ir, backend="cpu").kernel_backend == "cpu"
+    with pytest.raises(ValueError, match="kernels='fast'"):
+        build(ir, backend="cpu", options={"kernels": "fast"})
+
+
 def test_other_signature_falls_back_to_the_jit(tiering):
     m = fbjax.load(single_op_model("ADD", [(1, 3), (1, 3)]), batch_size=None)  # any batch
     a = np.ones((2, 3), F32)
