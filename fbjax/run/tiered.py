@@ -18,10 +18,12 @@ program's first signature in two tiers:
    compiled with :func:`quick_options` (LLVM at ``-O0``, XLA's legacy
    elemental emitters, no YNNPACK fusion). The load-time trace
    (:func:`fbjax.model._trace_at_load`) is this program's, so the first call
-   only lowers and compiles it. Measured on the 2-core machine
-   (mediapipe_palm_detection_lite: 3450 -> ~1030 StableHLO ops, backend
-   compile ~0.6 -> ~0.2 s, one call ~80 -> ~170 ms); the first call
-   returns this tier's result, after which
+   only lowers and compiles it. Measured on the 2-core machine (load ~3.4,
+   ``benchmarks/compile_time.py``; benchmarks/README.md has the table):
+   mediapipe_palm_detection_lite 3450 -> 1028 StableHLO ops, lowering 0.35
+   -> 0.08 s, backend compile 0.92 -> 0.35 s, one quick-tier call ~80 ->
+   ~170 ms (alone); load + first call of the 13 shared float models 0.09-2.00
+   -> 0.09-0.93 s. The first call returns this tier's result, after which
 2. a background thread traces the optimised program (the executor's own
    kernel choices; :class:`~fbjax.run.trace_cache.TraceCached` exports it
    into fbjax's trace cache), lowers it and compiles it with the
