@@ -216,3 +216,22 @@ def test_linearized_only_sees_the_modes():
     assert seen == {"plain": False, "grad": True, "jit_grad": True, "jvp": False, "jvp_of_grad": False,
                     "vmap_grad": True}
     assert depthwise_vjp.linearized_only is linearized_only
+
+
+def test_linearize_needs_jax_autodiff(monkeypatch):
+    """jax.linearize runs the linearized function in forward mode, which a
+    custom_vjp refuses (JAX's TypeError); COMPACT_BACKWARD = False gives
+    JAX's own derivative, whose linear map is the oracle's."""
+    case = CASES[1]
+    x, w, _, pads = _case(case, seed=7)
+    strides, dil = case[5], case[6]
+    f = lambda a, b: _conv(a, b, strides, dil, pads, "NHWC")  # noqa: E731
+    _, lin = jax.linearize(f, x, w)
+    with pytest.raises(TypeError, match="custom_vjp"):
+        lin(x, w)
+    monkeypatch.setattr(depthwise_vjp, "COMPACT_BACKWARD", False)
+    _, lin = jax.linearize(f, x, w)
+    k = int(np.prod(w.shape[:-1]))
+    # f is bilinear: f'(x, w)(x, w) = 2 f(x, w)
+    assert_within(lin(x, w), 2 * _oracle(x, w, None, strides, dil, pads),
+                  2 * gamma(2 * k + 1) * _oracle(np.abs(x), np.abs(w), None, strides, dil, pads), "linearize")

@@ -1,33 +1,44 @@
-"""The CPU shifted-multiply-add depthwise convolution and its compact backward.
+"""The CPU shifted-multiply-add depthwise convolution and its gradient program.
 
 :func:`shifted_depthwise` is the core of :func:`fbjax.lower.kernels.depthwise_conv`'s
 ``"shifted"`` strategy: ``out = sum_taps slice(xp, tap) * w[tap]`` over the
 kernel taps, ``xp`` the padded input (channels already repeated for a depth
 multiplier, cast to the accumulation dtype).
 
-Left to JAX's autodiff, the backward of that sum is per tap a scatter-like
-``pad`` of the cotangent (the transpose of a strided slice) for the input
-and a broadcast transpose for the weights: about three times the forward's
-StableHLO, which XLA:CPU compiles slowly (mediapipe_hand_landmark_lite's
-first ``jax.jit(jax.grad(loss))`` step: 7,164 StableHLO ops, 4,608 of them
-from its 16 depthwise nodes; 9 s of XLA compile). Under reverse-mode
-differentiation the sum is therefore a :func:`jax.custom_vjp` whose backward
-is
+Plain calls and forward mode get that sum unrolled (cheap elementwise code
+XLA fuses into one loop). In a ``jax.grad`` program the unrolled sum is a
+bad fit for XLA:CPU: its fusion pass treats the sum as cheap and copies it
+into each of its consumers (the activation, the activation's derivative
+masks, the next layer's weight gradient): mediapipe_hand_landmark_lite's
+first ``jax.jit(jax.grad(loss))`` step compiled 16,456 optimised HLO
+instructions, 8,370 of them copies of its 16 depthwise forward sums and
+3,008 their autodiff backward (per tap a ``pad`` of the cotangent, the
+transpose of a strided slice). Under reverse-mode differentiation the sum is
+therefore a :func:`jax.custom_vjp` whose forward and backward are loops over
+the kernel's first spatial axis (the other axes' taps unrolled in the body):
+a loop's result stays in memory, and its body is compiled once:
 
-* input: the same shifted sum applied to the cotangent, interleaved with
+* forward: the same terms added in the same order (``0 + t_0 + t_1 ...``);
+* input gradient: the same shifted sum over the cotangent interleaved with
   ``stride - 1`` zeros and padded by ``(K - 1) * dilation`` (one
-  ``lax.pad``), with the kernel flipped along every spatial axis -- the
-  correlation/convolution duality ``d xp[p] = sum_t ct[(p - t d) / s] w[t]``;
-* weights: per tap, one product of the tap's strided slice with the
-  cotangent reduced over every axis but the channels.
+  ``lax.pad``), with the kernel flipped along every spatial axis
+  (``d xp[p] = sum_t ct[(p - t d) / s] w[t]``);
+* weight gradient: per tap, ``window(xp) * ct`` summed over every axis but
+  the channels; one kernel row per loop step, in the input gradient's loop.
 
-Forward mode (``jax.jvp``, ``jax.jacfwd``) and plain evaluation keep the
-plain lax code, whose JVP JAX derives itself: a ``custom_vjp`` function
-cannot be differentiated in forward mode, and this JAX (0.10) has no public
-``custom_transpose`` that would let a ``custom_jvp`` with a linear,
-hand-transposed tangent serve both modes. The switch is made per call at
-trace time from the operands (:func:`fbjax.lower.autodiff.linearized`),
-like the WHILE loop's reverse-mode guard.
+That program has ~6,600 optimised HLO instructions; see
+``benchmarks/compile_time.py`` for the first-call and steady-step times.
+
+Forward mode (``jax.jvp``, ``jax.jacfwd``, also around a ``jax.grad``) and
+plain evaluation keep the unrolled lax code, whose JVP JAX derives itself:
+a ``custom_vjp`` function cannot be differentiated in forward mode, and this
+JAX (0.10) has no public ``custom_transpose`` that would let a
+``custom_jvp`` with a hand-transposed linear tangent serve both modes. The
+choice is made per call at trace time from the operands
+(:func:`fbjax.lower.autodiff.linearized_only`). ``jax.linearize`` also
+linearizes, and its linear function then runs forward mode through the
+custom rule, which JAX refuses; :data:`COMPACT_BACKWARD` ``= False`` gives
+JAX's own derivative everywhere.
 """
 
 from __future__ import annotations
@@ -40,6 +51,12 @@ import numpy as np
 from jax import lax
 
 from .autodiff import linearized_only
+
+#: Whether ``jax.grad`` / ``jax.vjp`` through :func:`shifted_depthwise` use
+#: the loops and hand-written backward of this module (``False``: JAX's
+#: autodiff of the unrolled sum, larger and slower to compile, but
+#: ``jax.linearize`` works through it).
+COMPACT_BACKWARD = True
 
 
 def _taps(xp, wk, ksz, strides, dilation, out_shape, sp_axes, c_axis, direct):
@@ -209,6 +226,6 @@ def shifted_depthwise(xp, wk, *, kernel_size: Sequence[int], strides: Sequence[i
     """
     args = (tuple(int(k) for k in kernel_size), tuple(int(s) for s in strides), tuple(int(d) for d in dilation),
             tuple(int(o) for o in out_shape), tuple(int(a) for a in spatial_axes), int(channel_axis), bool(direct))
-    if linearized_only(xp, wk):
+    if COMPACT_BACKWARD and linearized_only(xp, wk):
         return _taps_vjp(xp, wk, *args)
     return _taps(xp, wk, *args)
