@@ -201,7 +201,9 @@ def cases(only=None):
     hl = os.path.join(SHARED, "mediapipe_hand_landmark_lite.tflite")
     if os.path.exists(hl):
         out.append(("mediapipe_hand_landmark_lite (grad step)", hl, "grad", "grad"))
-    return [c for c in out if not only or any(o in c[0] for o in only)]
+    def hit(o, name):  # a substring, or the whole name when it ends with "$"
+        return o[:-1] == name if o.endswith("$") else o in name
+    return [c for c in out if not only or any(hit(o, c[0]) for o in only)]
 
 
 def run_one(path, kind, timeout=600, tiered=None, root=ROOT):
@@ -226,7 +228,7 @@ def run_one(path, kind, timeout=600, tiered=None, root=ROOT):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--only", nargs="*", help="substrings of model names")
+    ap.add_argument("--only", nargs="*", help="substrings of model names (NAME$: that name only)")
     ap.add_argument("--repeat", type=int, default=1, help="fresh processes per model (the minimum is kept)")
     ap.add_argument("--json", help="write the records here")
     ap.add_argument("--md", help="write the markdown table here")

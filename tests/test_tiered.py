@@ -1,11 +1,14 @@
 """Tiered compilation of the CPU executors (:mod:`fbjax.run.tiered`, issue 19 item 4).
 
-The first call of a large enough program runs a quickly compiled tier and the
-optimised program is swapped in once a background thread has compiled it.
-The oracle for results is a float64 numpy convolution (the tiers compute the
-same StableHLO, compiled differently, so each is held to the float32
-summation bound, never to the other's bits); for the tiers, the tier
-attribute and the persistent-cache marker a second process reads.
+The first call of a large enough program runs a quickly compiled tier (the
+prepared executors: the program lowered with the plain kernel choices,
+``kernels="quick"``) and the optimised program is swapped in once a
+background thread has traced and compiled it. The oracle for results is a
+float64 numpy convolution, or fbjax's numpy reference interpreter (float64
+sums): the tiers compute differently lowered and fused programs, so each is
+held to the float32 summation bound, never to the other's bits; for the
+tiers, the tier attribute and the persistent-cache marker a second process
+reads.
 
 The rest of the suite runs with ``FBJAX_TIERED_COMPILE=0`` (tests/conftest.py).
 """
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -22,11 +26,13 @@ import numpy as np
 import pytest
 
 import fbjax
+import fbjax.reference
 from fbjax import run
+from fbjax.lower import kernels
 from fbjax.run import tiered, trace_cache
-from fbjax.testing import single_op_model
+from fbjax.testing import TFLiteBuilder, single_op_model
 
-from conftest import ROOT, assert_within, gamma
+from conftest import ROOT, abs_magnitude, assert_within, gamma
 
 F32 = np.float32
 
@@ -89,6 +95,83 @@ def test_first_call_runs_a_tier_then_the_optimised_program(tiering, kind):
     assert_within(m(*xs), ref, bound, "optimised tier")
 
 
+def _grouped_chain():
+    """Depthwise 3x3 (stride 1, then stride 2 with multiplier 2), a 2-group
+    3x3 convolution, a 2x2 max pool and a 1x1 convolution: the CPU kernel
+    choices of convolutions (shifted depthwise, per-group convolutions) and a
+    chain of grouped convolutions (what XLA:CPU's YNNPACK fusion
+    miscompiles), with a relaid 1x1 weight so the prepared executor runs it.
+    Returns ``(tflite bytes, float32 sums per output: the lengths of the
+    chain's dot products and bias adds)``."""
+    rng = np.random.default_rng(7)
+    b = TFLiteBuilder()
+    x = b.add_input((1, 8, 8, 4), name="x")
+
+    def op(name, ins, shape, **options):
+        out = b.add_tensor(shape)
+        consts = [b.add_constant(rng.standard_normal(a.shape).astype(F32)) if isinstance(a, np.ndarray) else a
+                  for a in ins]
+        b.add_op(name, consts, [out], options=options)
+        return out
+
+    same1 = dict(padding="SAME", stride_h=1, stride_w=1)
+    h = op("DEPTHWISE_CONV_2D", [x, np.zeros((1, 3, 3, 4)), np.zeros(4)], (1, 8, 8, 4), depth_multiplier=1, **same1)
+    h = op("DEPTHWISE_CONV_2D", [h, np.zeros((1, 3, 3, 8)), np.zeros(8)], (1, 4, 4, 8), depth_multiplier=2,
+           padding="SAME", stride_h=2, stride_w=2)
+    h = op("CONV_2D", [h, np.zeros((8, 3, 3, 4)), np.zeros(8)], (1, 4, 4, 8), **same1)  # 2 groups
+    h = op("MAX_POOL_2D", [h], (1, 2, 2, 8), padding="VALID", stride_h=2, stride_w=2, filter_height=2,
+           filter_width=2)
+    h = op("CONV_2D", [h, np.zeros((3, 1, 1, 8)), np.zeros(3)], (1, 2, 2, 3), **same1)
+    b.add_output(h)
+    return b.build(), (9 + 1) + (9 + 1) + (36 + 1) + (8 + 1)
+
+
+def test_quick_tier_runs_the_plain_kernel_choices(tiering, monkeypatch):
+    """The quick program lowers depthwise and grouped convolutions as one
+    grouped ``conv_general_dilated`` each (depthwise ones up to
+    ``QUICK_SHIFTED_MIN_OUTPUT`` outputs); the optimised program takes the
+    CPU paths (shifted depthwise, one convolution per group). Both tiers' values are held to
+    the numpy reference (float64 sums) within the float32 rounding of the
+    chain's sums (``abs_magnitude``: |weights| times |inputs|), plus one
+    float32 rounding per op on the reference's side."""
+    src, n_sum = _grouped_chain()
+    m = fbjax.load(src)
+    ex = m.executor
+    assert ex.name == "trace_cache" and ex.quick is not None
+    x = np.random.default_rng(8).standard_normal((1, 8, 8, 4)).astype(F32)
+    spec = jax.ShapeDtypeStruct(x.shape, x.dtype)
+    quick = str(ex.quick.trace(*ex.args(m.params), spec).jaxpr)
+    best = str(ex.jitted.trace(*ex.args(m.params), spec).jaxpr)
+    grouped = lambda text: sorted(int(g) for g in re.findall(r"feature_group_count=(\d+)", text) if g != "1")
+    assert grouped(quick) == [2, 4, 4], grouped(quick)  # the 2-group conv, both depthwise
+    assert grouped(best) == [], grouped(best)  # per-group convolutions, shifted depthwise
+    with monkeypatch.context() as mp:  # the first depthwise (256 outputs) large enough to stay shifted
+        mp.setattr(kernels, "QUICK_SHIFTED_MIN_OUTPUT", 200)
+        m2 = fbjax.load(src)
+        ex2 = m2.executor
+        assert grouped(str(ex2.quick.trace(*ex2.args(m2.params), spec).jaxpr)) == [2, 4]
+
+    ref = fbjax.reference.run(src, x)[0]
+    bound = (gamma(n_sum) + gamma(5)) * abs_magnitude(m, x)
+    assert_within(m(x), ref, bound, "quick tier")
+    call = ex._call
+    assert isinstance(call, run.TieredCall) and call.quick is ex.quick
+    assert call.wait(timeout=120) == "optimised"
+    assert ex.exported is not None  # exported in the background, for the next process
+    assert_within(m(x), ref, bound, "optimised tier")
+
+
+def test_kernels_option_is_checked():
+    from fbjax.formats import read_model
+    from fbjax.lower.build import build
+    ir = read_model(single_op_model("ADD", [(2, 3), (2, 3)]), None)
+    assert build(ir, backend="cpu", options={"kernels": "quick"}).kernel_backend == "cpu_quick"
+    assert build(ir, backend="gpu", options={"kernels": "quick"}).kernel_backend == "gpu"  # plain there anyway
+    assert build(ir, backend="cpu").kernel_backend == "cpu"
+    with pytest.raises(ValueError, match="kernels='fast'"):
+        build(ir, backend="cpu", options={"kernels": "fast"})
+
+
 def test_other_signature_falls_back_to_the_jit(tiering):
     m = fbjax.load(single_op_model("ADD", [(1, 3), (1, 3)]), batch_size=None)  # any batch
     a = np.ones((2, 3), F32)
@@ -99,6 +182,8 @@ def test_other_signature_falls_back_to_the_jit(tiering):
 
 def test_when_tiering_applies(monkeypatch):
     monkeypatch.setenv("FBJAX_TIERED_COMPILE", "1")
+    # the quick tier keeps YNNPACK fusion off (it miscompiles grouped-convolution chains) whatever XLA_FLAGS says
+    assert tiered.quick_options() == dict(tiered.CHEAP_OPTIONS, xla_cpu_experimental_ynn_fusion_type="")
     assert tiered.enabled("cpu") and not tiered.enabled("gpu") and not tiered.enabled("tpu")
     m = fbjax.load(single_op_model("ADD", [(2, 3), (2, 3)]))
     assert not tiered.worth_tiering(m.program)  # one node: compiles fast, keeps the jit's faster dispatch

@@ -72,9 +72,11 @@ class LowerContext(OpContext):
     """Context handed to lowerings.
 
     Attributes:
-        backend: ``jax.default_backend()`` at build time (``"cpu"``,
-            ``"gpu"``, ``"tpu"``), for lowerings that pick a strategy per
-            backend.
+        backend: the backend whose kernel choices lowerings make
+            (:attr:`Program.kernel_backend`): the program's backend
+            (``"cpu"``, ``"gpu"``, ``"tpu"``; ``jax.default_backend()`` at
+            build time), or ``"cpu_quick"`` for a CPU program built with the
+            ``kernels="quick"`` option (:data:`KERNEL_CHOICES`).
         options: the lowering options given to :func:`build` (e.g.
             ``while_max_iterations``).
         run: the :class:`Run` the node is evaluated in.
@@ -87,7 +89,7 @@ class LowerContext(OpContext):
                  full_precision: bool = False):
         super().__init__(node, model)
         self.program = program
-        self.backend = program.backend
+        self.backend = program.kernel_backend
         self.options = program.options
         self.run = run
         self.full_precision = full_precision
@@ -144,6 +146,26 @@ def _concrete(x):
         return None
 
 
+#: Values of the ``kernels`` lowering option (:func:`build`): whose kernel
+#: choices the lowerings make (:func:`fbjax.lower.kernels.conv`,
+#: :func:`~fbjax.lower.kernels.depthwise_conv`,
+#: :func:`~fbjax.lower.kernels.use_shifted_window` read them as ``backend``).
+#: ``"backend"`` (default): the choices made for the program's backend (on
+#: CPU: depthwise convolutions as shifted multiply-adds, small first layers
+#: as kernel taps, grouped convolutions per group, small pools as shifted
+#: slices -- fast to run on XLA:CPU, but 4-5x the StableHLO ops of the
+#: plain lowering, so slower to trace, lower and compile). ``"quick"``: on
+#: CPU the choices cheapest to trace, lower and compile, what the CPU quick
+#: tier runs (:mod:`fbjax.run.tiered`): the plain ``jax.lax`` kernels other
+#: backends use (one grouped ``conv_general_dilated`` per depthwise or
+#: grouped convolution, no kernel taps, ``reduce_window`` pools), except
+#: depthwise convolutions with large outputs, which stay shifted
+#: (:data:`fbjax.lower.kernels.QUICK_SHIFTED_MIN_OUTPUT`); on other
+#: backends the same as ``"backend"``. Integer kernels keep their exact
+#: arithmetic either way.
+KERNEL_CHOICES = ("backend", "quick")
+
+
 @dataclass
 class Program:
     """A lowered model.
@@ -168,6 +190,18 @@ class Program:
         cd = self.options.get("compute_dtype")
         #: the reduced float dtype activations and weights compute in (None: the file's float32)
         self.compute_dtype = None if cd is None or np.dtype(cd) == np.float32 else np.dtype(cd)
+        kernels = self.options.get("kernels", "backend")
+        if kernels not in KERNEL_CHOICES:
+            raise ValueError(f"lowering option kernels={kernels!r}: expected one of {KERNEL_CHOICES}")
+
+    @property
+    def kernel_backend(self) -> str:
+        """The backend whose kernel choices the lowerings make (``ctx.backend``):
+        :attr:`backend`, or ``"cpu_quick"`` for a CPU program built with
+        ``options["kernels"] == "quick"`` (:data:`KERNEL_CHOICES`)."""
+        if self.options.get("kernels") == "quick" and self.backend == "cpu":
+            return "cpu_quick"
+        return self.backend
 
     def apply(self, params: dict, state: Optional[dict], *inputs) -> tuple:
         """Run the main graph: pure and traceable.
@@ -457,7 +491,9 @@ def build(model: ModelIR, *, backend: Optional[str] = None, options: Optional[di
             ``"bfloat16"``, ``"float16"`` or None): the dtype float ops
             compute in (float32 arrays are cast to it before each op;
             ``full_precision`` ops and integer kernels compute in float32;
-            graph outputs return in the file's dtypes).
+            graph outputs return in the file's dtypes); ``kernels``
+            (``"backend"`` or ``"quick"``, :data:`KERNEL_CHOICES`): whose
+            kernel choices the lowerings make.
 
     Returns:
         a :class:`Program` whose ``apply(params, *inputs)`` is pure and

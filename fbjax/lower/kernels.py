@@ -18,6 +18,16 @@ Contents:
   :func:`resize_nearest` that apply them;
 * fused activations: :func:`fused_activation`, :func:`activation_range`,
   :func:`clamp_to_activation_range`.
+
+Kernel choices: the kernels taking ``backend`` (:func:`conv`,
+:func:`depthwise_conv`, :func:`use_shifted_window`) take XLA:CPU's fast
+paths when it is ``"cpu"`` (``None``: ``jax.default_backend()``) and the
+plain ``jax.lax`` kernels for any other value (``"gpu"``, ``"tpu"``), but
+for ``"cpu_quick"``, which a CPU program built with the ``kernels="quick"``
+lowering option passes (``ctx.backend``, see
+:data:`fbjax.lower.build.KERNEL_CHOICES`: the quick tier of
+:mod:`fbjax.run.tiered`): the plain kernels except large depthwise
+convolutions (:data:`QUICK_SHIFTED_MIN_OUTPUT`).
 """
 
 from __future__ import annotations
@@ -62,6 +72,18 @@ DEPTHWISE_STRATEGY: Optional[str] = None
 #: disables; other backends always use ``lax.conv_general_dilated``.
 SMALL_CONV_TAPS = 27
 SMALL_CONV_MAX_OUT = 16
+
+#: The ``"cpu_quick"`` kernel choices (the CPU quick tier,
+#: :mod:`fbjax.run.tiered`) compute a depthwise convolution with more than
+#: this many output elements (``N * H * W * C``) as shifted multiply-adds,
+#: smaller ones as one grouped convolution. XLA:CPU runs a grouped
+#: convolution at ~0.1-0.3 GFLOP/s, a cost per kernel tap that grows with
+#: the output; the shifted form costs ~1 ms of trace + lowering + ``-O0``
+#: compile per kernel tap (5 StableHLO ops) whatever the output size
+#: (measured on the 2-core machine, one layer per program: 96x96x32 5x5
+#: grouped 85 ms per call vs shifted 15 ms; 14x14x384 5x5 18 vs 3 ms;
+#: 128x128x24 3x3 51 vs 5 ms), so the break-even is an output size.
+QUICK_SHIFTED_MIN_OUTPUT = 150_000
 
 _ACTIVATIONS = ("NONE", "RELU", "RELU_N1_TO_1", "RELU6", "TANH", "SIGN_BIT")
 
@@ -160,7 +182,10 @@ def conv(
     path, which is both slow there and, with jaxlib 0.10.2's YNNPACK fusion,
     miscompiled under ``jit`` (see :data:`DEPTHWISE_STRATEGY`): depthwise
     cases (one input channel per group) go through :func:`depthwise_conv`,
-    other groupings through one convolution per group, concatenated.
+    other groupings through one convolution per group, concatenated; small
+    ungrouped first layers go through kernel taps (:data:`SMALL_CONV_TAPS`).
+    Any other ``backend`` (``"cpu_quick"`` included: the CPU quick tier,
+    compiled without YNNPACK fusion) gets one ``lax.conv_general_dilated``.
     """
     groups = int(feature_group_count)
     lhs_spec, rhs_spec, out_spec = dimension_numbers
@@ -338,11 +363,28 @@ def conv_transpose(
     return y
 
 
-def _depthwise_strategy(backend: Optional[str], strategy: Optional[str]) -> str:
+def _output_size(x, w, lhs_spec, window_strides, rhs_dilation, padding) -> Optional[int]:
+    """Elements of a depthwise convolution's output (None: a symbolic dimension)."""
+    spatial = [c for c in lhs_spec if c not in "NC"]
+    try:
+        return int(x.shape[lhs_spec.index("N")]) * int(w.shape[-1]) * math.prod(
+            conv_output_size(int(x.shape[lhs_spec.index(c)]), int(k), int(s), int(d), (int(p[0]), int(p[1])))
+            for c, k, s, d, p in zip(spatial, w.shape[:len(spatial)], window_strides, rhs_dilation, padding))
+    except (TypeError, jax.errors.ConcretizationTypeError):  # symbolic (jax.export) dimensions
+        return None
+
+
+def _depthwise_strategy(backend: Optional[str], strategy: Optional[str], out_size=None) -> str:
+    """``strategy``, else :data:`DEPTHWISE_STRATEGY`, else by backend
+    (``out_size``: ``f() -> int or None``, the output's elements, for ``"cpu_quick"``)."""
     strategy = strategy or DEPTHWISE_STRATEGY
     if strategy is None:
         backend = backend or jax.default_backend()
-        strategy = "shifted" if backend == "cpu" else "conv"
+        if backend == "cpu_quick":
+            n = out_size() if out_size is not None else None
+            strategy = "shifted" if n is None or n > QUICK_SHIFTED_MIN_OUTPUT else "conv"
+        else:
+            strategy = "shifted" if backend == "cpu" else "conv"
     if strategy not in ("conv", "shifted"):
         raise ValueError(f"DEPTHWISE_STRATEGY must be None, 'conv' or 'shifted', not {strategy!r}")
     return strategy
@@ -369,7 +411,9 @@ def depthwise_conv(
             ``[1, H, W, C*M]`` minus the leading 1).
         window_strides, padding, rhs_dilation: per spatial dimension;
             ``padding`` is explicit ``(before, after)`` pairs.
-        backend: ``"cpu"``, ``"gpu"``, ... (selects the strategy).
+        backend: ``"cpu"`` (shifted), ``"gpu"``, ... (conv),
+            ``"cpu_quick"`` (by output size, :data:`QUICK_SHIFTED_MIN_OUTPUT`):
+            selects the strategy (see the module docstring).
         strategy: ``"conv"`` (``lax.conv_general_dilated`` with
             ``feature_group_count = C``) or ``"shifted"`` (sum over kernel
             taps of strided slices of the padded input times the tap's
@@ -390,7 +434,8 @@ def depthwise_conv(
     mult = out_ch // in_ch
     window_strides = [int(s) for s in window_strides]
     rhs_dilation = [int(d) for d in (rhs_dilation or [1] * n_sp)]
-    if _depthwise_strategy(backend, strategy) == "conv":
+    if _depthwise_strategy(backend, strategy, lambda: _output_size(x, w, lhs_spec, window_strides, rhs_dilation,
+                                                                   padding)) == "conv":
         rhs_spec = "I" + "".join(spatial) + "O"
         return lax.conv_general_dilated(  # XLA's grouped path, on purpose
             x,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import operator
+import threading
 
 import jax
 import jax.numpy as jnp
@@ -85,9 +86,14 @@ class CpuPrepared:
         name: ``"cpu_prepared"``.
         layouts: ``{param name: (file layout, prepared layout)}`` of the relaid params.
         jitted: the jit of the prepared program, ``jitted(*args(params), *inputs)``.
+        quick: on CPU (:func:`~fbjax.run.tiered.worth_tiering`), the jit of
+            the same prepared program lowered with the plain kernel choices
+            (``kernels="quick"``, :data:`fbjax.lower.build.KERNEL_CHOICES`),
+            taking the same arguments; else None.
         run: what calls run: :attr:`jitted`, or on CPU a
-            :class:`~fbjax.run.tiered.TieredCall` of it (a quickly compiled
-            first tier, the optimised program swapped in when ready).
+            :class:`~fbjax.run.tiered.TieredCall` of it (:attr:`quick`
+            compiled quickly for the first call, the optimised program
+            swapped in when ready).
     """
 
     name = "cpu_prepared"
@@ -131,35 +137,51 @@ class CpuPrepared:
         # nodes with results computed ahead return them (relaid ones in the planned layout);
         # the other constant nodes run as usual in the trace
         replaced = {id(n): n for n in consts if any(o is not None and id(o) in self._ahead_ids for o in n.outputs)}
-        reg = _Inference(program.registry, fan_out_values(program) if materialize else set(), replaced,
-                         self._key)
+        fan_out = fan_out_values(program) if materialize else set()
+        reg = _Inference(program.registry, fan_out, replaced, self._key)
         self.registry = reg
-        self.program = prog = dataclasses.replace(program, options=opts, registry=reg)
+        self.program = dataclasses.replace(program, options=opts, registry=reg)
         # jit arguments: the params passed as they are, then the relaid ones (see args)
         self._relay_names = tuple(self.layouts)
         self._names = tuple(k for k in program.params if k not in self.layouts)
         self._all_names = self._names + self._relay_names
         self._getter = leaves_getter(self._all_names)
-        names, relay_names = self._names, self._relay_names
-
-        def run(used, relaid, one, ahead, *inputs):
-            reg.one, reg.ahead = one, dict(ahead, **self._static_ahead)
-            params = dict(zip(names, used))
-            params.update(zip(relay_names, relaid))
-            try:
-                outs = tuple(jnp.asarray(o) for o in prog.apply(params, None, *inputs)[0])
-            finally:
-                reg.one = reg.ahead = None
-            return outs[0] if len(outs) == 1 else outs
-
-        self.jitted = jax.jit(run, compiler_options=compiler_options)
+        self.jitted = jax.jit(self._runner(self.program), compiler_options=compiler_options)
         self._compiler_options = compiler_options
-        #: what calls run: :attr:`jitted`, compiled in tiers on CPU (:mod:`fbjax.run.tiered`)
-        self.run = TieredCall(self.jitted) if worth_tiering(program) else self.jitted
+        self.quick = None
+        self.run = self.jitted
+        if worth_tiering(program):
+            # the quick tier: the same prepared program lowered with the plain kernel choices (its own
+            # registry view: the optimised program may be traced in the background thread meanwhile)
+            quick = dataclasses.replace(program, options=dict(opts, kernels="quick"),
+                                        registry=_Inference(program.registry, fan_out, replaced, self._key))
+            self.quick = jax.jit(self._runner(quick), compiler_options=compiler_options)
+            self.run = TieredCall(self.jitted, quick=self.quick)
         self._one = jax.device_put(np.float32(1))
         self._ahead = None  # {key: jax array} once computed
         self._static_ahead: dict = {}  # {key: numpy} (non-float results)
         self._relay_cache = None  # (the params entries the relaid copies were made from, the copies)
+
+    def _runner(self, prog):
+        """The function :attr:`jitted` (or :attr:`quick`) traces: ``prog``
+        (the prepared program, one registry view each) on the jit arguments
+        of :meth:`args`; its traces run one at a time (the registry view
+        holds the trace's run-time ``1.0`` and computed-ahead values)."""
+        reg, names, relay_names = prog.registry, self._names, self._relay_names
+        lock = threading.Lock()
+
+        def run(used, relaid, one, ahead, *inputs):
+            with lock:
+                reg.one, reg.ahead = one, dict(ahead, **self._static_ahead)
+                params = dict(zip(names, used))
+                params.update(zip(relay_names, relaid))
+                try:
+                    outs = tuple(jnp.asarray(o) for o in prog.apply(params, None, *inputs)[0])
+                finally:
+                    reg.one = reg.ahead = None
+            return outs[0] if len(outs) == 1 else outs
+
+        return run
 
     def _compute_ahead(self):
         """Evaluate the :func:`constant_nodes` the computed-ahead values need,
@@ -250,8 +272,9 @@ class CpuPrepared:
         without running the model (the computed-ahead values are computed
         here, as the first call would); the first call reuses the trace.
         Returns the outputs' ``ShapeDtypeStruct`` pytree; raises what the
-        lowerings raise."""
-        return self.jitted.trace(*self.args(params), *specs).out_info
+        lowerings raise. When calls run in tiers, the quick program is
+        traced (the one the first call compiles)."""
+        return self.run.trace(*self.args(params), *specs).out_info
 
 
 def prepared(program, compiler_options=None) -> CpuPrepared:

@@ -1,29 +1,47 @@
 """Tiered compilation of the CPU executors' programs: a quick first call,
 the optimised program swapped in when it is ready.
 
-XLA:CPU's backend compile is 75-90 % of a model's cold first call (seconds
-on a 2-core machine). :class:`TieredCall` compiles the program's first
-signature twice from one lowering:
+XLA:CPU's backend compile of the optimised program is most of a model's
+cold first call (seconds on a 2-core machine), and fbjax's CPU kernel
+choices (shifted depthwise convolutions, kernel taps: fast to run) make
+4-5x the StableHLO ops of the plain ``jax.lax`` lowering, which traces,
+lowers and compiles that much longer. :class:`TieredCall` runs the
+program's first signature in two tiers:
 
-1. at once, with :data:`CHEAP_OPTIONS` (LLVM at ``-O0``, XLA's legacy
-   elemental emitters instead of the fusion emitters): measured on the
-   2-core machine (one process per setting, load 4-7), backend compile
-   mediapipe_face_detection_short_range 3.7 -> 0.5 s and
-   mediapipe_palm_detection_lite 4.0 -> 0.65 s, while a call runs 5-8x
-   slower (1.6 -> 11 ms, 11 -> 84 ms); the first call returns this tier's
-   result;
-2. in a background thread, with the executor's own options (the optimised
-   program, written to JAX's persistent compilation cache when that is on);
-   calls run it from the moment it is ready.
+1. at once: the *quick program* -- for the prepared executors
+   (:class:`~fbjax.run.cpu_prepared.CpuPrepared`,
+   :class:`~fbjax.run.trace_cache.TraceCached`) the same prepared graph
+   lowered with the ``kernels="quick"`` choices
+   (:data:`fbjax.lower.build.KERNEL_CHOICES`: grouped convolutions as one
+   ``conv_general_dilated``, no kernel taps, only large depthwise
+   convolutions shifted), for the plain jit executor its own program --
+   compiled with :func:`quick_options` (LLVM at ``-O0``, XLA's legacy
+   elemental emitters, no YNNPACK fusion). The load-time trace
+   (:func:`fbjax.model._trace_at_load`) is this program's, so the first call
+   only lowers and compiles it. Measured on the 2-core machine (load ~3.4,
+   ``benchmarks/compile_time.py``; benchmarks/README.md has the table):
+   mediapipe_palm_detection_lite 3450 -> 1028 StableHLO ops, lowering 0.35
+   -> 0.08 s, backend compile 0.92 -> 0.35 s, one quick-tier call ~80 ->
+   ~170 ms (alone); load + first call of the 13 shared float models 0.09-2.00
+   -> 0.09-0.93 s. The first call returns this tier's result, after which
+2. a background thread traces the optimised program (the executor's own
+   kernel choices; :class:`~fbjax.run.trace_cache.TraceCached` exports it
+   into fbjax's trace cache), lowers it and compiles it with the
+   executor's own options (into JAX's persistent compilation cache when
+   that is on); calls run it from the moment it is ready. The thread
+   starts once the first call's result is computed, so it does not compete
+   with that run for the cores.
 
-Both tiers compile the same lowered StableHLO, so they compute the same
-operations (float results may differ in the last bits where one tier fuses
-or vectorises and the other does not; integer results are identical).
+The two tiers compute the same operations through differently lowered and
+fused programs: float results agree within float32 rounding of the same
+sums (``tests/test_tiered.py`` holds both to a float64 oracle), not bit for
+bit; integer kernels compute exactly in either tier.
 
 When the optimised executable of a program is known to be in the
 persistent cache (:func:`mark_optimised` left a marker for its trace-cache
 key after an earlier process compiled it), there is nothing to tier: the
-plain jit reads it from the cache.
+cached ``Exported`` program is read and the plain jit reads its executable
+from the cache.
 
 On by default for fbjax's CPU executors; ``FBJAX_TIERED_COMPILE=0`` turns it
 off (every first call compiles the optimised program directly).
@@ -39,10 +57,13 @@ import os
 import threading
 from typing import Callable, Optional
 
+import jax
+
 from .. import cache
+from ..cache import _NO_YNN
 
 __all__ = ["CHEAP_OPTIONS", "MIN_NODES", "TieredCall", "enabled", "worth_tiering", "mark_optimised",
-           "optimised_marked"]
+           "optimised_marked", "quick_options"]
 
 #: XLA:CPU options of the quick first tier (see the module docstring for
 #: the measurements). Tried and not kept: ``xla_llvm_disable_expensive_passes``
@@ -117,13 +138,31 @@ def mark_optimised(key: str) -> None:
         pass
 
 
+def quick_options() -> dict:
+    """XLA options the quick tier compiles with, on top of its jit's own
+    (the executor's, e.g. :func:`fbjax.cache.compiler_options`):
+    :data:`CHEAP_OPTIONS` with XLA:CPU's YNNPACK fusion off whatever the
+    environment says, as the quick program's grouped convolutions need
+    (:data:`fbjax.lower.kernels.DEPTHWISE_STRATEGY`)."""
+    return dict(_NO_YNN, **CHEAP_OPTIONS)
+
+
 class TieredCall:
     """``call(*args)``: ``jitted(*args)``, compiled in two tiers for the first
     argument signature (see the module docstring).
 
     Args:
-        jitted: a ``jax.jit`` function (its own ``compiler_options`` are the
-            optimised tier's; :data:`CHEAP_OPTIONS` are added for the first).
+        jitted: a ``jax.jit`` function: what calls with another signature
+            than the first run, and by default both tiers' program.
+        quick: a ``jax.jit`` of the quick program (the same computation on
+            the same arguments, lowered with the plain kernel choices:
+            ``kernels="quick"``, :data:`fbjax.lower.build.KERNEL_CHOICES`),
+            compiled with :func:`quick_options` for the first call; default
+            ``jitted`` (both tiers compile one lowering).
+        optimised: ``f() -> jax.jit`` function whose program the optimised
+            tier compiles (with its own options), called in the background
+            thread (where :class:`~fbjax.run.trace_cache.TraceCached`
+            traces and exports); default ``jitted``.
         on_optimised: called (in the background thread) once the optimised
             executable is ready, e.g. :func:`mark_optimised`.
 
@@ -134,26 +173,35 @@ class TieredCall:
             always run the plain jit.
     """
 
-    def __init__(self, jitted: Callable, on_optimised: Optional[Callable[[], None]] = None):
+    def __init__(self, jitted: Callable, on_optimised: Optional[Callable[[], None]] = None, *,
+                 quick: Optional[Callable] = None, optimised: Optional[Callable[[], Callable]] = None):
         self.jitted = jitted
+        self.quick = jitted if quick is None else quick
+        self._optimised = optimised
         self._on_optimised = on_optimised
         self._compiled = None  # what calls with the first signature run
+        self._lowered = None  # the quick tier's lowering, until the background thread took it
         self._lock = threading.Lock()
         self.tier: Optional[str] = None
         self.thread: Optional[threading.Thread] = None
 
     def _start(self, args: tuple):
-        lowered = self.jitted.lower(*args)  # errors of tracing (bad inputs) propagate; the next call tries again
+        lowered = self.quick.lower(*args)  # errors of tracing (bad inputs) propagate; the next call tries again
         try:
-            cheap = lowered.compile(compiler_options=dict(CHEAP_OPTIONS))
+            cheap = lowered.compile(compiler_options=quick_options())
         except Exception:  # noqa: BLE001 - options another jaxlib lacks, AOT limits: the plain jit
             self.tier = "jit"
             return
         self._compiled, self.tier = cheap, "cheap"
+        self._lowered = lowered  # the optimised tier compiles it too when quick is jitted
 
+    def _launch(self, args: tuple):
+        """Start the background thread compiling the optimised tier."""
         def optimise():
             try:
-                best = lowered.compile()
+                fn = self.jitted if self._optimised is None else self._optimised()
+                lowered, self._lowered = self._lowered, None
+                best = (lowered if fn is self.quick else fn.lower(*args)).compile()
             except Exception:  # noqa: BLE001 - the plain jit then compiles (and reports) it
                 self.tier = "jit"
                 return
@@ -169,12 +217,12 @@ class TieredCall:
         t.start()
 
     def trace(self, *args, **kwargs):
-        """``jitted.trace``: the first call's trace without compiling (JAX
+        """``quick.trace``: the first call's trace without compiling (JAX
         keeps it, so the first call's lowering reuses it)."""
-        return self.jitted.trace(*args, **kwargs)
+        return self.quick.trace(*args, **kwargs)
 
     def lower(self, *args, **kwargs):
-        """``jitted.lower`` (for inspection)."""
+        """``jitted.lower`` (for inspection: the optimised program)."""
         return self.jitted.lower(*args, **kwargs)
 
     def wait(self, timeout: Optional[float] = None) -> str:
@@ -188,6 +236,12 @@ class TieredCall:
             with self._lock:
                 if self.tier is None:
                     self._start(args)
+                    if self.tier == "cheap":
+                        try:
+                            # the first call's run completes before the background work competes for the cores
+                            return jax.block_until_ready(self._compiled(*args))
+                        finally:
+                            self._launch(args)
         if self.tier != "jit":
             try:
                 return self._compiled(*args)

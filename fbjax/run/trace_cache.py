@@ -55,22 +55,40 @@ class TraceCached(CpuPrepared):
     def _first_call(self, args: tuple, inputs: tuple):
         """What calls run: a jit of the ``Exported`` program read from the
         cache, or exported now and stored (one trace + lowering either way);
-        :attr:`run` when export cannot take the program; on CPU compiled
-        in tiers (:mod:`fbjax.run.tiered`) unless an earlier process left
-        the optimised executable in the persistent cache."""
+        :attr:`run` when export cannot take the program. On CPU, unless an
+        earlier process left the optimised executable in the persistent
+        cache (:func:`~fbjax.run.tiered.optimised_marked`), calls run in
+        tiers (:mod:`fbjax.run.tiered`): the quick program
+        (:attr:`CpuPrepared.quick`) first, while the background thread reads
+        or exports the ``Exported`` program and compiles it."""
         try:
             digest, options = self.trace_base
             key = cache.trace_key(digest, options, tuple(args) + tuple(inputs),
                                   extra=f"{self.base.backend} {sorted((self._compiler_options or {}).items())}")
             exported = cache.load_exported(key)
+            tiered = self.quick is not None and not optimised_marked(key)
+            if tiered:
+                def optimised():  # in the background thread
+                    ex = exported
+                    if ex is None:
+                        try:
+                            ex = export.export(self.jitted, platforms=(self.base.backend,))(*args, *inputs)
+                        except Exception:  # noqa: BLE001 - anything export cannot take: the plain jit
+                            return self.jitted
+                        cache.save_exported(key, ex)
+                    self.exported = ex
+                    return jax.jit(ex.call, compiler_options=self._compiler_options)
+
+                def marked():  # the cached Exported program's executable is in the persistent cache now
+                    if self.exported is not None:
+                        mark_optimised(key)
+
+                return TieredCall(self.jitted, on_optimised=marked, quick=self.quick, optimised=optimised)
             if exported is None:
                 exported = export.export(self.jitted, platforms=(self.base.backend,))(*args, *inputs)
                 cache.save_exported(key, exported)
             self.exported = exported
-            call = jax.jit(exported.call, compiler_options=self._compiler_options)
-            if self.run is self.jitted or optimised_marked(key):  # not tiered, or the cache has it
-                return call
-            return TieredCall(call, on_optimised=lambda: mark_optimised(key))
+            return jax.jit(exported.call, compiler_options=self._compiler_options)
         except Exception:  # noqa: BLE001 - anything export cannot take: the plain jit
             return self.run
 
@@ -93,13 +111,17 @@ class TraceCached(CpuPrepared):
 
     def trace(self, params: dict, *specs):
         """The first call's work short of compiling, on inputs of ``specs``
-        (``jax.ShapeDtypeStruct``): the ``Exported`` program read from the
-        cache (a program fbjax traced before without error), else traced,
+        (``jax.ShapeDtypeStruct``): when calls run in tiers, the quick
+        program's trace (the optimised one is exported in the background
+        after the first call); else the ``Exported`` program read from the
+        cache (a program fbjax traced before without error), or traced,
         exported and stored; when export cannot take the program, the
         plain jit's trace (:meth:`CpuPrepared.trace`). Returns the outputs'
         ``ShapeDtypeStruct`` pytree; raises what the lowerings raise."""
         if self._call is None:
             self._call = self._first_call(self.args(params), specs)
+        if isinstance(self._call, TieredCall):  # the quick program, which the first call compiles
+            return self._call.trace(*self.args(params), *specs).out_info
         if self.exported is not None:
             ex = self.exported
             return jax.tree_util.tree_unflatten(ex.out_tree, [jax.ShapeDtypeStruct(a.shape, a.dtype)
