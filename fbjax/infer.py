@@ -826,8 +826,15 @@ def infer(
 
             p_host = model.params if params is None else params  # (its relaid copies are cached per array)
 
+            first = [True]
+
             def dispatch(placed):
-                return run1(p_host, *placed)
+                res = run1(p_host, *placed)
+                if first[0]:  # the first step compiled: the rest run the optimised program (tiered.py)
+                    first[0] = False
+                    jax.block_until_ready(res)
+                    model.wait_optimised()
+                return res
 
             fetch_step = fetch
             if streams > 1:
@@ -850,6 +857,9 @@ def infer(
                         done: Future = Future()
                         done.set_result(run_step(placed))  # the first step of this size runs here (compiles)
                         warm.add(per_step)
+                        # on CPU that compile was the quick tier's (fbjax.run.tiered): the steps (and the
+                        # chooser's timings) run the optimised program, compiled meanwhile
+                        model.wait_optimised()
                         return done
                     if chooser.due():
                         drain(0)  # the phase before is timed on its own steps

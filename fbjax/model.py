@@ -207,6 +207,27 @@ class Model:
         array), and is True from the start for the other executors."""
         return not self._unchecked
 
+    def wait_optimised(self, timeout: Optional[float] = None) -> None:
+        """Block until calls run the fully optimised program.
+
+        On CPU, a model of 32 nodes or more compiles in tiers
+        (:mod:`fbjax.run.tiered`): its first call compiles and runs a
+        quickly compiled program (several times slower per call), and a
+        background thread compiles the optimised one, which later calls run
+        from the moment it is ready (in a later process, at once from the
+        persistent cache). Call this after the first call before timing
+        calls or starting a long batch job (:func:`fbjax.infer` does). It
+        returns at once when no tiered compile is under way: before the
+        first call, on GPU/TPU, with ``FBJAX_TIERED_COMPILE=0``, or when the
+        optimised program is already running.
+
+        Args:
+            timeout: the most seconds to wait (``None``: until it is ready).
+        """
+        wait = getattr(self.executor, "wait_optimised", None)
+        if wait is not None:
+            wait(timeout)
+
     @property
     def outputs(self) -> list:
         """The outputs' :class:`TensorSpec`, in output order.

@@ -91,8 +91,24 @@ def test_first_call_runs_a_tier_then_the_optimised_program(tiering, kind):
         call = ex._call if ex.name == "trace_cache" else ex.run
         assert isinstance(call, run.TieredCall)
     assert call.tier in ("cheap", "optimised")  # optimised already if the background compile won the race
-    assert call.wait(timeout=120) == "optimised"
+    m.wait_optimised(timeout=120)  # the public wait (what fbjax.infer does after its first step)
+    assert call.tier == "optimised"
+    assert call.wait(timeout=0) == "optimised"
     assert_within(m(*xs), ref, bound, "optimised tier")
+
+
+def test_wait_optimised_returns_at_once_before_any_call_and_untiered(tiering, monkeypatch):
+    """Model.wait_optimised starts nothing: before the first call there is no
+    compile to wait for; without tiering it is a no-op."""
+    m = fbjax.load(single_op_model("ADD", [(2, 3), (2, 3)]))
+    m.wait_optimised(timeout=0)
+    assert m.executor.jitted_leaves.tier is None  # no compile was started by waiting
+    monkeypatch.setenv("FBJAX_TIERED_COMPILE", "0")
+    m2 = fbjax.load(single_op_model("ADD", [(2, 3), (2, 3)]))
+    assert not isinstance(m2.executor.jitted_leaves, run.TieredCall)
+    x = np.ones((2, 3), F32)
+    np.testing.assert_array_equal(np.asarray(m2(x, x)), 2 * x)  # one exact rounding: 1 + 1
+    m2.wait_optimised()
 
 
 def _grouped_chain():
@@ -230,3 +246,21 @@ def test_second_process_compiles_the_optimised_program_directly(tmp_path):
     assert recs[0]["tier"] in ("cheap", "optimised")  # tiered: nothing cached yet
     assert recs[1]["tier"] == "plain"  # the first process marked the optimised executable as cached
     assert list((tmp_path / "c" / "traces").glob("*.optimised"))
+
+
+def test_infer_runs_its_steps_on_the_optimised_program(tiering):
+    """fbjax.infer's steps after the first (which compiles the quick tier)
+    wait for the optimised program: when infer returns, calls run it, and
+    each example is within the float32 bound of the float64 convolution."""
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((8, 3, 3, 4)).astype(F32)
+    b = rng.standard_normal(8).astype(F32)
+    m = fbjax.load(_conv(w, b), batch_size=None)
+    xs = rng.standard_normal((5, 6, 6, 4)).astype(F32)
+    got = np.asarray(fbjax.infer(m, xs, step_size=1, progress=False))
+    ex = m.executor
+    call = ex._call if ex.name == "trace_cache" else getattr(ex, "run", None)
+    assert isinstance(call, run.TieredCall) and call.tier == "optimised", (ex.name, call)
+    for i in range(len(xs)):
+        ref, mag = _conv_ref(xs[i:i + 1], w, b)
+        assert_within(got[i:i + 1], ref, gamma(37) * mag, f"example {i}")

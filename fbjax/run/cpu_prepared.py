@@ -18,7 +18,7 @@ import numpy as np
 from ..lower.build import Run
 from ..lower.inference import constant_nodes, fan_out_values, matrix_operands, plan
 from .jit import leaves_getter
-from .tiered import TieredCall, worth_tiering
+from .tiered import TieredCall, wait_optimised, worth_tiering
 
 __all__ = ["CpuPrepared", "prepared"]
 
@@ -266,6 +266,12 @@ class CpuPrepared:
 
     def __call__(self, params: dict, *inputs):
         return self.run(*self.args(params), *inputs)
+
+    def wait_optimised(self, timeout=None) -> None:
+        """Block until calls run the optimised program (:mod:`fbjax.run.tiered`:
+        after the first call, the background thread compiles it); at once
+        when calls are not tiered or no call ran yet. ``timeout`` in seconds."""
+        wait_optimised(self.run, timeout=timeout)
 
     def trace(self, params: dict, *specs):
         """Trace the first call on inputs of ``specs`` (``jax.ShapeDtypeStruct``)

@@ -12,7 +12,7 @@ from typing import Callable
 
 import jax
 
-from .tiered import TieredCall
+from .tiered import TieredCall, wait_optimised
 
 __all__ = ["Jit", "Stateful", "leaves_getter"]
 
@@ -62,6 +62,12 @@ class Jit:
 
     def __call__(self, params: dict, *inputs):
         return self.jitted(params, *inputs)
+
+    def wait_optimised(self, timeout=None) -> None:
+        """Block until both jits run their optimised programs
+        (:mod:`fbjax.run.tiered`); at once when not tiered or not called
+        yet. ``timeout`` in seconds per jit."""
+        wait_optimised(self.jitted, self.jitted_leaves, timeout=timeout)
 
     def trace(self, params: dict, *specs):
         """Trace the first call on inputs of ``specs`` (``jax.ShapeDtypeStruct``)

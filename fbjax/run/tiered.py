@@ -62,7 +62,7 @@ import jax
 from .. import cache
 from ..cache import _NO_YNN
 
-__all__ = ["CHEAP_OPTIONS", "MIN_NODES", "TieredCall", "enabled", "worth_tiering", "mark_optimised",
+__all__ = ["wait_optimised", "CHEAP_OPTIONS", "MIN_NODES", "TieredCall", "enabled", "worth_tiering", "mark_optimised",
            "optimised_marked", "quick_options"]
 
 #: XLA:CPU options of the quick first tier (see the module docstring for
@@ -248,3 +248,14 @@ class TieredCall:
             except (TypeError, ValueError):  # another signature than the first call's: the plain jit
                 pass
         return self.jitted(*args)
+
+
+def wait_optimised(*calls, timeout: Optional[float] = None) -> None:
+    """Block until each of ``calls`` that is a :class:`TieredCall` whose
+    first call ran has its optimised tier swapped in (or gave up on it:
+    tier ``"jit"``); other callables, and tiered calls not called yet (no
+    compile started), return at once. ``timeout``: seconds per call
+    (``None``: no limit)."""
+    for c in calls:
+        if isinstance(c, TieredCall):
+            c.wait(timeout)

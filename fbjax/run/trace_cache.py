@@ -18,7 +18,7 @@ from jax import export
 
 from .. import cache
 from .cpu_prepared import CpuPrepared
-from .tiered import TieredCall, mark_optimised, optimised_marked
+from .tiered import TieredCall, mark_optimised, optimised_marked, wait_optimised
 
 __all__ = ["TraceCached", "trace_base"]
 
@@ -108,6 +108,11 @@ class TraceCached(CpuPrepared):
             except (TypeError, ValueError):  # other shapes/dtypes than the cached program's: trace them
                 self._call = self.run
         return self.run(*args, *inputs)
+
+    def wait_optimised(self, timeout=None) -> None:
+        """:meth:`CpuPrepared.wait_optimised` for what calls run here (the
+        tiers of the cached or exported program)."""
+        wait_optimised(self._call, self.run, timeout=timeout)
 
     def trace(self, params: dict, *specs):
         """The first call's work short of compiling, on inputs of ``specs``
