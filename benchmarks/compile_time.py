@@ -2,6 +2,7 @@
 
     python benchmarks/compile_time.py [--only SUBSTR] [--json out.json] [--md out.md]
     python benchmarks/compile_time.py --hlo      # StableHLO size per op family instead
+    python benchmarks/compile_time.py --hlo --only "(grad step)"   # ... of the grad step's program
 
 For every float model in ``../shared/models/tflite``, the quantized fixtures
 in ``tests/data/quant/models`` and ``tests/data/quant_aeq``, and the first
@@ -53,14 +54,22 @@ if kind == "grad":
         out = m.apply(p, *xs)
         out = out if isinstance(out, tuple) else (out,)
         return sum(jnp.mean(jnp.square(o.astype(jnp.float32))) for o in out)
-    jax.block_until_ready(jax.jit(jax.grad(loss))(m.params))
+    step = jax.jit(jax.grad(loss))
+    jax.block_until_ready(step(m.params))
 else:
     jax.block_until_ready(m(*xs))
 t_call = time.perf_counter() - t2
+if kind == "grad":  # steady state: the same compiled step again (training throughput)
+    ts = []
+    for _ in range(10):
+        t = time.perf_counter(); jax.block_until_ready(step(m.params)); ts.append(time.perf_counter() - t)
+    steady = {"grad_step_ms": min(ts) * 1e3, "grad_step_median_ms": sorted(ts)[len(ts) // 2] * 1e3}
 ev = lambda k: sum(v for e, v in dur.items() if e.endswith(k))
 rec = {"first_call_s": t_load + t_call, "load_s": t_load, "call_s": t_call,
        "trace_s": ev("jaxpr_trace_duration"), "lower_s": ev("jaxpr_to_mlir_module_duration"),
        "compile_s": ev("backend_compile_duration"), "import_s": t_import}
+if kind == "grad":
+    rec.update(steady)
 if kind != "grad" and len(sys.argv) > 3 and sys.argv[3] == "tiers":
     # the run time of the tier the first call used, then of the optimised program (fbjax.run.tiered)
     def best(n=5):
@@ -82,12 +91,14 @@ print(json.dumps(rec))
 """
 
 
-def hlo_by_family(path: str) -> tuple:
+def hlo_by_family(path: str, grad: bool = False) -> tuple:
     """(total, Counter op name -> StableHLO ops, Counter op name -> nodes) of the
     lowered ``Model.apply`` program of ``path`` (the file's quantized mode:
-    integer kernels): each node's lowering runs under ``jax.named_scope``
-    so its StableHLO ops carry the op's name in their locations; ``(none)``
-    counts ops outside every node (parameter casts, output tuples)."""
+    integer kernels), or with ``grad`` of ``jax.grad`` of the mean square of
+    its outputs w.r.t. the params (the benchmark's grad step): each node's
+    lowering runs under ``jax.named_scope`` so its StableHLO ops (backward
+    ones included) carry the op's name in their locations; ``(none)`` counts
+    ops outside every node (parameter casts, output tuples, the loss)."""
     import collections
     import dataclasses
     import re
@@ -121,19 +132,30 @@ def hlo_by_family(path: str) -> tuple:
     prog = build(ir)
     prog.registry = Scoped()
     xs = [np.zeros([1 if d is None else d for d in v.shape], v.dtype) for v in ir.main_graph.inputs]
+    def loss(p):
+        outs = prog.apply(p, None, *xs)[0]
+        return sum(jax.numpy.mean(jax.numpy.square(o.astype(np.float32))) for o in outs)
+
     with jax.enable_x64(_needs_x64(ir)):
-        txt = jax.jit(prog.apply).lower(prog.params, None, *xs).as_text(debug_info=True)
+        if grad:
+            txt = jax.jit(jax.grad(loss)).lower(prog.params).as_text(debug_info=True)
+        else:
+            txt = jax.jit(prog.apply).lower(prog.params, None, *xs).as_text(debug_info=True)
     locs = {}
     for line in txt.splitlines():
         m = re.match(r"(#loc\d+) = loc\((.*)\)$", line.strip())
         if m:
             locs[m.group(1)] = m.group(2)
 
+    # ops of a node's lowering: OP_<name>; a custom backward traced at
+    # transpose time (fbjax.lower.depthwise_vjp) carries its own scope
+    scope = r"OP_([A-Za-z0-9_.]+)|(depthwise_vjp_backward)"
+
     def family(ref, depth=0):
         v = locs.get(ref, "")
-        m = re.search(r"OP_([A-Za-z0-9_.]+)", v)
+        m = re.search(scope, v)
         if m or depth > 8:
-            return m.group(1) if m else None
+            return (m.group(1) or m.group(2)) if m else None
         for r in re.findall(r"#loc\d+", v):
             f = family(r, depth + 1)
             if f:
@@ -141,24 +163,30 @@ def hlo_by_family(path: str) -> tuple:
         return None
 
     count = collections.Counter()
+    private = False
     for line in txt.splitlines():
         t = line.strip()
+        if t.startswith("func.func"):
+            private = t.startswith("func.func private")
         if t.startswith("#") or "stablehlo." not in t or " = " not in t:
             continue
-        m = re.search(r"OP_([A-Za-z0-9_.]+)", t)
+        if private:  # a loop body or called function (shared by identical call sites): no node named
+            count["(called functions)"] += 1
+            continue
+        m = re.search(scope, t)
         r = re.search(r"loc\((#loc\d+)\)\s*$", t)
-        count[(m.group(1) if m else family(r.group(1)) if r else None) or "(none)"] += 1
+        count[((m.group(1) or m.group(2)) if m else family(r.group(1)) if r else None) or "(none)"] += 1
     nodes = collections.Counter(n.op_name for n in ir.main_graph.nodes)
     return sum(count.values()), count, nodes
 
 
-def hlo_table(paths) -> str:
+def hlo_table(paths, grad=False) -> str:
     lines = ["| model | nodes | StableHLO ops | ops/node | largest families (ops / nodes) |", "|---|---|---|---|---|"]
     for p in paths:
-        total, count, nodes = hlo_by_family(p)
+        total, count, nodes = hlo_by_family(p, grad)
         n = sum(nodes.values())
         top = ", ".join(f"{k} {v}/{nodes.get(k, 0)}" for k, v in count.most_common(4))
-        lines.append(f"| {os.path.basename(p)[:-7]} | {n} | {total} | {total / max(n, 1):.1f} | {top} |")
+        lines.append(f"| {os.path.basename(p)[:-7]}{' (grad step)' if grad else ''} | {n} | {total} | {total / max(n, 1):.1f} | {top} |")
         print(lines[-1], flush=True)
     return "\n".join(lines)
 
@@ -212,9 +240,13 @@ def main(argv=None):
     a = ap.parse_args(argv)
     if a.hlo:
         sys.path.insert(0, ROOT)
-        paths = [c[1] for c in cases(a.only) if c[3] == "call"]
+        sel = cases(a.only)
+        paths = [c[1] for c in sel if c[3] == "call"]
+        grads = [c[1] for c in sel if c[3] == "grad"]
         print("| model | nodes | StableHLO ops | ops/node | largest families (ops / nodes) |\n|---|---|---|---|---|")
-        md = hlo_table(paths)
+        md = hlo_table(paths) if paths else ""
+        if grads:  # the grad step's program (forward and backward)
+            md += ("\n" if md else "") + hlo_table(grads, grad=True)
         if a.md:
             with open(a.md, "w") as f:
                 f.write(md + "\n")
@@ -251,7 +283,8 @@ def main(argv=None):
     if a.compare:
         before = "before" if a.baseline else "untiered"
         lines = [f"| model | group | first call s, {before} | first call s, tiered | first tier call ms | "
-                 "optimised ready after s | optimised call ms |", "|---|---|---|---|---|---|---|"]
+                 "optimised ready after s | optimised call ms | grad step ms, before / after |",
+                 "|---|---|---|---|---|---|---|---|"]
     else:
         lines = ["| model | group | first call s | load s | trace s | lower s | XLA compile s | tier | "
                  "first tier call ms | optimised ready after s | optimised call ms |",
@@ -265,7 +298,8 @@ def main(argv=None):
             old = f"{u['first_call_s']:.2f}" if "error" not in u else "error"
             lines.append(f"| {r['model']} | {r['group']} | {old} | {r['first_call_s']:.2f} | "
                          f"{ms(r, 'first_tier_call_ms')} | "
-                         f"{r.get('optimised_wait_s', 0.0):.1f} | {ms(r, 'optimised_call_ms')} |")
+                         f"{r.get('optimised_wait_s', 0.0):.1f} | {ms(r, 'optimised_call_ms')} | "
+                         f"{ms(u, 'grad_step_ms')} / {ms(r, 'grad_step_ms')} |")
             continue
         lines.append(f"| {r['model']} | {r['group']} | {r['first_call_s']:.2f} | {r['load_s']:.2f} | "
                      f"{r['trace_s']:.2f} | {r['lower_s']:.2f} | {r['compile_s']:.2f} | {r.get('tier', '')} | "

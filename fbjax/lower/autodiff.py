@@ -24,6 +24,10 @@ try:  # JAX's linearization tracer (jax.grad / jax.vjp); private, so optional
     from jax._src.interpreters.ad import LinearizeTracer as _LinearizeTracer
 except ImportError:  # pragma: no cover - another JAX layout: no guard, JAX's own error
     _LinearizeTracer = None
+try:  # forward-mode tracer (jax.jvp / jax.jacfwd)
+    from jax._src.interpreters.ad import JVPTracer as _JVPTracer
+except ImportError:  # pragma: no cover
+    _JVPTracer = None
 
 
 def _linearized(x, depth: int = 0) -> bool:
@@ -34,6 +38,31 @@ def _linearized(x, depth: int = 0) -> bool:
         return True
     inner = getattr(x, "val", None)  # BatchTracer
     return inner is not None and _linearized(inner, depth + 1)
+
+
+def _tracer_kinds(x, kinds: set, depth: int = 0) -> set:
+    """Adds ``"lin"`` / ``"jvp"`` to ``kinds`` for each linearization /
+    forward-mode tracer in ``x``'s chain (through primals and vmap's values)."""
+    if depth > 16 or not isinstance(x, jax.core.Tracer):
+        return kinds
+    if _LinearizeTracer is not None and isinstance(x, _LinearizeTracer):
+        kinds.add("lin")
+    elif _JVPTracer is not None and isinstance(x, _JVPTracer):
+        kinds.add("jvp")
+    inner = getattr(x, "primal", None)
+    inner = getattr(x, "val", None) if inner is None else inner
+    return kinds if inner is None else _tracer_kinds(inner, kinds, depth + 1)
+
+
+def linearized_only(*values) -> bool:
+    """Whether some of ``values`` are being linearized (``jax.grad``,
+    ``jax.vjp``) and none is under forward mode (``jax.jvp``, ``jax.jacfwd``,
+    also around or inside the linearization): where a ``jax.custom_vjp``
+    may stand in for JAX's own derivative (it has no forward mode)."""
+    kinds: set = set()
+    for v in values:
+        _tracer_kinds(v, kinds)
+    return "lin" in kinds and "jvp" not in kinds
 
 
 def reverse_mode_guard(values, where: str):

@@ -40,6 +40,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from .depthwise_vjp import shifted_depthwise
+
 #: Precision of convolutions and matrix products. ``HIGHEST`` keeps float32
 #: accuracy on accelerators (the default may use bf16/tf32 passes there); on
 #: CPU it costs nothing.
@@ -466,9 +468,6 @@ def depthwise_conv(
     dtype = accumulation_dtype(x, w) or jnp.result_type(x, w)  # reduced compute dtype: multiply-add in float32
     if 0 in out_sz:
         return jnp.zeros(out_shape, dtype)
-    # lax calls only (no jnp indexing or operators): a 3x3 depthwise conv is
-    # 9 taps x (2 slices, broadcast, mul, add); numpy-style w[tap] traced
-    # through jnp's indexing machinery took ~20 ms per node.
     xp = xp.astype(dtype)
     wk = jnp.asarray(w).astype(dtype)
     # broadcast a tap's [1, .., 1, C*M] slice straight into the output when the
@@ -477,24 +476,9 @@ def depthwise_conv(
     direct = list(bdims) == sorted(bdims)
     if not direct:
         wk = wk.reshape((-1, out_ch))
-    acc = None
-    for i, tap in enumerate(np.ndindex(*ksz)):
-        start = [0] * x.ndim
-        limit = list(xp.shape)
-        strides = [1] * x.ndim
-        for ax, t, s, d, o in zip(sp_axes, tap, window_strides, rhs_dilation, out_sz):
-            start[ax] = t * d
-            limit[ax] = t * d + (o - 1) * s + 1
-            strides[ax] = s
-        if direct:
-            w_tap = lax.broadcast_in_dim(lax.slice(wk, tuple(tap) + (0,), tuple(t + 1 for t in tap) + (out_ch,)),
-                                         out_shape, bdims)
-        else:
-            w_tap = lax.broadcast_in_dim(lax.reshape(lax.slice(wk, (i, 0), (i + 1, out_ch)), (out_ch,)),
-                                         out_shape, (c_axis,))
-        term = lax.mul(lax.slice(xp, start, limit, strides), w_tap)
-        acc = term if acc is None else lax.add(acc, term)
-    return acc
+    # the taps' sum, with a compact custom backward under jax.grad (depthwise_vjp)
+    return shifted_depthwise(xp, wk, kernel_size=ksz, strides=window_strides, dilation=rhs_dilation,
+                             out_shape=out_shape, spatial_axes=sp_axes, channel_axis=c_axis, direct=direct)
 
 
 # --- pooling -----------------------------------------------------------------
