@@ -204,6 +204,12 @@ def _grads(ksz, strides, dilation, out_shape, sp_axes, c_axis, res, ct):
 _taps_vjp.defvjp(_taps_fwd, _taps_bwd)
 
 
+def _dim(d):
+    """``d`` as a Python int, or unchanged when it is symbolic (a dynamic
+    batch of ``jax.export``: only the spatial and channel sizes must be known)."""
+    return int(d) if isinstance(d, (int, np.integer)) else d
+
+
 def shifted_depthwise(xp, wk, *, kernel_size: Sequence[int], strides: Sequence[int], dilation: Sequence[int],
                       out_shape: Sequence[int], spatial_axes: Sequence[int], channel_axis: int, direct: bool):
     """Depthwise convolution of an already padded input as shifted multiply-adds.
@@ -228,7 +234,7 @@ def shifted_depthwise(xp, wk, *, kernel_size: Sequence[int], strides: Sequence[i
         with the loops and backward of this module's docstring.
     """
     args = (tuple(int(k) for k in kernel_size), tuple(int(s) for s in strides), tuple(int(d) for d in dilation),
-            tuple(int(o) for o in out_shape), tuple(int(a) for a in spatial_axes), int(channel_axis), bool(direct))
+            tuple(_dim(o) for o in out_shape), tuple(int(a) for a in spatial_axes), int(channel_axis), bool(direct))
     if COMPACT_BACKWARD and linearized_only(xp, wk):
         return _taps_vjp(xp, wk, *args)
     return _taps(xp, wk, *args)
