@@ -44,7 +44,7 @@ from typing import Optional
 import jax
 
 __all__ = ["enable", "default_cache_dir", "cache_dir", "compiler_options", "trace_cache_dir", "trace_key",
-           "load_exported", "save_exported", "lapack_init_skipped"]
+           "load_exported", "save_exported", "lapack_init_skipped", "NO_YNN_FUSION"]
 
 _state = {"done": False, "dir": None}
 
@@ -105,8 +105,9 @@ def enable(path: Optional[str] = None, *, force: bool = False) -> Optional[str]:
     return path
 
 
-#: XLA option fbjax sets per jit on CPU (see :func:`compiler_options`).
-_NO_YNN = {"xla_cpu_experimental_ynn_fusion_type": ""}
+#: XLA option fbjax sets per jit on CPU (see :func:`compiler_options`), and
+#: always for the CPU quick tier (:func:`fbjax.run.tiered.quick_options`).
+NO_YNN_FUSION = {"xla_cpu_experimental_ynn_fusion_type": ""}
 
 
 def compiler_options(backend: Optional[str] = None) -> Optional[dict]:
@@ -131,7 +132,7 @@ def compiler_options(backend: Optional[str] = None) -> Optional[dict]:
         return None
     if "ynn_fusion_type" in os.environ.get("XLA_FLAGS", ""):
         return None
-    return dict(_NO_YNN)
+    return dict(NO_YNN_FUSION)
 
 
 # --- traced programs ---------------------------------------------------------------

@@ -60,9 +60,9 @@ from typing import Callable, Optional
 import jax
 
 from .. import cache
-from ..cache import _NO_YNN
+from ..cache import NO_YNN_FUSION
 
-__all__ = ["wait_optimised", "CHEAP_OPTIONS", "MIN_NODES", "TieredCall", "enabled", "worth_tiering", "mark_optimised",
+__all__ = ["CHEAP_OPTIONS", "MIN_NODES", "TieredCall", "enabled", "worth_tiering", "mark_optimised", "wait_optimised",
            "optimised_marked", "quick_options"]
 
 #: XLA:CPU options of the quick first tier (see the module docstring for
@@ -144,7 +144,7 @@ def quick_options() -> dict:
     :data:`CHEAP_OPTIONS` with XLA:CPU's YNNPACK fusion off whatever the
     environment says, as the quick program's grouped convolutions need
     (:data:`fbjax.lower.kernels.DEPTHWISE_STRATEGY`)."""
-    return dict(_NO_YNN, **CHEAP_OPTIONS)
+    return dict(NO_YNN_FUSION, **CHEAP_OPTIONS)
 
 
 class TieredCall:
