@@ -62,9 +62,13 @@ def test_user_setting_wins(sine, tmp_path):
     assert not mine.exists()
 
 
-def test_enable_force_in_process(tmp_path):
+def test_enable_force_in_process(tmp_path, monkeypatch):
     old = (jax.config.jax_compilation_cache_dir, jax.config.jax_persistent_cache_min_compile_time_secs,
            jax.config.jax_persistent_cache_min_entry_size_bytes)
+    # fbjax's record of the directory it set, restored too: with only JAX's setting put back, the
+    # trace cache (cache.trace_cache_dir) stayed off for every later test in the process
+    monkeypatch.setitem(cache._state, "dir", cache._state["dir"])
+    monkeypatch.setitem(cache._state, "done", cache._state["done"])
     try:
         assert cache.enable(str(tmp_path / "f"), force=True) == str(tmp_path / "f")
         assert jax.config.jax_compilation_cache_dir == str(tmp_path / "f")
