@@ -351,7 +351,11 @@ class _StreamChooser:
     way, so the choice changes only the time, never a result.
 
     The caller waits for every step in flight (:meth:`due`) before each
-    phase starts, so a phase's time is its own steps'."""
+    phase starts, so a phase's time is its own steps'. One chooser serves
+    every :func:`infer` call on a model with that many streams
+    (:func:`_chooser`): a call continues the rounds where the last one
+    stopped (:meth:`resume`), so repeated calls on short datasets do not
+    each spend their first steps probing."""
 
     def __init__(self, streams: int):
         self.streams = streams
@@ -389,6 +393,28 @@ class _StreamChooser:
         """One step of the current phase was dispatched."""
         self.left -= 1
         self.steps += 1
+
+    def resume(self) -> None:
+        """At the start of another :func:`infer` call: the phase under way
+        starts again at the next step (its time so far spans the gap
+        between the calls, so it is not recorded); the rounds, and a choice
+        being kept, go on."""
+        if self.start is not None and self.steps:
+            self.history.append((self.mode, self.steps))
+        self.start = None
+        self.steps = 0
+
+
+def _chooser(model, streams: int) -> _StreamChooser:
+    """The :class:`_StreamChooser` of ``model``'s :func:`infer` calls with
+    ``streams`` streams (made at the first, then resumed)."""
+    choosers = model.__dict__.setdefault("_infer_choosers", {})
+    ch = choosers.get(streams)
+    if ch is None:
+        ch = choosers[streams] = _StreamChooser(streams)
+    else:
+        ch.resume()
+    return ch
 
 
 class _Prefetch:
@@ -850,7 +876,7 @@ def infer(
                     with jax.enable_x64(x64):  # (JAX's config contexts are per thread)
                         return fetch(run1(p_host, *placed))
 
-                chooser = _StreamChooser(streams)
+                chooser = _chooser(model, streams)
 
                 def dispatch_streamed(placed):
                     if per_step not in warm:

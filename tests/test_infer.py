@@ -671,3 +671,25 @@ def test_infer_results_do_not_depend_on_the_streams_chosen(monkeypatch):
     assert inf._plan(model, 1) == (1, 1)
     np.testing.assert_array_equal(got, fbjax.infer(model, xs, step_size=1, progress=False))
     assert_per_sample(got, src, xs, "infer with streams chosen by timing")
+
+
+def test_infer_calls_on_one_model_continue_the_stream_choice(monkeypatch):
+    """A second infer call on the same model resumes its _StreamChooser: a
+    choice being kept goes on (no new probing at the call's start), and the
+    results stay within the per-sample bound of batch-1 calls."""
+    inf = sys.modules["fbjax.infer"]
+    monkeypatch.setattr(inf, "STREAM_PROBE_STEPS", 2)
+    monkeypatch.setattr(inf, "STREAM_KEEP_STEPS", 50)
+    src = conv_reshape_fc()
+    model = fbjax.load(src, batch_size=None)
+    xs = np.random.default_rng(15).standard_normal((12, 6, 6, 3)).astype(F32)
+    fbjax.infer(model, xs, step_size=1, progress=False)  # 1 compiling step, 2 + 2 probing, 7 kept
+    ch = model._infer_choosers[2]
+    best, left = ch.phases[0]
+    assert [m for m, _ in ch.history] == [1, 2] and left == 50 and best in (1, 2)
+    n = len(ch.history)
+    got = fbjax.infer(model, xs, step_size=1, progress=False)
+    assert model._infer_choosers[2] is ch
+    assert {m for m, _ in ch.history[n:]} == {best}  # only the kept way ran: no probing
+    assert_per_sample(got, src, xs, "infer resuming the stream choice")
+
