@@ -52,6 +52,14 @@ class TraceCached(CpuPrepared):
         """Whether calls run the cached (or just stored) ``Exported`` program."""
         return self._call is not None and self._call is not self.run
 
+    def _export(self, key: str, args: tuple, inputs: tuple):
+        """The optimised program traced and lowered into a ``jax.export.Exported``
+        for ``args`` and ``inputs``, stored in the trace cache under ``key``;
+        raises what export raises."""
+        ex = export.export(self.jitted, platforms=(self.base.backend,))(*args, *inputs)
+        cache.save_exported(key, ex)
+        return ex
+
     def _first_call(self, args: tuple, inputs: tuple):
         """What calls run: a jit of the ``Exported`` program read from the
         cache, or exported now and stored (one trace + lowering either way);
@@ -69,13 +77,10 @@ class TraceCached(CpuPrepared):
             tiered = self.quick is not None and not optimised_marked(key)
             if tiered:
                 def optimised():  # in the background thread
-                    ex = exported
-                    if ex is None:
-                        try:
-                            ex = export.export(self.jitted, platforms=(self.base.backend,))(*args, *inputs)
-                        except Exception:  # noqa: BLE001 - anything export cannot take: the plain jit
-                            return self.jitted
-                        cache.save_exported(key, ex)
+                    try:
+                        ex = exported if exported is not None else self._export(key, args, inputs)
+                    except Exception:  # noqa: BLE001 - anything export cannot take: the plain jit
+                        return self.jitted
                     self.exported = ex
                     return jax.jit(ex.call, compiler_options=self._compiler_options)
 
@@ -84,11 +89,8 @@ class TraceCached(CpuPrepared):
                         mark_optimised(key)
 
                 return TieredCall(self.jitted, on_optimised=marked, quick=self.quick, optimised=optimised)
-            if exported is None:
-                exported = export.export(self.jitted, platforms=(self.base.backend,))(*args, *inputs)
-                cache.save_exported(key, exported)
-            self.exported = exported
-            return jax.jit(exported.call, compiler_options=self._compiler_options)
+            self.exported = exported if exported is not None else self._export(key, args, inputs)
+            return jax.jit(self.exported.call, compiler_options=self._compiler_options)
         except Exception:  # noqa: BLE001 - anything export cannot take: the plain jit
             return self.run
 
