@@ -27,7 +27,7 @@ _NHWC_OHWI = ("NHWC", "OHWI", "NHWC")
 
 #: 8-bit CONV_2D, DEPTHWISE_CONV_2D and FULLY_CONNECTED: reproduce the builtin x86
 #: kernels, whose gemm output stage rounds the final right shift's ties toward
-#: +inf (:func:`.fixedpoint.mbqm_gemm`); False: the reference kernels'
+#: +inf (:func:`.fixedpoint.mbqm` with ``ties_up``); False: the reference kernels'
 #: ``RoundingDivideByPOT`` (ties away from zero), i.e. ``BUILTIN_REF``.
 GEMM_ROUNDING = True
 

@@ -184,11 +184,3 @@ def requantize(x, multiplier, shift, *, ties_up=False, offset=0, clamp=None, dty
 
 
 # --- load-time (numpy / Python float64) ---------------------------------------
-
-def mbqm_gemm(x, multiplier, shift):
-    """The rescale of TFLite's x86 gemm output stage (ruy), used by the
-    builtin int8 CONV_2D / FULLY_CONNECTED kernels:
-    ``SRDHM(x * 2^left, M)`` then a right shift rounding ties toward +inf
-    (``RoundingDivideByPOT`` rounds them away from zero; the two differ only
-    on negative exact ties): :func:`mbqm` with ``ties_up=True``."""
-    return mbqm(x, multiplier, shift, ties_up=True)

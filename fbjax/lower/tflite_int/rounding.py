@@ -112,7 +112,7 @@ def _conv16_rounding(n: Node, qi: QuantParams, qo: QuantParams, orig: dict) -> d
 def conv(n: Node, orig: dict) -> dict:
     """CONV_2D, DEPTHWISE_CONV_2D, FULLY_CONNECTED. 8-bit: the builtin
     kernels' SRDHM (rounds to 2^shift of a step), then the output stage's
-    right shift with ties toward +inf (``fixedpoint.mbqm_gemm``); the
+    right shift with ties toward +inf (``fixedpoint.mbqm(..., ties_up=True)``); the
     depthwise scalar tail after the 8-channel body rounds away. 16x8:
     :func:`_conv16_rounding`."""
     io = _io(n, orig)
