@@ -6,7 +6,9 @@
 
 For every float model in ``../shared/models/tflite``, the quantized fixtures
 in ``tests/data/quant/models`` and ``tests/data/quant_aeq``, and the first
-``jax.jit(jax.grad(loss))`` step of ``mediapipe_hand_landmark_lite``, a child
+``jax.jit(jax.grad(loss))`` step of ``mediapipe_hand_landmark_lite`` (and,
+as floors, the same step with every convolution a plain
+``lax.conv_general_dilated``, at XLA's default and at ``-O0``), a child
 process (``FBJAX_CACHE_DIR`` pointing at a new empty directory, so neither
 JAX's persistent compilation cache nor fbjax's trace cache holds anything)
 times ``fbjax.load`` + the first call, split with JAX's own monitoring
@@ -43,23 +45,27 @@ def listen(event, secs, **kw):
 mon.register_event_duration_secs_listener(listen)
 t_import = time.perf_counter() - t0
 path, kind = sys.argv[1], sys.argv[2]
+if kind.startswith("grad_plain"):  # the floor: the plain jax.lax lowering a hand-written JAX model would be
+    import fbjax.lower.kernels as K
+    K.DEPTHWISE_STRATEGY, K.SMALL_CONV_TAPS = "conv", 0
 t1 = time.perf_counter()
 m = fbjax.load(path)
 t_load = time.perf_counter() - t1
 xs = _inputs(m.inputs)
 t2 = time.perf_counter()
-if kind == "grad":
+if kind.startswith("grad"):
     import jax.numpy as jnp
     def loss(p):
         out = m.apply(p, *xs)
         out = out if isinstance(out, tuple) else (out,)
         return sum(jnp.mean(jnp.square(o.astype(jnp.float32))) for o in out)
-    step = jax.jit(jax.grad(loss))
+    step = jax.jit(jax.grad(loss), compiler_options={"xla_backend_optimization_level": 0}
+                   if kind.endswith("_o0") else None)
     jax.block_until_ready(step(m.params))
 else:
     jax.block_until_ready(m(*xs))
 t_call = time.perf_counter() - t2
-if kind == "grad":  # steady state: the same compiled step again (training throughput)
+if kind.startswith("grad"):  # steady state: the same compiled step again (training throughput)
     ts = []
     for _ in range(10):
         t = time.perf_counter(); jax.block_until_ready(step(m.params)); ts.append(time.perf_counter() - t)
@@ -68,9 +74,9 @@ ev = lambda k: sum(v for e, v in dur.items() if e.endswith(k))
 rec = {"first_call_s": t_load + t_call, "load_s": t_load, "call_s": t_call,
        "trace_s": ev("jaxpr_trace_duration"), "lower_s": ev("jaxpr_to_mlir_module_duration"),
        "compile_s": ev("backend_compile_duration"), "import_s": t_import}
-if kind == "grad":
+if kind.startswith("grad"):
     rec.update(steady)
-if kind != "grad" and len(sys.argv) > 3 and sys.argv[3] == "tiers":
+if not kind.startswith("grad") and len(sys.argv) > 3 and sys.argv[3] == "tiers":
     # the run time of the tier the first call used, then of the optimised program (fbjax.run.tiered)
     def best(n=5):
         ts = []
@@ -201,6 +207,11 @@ def cases(only=None):
     hl = os.path.join(SHARED, "mediapipe_hand_landmark_lite.tflite")
     if os.path.exists(hl):
         out.append(("mediapipe_hand_landmark_lite (grad step)", hl, "grad", "grad"))
+        # floors for comparison: the same step with every convolution a plain lax.conv_general_dilated
+        # (what a hand-written JAX version of the network compiles; its steps are ~5x slower on CPU),
+        # and that program at XLA's -O0
+        out.append(("mediapipe_hand_landmark_lite (grad step, plain lax)", hl, "grad", "grad_plain"))
+        out.append(("mediapipe_hand_landmark_lite (grad step, plain lax, -O0)", hl, "grad", "grad_plain_o0"))
     def hit(o, name):  # a substring, or the whole name when it ends with "$"
         return o[:-1] == name if o.endswith("$") else o in name
     return [c for c in out if not only or any(hit(o, c[0]) for o in only)]

@@ -844,6 +844,9 @@ def infer(
         # over the mesh.
         if k is not None:
             run1 = model.executor  # the executor Model.__call__ runs (fbjax.run), without its input checks
+            # a batch job: the first step compiles the optimised program, no quick tier (fbjax.run.tiered),
+            # whose compile and slower steps would only add to the total (nothing if the model ran before)
+            model.skip_quick_tier()
 
             def put(bufs):
                 # numpy, copied by the call itself: on CPU an explicit device_put queues behind
@@ -856,7 +859,8 @@ def infer(
 
             def dispatch(placed):
                 res = run1(p_host, *placed)
-                if first[0]:  # the first step compiled: the rest run the optimised program (tiered.py)
+                if first[0]:  # the first step compiled; if the model ran before infer, that was the
+                    # quick tier (fbjax.run.tiered): the rest run the optimised program
                     first[0] = False
                     jax.block_until_ready(res)
                     model.wait_optimised()
@@ -883,8 +887,8 @@ def infer(
                         done: Future = Future()
                         done.set_result(run_step(placed))  # the first step of this size runs here (compiles)
                         warm.add(per_step)
-                        # on CPU that compile was the quick tier's (fbjax.run.tiered): the steps (and the
-                        # chooser's timings) run the optimised program, compiled meanwhile
+                        # if the model ran before infer, its first call compiled the quick tier
+                        # (fbjax.run.tiered): the steps (and the chooser's timings) run the optimised program
                         model.wait_optimised()
                         return done
                     if chooser.due():

@@ -207,6 +207,21 @@ class Model:
         array), and is True from the start for the other executors."""
         return not self._unchecked
 
+    def skip_quick_tier(self) -> None:
+        """Make the first call compile the fully optimised program directly.
+
+        On CPU a model of 32 nodes or more compiles in tiers (see
+        :meth:`wait_optimised`): a quick program for the first call, the
+        optimised one in the background. For a batch job that runs the model
+        many times at once, the quick tier's compile and its slower calls
+        only add to the total: call this before the first call
+        (:func:`fbjax.infer` does). Nothing happens once the model was
+        called, on GPU/TPU, or with ``FBJAX_TIERED_COMPILE=0``.
+        """
+        skip = getattr(self.executor, "skip_quick_tier", None)
+        if skip is not None:
+            skip()
+
     def wait_optimised(self, timeout: Optional[float] = None) -> None:
         """Block until calls run the fully optimised program.
 

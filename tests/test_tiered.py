@@ -97,6 +97,43 @@ def test_first_call_runs_a_tier_then_the_optimised_program(tiering, kind):
     assert_within(m(*xs), ref, bound, "optimised tier")
 
 
+@pytest.mark.parametrize("kind", ["conv", "add"])
+def test_skip_quick_tier_compiles_the_optimised_program_first(tiering, kind, monkeypatch):
+    """Model.skip_quick_tier (what fbjax.infer calls before its first step):
+    the first call compiles no quick tier and already runs the optimised
+    program; once a call ran, it changes nothing."""
+    quick_compiles = []
+    real_start = run.TieredCall._start
+    monkeypatch.setattr(run.TieredCall, "_start", lambda self, args: (quick_compiles.append(1), real_start(self, args)))
+    rng = np.random.default_rng(1)
+    if kind == "conv":
+        w = rng.standard_normal((8, 3, 3, 4)).astype(F32)
+        b = rng.standard_normal(8).astype(F32)
+        m = fbjax.load(_conv(w, b))
+        x = rng.standard_normal((1, 6, 6, 4)).astype(F32)
+        ref, mag = _conv_ref(x, w, b)
+        bound, xs = gamma(37) * mag, (x,)
+    else:
+        m = fbjax.load(single_op_model("ADD", [(2, 3), (2, 3)]))
+        xs = tuple(rng.standard_normal((2, 3)).astype(F32) for _ in range(2))
+        ref = xs[0].astype(np.float64) + xs[1]
+        bound = gamma(1) * (np.abs(xs[0]) + np.abs(xs[1]))
+    m.skip_quick_tier()
+    assert_within(m(*xs), ref, bound, "first call")
+    ex = m.executor
+    call = {"trace_cache": lambda: ex._call, "cpu_prepared": lambda: ex.run, "jit": lambda: ex.jitted_leaves}[ex.name]()
+    assert isinstance(call, run.TieredCall)  # tiered executor, but its first call compiled the optimised program
+    assert call.tier == "optimised" and call.thread is None and not quick_compiles
+    m.skip_quick_tier()  # after a call: nothing changes
+    assert_within(m(*xs), ref, bound, "second call")
+    # a model called before skip_quick_tier keeps its tiers
+    m2 = fbjax.load(single_op_model("ADD", [(2, 3), (2, 3)]))
+    m2(*[np.ones((2, 3), F32)] * 2)
+    m2.skip_quick_tier()
+    assert quick_compiles and m2.executor.jitted_leaves.tier in ("cheap", "optimised")
+    m2.wait_optimised(timeout=120)
+
+
 def test_wait_optimised_returns_at_once_before_any_call_and_untiered(tiering, monkeypatch):
     """Model.wait_optimised starts nothing: before the first call there is no
     compile to wait for; without tiering it is a no-op."""
@@ -248,19 +285,25 @@ def test_second_process_compiles_the_optimised_program_directly(tmp_path):
     assert list((tmp_path / "c" / "traces").glob("*.optimised"))
 
 
-def test_infer_runs_its_steps_on_the_optimised_program(tiering):
-    """fbjax.infer's steps after the first (which compiles the quick tier)
-    wait for the optimised program: when infer returns, calls run it, and
-    each example is within the float32 bound of the float64 convolution."""
+@pytest.mark.parametrize("called_before", [False, True])
+def test_infer_runs_its_steps_on_the_optimised_program(tiering, called_before):
+    """fbjax.infer's steps run the optimised program: on a model not called
+    yet its first step compiles it directly (no quick tier, no background
+    thread); on a model whose first call compiled the quick tier, the steps
+    after the first wait for it. Either way calls run it when infer returns,
+    and each example is within the float32 bound of the float64 convolution."""
     rng = np.random.default_rng(3)
     w = rng.standard_normal((8, 3, 3, 4)).astype(F32)
     b = rng.standard_normal(8).astype(F32)
     m = fbjax.load(_conv(w, b), batch_size=None)
     xs = rng.standard_normal((5, 6, 6, 4)).astype(F32)
+    if called_before:
+        m(xs[:1])
     got = np.asarray(fbjax.infer(m, xs, step_size=1, progress=False))
     ex = m.executor
     call = ex._call if ex.name == "trace_cache" else getattr(ex, "run", None)
     assert isinstance(call, run.TieredCall) and call.tier == "optimised", (ex.name, call)
+    assert (call.thread is not None) == called_before  # the quick tier's background compile, only then
     for i in range(len(xs)):
         ref, mag = _conv_ref(xs[i:i + 1], w, b)
         assert_within(got[i:i + 1], ref, gamma(37) * mag, f"example {i}")

@@ -267,6 +267,13 @@ class CpuPrepared:
     def __call__(self, params: dict, *inputs):
         return self.run(*self.args(params), *inputs)
 
+    def skip_quick_tier(self) -> None:
+        """The first call compiles the optimised program directly
+        (:meth:`fbjax.run.tiered.TieredCall.skip_quick`); nothing when calls
+        are not tiered or once called."""
+        if isinstance(self.run, TieredCall):
+            self.run.skip_quick()
+
     def wait_optimised(self, timeout=None) -> None:
         """Block until calls run the optimised program (:mod:`fbjax.run.tiered`:
         after the first call, the background thread compiles it); at once

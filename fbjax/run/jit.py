@@ -63,6 +63,14 @@ class Jit:
     def __call__(self, params: dict, *inputs):
         return self.jitted(params, *inputs)
 
+    def skip_quick_tier(self) -> None:
+        """The first call compiles the optimised programs directly
+        (:meth:`fbjax.run.tiered.TieredCall.skip_quick`); nothing when not
+        tiered or once called."""
+        for c in (self.jitted, self.jitted_leaves):
+            if isinstance(c, TieredCall):
+                c.skip_quick()
+
     def wait_optimised(self, timeout=None) -> None:
         """Block until both jits run their optimised programs
         (:mod:`fbjax.run.tiered`); at once when not tiered or not called

@@ -160,11 +160,13 @@ class TieredCall:
             compiled with :func:`quick_options` for the first call; default
             ``jitted`` (both tiers compile one lowering).
         optimised: ``f() -> jax.jit`` function whose program the optimised
-            tier compiles (with its own options), called in the background
-            thread (where :class:`~fbjax.run.trace_cache.TraceCached`
-            traces and exports); default ``jitted``.
-        on_optimised: called (in the background thread) once the optimised
-            executable is ready, e.g. :func:`mark_optimised`.
+            tier compiles (with its own options), called where that tier
+            compiles (the background thread, or the first call after
+            :meth:`skip_quick`; :class:`~fbjax.run.trace_cache.TraceCached`
+            traces and exports there); default ``jitted``.
+        on_optimised: called once the optimised executable is ready (in the
+            background thread, or in the first call after
+            :meth:`skip_quick`), e.g. :func:`mark_optimised`.
 
     Attributes:
         tier: ``None`` before the first call, then ``"cheap"``, ``"optimised"``
@@ -184,6 +186,7 @@ class TieredCall:
         self._lock = threading.Lock()
         self.tier: Optional[str] = None
         self.thread: Optional[threading.Thread] = None
+        self._direct = False  # skip_quick(): the first call compiles the optimised program itself
 
     def _start(self, args: tuple):
         lowered = self.quick.lower(*args)  # errors of tracing (bad inputs) propagate; the next call tries again
@@ -195,26 +198,40 @@ class TieredCall:
         self._compiled, self.tier = cheap, "cheap"
         self._lowered = lowered  # the optimised tier compiles it too when quick is jitted
 
+    def _optimise(self, args: tuple) -> None:
+        """Compile the optimised tier for ``args`` and swap it in (tier
+        ``"optimised"``; ``"jit"`` when that fails, and the plain jit then
+        compiles and reports it)."""
+        try:
+            fn = self.jitted if self._optimised is None else self._optimised()
+            lowered, self._lowered = self._lowered, None
+            best = (lowered if fn is self.quick and lowered is not None else fn.lower(*args)).compile()
+        except Exception:  # noqa: BLE001 - the plain jit then compiles (and reports) it
+            self.tier = "jit"
+            return
+        self._compiled, self.tier = best, "optimised"
+        if self._on_optimised is not None:
+            self._on_optimised()
+
     def _launch(self, args: tuple):
         """Start the background thread compiling the optimised tier."""
-        def optimise():
-            try:
-                fn = self.jitted if self._optimised is None else self._optimised()
-                lowered, self._lowered = self._lowered, None
-                best = (lowered if fn is self.quick else fn.lower(*args)).compile()
-            except Exception:  # noqa: BLE001 - the plain jit then compiles (and reports) it
-                self.tier = "jit"
-                return
-            self._compiled, self.tier = best, "optimised"
-            if self._on_optimised is not None:
-                self._on_optimised()
-
-        t = threading.Thread(target=optimise, name="fbjax-optimise", daemon=True)
+        t = threading.Thread(target=self._optimise, args=(args,), name="fbjax-optimise", daemon=True)
         with _threads_lock:
             _threads[:] = [x for x in _threads if x.is_alive()]
             _threads.append(t)
         self.thread = t
         t.start()
+
+    def skip_quick(self) -> bool:
+        """Make the first call compile the optimised program directly, with no
+        quick tier (for batch jobs, where the quick tier's compile and slower
+        calls only add to the total: :func:`fbjax.infer`). Returns whether it
+        took effect: False once a call ran."""
+        with self._lock:
+            if self.tier is not None:
+                return False
+            self._direct = True
+            return True
 
     def trace(self, *args, **kwargs):
         """``quick.trace``: the first call's trace without compiling (JAX
@@ -234,7 +251,9 @@ class TieredCall:
     def __call__(self, *args):
         if self.tier is None:
             with self._lock:
-                if self.tier is None:
+                if self.tier is None and self._direct:
+                    self._optimise(args)  # on failure (bad inputs too) tier "jit": the plain jit raises it below
+                elif self.tier is None:
                     self._start(args)
                     if self.tier == "cheap":
                         try:

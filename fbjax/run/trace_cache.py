@@ -46,6 +46,7 @@ class TraceCached(CpuPrepared):
         self.exported = None
         self._call = None  # what __call__ runs: self.jitted, or a jit of the Exported
         self._ran = False  # whether a call ran (the first one lowers the Exported program)
+        self._skip_quick = False  # skip_quick_tier(): no quick tier for the first call
 
     @property
     def runs_exported(self) -> bool:
@@ -74,7 +75,7 @@ class TraceCached(CpuPrepared):
             key = cache.trace_key(digest, options, tuple(args) + tuple(inputs),
                                   extra=f"{self.base.backend} {sorted((self._compiler_options or {}).items())}")
             exported = cache.load_exported(key)
-            tiered = self.quick is not None and not optimised_marked(key)
+            tiered = self.quick is not None and not self._skip_quick and not optimised_marked(key)
             if tiered:
                 def optimised():  # in the background thread
                     try:
@@ -110,6 +111,17 @@ class TraceCached(CpuPrepared):
             except (TypeError, ValueError):  # other shapes/dtypes than the cached program's: trace them
                 self._call = self.run
         return self.run(*args, *inputs)
+
+    def skip_quick_tier(self) -> None:
+        """The first call compiles the optimised (``Exported``) program
+        directly: when the calls' program is not chosen yet, no tiers; when
+        it is (a load-time trace), its quick tier is skipped
+        (:meth:`fbjax.run.tiered.TieredCall.skip_quick`). Nothing once called."""
+        super().skip_quick_tier()
+        if self._call is None:
+            self._skip_quick = True
+        elif isinstance(self._call, TieredCall):
+            self._call.skip_quick()
 
     def wait_optimised(self, timeout=None) -> None:
         """:meth:`CpuPrepared.wait_optimised` for what calls run here (the
