@@ -15,6 +15,7 @@ import os
 import shlex
 import sys
 import time
+import warnings
 from collections import Counter
 from typing import Optional, Sequence
 
@@ -36,9 +37,9 @@ def _spec_str(name: str, shape, dtype, quant=None) -> str:
     return out
 
 
-def _load_for_inspect(path):
-    """``(model, None)``, or ``(None, why)`` when ``fbjax.load(path)`` refuses
-    the file: load reads it, checks what can be known without running
+def _load_for_inspect(path, **options):
+    """``(model, None)``, or ``(None, why)`` when ``fbjax.load(path, **options)``
+    refuses the file: load reads it, checks what can be known without running
     (kernel dtypes, region arities, static inputs) and traces the model
     abstractly at its input shapes, so every lowering's own check has run
     (:func:`fbjax.model.load`)."""
@@ -46,7 +47,7 @@ def _load_for_inspect(path):
     from .model import load
 
     try:
-        return load(path), None
+        return load(path, **options), None
     except FbjaxError as e:
         return None, f"{type(e).__name__}: {e}"
 
@@ -86,14 +87,18 @@ def cmd_inspect(args) -> int:
     print(f"model:    {args.model}")
     print(f"format:   {ir.format}" + (f"  ({ir.description})" if ir.description else ""))
     print(f"graphs:   {len(ir.graphs)}")
+    bound = _constant_inputs(args)
     print("inputs:")
     for v in g.inputs:
-        print("  " + _spec_str(v.name, v.shape, v.dtype, v.quant))
-    model, problem = _load_for_inspect(args.model)
+        print("  " + _spec_str(v.name, v.shape, v.dtype, v.quant)
+              + ("  (bound at load: --constant-input)" if v.name in bound else ""))
+    model, problem = _load_for_inspect(args.model, constant_inputs=bound, static_bounds=args.static_bounds)
     print("outputs:")  # the shapes fbjax.load infers win over the file's declared ones
     shapes = [s.shape for s in model.outputs] if model is not None else [v.shape for v in g.outputs]
     for v, shape in zip(g.outputs, shapes):
         print("  " + _spec_str(v.name, shape, v.dtype, v.quant))
+    for spec in (model.outputs[len(g.outputs):] if model is not None else []):  # --static-bounds' counts
+        print("  " + _spec_str(spec.name, spec.shape, spec.dtype))
     if ir.signatures:  # every entry point (`fbjax run MODEL --signature KEY` runs one)
         print(f"signatures ({len(ir.signatures)}):")
         for key, sig in ir.signatures.items():
@@ -152,7 +157,9 @@ def cmd_inspect(args) -> int:
     if problem:
         print(f"fbjax cannot run this model: {problem}")
         return 1
-    print(f"unsupported: none (fbjax can run this model: `fbjax run {shlex.quote(str(args.model))}`)")
+    flags = "".join(f" --constant-input {shlex.quote(p)}" for p in getattr(args, "constant_input", None) or [])
+    flags += " --static-bounds" if args.static_bounds else ""
+    print(f"unsupported: none (fbjax can run this model: `fbjax run {shlex.quote(str(args.model))}{flags}`)")
     return 0
 
 
@@ -280,8 +287,13 @@ def cmd_run(args) -> int:
         try:
             runner = model.signature(args.signature)
         except InputError as e:
-            raise SystemExit(f"fbjax run: {e} (`fbjax inspect MODEL` lists them)") from None
+            raise SystemExit(f"fbjax run: {_no_signature(e, model, args.signature)}") from None
         model = _SignatureAsModel(runner)
+    elif len(model.ir.signatures) > 1:  # several entry points: say which one runs
+        sigs = model.ir.signatures
+        first = [k for k, sig in sigs.items() if sig.graph_index == 0]
+        print(f"(the file has {len(sigs)} signatures: {', '.join(sigs)}; this runs its first subgraph"
+              + (f", signature {first[0]}'s" if first else "") + ": --signature KEY runs another)")
     figure, random_ints = None, []
     if args.model is None and not args.input:  # the bundled model's job on an input that means something
         from .data import synthetic_person
@@ -328,7 +340,7 @@ def cmd_run(args) -> int:
           f"load: {t_load * 1e3:.1f} ms   first result (trace + compile + run): {t_first * 1e3:.1f} ms")
     if times:
         print(
-            f"steady-state latency over {len(times)} runs: median {np.median(times) * 1e3:.3f} ms, "
+            f"steady-state latency over {len(times)} run{'s' if len(times) > 1 else ''}: median {np.median(times) * 1e3:.3f} ms, "
             f"min {np.min(times) * 1e3:.3f} ms"
         )
     if args.output:
@@ -337,6 +349,13 @@ def cmd_run(args) -> int:
         np.savez(out_path, **dict(zip(keys, outs_np)))
         print(f"wrote {out_path} ({', '.join(keys)})")
     return 0
+
+
+def _no_signature(error, model, key: str) -> str:
+    """``--signature KEY`` naming no signature of ``model``: what to do instead."""
+    if model.ir.signatures:
+        return f"{error} (`fbjax inspect MODEL` lists them with their inputs)"
+    return f"--signature {key}: the file defines no signatures; leave out --signature to run the model"
 
 
 class _SignatureAsModel:
@@ -371,7 +390,7 @@ def cmd_infer(args) -> int:
         try:
             model = loaded.signature(args.signature)
         except InputError as e:
-            raise SystemExit(f"fbjax infer: {e} (`fbjax inspect MODEL` lists them)") from None
+            raise SystemExit(f"fbjax infer: {_no_signature(e, loaded, args.signature)}") from None
         if model.has_fixed_shapes():
             model = model.over_examples()
     n_dev = jax.local_device_count()  # infer's default mesh: every device; this process's share of the batch
@@ -382,7 +401,9 @@ def cmd_infer(args) -> int:
         how = f"{args.batch_size} rounded up to a multiple of {n_dev} devices; {eff // n_dev} per device"
     else:
         how = f"{eff // n_dev} per device"
-    print(f"model {os.path.basename(args.model)}: inputs {model.inputs}")
+    print(f"model {os.path.basename(args.model)}: per example "
+          + ", ".join(_spec_str(s.name, s.shape[1:], s.dtype) for s in model.inputs)
+          + " (the model's inputs without the batch dimension)")
     print(f"{n} examples in {args.inputs}; {len(jax.devices())} device(s) ({jax.default_backend()}); "
           f"step size {eff} examples ({how})")
     t0 = time.perf_counter()
@@ -519,7 +540,9 @@ def build_parser() -> argparse.ArgumentParser:
     pi.add_argument("model", nargs="?", help="path to a model file (.tflite, .rten, stablehlo.flatbuf or a TFLite "
                     "GPU delegate .bin); omitted: the bundled default model")
     pi.add_argument("--code", metavar="NODE", help="GPU delegate .bin: print node NODE's OpenCL source "
-                    "(its position, or its name as inspect lists it, e.g. 'convolution_2d 12')")
+                    "(its position, or its name as inspect lists it, e.g. 'convolution_2d 12 -> relu 13' "
+                    "or 'convolution_2d 12')")
+    _add_constant_input(pi)  # inspect judges "can run" as fbjax.load(path, constant_inputs=, static_bounds=) does
     pi.set_defaults(func=cmd_inspect)
     pr = sub.add_parser(
         "run",
@@ -621,6 +644,14 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _warn_line(command: str, message) -> str:
+    """A warning as the CLI prints it, ``fbjax COMMAND: warning: ...``
+    (``warnings.formatwarning`` while a command runs; stdout is flushed first
+    so that the warning follows what was printed before it)."""
+    sys.stdout.flush()
+    return f"fbjax {command}: warning: {message}\n"
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """``fbjax`` entry point: fbjax's own errors print one line and return 1."""
     from .errors import FbjaxError
@@ -634,7 +665,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         parser.print_help()
         return 2
     try:
-        rc = args.func(args)
+        formatwarning = warnings.formatwarning  # one line each, not Python's "file:line: UserWarning" + source
+        warnings.formatwarning = lambda message, *_a, **_k: _warn_line(args.command, message)
+        try:
+            rc = args.func(args)
+        finally:
+            warnings.formatwarning = formatwarning
         sys.stdout.flush()  # here, so that a closed pipe is the BrokenPipeError below, not one at exit
         return rc
     except FbjaxError as e:

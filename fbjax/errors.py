@@ -34,7 +34,15 @@ class UnsupportedOperatorError(FbjaxError, NotImplementedError):
         detail: what the message adds after the listing (where, and why).
     """
 
-    def __init__(self, ops: Iterable[tuple[str, str]] | Counter, *, detail: str = ""):
+    #: the message's closing advice when the operators have no lowering
+    MISSING_HINT = (" See fbjax.supported_ops() for what is supported; custom ops can be added"
+                    " with fbjax.register_custom_op(name).")
+
+    def __init__(self, ops: Iterable[tuple[str, str]] | Counter, *, detail: str = "",
+                 hint: str | None = None):
+        """``hint`` replaces the closing advice (:attr:`MISSING_HINT`), for
+        operators that do lower but not as the model is loaded (an operand
+        that must be known at load time: the detail says what to bind)."""
         counts = Counter(ops) if not isinstance(ops, Counter) else ops
         self.detail = detail
         self.ops = {f"{s}:{n}": c for (s, n), c in sorted(counts.items())}
@@ -42,10 +50,7 @@ class UnsupportedOperatorError(FbjaxError, NotImplementedError):
         msg = f"fbjax cannot lower {len(self.ops)} operator type(s): {listing}."
         if detail:
             msg += " " + detail
-        msg += (
-            " See fbjax.supported_ops() for what is supported; custom ops can be added"
-            " with fbjax.register_custom_op(name)."
-        )
+        msg += self.MISSING_HINT if hint is None else hint
         super().__init__(msg)
 
 

@@ -319,8 +319,9 @@ class Model:
         runners = self.__dict__.setdefault("_signature_runners", {})
         if key not in runners:
             if key not in self.ir.signatures:
-                raise InputError(f"the model has no signature {key!r}; its signatures are "
-                                 f"{list(self.ir.signatures) or 'none'}")
+                raise InputError(f"the model has no signature {key!r}; its signatures are {list(self.ir.signatures)}"
+                                 if self.ir.signatures else f"the model has no signature {key!r}: its file "
+                                 "defines no signatures (run the model itself, without a signature key)")
             runners[key] = SignatureRunner(self, key)
         return runners[key]
 

@@ -57,10 +57,23 @@ def detect_format(source) -> str:
     for name, probe in _PROBES:
         if probe(source, head):
             return name
+    advice = _CONVERT_ADVICE.get(os.path.splitext(label)[1].lower(), "")
     raise ModelFormatError(
         f"{label}: not a model file fbjax recognises (first bytes {head!r}); "
-        f"supported formats: {', '.join(sorted(READERS))}"
+        f"supported formats: {', '.join(sorted(READERS))}" + (f"; {advice}" if advice else "")
     )
+
+
+#: what to do with a file of a format fbjax does not read, by file-name extension
+_CONVERT_ADVICE = {
+    ".onnx": "an ONNX model runs once converted to .rten: pip install rten-convert==0.22.0, then "
+             "rten-convert MODEL.onnx MODEL.rten",
+    ".pb": "convert a TensorFlow model to .tflite first (tf.lite.TFLiteConverter)",
+    ".h5": "convert a Keras model to .tflite first (tf.lite.TFLiteConverter.from_keras_model)",
+    ".keras": "convert a Keras model to .tflite first (tf.lite.TFLiteConverter.from_keras_model)",
+    ".pt": "convert a PyTorch model to .tflite first (litert-torch), or to ONNX and then .rten (rten-convert)",
+    ".pth": "convert a PyTorch model to .tflite first (litert-torch), or to ONNX and then .rten (rten-convert)",
+}
 
 
 # Extra (name, probe(source, head) -> bool) pairs for formats without a file

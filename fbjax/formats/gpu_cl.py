@@ -748,17 +748,25 @@ def _variant(ir: ModelIR, node: GpuNode) -> str:
     return ""
 
 
+def _listed_name(node: GpuNode) -> str:
+    """A node's name as ``fbjax inspect`` lists it: its ops joined by ``" -> "``."""
+    return " -> ".join(f"{op} {i}" for op, i in node.ops)
+
+
 def find_node(ir: ModelIR, key: str) -> GpuNode:
-    """The node a user names: its position (``"3"``), full name, or the name up to ``linked`` (``"conv 12"``).
+    """The node a user names: its position (``"3"``), its name as stored
+    (``"conv 12 linked : relu 13"``) or as ``fbjax inspect`` lists it
+    (``"conv 12 -> relu 13"``), or the name of its first op (``"conv 12"``).
 
     Raises:
         KeyError: no node matches; the message lists a few names.
     """
     nodes = ir.metadata["nodes"]
+    key = key.strip()
     if key.isdigit() and int(key) < len(nodes):
         return nodes[int(key)]
     for n in nodes:
-        if n.name == key or n.name.split(" linked : ")[0] == key:
+        if key in (n.name, n.name.split(" linked : ")[0], _listed_name(n)):
             return n
     raise KeyError(f"no node {key!r}; give a position 0..{len(nodes) - 1} or a name such as "
                    f"{', '.join(repr(n.name.split(' linked : ')[0]) for n in nodes[:3])}")
@@ -777,7 +785,7 @@ def describe(ir: ModelIR) -> str:
                  f"{sum(w.value.data.size for w in md['weights']):,} values")
     lines.append(f"nodes ({len(md['nodes'])}):")
     for n in md["nodes"]:
-        ops = " -> ".join(f"{op} {i}" for op, i in n.ops)
+        ops = _listed_name(n)
         var = _variant(ir, n)
         lines.append(f"  [{n.index}] {ops}" + (f"  ({var})" if var else "")
                      + f"  in {n.input_ids} out {n.output_ids}  work group {n.work_group_size} grid {n.grid_size}"

@@ -339,8 +339,9 @@ class Program:
                 if o is not None:
                     env[id(o)] = r
         if not_static:
+            # (the ops lower; their operands are the problem: no "register a custom op" advice)
             raise UnsupportedOperatorError(Counter(k for k, _ in not_static),
-                                           detail=" ".join(why for _, why in not_static))
+                                           detail=" ".join(why for _, why in not_static), hint=_STATIC_HINT)
         return env
 
 
@@ -513,6 +514,11 @@ def build(model: ModelIR, *, backend: Optional[str] = None, options: Optional[di
     if check_static:
         check_static_inputs(program)
     return program
+
+
+#: the advice closing a "must be known at load time" refusal
+_STATIC_HINT = (" Such an operand must be a constant, computed only from constants and input shapes, or a graph"
+                " input bound at load (`fbjax inspect MODEL --constant-input NAME=FILE.npy` checks a binding).")
 
 
 #: ops whose output depends only on their input's shape: a value computed
