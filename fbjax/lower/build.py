@@ -302,6 +302,10 @@ class Program:
                             bind = (f"; bind {', '.join(map(repr, feed))} at load with fbjax.load(path, "
                                     f"constant_inputs={{{feed[0]!r}: array}}) (CLI: --constant-input "
                                     f"{feed[0]}=FILE.npy)") if feed else ""
+                            if i in opdef.bounded_inputs:  # the op also runs padded to a bound: say that first
+                                bind = ("; load with static_bounds=True (CLI: --static-bounds) to run it with its "
+                                        "output padded to a load-time bound plus a valid count" + bind.replace(
+                                            "; bind", ", or bind", 1))
                             not_static.append((node.key, f"{node.location}: input {i} of {node.op_name} must be "
                                                "known at load time, but it depends on the model's inputs"
                                                + (f" ({', '.join(map(repr, feed))})" if feed else "")
@@ -517,8 +521,8 @@ def build(model: ModelIR, *, backend: Optional[str] = None, options: Optional[di
 
 
 #: the advice closing a "must be known at load time" refusal
-_STATIC_HINT = (" Such an operand must be a constant, computed only from constants and input shapes, or a graph"
-                " input bound at load (`fbjax inspect MODEL --constant-input NAME=FILE.npy` checks a binding).")
+_STATIC_HINT = (" (`fbjax inspect MODEL --constant-input NAME=FILE.npy` or `--static-bounds` checks a fix"
+                " without running the model.)")
 
 
 #: ops whose output depends only on their input's shape: a value computed

@@ -1,0 +1,171 @@
+"""What a new user meets on the command line (a fresh-eyes pass over the
+README): names that ``fbjax inspect`` prints are accepted back, refusals say
+what to do next, and options a message names exist where it is read.
+
+Each test builds its own tiny model (``fbjax.testing``) or uses a committed
+fixture; none needs the shared models.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import fbjax
+import fbjax.data
+from fbjax.cli import main
+from fbjax.testing import TFLiteBuilder, single_op_model
+
+LLAMA = Path(__file__).parent / "data" / "llm" / "llama_f32.tflite"
+
+
+def _relu_model(tmp_path) -> Path:
+    """x[1,4] float32 -> RELU -> out[1,4]."""
+    b = TFLiteBuilder()
+    x = b.add_input((1, 4), name="x")
+    y = b.add_tensor((1, 4), name="out")
+    b.add_op("RELU", [x], [y])
+    b.add_output(y)
+    path = tmp_path / "relu.tflite"
+    path.write_bytes(b.build())
+    return path
+
+
+def _reshape_model(tmp_path) -> Path:
+    """RESHAPE(input0 [2, 3] float32, input1 [2] int32) -> [3, 2]: the target
+    shape is a graph input, so it must be bound at load."""
+    path = tmp_path / "reshape.tflite"
+    path.write_bytes(single_op_model("RESHAPE", [(2, 3), (2,)], input_dtypes=[np.float32, np.int32],
+                                     output_shapes=[(3, 2)]))
+    return path
+
+
+def test_inspect_code_takes_a_fused_node_name_as_inspect_lists_it(capsys):
+    """The bundled sine .bin's first node is FULLY_CONNECTED fused with RELU;
+    ``inspect`` lists it as 'fully_connected 0 -> relu 1', and ``--code``
+    given that name prints the same OpenCL source as ``--code 0``."""
+    sine = str(fbjax.data.SINE_GPU_CL)
+    assert main(["inspect", sine]) == 0
+    listed = re.search(r"^\s+\[0\] (.+?)  in ", capsys.readouterr().out, re.M).group(1)
+    assert " -> " in listed  # a fused node: the case that was refused
+    assert main(["inspect", sine, "--code", "0"]) == 0
+    by_position = capsys.readouterr().out
+    assert main(["inspect", sine, "--code", listed]) == 0
+    by_name = capsys.readouterr().out
+    assert "__kernel" in by_position and by_name == by_position
+    assert main(["inspect", sine, "--code", "fully_connected 99"]) == 2  # still refused: no such node
+    assert "no node 'fully_connected 99'" in capsys.readouterr().err
+
+
+def test_inspect_takes_the_constant_input_its_refusal_asks_for(tmp_path, capsys):
+    """A RESHAPE whose shape is a graph input: ``inspect`` says to bind it
+    (and no longer suggests registering a custom op: RESHAPE lowers);
+    ``inspect --constant-input`` then judges the model runnable, marks the
+    bound input, shows the output shape the bound value gives, and names the
+    run command with the same binding, which runs."""
+    path = _reshape_model(tmp_path)
+    np.save(tmp_path / "shape.npy", np.array([3, 2], np.int32))
+    assert main(["inspect", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "fbjax cannot run this model" in out and "--constant-input input1=FILE.npy" in out
+    assert "register_custom_op" not in out
+    binding = f"input1={tmp_path / 'shape.npy'}"
+    assert main(["inspect", str(path), "--constant-input", binding]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^\s+input1: int32\[2\]\s+\(bound at load", out, re.M), out
+    assert re.search(r"^\s+\S+: float32\[3x2\]$", out, re.M), out  # the output, at the bound shape
+    assert f"--constant-input {binding}`" in out
+    assert main(["run", str(path), "--constant-input", binding, "--repeat", "0"]) == 0
+    assert re.search(r"^output \S+: float32\[3x2\]", capsys.readouterr().out, re.M)
+
+
+def test_inspect_static_bounds_lists_the_count_outputs(tmp_path, capsys):
+    """GREATER then WHERE on a model input: refused as loaded; with
+    ``--static-bounds`` inspect lists the padded output (bound: the 12
+    elements of the [3, 4] condition, 2 coordinates each) and its count."""
+    b = TFLiteBuilder()
+    x = b.add_input((3, 4), np.float32, name="x")
+    t = b.add_constant(np.array(0.5, np.float32), name="t")
+    m = b.add_tensor((3, 4), np.bool_, name="m")
+    out = b.add_tensor((1, 2), np.int64, name="coords", shape_signature=(-1, 2))
+    b.add_op("GREATER", [x, t], [m])
+    b.add_op("WHERE", [m], [out])
+    b.add_output(out)
+    path = tmp_path / "where.tflite"
+    path.write_bytes(b.build())
+    assert main(["inspect", str(path)]) == 1
+    assert "static_bounds=True" in capsys.readouterr().out
+    assert main(["inspect", str(path), "--static-bounds"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^\s+coords: int64\[12x2\]$", out, re.M), out
+    assert re.search(r"^\s+coords:valid_count: int32\[\]$", out, re.M), out
+    assert "--static-bounds`" in out
+
+
+@pytest.mark.parametrize("suffix,advice", [(".onnx", "rten-convert MODEL.onnx MODEL.rten"),
+                                           (".h5", "TFLiteConverter"), (".bin", None)])
+def test_a_file_of_another_format_is_refused_with_how_to_convert_it(tmp_path, suffix, advice):
+    """An ONNX protobuf (its first bytes: field 1, ir_version) is no
+    flatbuffer fbjax reads: the refusal says how to convert it; a file
+    without a known extension gets no advice."""
+    path = tmp_path / f"model{suffix}"
+    path.write_bytes(b"\x08\x07\x12\x07pytorch" + bytes(64))
+    with pytest.raises(fbjax.ModelFormatError, match="not a model file fbjax recognises") as e:
+        fbjax.load(path)
+    if advice:
+        assert advice in str(e.value)
+    else:
+        assert str(e.value).endswith("supported formats: gpu_cl, rten, stablehlo, tflite")
+
+
+def test_cli_warnings_are_one_line_naming_the_command(tmp_path):
+    """uint8 data for a float input warns (README: "with a warning the first
+    time"); the CLI prints it as ``fbjax run: warning: ...``, without Python's
+    file:line prefix and source line. (A subprocess: pytest records warnings
+    instead of printing them.)"""
+    path = _relu_model(tmp_path)
+    np.save(tmp_path / "x.npy", np.full((1, 4), 200, np.uint8))
+    proc = subprocess.run([sys.executable, "-m", "fbjax.cli", "run", str(path), "-i", str(tmp_path / "x.npy"),
+                           "--repeat", "0"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "fbjax run: warning: input 0 ('x') is float32 but got uint8 data" in proc.stderr, proc.stderr
+    assert "UserWarning" not in proc.stderr and "cli.py" not in proc.stderr, proc.stderr
+    assert "output out: float32[1x4]  min 200  max 200" in proc.stdout  # cast as is, then RELU
+
+
+def test_signature_on_a_file_without_signatures_says_to_leave_it_out(tmp_path, capsys):
+    path = _relu_model(tmp_path)
+    with pytest.raises(fbjax.InputError, match="its file defines no signatures"):
+        fbjax.load(path).signature("decode")
+    with pytest.raises(SystemExit) as e:
+        main(["run", str(path), "--signature", "decode"])
+    assert "the file defines no signatures; leave out --signature" in str(e.value)
+    assert "signatures are none" not in str(e.value)
+
+
+def test_run_on_a_file_with_several_signatures_says_which_one_runs(capsys):
+    """The llama fixture has the signatures prefill_16 (graph 0) and decode
+    (tests/data/llm/generate.py); a plain ``fbjax run`` runs graph 0 and says
+    so, naming --signature for the other."""
+    assert main(["run", str(LLAMA), "--repeat", "0"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert "2 signatures: prefill_16, decode" in first and "signature prefill_16's" in first
+    assert "--signature KEY" in first
+
+
+def test_infer_header_shows_an_example_without_its_batch_dimension(tmp_path, capsys):
+    """``fbjax infer`` prints what one example file must hold: the input's
+    shape without the batch dimension, [4] for a [1, 4] input."""
+    path = _relu_model(tmp_path)
+    (tmp_path / "d").mkdir()
+    for i in range(3):
+        np.save(tmp_path / "d" / f"{i}.npy", np.full((4,), i - 1, np.float32))
+    assert main(["infer", str(path), "--input-dir", str(tmp_path / "d"), "--out", str(tmp_path / "o.npy"),
+                 "--no-progress"]) == 0
+    assert "per example x: float32[4] (the model's inputs without the batch dimension)" in capsys.readouterr().out
+    np.testing.assert_array_equal(np.load(tmp_path / "o.npy"), [[0] * 4, [0] * 4, [1] * 4])
