@@ -380,8 +380,16 @@ def cmd_infer(args) -> int:
     check_out_path(args.out)
     n = len(example_files(args.inputs))
     if args.signature is None:
-        model = load(args.model, batch_size=None, quantized=args.quantized, constant_inputs=_constant_inputs(args),
-                     static_bounds=args.static_bounds)
+        from .errors import InputError
+
+        try:
+            model = load(args.model, batch_size=None, quantized=args.quantized,
+                         constant_inputs=_constant_inputs(args), static_bounds=args.static_bounds)
+        except InputError as e:
+            if not str(e).startswith("batch_size:"):
+                raise
+            # the batch-polymorphic rewrite refused: say what infer needs and what else works
+            raise SystemExit(f"fbjax infer: {_infer_needs(args.model, e)}") from None
     else:  # one entry point, at the file's shapes (a batch-1 signature runs vmapped over the examples)
         from .errors import InputError
 
@@ -412,6 +420,21 @@ def cmd_infer(args) -> int:
     order = f"sorted file-name order, names in {FILE_NAMES_KEY!r}" if out.endswith(".npz") else "sorted file-name order"
     print(f"wrote {out}: {n} examples ({order}) in {dt:.2f} s ({n / dt:.1f} examples/s, including compilation)")
     return 0
+
+
+def _infer_needs(path: str, error) -> str:
+    """Why ``fbjax infer`` cannot batch the model at ``path`` (the batch-1
+    rewrite of ``fbjax.load(path, batch_size=None)`` raised ``error``), and
+    what to do instead."""
+    from .formats import read_model
+
+    msg = (f"it batches the examples itself, so it loads the model batch-polymorphic "
+           f"(fbjax.load(path, batch_size=None)), which this model refuses: {error}")
+    sigs = read_model(path).signatures
+    if sigs:
+        return msg + (f". The file has signatures ({', '.join(sigs)}): --signature KEY runs one over the examples "
+                      "(vmapped when its inputs have a leading 1)")
+    return msg + ". `fbjax run MODEL --input NAME=FILE.npy` runs it on one batch as stored"
 
 
 def _int_at_least(lowest: int, what: str):
@@ -455,6 +478,10 @@ def cmd_export(args) -> int:
         raise SystemExit(f"fbjax export: output folder {folder} does not exist (create it first)")
     model = load(args.model, batch_size=args.batch_size, quantized=args.quantized,
                  constant_inputs=_constant_inputs(args), static_bounds=args.static_bounds)
+    if len(model.ir.signatures) > 1:  # export has no --signature: say which entry point is written
+        print(f"(the file has {len(model.ir.signatures)} signatures: {', '.join(model.ir.signatures)}; this exports "
+              "its first subgraph; for another, from Python: jax.export.export(jax.jit(model.signature(KEY).apply))"
+              "(model.params, **inputs))")
     exported, data = export_model(model, args.to, batch_size=args.batch_size)
     mode = "w" if isinstance(data, str) else "wb"
     with open(args.out, mode) as f:

@@ -169,3 +169,38 @@ def test_infer_header_shows_an_example_without_its_batch_dimension(tmp_path, cap
                  "--no-progress"]) == 0
     assert "per example x: float32[4] (the model's inputs without the batch dimension)" in capsys.readouterr().out
     np.testing.assert_array_equal(np.load(tmp_path / "o.npy"), [[0] * 4, [0] * 4, [1] * 4])
+
+
+def test_export_of_a_file_with_several_signatures_says_which_one_and_the_advised_route_works(tmp_path, capsys):
+    """``fbjax export`` writes the first subgraph and says so; the Python
+    route it prints for another signature exports a callable with that
+    signature's outputs (names and shapes from the signature's specs)."""
+    import jax
+
+    assert main(["export", str(LLAMA), "--to", "mlir", str(tmp_path / "m.mlir")]) == 0
+    out = capsys.readouterr().out
+    assert "2 signatures: prefill_16, decode; this exports its first subgraph" in out
+    model = fbjax.load(LLAMA)
+    sig = model.signature("decode")
+    ins = {s.name: np.zeros(s.shape, s.dtype) for s in sig.inputs}
+    exported = jax.export.export(jax.jit(sig.apply))(model.params, **ins)
+    got = exported.call(model.params, **ins)
+    assert {k: tuple(v.shape) for k, v in got.items()} == {s.name: tuple(s.shape) for s in sig.outputs}
+
+
+def test_infer_on_a_model_it_cannot_batch_says_what_it_needs(tmp_path, capsys):
+    """A [2, 3] input has no leading 1, so ``fbjax infer`` (which batches the
+    examples itself) cannot use it: the refusal says so and points to
+    ``fbjax run``; the LLM fixture's refusal points to --signature."""
+    path = tmp_path / "add.tflite"
+    path.write_bytes(single_op_model("ADD", [(2, 3), (2, 3)]))
+    (tmp_path / "d").mkdir()
+    np.savez(tmp_path / "d" / "0.npz", input0=np.ones(3, np.float32), input1=np.ones(3, np.float32))
+    with pytest.raises(SystemExit) as e:
+        main(["infer", str(path), "--input-dir", str(tmp_path / "d"), "--out", str(tmp_path / "o.npz")])
+    msg = str(e.value)
+    assert "it batches the examples itself" in msg and "leading batch dimension of 1" in msg
+    assert "fbjax run MODEL --input" in msg
+    with pytest.raises(SystemExit) as e:
+        main(["infer", str(LLAMA), "--input-dir", str(tmp_path / "d"), "--out", str(tmp_path / "o.npz")])
+    assert "The file has signatures (prefill_16, decode): --signature KEY" in str(e.value)
