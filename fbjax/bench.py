@@ -653,9 +653,32 @@ def add_arguments(p) -> None:
     p.add_argument("--md", metavar="OUT.md", help="write the markdown table")
 
 
+def _check_models(models) -> None:
+    """Refuse, before any benchmark runs, a model path that does not exist
+    and a ``light:NAME`` the onnx wheel lacks (listing the names it has).
+
+    Raises:
+        SystemExit: with the message for the user.
+    """
+    for m in models:
+        if m.startswith(LIGHT_PREFIX):
+            try:
+                src = light_onnx_path(m[len(LIGHT_PREFIX):])
+            except ImportError:
+                raise SystemExit(f"fbjax bench: {m} needs the onnx package (pip install '.[test]')") from None
+            if not os.path.isfile(src):
+                names = sorted(f[len("light_"):-len(".onnx")] for f in os.listdir(os.path.dirname(src))
+                               if f.startswith("light_") and f.endswith(".onnx"))
+                raise SystemExit(f"fbjax bench: the onnx wheel has no light model {m[len(LIGHT_PREFIX):]!r}; "
+                                 f"light:NAME takes one of: {', '.join(names)}")
+        elif not os.path.isfile(m):
+            raise SystemExit(f"fbjax bench: no such file {m}")
+
+
 def run_cli(args) -> int:
     """Run ``fbjax bench`` with parsed ``args``: benchmark, print the markdown
     table, write ``--json`` / ``--md`` when given; returns the exit status."""
+    _check_models(args.models)
     recs = bench_models(args.models, runs=args.runs, batch=args.batch, threads=args.threads,
                         first=not args.no_first_call)
     summ = summary(recs)

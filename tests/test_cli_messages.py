@@ -204,3 +204,15 @@ def test_infer_on_a_model_it_cannot_batch_says_what_it_needs(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         main(["infer", str(LLAMA), "--input-dir", str(tmp_path / "d"), "--out", str(tmp_path / "o.npz")])
     assert "The file has signatures (prefill_16, decode): --signature KEY" in str(e.value)
+
+
+def test_bench_refuses_unknown_models_before_running_anything(tmp_path):
+    """``fbjax bench light:NAME`` with a name the onnx wheel lacks listed a
+    truncated FileNotFoundError in the results table; now it is refused up
+    front with the names there are (squeezenet: the one benchmarks/ uses)."""
+    pytest.importorskip("onnx", reason="light:NAME models come with the onnx wheel (a test extra)")
+    with pytest.raises(SystemExit) as e:
+        main(["bench", "light:nosuch", "--runs", "1"])
+    assert "no light model 'nosuch'" in str(e.value) and "squeezenet" in str(e.value)
+    with pytest.raises(SystemExit, match="no such file"):
+        main(["bench", str(tmp_path / "missing.tflite"), "--runs", "1"])
