@@ -123,6 +123,12 @@ def test_a_file_of_another_format_is_refused_with_how_to_convert_it(tmp_path, su
         assert str(e.value).endswith("supported formats: gpu_cl, rten, stablehlo, tflite")
 
 
+def test_an_empty_file_is_called_empty(tmp_path):
+    (tmp_path / "m.tflite").write_bytes(b"")
+    with pytest.raises(fbjax.ModelFormatError, match=r"the file is empty \(0 bytes\)"):
+        fbjax.load(tmp_path / "m.tflite")
+
+
 def test_cli_warnings_are_one_line_naming_the_command(tmp_path):
     """uint8 data for a float input warns (README: "with a warning the first
     time"); the CLI prints it as ``fbjax run: warning: ...``, without Python's

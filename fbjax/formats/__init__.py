@@ -46,8 +46,8 @@ def detect_format(source) -> str:
         label = os.fspath(source)
         if os.path.isdir(label):
             raise ModelFormatError(
-                f"{label}: is a directory, not a model file; fbjax reads single .tflite, .rten and "
-                "StableHLO flatbuffer files (a TensorFlow SavedModel directory must be converted to "
+                f"{label}: is a directory, not a model file; fbjax reads single .tflite, .rten, "
+                "StableHLO flatbuffer and TFLite GPU delegate .bin files (a TensorFlow SavedModel directory must be converted to "
                 ".tflite first, e.g. with tf.lite.TFLiteConverter.from_saved_model)"
             )
         with open(label, "rb") as f:
@@ -57,6 +57,8 @@ def detect_format(source) -> str:
     for name, probe in _PROBES:
         if probe(source, head):
             return name
+    if not head:
+        raise ModelFormatError(f"{label}: the file is empty (0 bytes): an interrupted download or copy?")
     advice = _CONVERT_ADVICE.get(os.path.splitext(label)[1].lower(), "")
     raise ModelFormatError(
         f"{label}: not a model file fbjax recognises (first bytes {head!r}); "
