@@ -13,7 +13,7 @@ Steps: load batch-polymorphic -> loss before -> ``--steps`` Adam steps on
 fresh batches -> loss after (on a fixed held-out set) -> loss-curve PNG ->
 ``model.save(...)`` -> run the saved file in LiteRT and compare with fbjax.
 
-    python examples/finetune.py                 # ~30 s on 2 CPU cores (held-out loss 0.84 -> 0.17)
+    python examples/finetune.py                 # 30-40 s on 2 CPU cores (held-out loss 0.84 -> 0.17)
     python examples/finetune.py --steps 5       # smoke test
 
 Needs ``optax`` and ``matplotlib`` (``pip install '.[examples]'``); the
