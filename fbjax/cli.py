@@ -556,7 +556,10 @@ def build_parser() -> argparse.ArgumentParser:
         "jitted JAX functions.",
         epilog="Examples:\n  fbjax run                      # bundled selfie-segmentation model\n"
         "  fbjax inspect model.tflite\n  fbjax run model.tflite --input input_1=x.npy --output out.npz\n"
-        "  fbjax infer model.tflite --input-dir samples/ --out preds.npz",
+        "  fbjax infer model.tflite --input-dir samples/ --out preds.npz\n"
+        "  fbjax generate llm.tflite --prompt-tokens 1,2,3   # litert-torch prefill/decode signatures\n"
+        "  fbjax export model.tflite --to stablehlo model.jax\n"
+        "`fbjax COMMAND --help` describes each command's options.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     from . import __version__

@@ -222,3 +222,11 @@ def test_bench_refuses_unknown_models_before_running_anything(tmp_path):
     assert "no light model 'nosuch'" in str(e.value) and "squeezenet" in str(e.value)
     with pytest.raises(SystemExit, match="no such file"):
         main(["bench", str(tmp_path / "missing.tflite"), "--runs", "1"])
+
+
+def test_top_level_help_shows_an_example_of_each_main_command(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    examples = capsys.readouterr().out.split("Examples:")[1]
+    for command in ("inspect", "run", "infer", "generate", "export"):
+        assert re.search(rf"^  fbjax {command}\b", examples, re.M), command
