@@ -340,8 +340,8 @@ def cmd_run(args) -> int:
           f"load: {t_load * 1e3:.1f} ms   first result (trace + compile + run): {t_first * 1e3:.1f} ms")
     if times:
         print(
-            f"steady-state latency over {len(times)} run{'s' if len(times) > 1 else ''}: median {np.median(times) * 1e3:.3f} ms, "
-            f"min {np.min(times) * 1e3:.3f} ms"
+            f"steady-state latency over {len(times)} run{'s' if len(times) > 1 else ''}: "
+            f"median {np.median(times) * 1e3:.3f} ms, min {np.min(times) * 1e3:.3f} ms"
         )
     if args.output:
         names = [s.name for s in model.outputs]
@@ -379,9 +379,9 @@ def cmd_infer(args) -> int:
     # what can be checked without the model first (infer checks again, cheaply)
     check_out_path(args.out)
     n = len(example_files(args.inputs))
-    if args.signature is None:
-        from .errors import InputError
+    from .errors import InputError
 
+    if args.signature is None:
         try:
             model = load(args.model, batch_size=None, quantized=args.quantized,
                          constant_inputs=_constant_inputs(args), static_bounds=args.static_bounds)
@@ -391,8 +391,6 @@ def cmd_infer(args) -> int:
             # the batch-polymorphic rewrite refused: say what infer needs and what else works
             raise SystemExit(f"fbjax infer: {_infer_needs(args.model, e)}") from None
     else:  # one entry point, at the file's shapes (a batch-1 signature runs vmapped over the examples)
-        from .errors import InputError
-
         loaded = load(args.model, quantized=args.quantized, constant_inputs=_constant_inputs(args),
                       static_bounds=args.static_bounds)
         try:

@@ -47,8 +47,8 @@ def detect_format(source) -> str:
         if os.path.isdir(label):
             raise ModelFormatError(
                 f"{label}: is a directory, not a model file; fbjax reads single .tflite, .rten, "
-                "StableHLO flatbuffer and TFLite GPU delegate .bin files (a TensorFlow SavedModel directory must be converted to "
-                ".tflite first, e.g. with tf.lite.TFLiteConverter.from_saved_model)"
+                "StableHLO flatbuffer and TFLite GPU delegate .bin files (a TensorFlow SavedModel directory "
+                "must be converted to .tflite first, e.g. with tf.lite.TFLiteConverter.from_saved_model)"
             )
         with open(label, "rb") as f:
             head = f.read(8)
