@@ -524,6 +524,9 @@ def cmd_generate(args) -> int:
     from .errors import InputError
     from .generate import generate
 
+    if args.top_k is not None and args.temperature <= 0:  # (checked before loading; fbjax.generate checks too)
+        raise SystemExit("fbjax generate: --top-k K samples among the K best tokens, so it needs --temperature > 0 "
+                         "(e.g. --temperature 0.8); without --temperature decoding is greedy")
     model = load(args.model, quantized=args.quantized)
     prompts = args.prompt_tokens
     key = jax.random.key(args.seed)

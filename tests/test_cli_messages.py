@@ -230,3 +230,12 @@ def test_top_level_help_shows_an_example_of_each_main_command(capsys):
     examples = capsys.readouterr().out.split("Examples:")[1]
     for command in ("inspect", "run", "infer", "generate", "export"):
         assert re.search(rf"^  fbjax {command}\b", examples, re.M), command
+
+
+def test_generate_top_k_without_temperature_names_the_cli_options(tmp_path):
+    """--top-k without --temperature: refused in the CLI's own terms (it
+    said "top_k needs temperature > 0", fbjax.generate's parameter names),
+    before the model is read (the path here does not exist)."""
+    with pytest.raises(SystemExit) as e:
+        main(["generate", str(tmp_path / "missing.tflite"), "-p", "1,2", "--top-k", "5"])
+    assert "--top-k K samples" in str(e.value) and "needs --temperature > 0" in str(e.value)
