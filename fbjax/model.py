@@ -99,7 +99,8 @@ class Model:
     """A model file loaded as a JAX function.
 
     Call it like a function: ``outputs = model(*inputs)``. Inputs are numpy or
-    JAX arrays in :attr:`inputs` order; the result is one array for
+    JAX arrays in :attr:`inputs` order (or by name: ``model(input_1=x)``);
+    the result is one array for
     single-output models, else a tuple in :attr:`outputs` order. The call is
     ``jax.jit``-compiled once per distinct input shape. Inputs of other
     dtypes are cast to the :attr:`inputs`' dtypes where numpy's
@@ -264,14 +265,32 @@ class Model:
         self._outputs = list(specs)
 
     # -- pure function ---------------------------------------------------
-    def apply(self, params: dict, *inputs, state: Optional[dict] = None):
+    def _by_name(self, inputs: tuple, named: dict) -> tuple:
+        """``inputs`` (the first ones, in :attr:`inputs` order) completed by
+        ``named`` (``{input name: array}``) into one tuple in input order;
+        InputError for an unknown name, an input given twice or one missing."""
+        names = [s.name for s in self.inputs]
+        unknown = [k for k in named if k not in names]
+        if unknown:
+            raise InputError(f"no input named {', '.join(map(repr, unknown))}; the model's inputs are {names}")
+        twice = [k for k in named if names.index(k) < len(inputs)]
+        if twice:
+            raise InputError(f"input {', '.join(map(repr, twice))} given both by position and by name")
+        missing = [k for k in names[len(inputs):] if k not in named]
+        if missing:
+            raise InputError(f"missing input {', '.join(map(repr, missing))} (the model's inputs are {names})")
+        return tuple(inputs) + tuple(named[k] for k in names[len(inputs):])
+
+    def apply(self, params: dict, *inputs, state: Optional[dict] = None, **named):
         """Pure forward pass.
 
         Args:
             params: a dict with the same keys as :attr:`params` (arrays of the
                 same shapes; any float dtype: others than :attr:`params`'
                 are cast to it, float32, before use).
-            *inputs: one array per :attr:`inputs` entry.
+            *inputs: one array per :attr:`inputs` entry, in order; or
+                ``**named``: by input name, for those not given by position
+                (an input called ``state`` or ``params`` must be positional).
 
         Returns:
             one array, or a tuple of arrays for multi-output models; for
@@ -286,6 +305,8 @@ class Model:
                 keys that are not weights of the model, or a weight of
                 another shape or a non-float dtype.
         """
+        if named:
+            inputs = self._by_name(inputs, named)
         self._check_apply_shapes(inputs)
         self._check_params(params)
         want = self.program.params
@@ -486,16 +507,20 @@ class Model:
                 f"as {self.inputs[i].dtype.name}, or load the model with quantized=\"float\" to pass real "
                 "values")
 
-    def __call__(self, *inputs):
-        """Run the model jitted on ``inputs`` (see class docstring). Inside a
-        JAX transform of the caller's (``jax.jit``, ``jax.grad``, ``vmap``,
-        ``lax.map``) it traces :meth:`apply` on :attr:`params` into the
-        caller's program.
+    def __call__(self, *inputs, **named):
+        """Run the model jitted on ``inputs`` (see class docstring), given in
+        :attr:`inputs` order, or by name (``model(input_1=x)``; positional
+        ones first, then names for the rest). Inside a JAX transform of the
+        caller's (``jax.jit``, ``jax.grad``, ``vmap``, ``lax.map``) it traces
+        :meth:`apply` on :attr:`params` into the caller's program.
 
         Raises:
-            InputError: wrong number, shape or dtype of inputs; :attr:`params`
-                missing weights of the model or holding other keys.
+            InputError: wrong number, shape or dtype of inputs, a name that is
+                not an input or an input given twice; :attr:`params` missing
+                weights of the model or holding other keys.
         """
+        if named:
+            inputs = self._by_name(inputs, named)
         params = self.params
         if type(params) is not dict or len(params) != len(self._param_shapes):
             self._check_params(params)  # InputError: keys missing or not weights of the model (a typo)
@@ -789,7 +814,8 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
 
     Args:
         source: path to a model file (``.tflite``, ``.rten``,
-            ``stablehlo.flatbuf`` or a TFLite GPU delegate ``.bin``), or its bytes.
+            ``stablehlo.flatbuf`` or a TFLite GPU delegate ``.bin``; a
+            leading ``~`` is the home directory), or its bytes.
         format: force the format (``"tflite"``, ``"rten"``, ``"stablehlo"`` or
             ``"gpu_cl"``); detected from the bytes when omitted.
         batch_size: ``"file"`` (default): the shapes stored in the file.
@@ -890,6 +916,8 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
     """
     cache.enable()  # JAX's persistent compilation cache (fbjax/cache.py)
     options = LoadOptions(format, batch_size, quantized, while_max_iterations, static_bounds, compute_dtype)
+    if isinstance(source, (str, os.PathLike)):
+        source = os.path.expanduser(source)  # "~/models/x.tflite", as a shell would expand it
     ir = read_model(source, options.format)
     if constant_inputs:
         bind_inputs(ir, constant_inputs)

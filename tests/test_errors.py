@@ -8,6 +8,7 @@ calls with wrong inputs :class:`fbjax.InputError`.
 
 from __future__ import annotations
 
+import jax
 import numpy as np
 import pytest
 
@@ -109,6 +110,15 @@ def test_corrupted_bytes_in_valid_model(seed):
         pass
 
 
+def test_home_directory_path(tmp_path, monkeypatch):
+    """fbjax.load("~/...") reads from the home directory, as a shell path would."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "m.tflite").write_bytes(single_op_model("ADD", [(2, 3), (2, 3)]))
+    m = fbjax.load("~/m.tflite")
+    x = np.ones((2, 3), np.float32)
+    np.testing.assert_array_equal(np.asarray(m(x, x)), 2 * x)  # 1 + 1, exact
+
+
 def test_not_a_model_file(tmp_path):
     path = tmp_path / "notes.txt"
     path.write_bytes(b"these are not the bytes you are looking for\n" * 10)
@@ -196,6 +206,26 @@ def test_wrong_input_count(two_input_model, count):
     xs = [np.zeros((2, 3), np.float32)] * count
     with pytest.raises(fbjax.InputError):
         two_input_model(*xs)
+
+
+def test_inputs_by_name():
+    """model(name=x) and model.apply(params, name=x) put named inputs in
+    input order (SUB: the order shows in the result, exact in float32 for
+    these small integers); unknown, doubled and missing names are InputErrors."""
+    m = fbjax.load(single_op_model("SUB", [(2, 3), (2, 3)], options=dict(fused_activation_function="NONE")))
+    first, second = (s.name for s in m.inputs)
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    b = np.full((2, 3), 10, np.float32)
+    want = a - b
+    np.testing.assert_array_equal(np.asarray(m(**{second: b, first: a})), want)
+    np.testing.assert_array_equal(np.asarray(m(a, **{second: b})), want)
+    np.testing.assert_array_equal(np.asarray(jax.jit(lambda p: m.apply(p, **{second: b, first: a}))(m.params)), want)
+    with pytest.raises(fbjax.InputError, match="no input named 'nope'"):
+        m(a, nope=b)
+    with pytest.raises(fbjax.InputError, match="given both by position and by name"):
+        m(a, b, **{first: a})
+    with pytest.raises(fbjax.InputError, match=f"missing input '{second}'"):
+        m(**{first: a})
 
 
 def test_wrong_input_dtype(two_input_model):

@@ -224,7 +224,7 @@ def compare(actual, expected, rtol: float, atol: float) -> Optional[str]:
 
 # Input positions whose values fix output shapes, beyond the registry's
 # static_inputs: data-dependent ops that need their inputs at load time.
-_VALUE_SHAPED = {"NonZero": (0,), "NonMaxSuppression": (0, 1), "TopK": (1,)}
+_VALUE_SHAPED = {"NonMaxSuppression": (0, 1), "TopK": (1,)}
 
 
 def shape_determining_inputs(ir) -> list:

@@ -294,13 +294,14 @@ def DepthToSpace(ctx, input, *, mode="DCR", block_size=0):
     return y.reshape(n, c // (b * b), h * b, w * b)
 
 
-@register(OP_SET, "NonZero", differentiable=False)
+@register(OP_SET, "NonZero", static_inputs=(0,), differentiable=False, bounded_inputs=(0,))
 def NonZero(ctx, X):
     """ONNX ``NonZero``: int32 ``[rank, count]`` indices of nonzero elements.
 
     The output shape depends on the values, so as loaded ``X`` must be known
-    at load time (a constant or folded from constants); otherwise this
-    raises. In static-bound mode (``fbjax.load(..., static_bounds=True)``:
+    at load time (a constant or folded from constants); otherwise ``load``
+    refuses the model (:class:`~fbjax.errors.UnsupportedOperatorError`, as
+    for every ``static_inputs`` operand). In static-bound mode (``fbjax.load(..., static_bounds=True)``:
     the node has a second, count output) ``X`` may be computed by the graph:
     returns ``([rank, X.size]`` indices in row-major order, then -1 columns,
     and the int32 number of nonzero elements)``, jittable and vmappable.
