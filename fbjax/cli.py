@@ -476,10 +476,16 @@ def cmd_export(args) -> int:
         raise SystemExit(f"fbjax export: output folder {folder} does not exist (create it first)")
     model = load(args.model, batch_size=args.batch_size, quantized=args.quantized,
                  constant_inputs=_constant_inputs(args), static_bounds=args.static_bounds)
-    if len(model.ir.signatures) > 1:  # export has no --signature: say which entry point is written
+    if args.signature is not None:  # one entry point: apply(params, *its inputs) -> {output name: array}
+        from .errors import InputError
+
+        try:
+            model = model.signature(args.signature)
+        except InputError as e:
+            raise SystemExit(f"fbjax export: {_no_signature(e, model, args.signature)}") from None
+    elif len(model.ir.signatures) > 1:  # say which entry point is written
         print(f"(the file has {len(model.ir.signatures)} signatures: {', '.join(model.ir.signatures)}; this exports "
-              "its first subgraph; for another, from Python: jax.export.export(jax.jit(model.signature(KEY).apply))"
-              "(model.params, **inputs))")
+              "its first subgraph: --signature KEY exports another)")
     exported, data = export_model(model, args.to, batch_size=args.batch_size)
     mode = "w" if isinstance(data, str) else "wb"
     with open(args.out, mode) as f:
@@ -659,6 +665,9 @@ def build_parser() -> argparse.ArgumentParser:
     pe.add_argument("out", help="output file")
     pe.add_argument("--batch-size", type=_parse_batch, default="file", metavar="N|dynamic|file",
                     help="batch of the exported function: the file's (default), an int, or 'dynamic' (symbolic)")
+    pe.add_argument("--signature", "-s", metavar="KEY", default=None,
+                    help="export this signature (fbjax inspect lists them): call(params, *its inputs in the "
+                    "signature's order) -> {output name: array}; default: the first subgraph")
     _add_quantized(pe, " (exact: the integer weights are constants in the artifact, the .params.npz is empty)")
     _add_constant_input(pe)
     pe.set_defaults(func=cmd_export)

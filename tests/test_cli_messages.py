@@ -177,21 +177,34 @@ def test_infer_header_shows_an_example_without_its_batch_dimension(tmp_path, cap
     np.testing.assert_array_equal(np.load(tmp_path / "o.npy"), [[0] * 4, [0] * 4, [1] * 4])
 
 
-def test_export_of_a_file_with_several_signatures_says_which_one_and_the_advised_route_works(tmp_path, capsys):
-    """``fbjax export`` writes the first subgraph and says so; the Python
-    route it prints for another signature exports a callable with that
-    signature's outputs (names and shapes from the signature's specs)."""
+def test_export_of_a_file_with_several_signatures_says_which_one_and_signature_exports_another(tmp_path, capsys):
+    """``fbjax export`` writes the first subgraph and says so, pointing to
+    --signature; ``--signature decode`` writes an artifact whose call takes
+    the decode signature's inputs and returns its outputs by name, equal to
+    the signature runner's (the artifact is the lowering of the runner's
+    own pure function: one program), with the weights file next to it."""
     import jax
 
     assert main(["export", str(LLAMA), "--to", "mlir", str(tmp_path / "m.mlir")]) == 0
     out = capsys.readouterr().out
-    assert "2 signatures: prefill_16, decode; this exports its first subgraph" in out
+    assert "2 signatures: prefill_16, decode; this exports its first subgraph: --signature KEY" in out
+    assert main(["export", str(LLAMA), "--signature", "decode", "--to", "stablehlo", str(tmp_path / "d.jax")]) == 0
+    out = capsys.readouterr().out
     model = fbjax.load(LLAMA)
     sig = model.signature("decode")
-    ins = {s.name: np.zeros(s.shape, s.dtype) for s in sig.inputs}
-    exported = jax.export.export(jax.jit(sig.apply))(model.params, **ins)
-    got = exported.call(model.params, **ins)
-    assert {k: tuple(v.shape) for k, v in got.items()} == {s.name: tuple(s.shape) for s in sig.outputs}
+    assert f"call(params, {', '.join(s.name for s in sig.inputs)})" in out
+    exported = jax.export.deserialize(bytearray((tmp_path / "d.jax").read_bytes()))
+    params = dict(np.load(tmp_path / "d.params.npz"))
+    rng = np.random.default_rng(0)
+    ins = [np.asarray(rng.integers(0, 4, s.shape) if np.dtype(s.dtype).kind in "iu"
+                      else rng.standard_normal(s.shape), s.dtype) for s in sig.inputs]
+    got = exported.call(params, *ins)
+    want = sig(*ins)
+    assert list(got) == [s.name for s in sig.outputs]
+    for k, w in want.items():  # one program: the artifact holds the runner's own jit lowering
+        np.testing.assert_array_equal(np.asarray(got[k]), np.asarray(w), err_msg=k)
+    with pytest.raises(SystemExit, match="no signature 'nope'"):
+        main(["export", str(LLAMA), "--signature", "nope", "--to", "mlir", str(tmp_path / "n.mlir")])
 
 
 def test_infer_on_a_model_it_cannot_batch_says_what_it_needs(tmp_path, capsys):
