@@ -17,6 +17,13 @@ attention at position ``p`` sees positions ``<= p`` only (the model's causal
 mask, or the mask :func:`generate` passes), and decode step ``p`` rewrites
 entry ``p`` before any later step reads it. So each row's tokens equal those
 of the same prompt run alone.
+
+Longer prompts: more than ``N + 1`` tokens are prefilled in chunks of ``N``
+positions, the prefill signature called once per chunk with that chunk's
+``input_pos`` (and mask) on the cache the chunks before it filled; where the
+last chunk would run past the cache it starts ``N`` positions before the
+cache's end instead, recomputing some positions from the same tokens (the
+same entries again).
 """
 
 from __future__ import annotations
@@ -117,22 +124,31 @@ def _cache_positions(dec) -> Optional[int]:
     return None
 
 
-def _program(pre, dec, max_new_tokens: int, temperature: float, top_k: Optional[int]):
-    """The jittable ``(params, tokens [B, N], lengths [B], keys [B]) -> [B, max_new_tokens]``."""
+def _program(pre, dec, max_new_tokens: int, temperature: float, top_k: Optional[int], starts: tuple = (0,)):
+    """The jittable ``(params, tokens [B, T], lengths [B], keys [B]) -> [B, max_new_tokens]``:
+    one prefill call per entry of ``starts`` (each chunk's first position), then the decode loop."""
     pre_in = {s.name: s for s in pre.inputs}
     dec_in = {s.name: s for s in dec.inputs}
     cache_names = [n for n in dec_in if n.startswith(_CACHE_PREFIX)]
     n_prefill = pre_in["tokens"].shape[-1]
 
-    def row(params, tokens, length, key):
-        kv = {n: jnp.zeros(dec_in[n].shape, dec_in[n].dtype) for n in cache_names}
-        pos = jnp.arange(n_prefill, dtype=jnp.int32)
-        ins = dict(kv, tokens=tokens[None, :n_prefill].astype(pre_in["tokens"].dtype),
+    def prefill(params, tokens, kv, start):
+        pos = start + jnp.arange(n_prefill, dtype=jnp.int32)
+        chunk = jax.lax.dynamic_slice_in_dim(tokens, start, n_prefill)
+        ins = dict(kv, tokens=chunk[None].astype(pre_in["tokens"].dtype),
                    input_pos=pos.astype(pre_in["input_pos"].dtype))
         if "mask" in pre_in:
             ins["mask"] = _causal_mask(pre_in["mask"], pos)
         out = pre.apply(params, **ins)
-        kv = {n: out[n] for n in cache_names}
+        return {n: out[n] for n in cache_names}
+
+    def row(params, tokens, length, key):
+        kv = {n: jnp.zeros(dec_in[n].shape, dec_in[n].dtype) for n in cache_names}
+        if len(starts) == 1:
+            kv = prefill(params, tokens, kv, jnp.int32(starts[0]))
+        else:  # one compiled prefill body, called per chunk
+            kv, _ = jax.lax.scan(lambda kv, start: (prefill(params, tokens, kv, start), None), kv,
+                                 jnp.asarray(starts, jnp.int32))
         last = tokens[length - 1]
 
         def step(carry, k):
@@ -167,8 +183,11 @@ def generate(model, prompt_tokens, max_new_tokens: int, *, key=None, temperature
             layout; with or without a ``mask`` input).
         prompt_tokens: one prompt (a sequence of ints) or a batch of them
             (a list of sequences of different lengths, or an int array
-            ``[B, T]`` of equal-length prompts). Each prompt has 1 to
-            ``N + 1`` tokens (``N``: the prefill signature's length).
+            ``[B, T]`` of equal-length prompts), each of at least one token.
+            Up to ``N + 1`` tokens (``N``: the prefill signature's length)
+            take one prefill call; longer ones are prefilled in chunks of
+            ``N`` (see the module docstring), which needs a KV cache layout
+            fbjax can read the length of (litert-torch's two).
         max_new_tokens: decode steps (>= 1); prompt length + this must fit
             the KV cache.
         key: a JAX PRNG key for sampling (each row gets its own split);
@@ -213,17 +232,21 @@ def generate(model, prompt_tokens, max_new_tokens: int, *, key=None, temperature
     n = {s.name: s for s in pre.inputs}["tokens"].shape[-1]
     if not rows:
         raise InputError("generate: no prompts")
+    positions = _cache_positions(dec)
     for i, r in enumerate(rows):
-        if not 1 <= len(r) <= n + 1:
+        if not r:
+            raise InputError(f"generate: prompt {i} is empty (a prompt needs at least one token)")
+        if len(r) > n + 1 and (positions is None or positions < n):
             raise InputError(f"generate: prompt {i} has {len(r)} tokens; signature {pre.key!r} takes 1 to {n + 1} "
-                             "(its prefill length + the first decode step)")
+                             "(its prefill length + the first decode step), and longer prompts are prefilled in "
+                             "chunks only where fbjax can read the KV cache's length from the decode signature "
+                             "(litert-torch's cache layouts)")
     vocab = {s.name: s for s in dec.outputs}["logits"].shape[-1]
     for i, r in enumerate(rows):
         bad = [int(t) for t in r if not 0 <= int(t) < vocab]
         if bad:
             raise InputError(f"generate: prompt {i} has token ids {bad[:5]} outside 0..{vocab - 1} (the decode "
                              f"signature's logits have {vocab} entries: the vocabulary)")
-    positions = _cache_positions(dec)
     if positions is not None and max(map(len, rows)) - 1 + max_new_tokens > positions:
         raise InputError(f"generate: {max(map(len, rows))} prompt tokens + {max_new_tokens} new ones exceed the "
                          f"KV cache ({positions} positions): ask for at most "
@@ -231,7 +254,9 @@ def generate(model, prompt_tokens, max_new_tokens: int, *, key=None, temperature
     devs = list(jax.local_devices() if devices is None else devices)
     n_rows = len(rows)
     rows = rows + [rows[-1]] * (-n_rows % len(devs))  # whole shards: padded rows are dropped below
-    tokens = np.full((len(rows), n + 1), pad_id, np.int32)
+    chunks = max(1, -(-(max(map(len, rows)) - 1) // n))  # prefill calls: the longest prompt's
+    starts = tuple(c * n if positions is None else min(c * n, positions - n) for c in range(chunks))
+    tokens = np.full((len(rows), chunks * n + 1), pad_id, np.int32)  # every chunk, then the last prompt token
     for i, r in enumerate(rows):
         tokens[i, :len(r)] = r
     lengths = np.asarray([len(r) for r in rows], np.int32)
@@ -243,10 +268,10 @@ def generate(model, prompt_tokens, max_new_tokens: int, *, key=None, temperature
         tokens, lengths, keys = (jax.device_put(a, rows_sharding) for a in (tokens, lengths, keys))
         params = jax.device_put(model.params if params is None else params, NamedSharding(mesh, P()))
     cache = model.__dict__.setdefault("_generate_jit", {})
-    ck = (pre.key, dec.key, int(max_new_tokens), float(temperature), top_k)
+    ck = (pre.key, dec.key, int(max_new_tokens), float(temperature), top_k, starts)
     fn = cache.get(ck)
     if fn is None:
-        fn = cache[ck] = jax.jit(_program(pre, dec, int(max_new_tokens), float(temperature), top_k))
+        fn = cache[ck] = jax.jit(_program(pre, dec, int(max_new_tokens), float(temperature), top_k, starts))
     with jax.enable_x64(model._x64):
         out = np.asarray(fn(model.params if params is None else params, tokens, lengths, keys))[:n_rows]
     return out[0] if single else out

@@ -161,10 +161,31 @@ def test_generate_sampling():
     np.testing.assert_array_equal(a, b)  # an explicit key: reproducible
     assert (a != c).any() and (a != greedy[:2]).any()  # 64 draws from 256 tokens at temperature 1
     assert a.min() >= 0 and a.max() < 256
-    with pytest.raises(fbjax.InputError, match="prompt 0 has 18 tokens"):
-        fbjax.generate(model, [list(range(18))], 4)
+    with pytest.raises(fbjax.InputError, match="prompt 0 is empty"):
+        fbjax.generate(model, [[]], 4)
     with pytest.raises(fbjax.InputError, match="top_k needs temperature > 0"):
         fbjax.generate(model, [1, 2], 4, top_k=3)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_generate_long_prompts_prefill_in_chunks(arch):
+    """Prompts longer than prefill_16 + 1 tokens are prefilled 16 positions at
+    a time. The oracle: the same prompts prefilled one token at a time
+    through the decode signature (prefill="decode"), a path checked here
+    against LiteRT's tokens on the fixture's short prompts. llama computes
+    its causal mask from input_pos inside the graph, gemma takes it as an
+    input; 18, 33 and 47 tokens take 2, 2 and 3 chunks (the last of 47
+    starts at 32: 46 positions to fill), one batch with a short prompt."""
+    model = _model(f"{arch}_f32")
+    short, want = _prompts(f"{arch}_f32")
+    np.testing.assert_array_equal(fbjax.generate(model, short, 8, prefill="decode"), want[:, :8])
+    rng = np.random.default_rng(1)
+    prompts = [list(rng.integers(0, 256, k)) for k in (18, 33, 47)] + [short[0]]
+    chunked = fbjax.generate(model, prompts, 16)
+    np.testing.assert_array_equal(chunked, fbjax.generate(model, prompts, 16, prefill="decode"))
+    np.testing.assert_array_equal(chunked[3], want[0, :16])  # the short prompt's tokens as LiteRT's
+    with pytest.raises(fbjax.InputError, match="exceed the KV cache"):
+        fbjax.generate(model, [list(range(70))], 4)
 
 
 @pytest.mark.parametrize("arch", ARCHS)
