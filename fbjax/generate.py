@@ -255,7 +255,7 @@ def generate(model, prompt_tokens, max_new_tokens: int, *, key=None, temperature
     n_rows = len(rows)
     rows = rows + [rows[-1]] * (-n_rows % len(devs))  # whole shards: padded rows are dropped below
     chunks = max(1, -(-(max(map(len, rows)) - 1) // n))  # prefill calls: the longest prompt's
-    starts = tuple(c * n if positions is None else min(c * n, positions - n) for c in range(chunks))
+    starts = tuple(c * n if c == 0 or positions is None else min(c * n, positions - n) for c in range(chunks))
     tokens = np.full((len(rows), chunks * n + 1), pad_id, np.int32)  # every chunk, then the last prompt token
     for i, r in enumerate(rows):
         tokens[i, :len(r)] = r
