@@ -19,21 +19,11 @@ import pytest
 import fbjax
 import fbjax.data
 from fbjax.cli import main
-from fbjax.testing import TFLiteBuilder, single_op_model
+from fbjax.testing import single_op_model
+from test_cli import _relu_model  # x[1,4] -> RELU -> out[1,4], written to tmp_path/relu.tflite
+from test_tflite_static_bounds import _where_model  # GREATER(x[3,4], 0.5) -> WHERE -> coords
 
 LLAMA = Path(__file__).parent / "data" / "llm" / "llama_f32.tflite"
-
-
-def _relu_model(tmp_path) -> Path:
-    """x[1,4] float32 -> RELU -> out[1,4]."""
-    b = TFLiteBuilder()
-    x = b.add_input((1, 4), name="x")
-    y = b.add_tensor((1, 4), name="out")
-    b.add_op("RELU", [x], [y])
-    b.add_output(y)
-    path = tmp_path / "relu.tflite"
-    path.write_bytes(b.build())
-    return path
 
 
 def _reshape_model(tmp_path) -> Path:
@@ -88,16 +78,8 @@ def test_inspect_static_bounds_lists_the_count_outputs(tmp_path, capsys):
     """GREATER then WHERE on a model input: refused as loaded; with
     ``--static-bounds`` inspect lists the padded output (bound: the 12
     elements of the [3, 4] condition, 2 coordinates each) and its count."""
-    b = TFLiteBuilder()
-    x = b.add_input((3, 4), np.float32, name="x")
-    t = b.add_constant(np.array(0.5, np.float32), name="t")
-    m = b.add_tensor((3, 4), np.bool_, name="m")
-    out = b.add_tensor((1, 2), np.int64, name="coords", shape_signature=(-1, 2))
-    b.add_op("GREATER", [x, t], [m])
-    b.add_op("WHERE", [m], [out])
-    b.add_output(out)
     path = tmp_path / "where.tflite"
-    path.write_bytes(b.build())
+    path.write_bytes(_where_model())
     assert main(["inspect", str(path)]) == 1
     assert "static_bounds=True" in capsys.readouterr().out
     assert main(["inspect", str(path), "--static-bounds"]) == 0
