@@ -81,6 +81,10 @@ class OpDef:
             valid-count output by :func:`fbjax.passes.add_valid_counts`)
             lets the graph compute: the op then pads its output to a bound
             (TFLite WHERE's condition, UNIQUE's input).
+        static_bound: for ops whose output size depends on values: the
+            rule (:mod:`fbjax.bound_rules`) by which static-bound mode
+            (:func:`fbjax.passes.add_valid_counts`) pads the node's outputs
+            and names its valid count; None: the op's sizes are static.
         traced_weights: for hybrid kernels (``"tflite.hybrid"``): the
             lowering also takes its integer weights as traced arrays, so
             float mode can feed it re-quantized params
@@ -119,6 +123,7 @@ class OpDef:
     full_precision: bool = False
     traced_weights: bool = False
     bounded_inputs: tuple = ()
+    static_bound: Optional[Callable] = None
     hybrid_eligible: Optional[Callable] = None
     squashing: bool = False
     bias_scale: Optional[tuple] = None
@@ -130,7 +135,8 @@ class OpDef:
 
 _FACTS = frozenset({"batch", "foldable", "weights", "int_passthrough", "fq_rounding", "reads_input_twice",
                     "scalar_regions", "check", "stateful", "init_state", "full_precision",
-                    "traced_weights", "bounded_inputs", "hybrid_eligible", "squashing", "bias_scale"})
+                    "traced_weights", "bounded_inputs", "static_bound", "hybrid_eligible", "squashing",
+                    "bias_scale"})
 
 
 class Registry:

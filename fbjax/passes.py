@@ -252,86 +252,24 @@ def bind_inputs(ir: ModelIR, constants) -> None:
             del sig.inputs[k]
 
 
-#: Ops whose output size depends on the values of their inputs, and which
-#: ``static_bounds=True`` pads to a bound: ``(op set, op name)``.
-VALUE_SIZED_OPS = frozenset({("onnx", "NonMaxSuppression"), ("onnx", "NonZero"), ("onnx", "Loop"), ("onnx", "TopK"),
-                             ("tflite", "WHERE"), ("tflite", "UNIQUE")})
-
-
-def add_valid_counts(ir: ModelIR) -> None:
+def add_valid_counts(ir: ModelIR, *, registry) -> None:
     """Static-bound mode (``fbjax.load(..., static_bounds=True)``), in place:
-    every :data:`VALUE_SIZED_OPS` node of the main graph (for ``Loop``: one
-    with scan outputs) gets a trailing output, an int32 scalar
-    ``"<output name>:valid_count"``, appended to the graph's outputs; its
-    lowering (and the numpy reference) then returns the output padded to its
-    bound (see :func:`fbjax.load`) plus that count (for ``Loop``: the
-    iterations run; scan outputs padded to the trip count; ``TopK``: only
-    where ``k`` is not stored in the file, outputs of the axis' full
-    size; TFLite ``WHERE``/``UNIQUE``: only where the input is not stored in
-    the file, ``[input size, rank]`` coordinates / ``[input size]`` values,
-    the count named after the first output)."""
+    every main-graph node whose op was registered with a ``static_bound``
+    rule (:mod:`fbjax.bound_rules`: ONNX NonZero, NonMaxSuppression, TopK,
+    Loop; TFLite WHERE, UNIQUE) and that the rule says needs one gets a
+    trailing output, an int32 scalar ``"<output name>:valid_count"``,
+    appended to the graph's outputs; the rule sets the padded outputs'
+    shapes to their bounds. Its lowering (and the numpy reference) then
+    returns the outputs padded to those bounds plus the count (see
+    :func:`fbjax.load`). ``registry``: the lowering registry
+    (:data:`fbjax.lower.LOWERINGS`)."""
     g = ir.main_graph
     for node in g.nodes:
-        if (node.op_set, node.op_name) not in VALUE_SIZED_OPS:
-            continue
-        if node.op_name == "Loop":
-            n_state = len(node.inputs) - 2 - len(node.attrs.get("body_captures", ()))
-            if len(node.outputs) <= n_state:
-                continue
-            out = next((o for o in node.outputs[n_state:] if o is not None), None)
-        elif node.op_name == "TopK":  # only a k the file does not store (computed by the graph)
-            k = node.inputs[1] if len(node.inputs) > 1 else None
-            if k is None or k.data is not None or len(node.outputs) != 2:
-                continue
-            x = node.inputs[0]
-            out = node.outputs[0]
-            for o in node.outputs:
-                if o is not None and x.shape is not None:
-                    o.shape = tuple(x.shape)  # the bound: the axis' full size
-            if out is None:
-                out = node.outputs[1]
-        elif node.op_set == "tflite":  # WHERE, UNIQUE: a stored input's result size is known at load
-            x = node.inputs[0] if node.inputs else None
-            out = node.outputs[0] if node.outputs else None
-            n_out = 2 if node.op_name == "UNIQUE" else 1
-            if x is None or x.data is not None or out is None or len(node.outputs) != n_out:
-                continue
-            bound = _value_sized_bound(node)
-            if bound is None:
-                continue
-            out.shape = bound
-        else:
-            if len(node.outputs) != 1 or node.outputs[0] is None:
-                continue
-            out = node.outputs[0]
-            out.shape = _value_sized_bound(node) or out.shape
+        od = registry.get(node.op_set, node.op_name)
+        rule = od.static_bound if od is not None else None
+        out = rule(node) if rule is not None else None
         if out is None:
             continue
         count = Value(out.name + VALID_COUNT_SUFFIX, np.dtype(np.int32), ())
         node.outputs = list(node.outputs) + [count]
         g.outputs = list(g.outputs) + [count]
-
-
-def _value_sized_bound(node: Node):
-    """The padded output shape of a :data:`VALUE_SIZED_OPS` node where the
-    input shapes (and NMS's constant ``max_output_boxes_per_class``) give it,
-    else None."""
-    x = node.inputs[0] if node.inputs else None
-    if x is None or not x.static_shape:
-        return None
-    size = int(np.prod(x.shape, dtype=np.int64))
-    if node.op_name == "NonZero":
-        return (len(x.shape), size)
-    if node.op_name == "WHERE":  # one row of coordinates per element
-        return (size, len(x.shape))
-    if node.op_name == "UNIQUE":  # every element distinct
-        return (size,)
-    scores = node.inputs[1] if len(node.inputs) > 1 else None
-    mx = node.inputs[2] if len(node.inputs) > 2 else None
-    if scores is None or not scores.static_shape or len(scores.shape) != 3:
-        return None
-    per = 0 if mx is None else (None if mx.data is None else int(np.asarray(mx.data).reshape(-1)[0]))
-    if per is None:
-        return None
-    b, c, n = scores.shape
-    return (b * c * min(max(per, 0), n), 3)

@@ -33,7 +33,7 @@ def prepare(ir: ModelIR, options: LoadOptions, registry=LOWERINGS) -> ModelIR:
     """
     prepare_quantized(ir, options.quantized, registry=registry)
     if options.static_bounds:
-        add_valid_counts(ir)
+        add_valid_counts(ir, registry=registry)
     if options.rewrites_batch:
         set_batch_size(ir, options.batch_size, registry=registry)
     return ir

@@ -5,7 +5,7 @@ each import is resolved to the fbjax module it names. Layers, lowest first:
 
 0. ``ir``, ``errors``, ``options``, ``_registry``, ``quantmath``, ``_farmhash``,
    ``formats`` (readers and writers): know nothing of JAX lowering;
-1. passes: ``passes``, ``batch_rules``, ``quantization`` (IR rewrites; they learn about ops
+1. passes: ``passes``, ``batch_rules``, ``bound_rules``, ``quantization`` (IR rewrites; they learn about ops
    from the registry they are handed, not by importing the lowering);
 2. ``lower`` (the op sets, the graph builder, kernels) and ``reference``
    (the numpy twins; separately checked never to import ``lower``);
@@ -34,7 +34,7 @@ PKG = Path(__file__).resolve().parent.parent / "fbjax"
 LAYERS = {
     "fbjax.ir": 0, "fbjax.errors": 0, "fbjax.options": 0, "fbjax._registry": 0, "fbjax.quantmath": 0, "fbjax._farmhash": 0,
     "fbjax.formats": 0, "fbjax.data": 0,
-    "fbjax.passes": 1, "fbjax.batch_rules": 1, "fbjax.quantization": 1,
+    "fbjax.passes": 1, "fbjax.batch_rules": 1, "fbjax.bound_rules": 1, "fbjax.quantization": 1,
     "fbjax.lower": 2, "fbjax.reference": 2,
     "fbjax.lower.inference": 3, "fbjax.cache": 3, "fbjax.custom": 3, "fbjax.pipeline": 3,
     "fbjax.run": 4,

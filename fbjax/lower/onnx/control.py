@@ -36,6 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from ... import bound_rules
 from ...errors import UnsupportedOperatorError
 from ..registry import register
 from ._util import OP_SET, as_bool, axis as norm_axis, concrete, has_valid_count, ints
@@ -125,7 +126,7 @@ def _warn_once(ctx, msg: str) -> None:
         warnings.warn(msg, stacklevel=2)
 
 
-@register(OP_SET, "Loop", foldable=False)
+@register(OP_SET, "Loop", foldable=False, static_bound=bound_rules.onnx_loop)
 def Loop(ctx, M=None, cond=None, *rest, body=-1, body_captures=()):
     """ONNX ``Loop``: ``for i in range(M) while cond`` over loop-carried values
     (strategies: see the module docstring)."""

@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ... import bound_rules
 from .. import kernels
 from ..registry import register
 from ._util import OP_SET, ints, require_concrete
@@ -59,7 +60,8 @@ def _iou(a, b):
     return inter / ua if ua > 0 else 0.0
 
 
-@register(OP_SET, "NonMaxSuppression", static_inputs=(2, 3, 4), differentiable=False)
+@register(OP_SET, "NonMaxSuppression", static_inputs=(2, 3, 4), differentiable=False,
+          static_bound=bound_rules.onnx_nonmaxsuppression)
 def NonMaxSuppression(ctx, boxes, scores, max_output_boxes_per_class=None, iou_threshold=None,
                       score_threshold=None, *, box_order="TopLeftBottomRight"):
     """ONNX ``NonMaxSuppression``: int32 ``[selected, 3]`` (batch, class, box).

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ... import batch_rules
+from ... import batch_rules, bound_rules
 from ...errors import InputError
 from ..registry import register
 from ._util import OP_SET, axis as norm_axis, concrete, has_valid_count, ints, require_concrete
@@ -79,7 +79,7 @@ def CumSum(ctx, x, axis):
     return jnp.cumsum(x, axis=norm_axis(ints(axis)[0], x.ndim, ctx), dtype=x.dtype)
 
 
-@register(OP_SET, "TopK", batch=batch_rules.onnx_axis)
+@register(OP_SET, "TopK", batch=batch_rules.onnx_axis, static_bound=bound_rules.onnx_topk)
 def TopK(ctx, X, K, *, axis=0, largest=False, sorted=False):
     """ONNX ``TopK``: the ``K`` largest or smallest along ``axis``.
 

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ... import batch_rules
+from ... import batch_rules, bound_rules
 from ..registry import register
 from ._util import OP_SET, axis as norm_axis, ints, require_concrete
 
@@ -294,7 +294,8 @@ def DepthToSpace(ctx, input, *, mode="DCR", block_size=0):
     return y.reshape(n, c // (b * b), h * b, w * b)
 
 
-@register(OP_SET, "NonZero", static_inputs=(0,), differentiable=False, bounded_inputs=(0,))
+@register(OP_SET, "NonZero", static_inputs=(0,), differentiable=False, bounded_inputs=(0,),
+          static_bound=bound_rules.onnx_nonzero)
 def NonZero(ctx, X):
     """ONNX ``NonZero``: int32 ``[rank, count]`` indices of nonzero elements.
 

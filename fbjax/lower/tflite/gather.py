@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ... import batch_rules
+from ... import batch_rules, bound_rules
 from ...errors import InputError
 from ..registry import register
 
@@ -224,7 +224,8 @@ def EMBEDDING_LOOKUP(ctx, ids, params):
     return jnp.take(jnp.asarray(params), jnp.asarray(ids), axis=0, mode="clip")
 
 
-@register("tflite", "WHERE", static_inputs=(0,), differentiable=False, bounded_inputs=(0,))
+@register("tflite", "WHERE", static_inputs=(0,), differentiable=False, bounded_inputs=(0,),
+          static_bound=bound_rules.tflite_where)
 def WHERE(ctx, cond):
     """TFLite WHERE (one input, ``kernels/where.cc``): ``[num_true, rank]``
     int64 coordinates of the nonzero elements of ``cond`` (bool or numeric),
@@ -261,7 +262,8 @@ def SPARSE_TO_DENSE(ctx, indices, output_shape, values, default_value, *, valida
     return out.at[tuple(idx[:, j] for j in range(idx.shape[1]))].set(vals.astype(out.dtype), mode="drop")
 
 
-@register("tflite", "UNIQUE", static_inputs=(0,), differentiable=False, bounded_inputs=(0,))
+@register("tflite", "UNIQUE", static_inputs=(0,), differentiable=False, bounded_inputs=(0,),
+          static_bound=bound_rules.tflite_unique)
 def UNIQUE(ctx, x, *, idx_out_type=None):
     """TFLite UNIQUE (``kernels/unique.cc``): the distinct values ``y`` of 1-D
     ``x`` in order of first appearance (each the value at its first
