@@ -299,13 +299,13 @@ class Program:
                     if c is None:
                         if x is not _UNKNOWN:
                             feed = _feeding_inputs(graph, v) if graph is not None else []
-                            bind = (f"; bind {', '.join(map(repr, feed))} at load with fbjax.load(path, "
+                            ways = [f"bind {', '.join(map(repr, feed))} at load with fbjax.load(path, "
                                     f"constant_inputs={{{feed[0]!r}: array}}) (CLI: --constant-input "
-                                    f"{feed[0]}=FILE.npy)") if feed else ""
+                                    f"{feed[0]}=FILE.npy)"] if feed else []
                             if i in opdef.bounded_inputs:  # the op also runs padded to a bound: say that first
-                                bind = ("; load with static_bounds=True (CLI: --static-bounds) to run it with its "
-                                        "output padded to a load-time bound plus a valid count" + bind.replace(
-                                            "; bind", ", or bind", 1))
+                                ways.insert(0, "load with static_bounds=True (CLI: --static-bounds) to run it with "
+                                               "its output padded to a load-time bound plus a valid count")
+                            bind = ("; " + ", or ".join(ways)) if ways else ""
                             not_static.append((node.key, f"{node.location}: input {i} of {node.op_name} must be "
                                                "known at load time, but it depends on the model's inputs"
                                                + (f" ({', '.join(map(repr, feed))})" if feed else "")

@@ -70,23 +70,17 @@ def _taps(xp, wk, ksz, strides, dilation, out_shape, sp_axes, c_axis, direct):
     NHWC, a tap's weights broadcast straight in), else ``[taps, C]`` (taps
     in row-major order of ``ksz``)."""
     out_ch = out_shape[c_axis]
+    out_sp = [out_shape[a] for a in sp_axes]
     bdims = tuple(sp_axes) + (c_axis,)
     acc = None
     for i, tap in enumerate(np.ndindex(*ksz)):
-        start = [0] * xp.ndim
-        limit = list(xp.shape)
-        step = [1] * xp.ndim
-        for ax, t, s, d, o in zip(sp_axes, tap, strides, dilation, [out_shape[a] for a in sp_axes]):
-            start[ax] = t * d
-            limit[ax] = t * d + (o - 1) * s + 1
-            step[ax] = s
         if direct:
             w_tap = lax.broadcast_in_dim(lax.slice(wk, tuple(tap) + (0,), tuple(t + 1 for t in tap) + (out_ch,)),
                                          out_shape, bdims)
         else:
             w_tap = lax.broadcast_in_dim(lax.reshape(lax.slice(wk, (i, 0), (i + 1, out_ch)), (out_ch,)),
                                          out_shape, (c_axis,))
-        term = lax.mul(lax.slice(xp, start, limit, step), w_tap)
+        term = lax.mul(_window(xp, sp_axes, tap, strides, dilation, out_sp), w_tap)
         acc = term if acc is None else lax.add(acc, term)
     return acc
 
