@@ -124,8 +124,12 @@ def jax_export(model, *, batch_size="file"):
     """``jax.export.export`` of ``model.apply(params, *inputs)``.
 
     Args:
-        model: a :class:`fbjax.Model`; for ``batch_size=None`` load it with
-            ``fbjax.load(path, batch_size=None)``.
+        model: a :class:`fbjax.Model` (for ``batch_size=None`` load it with
+            ``fbjax.load(path, batch_size=None)``), or one of its signatures
+            (``model.signature(key)``, a
+            :class:`~fbjax.signature.SignatureRunner`: the artifact then
+            takes that signature's inputs in its order and returns
+            ``{output name: array}``; ``fbjax export --signature``).
         batch_size: how a leading input dim the model leaves unknown
             (``fbjax.load(..., batch_size=None)``) is exported: None, the
             symbolic batch ``b`` (one artifact for every batch size); an int;
