@@ -25,6 +25,35 @@ Shape = Optional[tuple[Optional[int], ...]]
 #: depends on values; the op's lowering and numpy twin recognize it by it.
 VALID_COUNT_SUFFIX = ":valid_count"
 
+#: Default byte budget of one value a model computes (an op's output, a
+#: constant computed ahead, a range or fill whose size the file's values
+#: decide): 4 GiB. ``fbjax.load(path, max_value_bytes=N)`` changes it for a
+#: real model that needs more; values over it are refused at load with a
+#: ModelFormatError naming the node (:meth:`OpContext.check_size`).
+MAX_VALUE_BYTES = 1 << 32
+
+
+def value_size_problem(shape, dtype, max_bytes: int = MAX_VALUE_BYTES) -> Optional[str]:
+    """Why a value of ``shape`` and ``dtype`` may not be made, or None.
+
+    Counts in Python integers (no overflow); symbolic dimensions (a
+    ``jax.export`` batch) count as 1. Says so when the element count does
+    not fit in 64 bits (XLA aborts the process on such a shape) or when the
+    value would take more than ``max_bytes`` bytes.
+    """
+    n = 1
+    for d in shape:
+        if isinstance(d, (int, np.integer)):  # (a symbolic dimension is not: it counts as 1)
+            n *= max(int(d), 0)
+    if n >= 1 << 63:
+        return f"shape {list(shape)} has {n} elements, more than a 64-bit count holds"
+    nbytes = n * np.dtype(dtype).itemsize
+    if nbytes > max_bytes:
+        return (f"shape {list(shape)} of {np.dtype(dtype).name} takes {nbytes} bytes, over the budget of "
+                f"{max_bytes} bytes for one value (a real model that needs more: "
+                f"fbjax.load(path, max_value_bytes=N))")
+    return None
+
 
 def has_valid_count(node) -> bool:
     """``node`` was given a trailing int32 scalar :data:`VALID_COUNT_SUFFIX`
@@ -244,8 +273,21 @@ class OpContext:
         :func:`has_valid_count`)."""
         return has_valid_count(self.node)
 
+    #: the byte budget of one value this op may make (:func:`value_size_problem`)
+    max_value_bytes: int = MAX_VALUE_BYTES
+
     def call_graph(self, index: int, *args):  # pragma: no cover - overridden
         raise NotImplementedError
+
+    def check_size(self, shape, dtype, what: str = "output") -> None:
+        """Refuse to make a value of ``shape`` and ``dtype`` whose size the
+        file's values decide (a range, a fill, a resize), before numpy or XLA
+        allocates it: raises ModelFormatError naming this node when its
+        element count overflows 64 bits or it exceeds
+        :attr:`max_value_bytes`."""
+        why = value_size_problem(shape, dtype, self.max_value_bytes)
+        if why is not None:
+            raise self.error(f"{what}: {why}")
 
     def error(self, message: str) -> Exception:
         """A ModelFormatError naming this node; ``raise ctx.error(...)``."""

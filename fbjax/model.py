@@ -13,11 +13,11 @@ import numpy as np
 
 from .errors import FbjaxError, InputError, ModelFormatError
 from .formats import read_model, write_model
-from .ir import ModelIR, Value
+from .ir import MAX_VALUE_BYTES, ModelIR, Value
 from . import cache
 from .cache import compiler_options
 from .lower import state as _st
-from .lower.build import Program
+from .lower.build import LOWERING_ERRORS, Program
 from .lower.registry import LOWERINGS
 from . import run
 from . import pipeline
@@ -764,7 +764,7 @@ def _trace_at_load(model: "Model") -> None:
                 out = ex.trace(model.params, model.state, *specs)
             else:
                 out = ex.trace(model.params, *specs)
-        except (TypeError, ValueError) as e:
+        except LOWERING_ERRORS as e:
             where = getattr(e, "fbjax_node", None)
             if where is None or isinstance(e, FbjaxError):
                 raise
@@ -809,7 +809,7 @@ def _inferred_outputs(model: "Model") -> list:
 def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, str] = _FILE,
          quantized: str = "exact", while_max_iterations: Optional[int] = None,
          constant_inputs: Optional[Mapping] = None, static_bounds: bool = False,
-         compute_dtype: str = "float32") -> Model:
+         compute_dtype: str = "float32", max_value_bytes: int = MAX_VALUE_BYTES) -> Model:
     """Load a model file as a :class:`Model`.
 
     Args:
@@ -886,6 +886,14 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
             Expect relative errors of about 1e-2 (bfloat16) / 1e-3
             (float16) on the shared MediaPipe models
             (``tests/test_compute_dtype.py``).
+        max_value_bytes: the largest value, in bytes, the model may compute
+            (one op's output, a constant computed at load, a range or fill
+            whose size the file's values decide); default 4 GiB
+            (:data:`fbjax.ir.MAX_VALUE_BYTES`). Checked on shapes alone, at
+            load, before anything is computed: a damaged file asking for
+            terabytes gets a ModelFormatError naming the node and the bytes,
+            not an out-of-memory error or an abort. Raise it for a real model
+            that needs more.
 
     Returns:
         a :class:`Model`, callable and jitted.
@@ -915,7 +923,8 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
             ``compute_dtype`` is not one of the three names.
     """
     cache.enable()  # JAX's persistent compilation cache (fbjax/cache.py)
-    options = LoadOptions(format, batch_size, quantized, while_max_iterations, static_bounds, compute_dtype)
+    options = LoadOptions(format, batch_size, quantized, while_max_iterations, static_bounds, compute_dtype,
+                          max_value_bytes)
     if isinstance(source, (str, os.PathLike)):
         source = os.path.expanduser(source)  # "~/models/x.tflite", as a shell would expand it
     ir = read_model(source, options.format)

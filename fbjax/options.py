@@ -15,6 +15,7 @@ from typing import Optional, Union
 import numpy as np
 
 from .errors import InputError
+from .ir import MAX_VALUE_BYTES
 
 __all__ = ["LoadOptions", "FILE_BATCH", "QUANTIZED_MODES", "COMPUTE_DTYPES"]
 
@@ -41,12 +42,16 @@ class LoadOptions:
             (:func:`fbjax.passes.add_valid_counts`).
         compute_dtype: ``"float32"``, ``"bfloat16"`` or ``"float16"`` (a
             numpy/JAX dtype is stored as its name).
+        max_value_bytes: the byte budget of one value the model computes
+            (:data:`fbjax.ir.MAX_VALUE_BYTES`, 4 GiB, by default); a
+            check, not a change of the computed program.
 
     Raises:
         InputError: ``while_max_iterations`` is not None or an int >= 0,
             ``quantized`` is not a known mode, ``batch_size`` is not
             ``"file"``, None/``"dynamic"`` or a positive int, or
-            ``compute_dtype`` is not one of :data:`COMPUTE_DTYPES`.
+            ``compute_dtype`` is not one of :data:`COMPUTE_DTYPES`, or
+            ``max_value_bytes`` is not a positive int.
     """
 
     format: Optional[str] = None
@@ -55,6 +60,7 @@ class LoadOptions:
     while_max_iterations: Optional[int] = None
     static_bounds: bool = False
     compute_dtype: str = "float32"
+    max_value_bytes: int = MAX_VALUE_BYTES
 
     def __post_init__(self):
         w = self.while_max_iterations
@@ -75,6 +81,10 @@ class LoadOptions:
         if cd not in COMPUTE_DTYPES:
             raise InputError(f"compute_dtype must be one of {list(COMPUTE_DTYPES)}, got {self.compute_dtype!r}")
         object.__setattr__(self, "compute_dtype", cd)
+        m = self.max_value_bytes
+        if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 1:
+            raise InputError(f"max_value_bytes must be a positive int, got {m!r}")
+        object.__setattr__(self, "max_value_bytes", int(m))
 
     @property
     def rewrites_batch(self) -> bool:
@@ -84,7 +94,8 @@ class LoadOptions:
     def lowering(self) -> dict:
         """The lowering options (``ctx.options`` of the lowerings)."""
         return {"while_max_iterations": self.while_max_iterations,
-                "compute_dtype": None if self.compute_dtype == "float32" else self.compute_dtype}
+                "compute_dtype": None if self.compute_dtype == "float32" else self.compute_dtype,
+                "max_value_bytes": self.max_value_bytes}
 
     def replace(self, **changes) -> "LoadOptions":
         """A copy with ``changes`` (validated again)."""

@@ -20,7 +20,7 @@ import numpy as np
 
 from .._registry import OpDef, call_op, gap_detail, kernel_gaps
 from ..errors import FbjaxError, ModelFormatError, UnsupportedOperatorError
-from ..ir import Graph, ModelIR, Node, OpContext, Value, has_valid_count
+from ..ir import MAX_VALUE_BYTES, Graph, ModelIR, Node, OpContext, Value, has_valid_count, value_size_problem
 from .registry import LOWERINGS
 
 
@@ -93,6 +93,7 @@ class LowerContext(OpContext):
         self.options = program.options
         self.run = run
         self.full_precision = full_precision
+        self.max_value_bytes = program.max_value_bytes
 
     def call_graph(self, index: int, *args):
         """Evaluate ``model.graphs[index]`` on ``args`` in this run; returns a list.
@@ -190,6 +191,8 @@ class Program:
         cd = self.options.get("compute_dtype")
         #: the reduced float dtype activations and weights compute in (None: the file's float32)
         self.compute_dtype = None if cd is None or np.dtype(cd) == np.float32 else np.dtype(cd)
+        #: the byte budget of one value (``options["max_value_bytes"]``, default :data:`MAX_VALUE_BYTES`)
+        self.max_value_bytes = int(self.options.get("max_value_bytes") or MAX_VALUE_BYTES)
         kernels = self.options.get("kernels", "backend")
         if kernels not in KERNEL_CHOICES:
             raise ValueError(f"lowering option kernels={kernels!r}: expected one of {KERNEL_CHOICES}")
@@ -262,6 +265,9 @@ class Program:
         if v.is_variable and v.static_shape:
             # TFLite variable tensor (RNN/LSTM state): zeros, as LiteRT
             # holds after allocate_tensors; in-kernel writes are not kept.
+            why = value_size_problem(v.shape, v.dtype, self.max_value_bytes)
+            if why is not None:
+                raise ModelFormatError(f"{where}: variable tensor {v.index} ({v.name!r}): {why}")
             return np.zeros(v.shape, v.dtype)
         raise ModelFormatError(f"{where}: tensor {v.index} ({v.name!r}) is read before it is written")
 
@@ -332,13 +338,19 @@ class Program:
             # (not for ops whose result is not a function of their inputs -- state, random draws:
             # the ``foldable`` fact; READ_VARIABLE has a static handle but its value is state)
             if all(_is_static(a) for a in args) and not outs_float and opdef.foldable:
-                # Shape-like integer computation: evaluate now, keep numpy.
+                # Shape-like integer computation: evaluate now, keep numpy -- after checking the
+                # sizes abstractly where the operands could make a large result (an eager
+                # computation hands XLA the shape: an overflowing one aborts the process)
+                if static or sum(np.size(a) for a in args if a is not None) > _FOLD_PRECHECK_ELEMENTS:
+                    _check_sizes(node, ctx, jax.eval_shape(lambda: _as_list(_call_checked(opdef, ctx, args, node),
+                                                                            node)))
                 with jax.ensure_compile_time_eval():
                     res = _call_checked(opdef, ctx, args, node)
                 res = _as_list(res, node)
                 res = [None if r is None else np.asarray(r) for r in res]
             else:
                 res = _as_list(_call_checked(opdef, ctx, args, node), node)
+                _check_sizes(node, ctx, res)  # traced: abstract shapes, nothing computed yet
             for o, r in zip(node.outputs, res):
                 if o is not None:
                     env[id(o)] = r
@@ -350,12 +362,34 @@ class Program:
 
 
 
+#: folded operands up to this many elements in all skip the abstract size check (shape arithmetic)
+_FOLD_PRECHECK_ELEMENTS = 4096
+
+
+def _check_sizes(node: Node, ctx, results) -> None:
+    """Refuse a node whose results (arrays, tracers or ``ShapeDtypeStruct``)
+    are too large to make (:meth:`fbjax.ir.OpContext.check_size`): checked on
+    abstract shapes, before XLA compiles or runs anything of that size."""
+    for i, r in enumerate(results):
+        shape = getattr(r, "shape", None)
+        if shape is not None and len(shape):
+            ctx.check_size(shape, r.dtype, what=f"output {i}")
+
+
+#: what a lowering raises when the file's operands contradict the op: ``jax.lax`` refusing them
+#: (TypeError, ValueError), a weight of another rank than the op reads (IndexError), a stride
+#: of 0 (ZeroDivisionError); labelled with the node by :func:`_call_checked`
+LOWERING_ERRORS = (TypeError, ValueError, LookupError, ArithmeticError)
+
+
 def _call_checked(opdef: OpDef, ctx, args, node: Node):
     """``call_op`` for one node. When ``jax.lax`` refuses the op's operands
     (a ``TypeError``/``ValueError`` such as "lax.mul requires arguments to
-    have the same dtypes"), the exception is re-raised unchanged (callers
-    that feed their own dtypes may catch it) but labelled with the innermost
-    node it came from (``exc.fbjax_node``, and a note on Python >= 3.11):
+    have the same dtypes", or another of :data:`LOWERING_ERRORS`: an index
+    past a weight's rank, a division by a stride of 0), the exception is
+    re-raised unchanged (callers that feed their own dtypes may catch it) but
+    labelled with the innermost node it came from (``exc.fbjax_node``, and a
+    note on Python >= 3.11):
     the load-time trace (:func:`fbjax.model._trace_at_load`), which feeds the
     file's own dtypes, turns a labelled error into a ModelFormatError naming
     that node. fbjax's own errors and JAX's tracing signals
@@ -363,7 +397,7 @@ def _call_checked(opdef: OpDef, ctx, args, node: Node):
     they are."""
     try:
         return call_op(opdef, ctx, args, node.attrs)
-    except (TypeError, ValueError) as e:
+    except LOWERING_ERRORS as e:
         if not isinstance(e, (FbjaxError, jax.errors.JAXTypeError)) and getattr(e, "fbjax_node", None) is None:
             shapes = ", ".join(f"{getattr(a, 'dtype', type(a).__name__)}{list(np.shape(a))}" for a in args)
             e.fbjax_node = f"{node.location}: {node.op_name} (operands {shapes})"

@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..errors import ModelFormatError
 from ..lower.build import Run
 from ..lower.inference import constant_nodes, fan_out_values, matrix_operands, plan
 from .jit import leaves_getter
@@ -159,6 +160,8 @@ class CpuPrepared:
             self.run = TieredCall(self.jitted, quick=self.quick)
         self._one = jax.device_put(np.float32(1))
         self._ahead = None  # {key: jax array} once computed
+        self._ahead_avals = None  # {key: jax.ShapeDtypeStruct} once traced (_ahead_shapes)
+        self._ahead_compute = None  # the function computing them (_ahead_fn)
         self._static_ahead: dict = {}  # {key: numpy} (non-float results)
         self._relay_cache = None  # (the params entries the relaid copies were made from, the copies)
 
@@ -188,8 +191,30 @@ class CpuPrepared:
         once, as one jitted function (one compile, which the persistent
         cache keeps; op-by-op evaluation compiled one tiny program per op and
         shape), by the graph builder's walker (integer results folded at
-        trace time); relaid values are transposed in the same function."""
+        trace time); relaid values are transposed in the same function.
+        Their shapes are checked first (:meth:`_ahead_shapes`): nothing is
+        computed for a file whose constants are too large to make."""
+        self._ahead_shapes()
+        self._ahead = jax.jit(self._ahead_fn())() if self.registry.constant else {}
 
+    def _ahead_shapes(self) -> dict:
+        """``{key: jax.ShapeDtypeStruct}`` of the computed-ahead values, from
+        an abstract trace of their computation (nothing runs; the walker's
+        size checks, :meth:`fbjax.ir.OpContext.check_size`, refuse values
+        too large to make before XLA sees them); fills the shape-like
+        (integer) results, which the trace folds to numpy."""
+        if self._ahead_avals is None:
+            self._ahead_avals = jax.eval_shape(self._ahead_fn()) if self.registry.constant else {}
+        return self._ahead_avals
+
+    def _ahead_fn(self):
+        """The function computing the values of :meth:`_compute_ahead`
+        (``{key: array}``), made once; tracing it sets :attr:`_static_ahead`."""
+        if self._ahead_compute is None:
+            self._ahead_compute = self._make_ahead_fn()
+        return self._ahead_compute
+
+    def _make_ahead_fn(self):
         prog = self.base
         replaced = self.registry.constant
         producer = {id(o): n for n in self._consts for o in n.outputs if o is not None}
@@ -205,6 +230,7 @@ class CpuPrepared:
         static: dict = {}
 
         def compute():
+            static.clear()
             # the one graph walker (Program.eval_nodes): constant nodes have no param operands
             env = prog.eval_nodes(nodes, {}, Run({}), where="computed-ahead values")
             out = {}
@@ -216,15 +242,18 @@ class CpuPrepared:
                     if id(o) in self._ahead_ids:
                         if id(o) in self._ahead_layouts:
                             src, dst = self._ahead_layouts[id(o)]
+                            if np.ndim(x) != len(src):  # planned from the file's declared rank
+                                raise ModelFormatError(
+                                    f"{node.location} ({node.op_name}): its output has rank {np.ndim(x)}, "
+                                    f"but the file declares {list(o.shape)}")
                             x = jnp.transpose(x, [src.index(c) for c in dst])
                         out[key] = jnp.asarray(x)
                     else:
                         static[key] = np.asarray(x)  # shape-like: numpy, as the walker folds them
             return out
 
-        ahead = jax.jit(compute)() if replaced else {}
         self._static_ahead = static
-        self._ahead = ahead
+        return compute
 
     @property
     def ahead_layouts(self) -> dict:
@@ -260,6 +289,17 @@ class CpuPrepared:
         n = len(self._names)
         return cur[:n], self._relaid_list(cur[n:]), self._one, self._ahead
 
+    def abstract_args(self, params: dict) -> tuple:
+        """:meth:`args` as ``jax.ShapeDtypeStruct`` s: what a trace of the
+        first call needs, with nothing computed ahead and no weight relaid
+        (:meth:`trace` checks every shape before anything runs)."""
+        sds = lambda x: jax.ShapeDtypeStruct(np.shape(x), x.dtype)  # noqa: E731
+        cur = self._getter(params)
+        n = len(self._names)
+        relaid = [jax.ShapeDtypeStruct(tuple(np.shape(a)[src.index(c)] for c in dst), a.dtype)
+                  for a, (src, dst) in zip(cur[n:], (self.layouts[k] for k in self._relay_names))]
+        return tuple(map(sds, cur[:n])), relaid, sds(self._one), self._ahead_shapes()
+
     def lower(self, params: dict, *inputs):
         """``jax.jit(...).lower`` of the prepared program (for inspection)."""
         return self.jitted.lower(*self.args(params), *inputs)
@@ -282,12 +322,14 @@ class CpuPrepared:
 
     def trace(self, params: dict, *specs):
         """Trace the first call on inputs of ``specs`` (``jax.ShapeDtypeStruct``)
-        without running the model (the computed-ahead values are computed
-        here, as the first call would); the first call reuses the trace.
-        Returns the outputs' ``ShapeDtypeStruct`` pytree; raises what the
-        lowerings raise. When calls run in tiers, the quick program is
-        traced (the one the first call compiles)."""
-        return self.run.trace(*self.args(params), *specs).out_info
+        without running anything: the computed-ahead values and the relaid
+        weights enter as shapes (:meth:`abstract_args`), so every check the
+        shapes decide fires before any of them is computed (the first call
+        computes them, and reuses this trace). Returns the outputs'
+        ``ShapeDtypeStruct`` pytree; raises what the lowerings raise. When
+        calls run in tiers, the quick program is traced (the one the first
+        call compiles)."""
+        return self.run.trace(*self.abstract_args(params), *specs).out_info
 
 
 def prepared(program, compiler_options=None) -> CpuPrepared:

@@ -138,9 +138,9 @@ class TraceCached(CpuPrepared):
         plain jit's trace (:meth:`CpuPrepared.trace`). Returns the outputs'
         ``ShapeDtypeStruct`` pytree; raises what the lowerings raise."""
         if self._call is None:
-            self._call = self._first_call(self.args(params), specs)
+            self._call = self._first_call(self.abstract_args(params), specs)
         if isinstance(self._call, TieredCall):  # the quick program, which the first call compiles
-            return self._call.trace(*self.args(params), *specs).out_info
+            return self._call.trace(*self.abstract_args(params), *specs).out_info
         if self.exported is not None:
             ex = self.exported
             return jax.tree_util.tree_unflatten(ex.out_tree, [jax.ShapeDtypeStruct(a.shape, a.dtype)

@@ -5,8 +5,12 @@ of the file formats the small real models do not: TFLite control flow
 (WHILE/IF subgraph references), signature defs, per-channel quantization,
 sparse constants, flexbuffer custom options and the >2 GB layout (buffers
 stored after the flatbuffer via ``offset``/``size``); RTen v1 and v2 files
-written by rten-convert; StableHLO flatbuffers with a REDUCE body; TFLite GPU
-delegate ``.bin`` files (the seed, TF 2.5 and TF 2.7 generations).
+written by rten-convert, and the ``onnx`` wheel's light models converted by
+it (whole networks whose weights are constant subgraphs --
+``ConstantOfShape``, ``Expand``, ``Tile`` -- computed at load: a flipped bit
+there asks for terabytes); StableHLO flatbuffers (a REDUCE body, a
+convolution, and programs written by ``fbjax.export.to_stablehlo_flatbuffer``);
+TFLite GPU delegate ``.bin`` files (the seed, TF 2.5 and TF 2.7 generations).
 """
 
 from __future__ import annotations
@@ -267,7 +271,78 @@ def rten_models() -> list[tuple[str, bytes]]:
     return out
 
 
+#: the onnx wheel's light models that rten-convert 0.22 converts (alexnet, inception_v1 and
+#: zfnet512 use LRN, which it lacks)
+LIGHT_MODELS = ("squeezenet", "inception_v2", "densenet121", "resnet50", "shufflenet", "vgg19")
+
+
+def rten_light_models() -> list[tuple[str, bytes]]:
+    """:data:`LIGHT_MODELS` converted as ``rten-convert model.onnx`` does
+    (kept in a temporary folder keyed by the ONNX file's digest: every
+    worker process reads the corpus); empty without onnx/rten-convert."""
+    try:
+        import sys
+        import tempfile
+
+        import onnx
+
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+        from rten_convert_tools import convert
+    except Exception:  # rten-convert / onnx not installed
+        return []
+    light = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
+    cache = Path(tempfile.gettempdir()) / "fbjax-fuzz-light"
+    out = []
+    for name in LIGHT_MODELS:
+        src = light / f"light_{name}.onnx"
+        if not src.is_file():
+            continue
+        digest = hashlib.sha256(src.read_bytes()).hexdigest()[:16]
+        dst = cache / f"{name}-{digest}.rten"
+        if not dst.is_file():
+            try:
+                data = convert(onnx.load(str(src)))
+            except Exception:
+                continue
+            cache.mkdir(exist_ok=True)
+            tmp = dst.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_bytes(data)
+            os.replace(tmp, dst)
+        out.append((f"light_{name}", dst.read_bytes()))
+    return out
+
+
 # --- StableHLO ----------------------------------------------------------------
+
+
+def stablehlo_exported() -> list[tuple[str, bytes]]:
+    """Small programs written by :func:`fbjax.export.to_stablehlo_flatbuffer`
+    (the format's writer as a user meets it): a dense layer with a
+    reduction, a strided convolution with a window reduction."""
+    import jax.numpy as jnp
+    from jax import lax
+
+    from fbjax.export import to_stablehlo_flatbuffer
+
+    def dense(x, w, b):
+        y = jnp.maximum(x @ w + b, 0.0)
+        return jnp.sum(y, axis=1), jnp.max(y)
+
+    def conv_pool(x, k):
+        y = lax.conv_general_dilated(x, k, (2, 2), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+        return lax.reduce_window(y, -jnp.inf, lax.max, (1, 2, 2, 1), (1, 2, 2, 1), "VALID")
+
+    f32 = np.float32
+    out = []
+    for name, fn, args in (
+            ("exported_dense", dense, (np.ones((2, 8), f32), np.ones((8, 4), f32), np.zeros(4, f32))),
+            ("exported_conv_pool", conv_pool, (np.ones((1, 8, 8, 3), f32), np.ones((3, 3, 3, 4), f32)))):
+        try:
+            out.append((name, to_stablehlo_flatbuffer(fn, *args)))
+        except Exception:  # an op the format cannot express in this JAX version: not a seed
+            pass
+    return out
+
 
 def stablehlo_reduce() -> bytes:
     """``y = reduce_sum(x * c + x, dim 1)``: MULTIPLY, ADD, REDUCE with a body subgraph."""
@@ -399,8 +474,10 @@ def seeds() -> tuple[tuple[str, str, bytes], ...]:
             out.append((p.stem, "tflite", p.read_bytes()))
     out.append(("synthetic_control_flow", "tflite", tflite_control_flow()))
     out.append(("synthetic_large_layout", "tflite", tflite_large_layout()))
-    for name, data in rten_models():
+    for name, data in rten_models() + rten_light_models():
         out.append((name, "rten", data))
+    for name, data in stablehlo_exported():
+        out.append((name, "stablehlo", data))
     out.append(("synthetic_reduce", "stablehlo", stablehlo_reduce()))
     for f in REAL_GPU_CL:
         p = SHARED_GPU_CL / f

@@ -3,11 +3,17 @@
 Each case takes a seed model (:mod:`fuzz_corpus`), applies 1-4 mutations
 (bit flips, byte/u16/u32/u64 overwrites with boundary values, truncation,
 insertion/deletion, offset corruption, swapped or duplicated tables and
-blocks, splices from another seed) and loads the result with
-``fbjax.formats.read_model`` + ``fbjax.lower.build.build``. Allowed outcomes:
-a successful load, ``ModelFormatError`` or ``UnsupportedOperatorError``.
-Anything else is a crash; a case taking more than ``--case-timeout`` seconds
-(default 10) is a hang.
+blocks, splices from another seed) and loads the result the way a user
+does, with ``fbjax.load`` (``--load full``, the default: the reader, the
+passes, the lowering, the load-time abstract trace and the constants
+computed ahead of the first call), or with ``fbjax.formats.read_model`` +
+``fbjax.lower.build.build`` only (``--load parse``: faster, but blind to
+what happens after the lowering is built). Allowed outcomes: a successful
+load, ``ModelFormatError``, ``UnsupportedOperatorError`` or ``InputError``
+(a model fbjax cannot bind at its file's shapes). Anything else is a crash;
+a case taking more than ``--case-timeout`` seconds (default 10) is a hang.
+The report names the slowest case of each format (``slowest``: case
+number, seed model, outcome, seconds) for ``--repro``.
 
 Watchdogs: each case runs under ``signal.setitimer`` (a Python-level hang is
 interrupted and reported), and the cases run in worker subprocesses that the
@@ -209,18 +215,24 @@ def message_class(msg: str) -> str:
     return _MSG_CLASS.sub("#", msg)[:110]
 
 
+#: what a case runs: ``full`` is ``fbjax.load``; ``parse`` the reader and ``build`` only
+LOAD_MODES = ("full", "parse")
+
+
 class Runner:
-    def __init__(self, strict: bool, case_timeout: float = CASE_TIMEOUT):
+    def __init__(self, strict: bool, case_timeout: float = CASE_TIMEOUT, load_mode: str = "full"):
+        import fbjax
         import fbjax.lower  # noqa: F401  (registers the lowerings)
-        from fbjax.errors import ModelFormatError, UnsupportedOperatorError
+        from fbjax.errors import InputError, ModelFormatError, UnsupportedOperatorError
         from fbjax.formats import read_model, tflite
         from fbjax.lower.build import build
 
-        self.read_model, self.build = read_model, build
-        self.MFE, self.UOE = ModelFormatError, UnsupportedOperatorError
+        self.read_model, self.build, self.fbjax_load = read_model, build, fbjax.load
+        self.MFE, self.UOE, self.IE = ModelFormatError, UnsupportedOperatorError, InputError
         tflite.STRICT = strict
         self.case_timeout = case_timeout
-        # the product's default limits (fbjax.formats.verify.Limits) apply
+        self.load_mode = load_mode
+        # the product's default limits (fbjax.formats.verify.Limits, fbjax.ir.MAX_VALUE_BYTES) apply
         signal.signal(signal.SIGALRM, _alarm)
         self.load = self._load
 
@@ -231,6 +243,8 @@ class Runner:
             pass
 
     def _load(self, data, fmt):
+        if self.load_mode == "full":
+            return self.fbjax_load(data, format=fmt).ir
         ir = self.read_model(data, fmt)
         self.build(ir)
         return ir
@@ -283,6 +297,8 @@ class Runner:
             out, detail = "hang", f"interrupted after {self.case_timeout} s"
         except self.UOE:
             out, detail = "unsupported", ""
+        except self.IE as e:  # a model that cannot run at its own file's shapes
+            out, detail = "input", message_class(str(e))
         except self.MFE as e:
             msg = str(e)
             out = "fallback" if "corrupt or truncated" in msg else "format"
@@ -317,7 +333,7 @@ def make_case(mut: Mutator, seed: int, fmt: str, n: int):
     """(seed index, mutated bytes, mutation names, detect?) for case ``n`` of ``fmt``."""
     rng = case_rng(seed, fmt, n)
     idxs = [i for i, s in enumerate(mut.seeds) if s[1] == fmt]
-    weights = [1.0 / (1 + len(mut.seeds[i][2]) / 20000) for i in idxs]
+    weights = [1.0 / (1 + len(mut.seeds[i][2]) / 200000) for i in idxs]  # large seeds a little less often
     idx = rng.choices(idxs, weights)[0]
     data, names = mut.mutate(rng, idx)
     return idx, data, names, rng.random() < 0.1
@@ -340,13 +356,14 @@ def _inject(kind: str, runner: "Runner"):
 
 
 def worker(fmt: str, seed: int, start: int, seconds: float, max_cases: int, strict: bool,
-           progress: str, case_timeout: float, out_path: str | None = None, until: float = 0.0) -> dict:
+           progress: str, case_timeout: float, out_path: str | None = None, until: float = 0.0,
+           load_mode: str = "full") -> dict:
     """Run cases ``start, start+1, ...`` of ``fmt`` for ``seconds``; write the
     case number to ``progress`` before each case (for the parent's post-mortem)."""
     from fuzz_corpus import seeds
 
     mut = Mutator(seeds())
-    runner = Runner(strict, case_timeout)
+    runner = Runner(strict, case_timeout, load_mode)
     # self-test of the watchdogs: FBJAX_FUZZ_INJECT=hang:N,block:M,abort:K
     inject = {int(at): kind for kind, _, at in
               (x.partition(":") for x in os.environ.get("FBJAX_FUZZ_INJECT", "").split(",") if x)}
@@ -355,6 +372,7 @@ def worker(fmt: str, seed: int, start: int, seconds: float, max_cases: int, stri
     fallbacks = collections.Counter()
     crashes = []
     max_dt = 0.0
+    slowest = None
     n = start
     # ``until`` counts start-up against the budget; still fuzz at least 2 s
     t_end = time.monotonic() + max(2.0, min(seconds, until - time.time() if until else seconds))
@@ -362,6 +380,7 @@ def worker(fmt: str, seed: int, start: int, seconds: float, max_cases: int, stri
 
     def result():
         return {"format": fmt, "start": start, "next": n, "counts": dict(counts), "max_case_s": max_dt,
+                "slowest": slowest,
                 "crashes": crashes, "classes": dict(classes.most_common(40)), "fallbacks": dict(fallbacks)}
 
     with open(progress, "w") as prog:
@@ -378,7 +397,10 @@ def worker(fmt: str, seed: int, start: int, seconds: float, max_cases: int, stri
             out, detail, dt = runner.run(fmt, data, detect, via_file(n), n)
             runner.load = runner._load
             counts[out] += 1
-            max_dt = max(max_dt, dt)
+            if dt > max_dt:
+                max_dt = dt
+                slowest = {"case": n, "seed": mut.seeds[idx][0], "mutations": names, "outcome": out,
+                           "detail": detail, "seconds": round(dt, 3)}
             if out == "format":
                 classes[detail] += 1
             elif out == "fallback":
@@ -425,21 +447,28 @@ def _watch(cmd, progress: str, budget: float, case_timeout: float):
 
 def fuzz(seconds: float, formats=FORMATS, seed: int = 0, strict: bool = False, chunk: float = 300.0,
          case_timeout: float = CASE_TIMEOUT, crash_dir: str | None = None, log=None,
-         max_cases: int = 1 << 62) -> dict:
+         max_cases: int = 1 << 62, load_mode: str = "full") -> dict:
     """Fuzz each format for ``seconds / len(formats)`` in worker subprocesses,
     or until ``max_cases`` cases of it have run, whichever comes first.
+    A worker that dies (an abort, a segfault) or hangs in C code counts its
+    case in progress as a crash or hang and a new worker goes on after it.
+    Workers use a compilation cache of their own (a temporary
+    ``FBJAX_CACHE_DIR``, unless one is set), not the user's.
 
     Returns:
-        ``{format: {"cases", "counts", "max_case_s", "crashes", "classes", "seconds"}}``.
+        ``{format: {"cases", "counts", "max_case_s", "slowest", "crashes", "classes", "seconds"}}``.
     """
     from fuzz_corpus import seeds
+
+    if not os.environ.get("FBJAX_CACHE_DIR"):
+        os.environ["FBJAX_CACHE_DIR"] = tempfile.mkdtemp(prefix="fbjax-fuzz-cache-")
 
     available = {s[1] for s in seeds()}
     formats = [f for f in formats if f in available]
     per = seconds / max(len(formats), 1)
     report = {}
     for fmt in formats:
-        agg = {"cases": 0, "counts": collections.Counter(), "max_case_s": 0.0, "crashes": [],
+        agg = {"cases": 0, "counts": collections.Counter(), "max_case_s": 0.0, "slowest": None, "crashes": [],
                "classes": collections.Counter(), "fallbacks": collections.Counter(), "seconds": 0.0}
         n = 0
         t_fmt = time.monotonic()
@@ -450,7 +479,7 @@ def fuzz(seconds: float, formats=FORMATS, seed: int = 0, strict: bool = False, c
                 cmd = [sys.executable, __file__, "--worker", fmt, "--seed", str(seed), "--start", str(n),
                        "--seconds", str(budget), "--until", str(time.time() + budget), "--progress", prog,
                        "--out", out, "--max-cases", str(max_cases - n),
-                       "--case-timeout", str(case_timeout)] + (["--strict"] if strict else [])
+                       "--case-timeout", str(case_timeout), "--load", load_mode] + (["--strict"] if strict else [])
                 rc, err = _watch(cmd, prog, budget, case_timeout)
                 res = json.load(open(out)) if os.path.exists(out) else None
                 if res is not None:  # the final result, or the last snapshot of a worker that died
@@ -458,7 +487,8 @@ def fuzz(seconds: float, formats=FORMATS, seed: int = 0, strict: bool = False, c
                     agg["classes"].update(res["classes"])
                     agg["fallbacks"].update(res["fallbacks"])
                     agg["crashes"] += res["crashes"]
-                    agg["max_case_s"] = max(agg["max_case_s"], res["max_case_s"])
+                    if res["max_case_s"] >= agg["max_case_s"]:
+                        agg["max_case_s"], agg["slowest"] = res["max_case_s"], res.get("slowest")
                 if rc == 0 and res is not None:
                     agg["cases"] += res["next"] - n
                     n = res["next"]
@@ -502,6 +532,8 @@ def main(argv=None) -> int:
     ap.add_argument("--strict", action="store_true", help="TFLite reader re-raises stray exceptions")
     ap.add_argument("--chunk", type=float, default=300.0, help="seconds per worker process")
     ap.add_argument("--case-timeout", type=float, default=CASE_TIMEOUT)
+    ap.add_argument("--load", choices=LOAD_MODES, default="full",
+                    help="full: fbjax.load (default); parse: the reader and build only (faster, sees less)")
     ap.add_argument("--json", help="write the report here")
     ap.add_argument("--crash-dir", help="save inputs that crashed/hung a worker here")
     ap.add_argument("--repro", help="FORMAT:CASE: run one case in-process and print the outcome")
@@ -516,7 +548,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if a.worker:
         res = worker(a.worker, a.seed, a.start, a.seconds, a.max_cases, a.strict, a.progress, a.case_timeout,
-                     a.out, a.until)
+                     a.out, a.until, a.load)
         _write_json(a.out, res)
         return 0
     if a.repro:
@@ -528,23 +560,18 @@ def main(argv=None) -> int:
         if a.crash_dir:
             os.makedirs(a.crash_dir, exist_ok=True)
             Path(a.crash_dir, f"{fmt}-{a.seed}-{n}.bin").write_bytes(data)
-        if a.strict:
-            from fbjax.formats import tflite
-
-            tflite.STRICT = True
-        import fbjax.lower  # noqa: F401
-        from fbjax.formats import read_model
-        from fbjax.lower.build import build
-
-        build(read_model(data, None if detect else fmt))
-        print("loaded")
-        return 0
+        out, detail, dt = Runner(a.strict, a.case_timeout, a.load).run(fmt, data, detect)
+        print(f"{out} in {dt:.2f} s: {detail}")
+        return 1 if out in ("crash", "hang") else 0
     t0 = time.monotonic()
     report = fuzz(a.seconds, a.formats.split(","), a.seed, a.strict, a.chunk, a.case_timeout, a.crash_dir,
-                  max_cases=a.max_cases, log=lambda s: print(f"[{time.monotonic() - t0:7.0f}s] {s}", file=sys.stderr, flush=True))
+                  max_cases=a.max_cases, load_mode=a.load, log=lambda s: print(f"[{time.monotonic() - t0:7.0f}s] {s}", file=sys.stderr, flush=True))
     total = sum(r["cases"] for r in report.values())
     bad = sum(r["counts"].get("crash", 0) + r["counts"].get("hang", 0) for r in report.values())
+    slow = max(((f, r["slowest"]) for f, r in report.items() if r.get("slowest")),
+               key=lambda fr: fr[1]["seconds"], default=None)
     summary = {"command": " ".join([os.path.basename(sys.executable)] + sys.argv), "total_cases": total,
+               "load": a.load, "slowest": slow and dict(slow[1], format=slow[0]),
                "crashes_and_hangs": bad, "strict": a.strict, "seed": a.seed, "formats": report}
     text = json.dumps(summary, indent=1)
     if a.json:

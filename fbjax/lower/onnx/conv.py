@@ -11,6 +11,7 @@ computed as SAME_UPPER; ``"NotSet"`` uses ``pads`` laid out
 from __future__ import annotations
 
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from ... import batch_rules
@@ -47,6 +48,9 @@ def _conv(ctx, X, W, *, auto_pad, pads, groups, strides, dilations, preferred=No
     n = X.ndim - 2
     if n < 1:
         raise ctx.error(f"input has rank {X.ndim}; Conv needs N, C and at least one spatial dim")
+    if np.ndim(W) != X.ndim:
+        raise ctx.error(f"weights {tuple(np.shape(W))} have rank {np.ndim(W)}, the input {tuple(X.shape)} "
+                        f"rank {X.ndim}: they must match")
     sp = spatial_letters(n)
     strides = _per_dim(ctx, "strides", strides, n)
     dilations = _per_dim(ctx, "dilations", dilations, n)
@@ -131,6 +135,9 @@ def ConvTranspose(ctx, X, W, B=None, *, strides=None, auto_pad="NotSet", pads=No
     X = jnp.asarray(X)
     W = jnp.asarray(W)
     n = X.ndim - 2
+    if np.ndim(W) != X.ndim:
+        raise ctx.error(f"weights {tuple(np.shape(W))} have rank {np.ndim(W)}, the input {tuple(X.shape)} "
+                        f"rank {X.ndim}: they must match")
     sp = spatial_letters(n)
     strides = _per_dim(ctx, "strides", strides, n)
     groups = int(groups) or 1

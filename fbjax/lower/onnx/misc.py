@@ -31,7 +31,10 @@ def STFT(ctx, signal, frame_step, window=None, frame_length=None, *, onesided=Tr
     else:
         raise ctx.error("STFT needs a window or a frame_length")
     L = x.shape[1]
+    if step < 1 or n < 1:
+        raise ctx.error(f"frame_step {step} and frame_length {n} must be >= 1")
     frames = (L - n) // step + 1
+    ctx.check_size((frames, n), np.int64, what="frame indices")
     idx = np.arange(frames)[:, None] * step + np.arange(n)[None, :]
     fr = x[:, idx]  # [B, F, n, c]
     if window is not None:

@@ -35,6 +35,8 @@ def pool_geometry(ctx, shape, kernel_size, auto_pad, pads, strides, ceil_mode):
     s = ints(strides) or [1] * n
     if (len(s) == 1 and n > 1) or (len(s) != n and all(x == 1 for x in s)):
         s = [s[0]] * n
+    if any(x < 1 for x in list(k) + list(s)):
+        raise ctx.error(f"kernel_size {k} and strides {s} must be >= 1")
     pad = conv_padding(ctx, auto_pad, pads, shape[2:], k, s, [1] * n)
     extra = []
     for i, kk, ss, (a, b) in zip(shape[2:], k, s, pad):

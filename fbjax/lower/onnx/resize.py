@@ -76,6 +76,8 @@ def resize_plan(ctx, shape, scales, sizes):
         sc = [1.0 if o is i or not i else o / i for o, i in zip(out, shape)]  # o is i: a copied (maybe symbolic) dim
     elif scales is not None and np.size(scales):
         sc = [float(v) for v in np.asarray(scales, np.float32).reshape(-1)]
+        if not all(np.isfinite(v) and v >= 0 for v in sc):
+            raise ctx.error(f"scales {sc} must be finite and >= 0")
         if len(sc) == 2 and r == 4:
             sc = [1.0, 1.0] + sc
         if len(sc) != r:
@@ -84,6 +86,9 @@ def resize_plan(ctx, shape, scales, sizes):
         out = [i if s == 1.0 else int(np.floor(i * np.float32(s))) for i, s in zip(shape, sc)]
     else:
         raise ctx.error("Resize needs scales or sizes")
+    if any(isinstance(o, int) and o < 0 for o in out):
+        raise ctx.error(f"output sizes {out} must be >= 0")
+    ctx.check_size(out, np.float32, what="resized output")
     return out, sc
 
 

@@ -244,8 +244,11 @@ def Range(ctx, start, limit, delta):
     """ONNX ``Range``: ``start, start + delta, ...`` below ``limit``; inputs must be
     known at load time (the length depends on them)."""
     s, l, d = (np.asarray(v).reshape(()) for v in (start, limit, delta))
+    if float(d) == 0 or not all(np.isfinite(float(v)) for v in (s, l, d)):
+        raise ctx.error(f"start {s}, limit {l} and delta {d} must be finite, delta not 0")
     n = max(int(np.ceil((float(l) - float(s)) / float(d))), 0)
     dt = np.result_type(s, l, d)
+    ctx.check_size((n,), dt)
     return (s + np.arange(n, dtype=dt) * d).astype(dt)
 
 

@@ -89,8 +89,11 @@ def RANGE(ctx, start, limit, delta):
         raise ctx.error("delta is 0")
     dt = ctx.out_dtype(0)
     s, lim = np.asarray(start).reshape(()), np.asarray(limit).reshape(())
+    if not all(np.isfinite(float(v)) for v in (s, lim, d)):
+        raise ctx.error(f"start {s}, limit {lim} and delta {d} must be finite")
     n = int(np.ceil(np.abs((lim - s) / d))) if np.issubdtype(dt, np.floating) else \
         int(-(-abs(int(lim) - int(s)) // abs(int(d))))
+    ctx.check_size((max(n, 0),), dt)
     return (s + d * np.arange(max(n, 0))).astype(dt)
 
 
