@@ -1,6 +1,6 @@
 """Fine-tune a decoder-only LLM file through its prefill signature, save it, check it in LiteRT.
 
-    python examples/finetune_llm.py               # 150 Adam steps, ~1 min on 2 CPU cores
+    python examples/finetune_llm.py               # 150 Adam steps, ~10 s on 2 idle CPU cores (28 s at load 7)
     python examples/finetune_llm.py --steps 5     # smoke test
 
 The model is the tiny random-weight gemma of ``tests/data/llm`` (litert-torch

@@ -550,7 +550,8 @@ def markdown_table(records: Sequence[dict], summ: Optional[dict] = None) -> str:
     """The records as a markdown table plus the geometric means."""
     nb = next((r["batch"] for r in records if r.get("batch")), DEFAULT_BATCH)
     head = (f"| model | vs | b1 fbjax ms | b1 other ms | **b1 ratio** | b{nb} fbjax ms | b{nb} other ms "
-            f"| **b{nb} thr. ratio** | first call s | warm cache s | RSS MiB cold / warm / warm above floor (budget) | max rel err |")
+            f"| **b{nb} thr. ratio** | first call s | warm cache s | RSS MiB cold / warm / warm above floor "
+            f"(budget: 2 x (file + largest activation set)) | max rel err |")
     lines = [head, "|" + "|".join(["---"] * 12) + "|"]
     for r in records:
         if "error" in r:
@@ -600,7 +601,10 @@ def markdown_table(records: Sequence[dict], summ: Optional[dict] = None) -> str:
             within_fl = [r for r in records if r.get("peak_rss_mib")
                          and r["peak_rss_mib"]["above_baseline_warm"] - fl <= r["peak_rss_mib"]["budget"]]
             n = sum(1 for r in records if r.get("peak_rss_mib"))
-            lines.append(f"Peak RSS above the `import jax, fbjax` baseline: {len(within)}/{n} models within budget "
+            lines.append("The RSS budget is 2 x (file size + largest activation set: the bytes of one node's "
+                         "non-constant inputs and outputs), what the model needs twice over; it is a target, not "
+                         "a limit fbjax enforces. "
+                         f"Peak RSS above the `import jax, fbjax` baseline: {len(within)}/{n} models within budget "
                          f"(cold). XLA floor (a fresh process compiling and running one trivial jit): {fl:.0f} MiB; "
                          f"warm-cache peak RSS above baseline + floor: {len(within_fl)}/{n} models within budget.")
         if n_rten:

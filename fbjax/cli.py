@@ -65,7 +65,7 @@ def cmd_inspect(args) -> int:
         args.model = DEFAULT_MODEL
         print("no model given: inspecting the bundled default model")
     try:
-        ir = read_model(args.model)
+        ir = read_model(args.model, args.format)
     except FbjaxError as e:  # a file that contradicts itself: nothing below can be shown
         print(f"model:    {args.model}")
         print(f"fbjax cannot run this model: {type(e).__name__}: {e}")
@@ -92,7 +92,8 @@ def cmd_inspect(args) -> int:
     for v in g.inputs:
         print("  " + _spec_str(v.name, v.shape, v.dtype, v.quant)
               + ("  (bound at load: --constant-input)" if v.name in bound else ""))
-    model, problem = _load_for_inspect(args.model, constant_inputs=bound, static_bounds=args.static_bounds)
+    model, problem = _load_for_inspect(args.model, format=args.format, constant_inputs=bound,
+                                       static_bounds=args.static_bounds)
     print("outputs:")  # the shapes fbjax.load infers win over the file's declared ones
     shapes = [s.shape for s in model.outputs] if model is not None else [v.shape for v in g.outputs]
     for v, shape in zip(g.outputs, shapes):
@@ -175,6 +176,15 @@ def _constant_inputs(args) -> dict:
             raise SystemExit(f"fbjax {args.command}: --constant-input {p}: no such file {path}")
         out[name] = np.load(path)
     return out
+
+
+def _add_format(parser) -> None:
+    """The one ``--format`` option (``fbjax.load``'s ``format``)."""
+    from .formats import READERS
+
+    parser.add_argument("--format", choices=sorted(READERS), default=None,
+                        help="read the file as this format instead of detecting it from its bytes (a damaged "
+                        "file then says why that format's reader refuses it)")
 
 
 def _add_constant_input(parser) -> None:
@@ -278,7 +288,7 @@ def cmd_run(args) -> int:
     if args.model is None:
         print(f"no model given: running the bundled default {os.path.basename(path)} (see fbjax/data/NOTICE)")
     t0 = time.perf_counter()
-    model = load(path, quantized=args.quantized, constant_inputs=_constant_inputs(args),
+    model = load(path, format=args.format, quantized=args.quantized, constant_inputs=_constant_inputs(args),
                  static_bounds=args.static_bounds)
     t_load = time.perf_counter() - t0
     if getattr(args, "signature", None) is not None:  # one entry point: its named inputs and outputs
@@ -383,7 +393,7 @@ def cmd_infer(args) -> int:
 
     if args.signature is None:
         try:
-            model = load(args.model, batch_size=None, quantized=args.quantized,
+            model = load(args.model, format=args.format, batch_size=None, quantized=args.quantized,
                          constant_inputs=_constant_inputs(args), static_bounds=args.static_bounds)
         except InputError as e:
             if not str(e).startswith("batch_size:"):
@@ -391,8 +401,8 @@ def cmd_infer(args) -> int:
             # the batch-polymorphic rewrite refused: say what infer needs and what else works
             raise SystemExit(f"fbjax infer: {_infer_needs(args.model, e)}") from None
     else:  # one entry point, at the file's shapes (a batch-1 signature runs vmapped over the examples)
-        loaded = load(args.model, quantized=args.quantized, constant_inputs=_constant_inputs(args),
-                      static_bounds=args.static_bounds)
+        loaded = load(args.model, format=args.format, quantized=args.quantized,
+                      constant_inputs=_constant_inputs(args), static_bounds=args.static_bounds)
         try:
             model = loaded.signature(args.signature)
         except InputError as e:
@@ -474,7 +484,7 @@ def cmd_export(args) -> int:
     folder = os.path.dirname(os.path.abspath(args.out))
     if not os.path.isdir(folder):
         raise SystemExit(f"fbjax export: output folder {folder} does not exist (create it first)")
-    model = load(args.model, batch_size=args.batch_size, quantized=args.quantized,
+    model = load(args.model, format=args.format, batch_size=args.batch_size, quantized=args.quantized,
                  constant_inputs=_constant_inputs(args), static_bounds=args.static_bounds)
     if args.signature is not None:  # one entry point: apply(params, *its inputs) -> {output name: array}
         from .errors import InputError
@@ -579,6 +589,7 @@ def build_parser() -> argparse.ArgumentParser:
     pi.add_argument("--code", metavar="NODE", help="GPU delegate .bin: print node NODE's OpenCL source "
                     "(its position, or its name as inspect lists it, e.g. 'convolution_2d 12 -> relu 13' "
                     "or 'convolution_2d 12')")
+    _add_format(pi)
     _add_constant_input(pi)  # inspect judges "can run" as fbjax.load(path, constant_inputs=, static_bounds=) does
     pi.set_defaults(func=cmd_inspect)
     pr = sub.add_parser(
@@ -602,6 +613,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="run this signature (entry point) of the file instead of its first subgraph; "
                          "`fbjax inspect MODEL` lists the keys and their input names")
     _add_quantized(pr)
+    _add_format(pr)
     _add_constant_input(pr)
     pr.set_defaults(func=cmd_run)
     pg = sub.add_parser(
@@ -647,6 +659,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "A batch-1 signature (litert-torch) runs vmapped: each sample is an input without its "
                     "leading 1 (rank-0/1 inputs such as positions whole)")
     _add_quantized(pf)
+    _add_format(pf)
     _add_constant_input(pf)
     pf.set_defaults(func=cmd_infer)
     pe = sub.add_parser(
@@ -669,6 +682,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="export this signature (fbjax inspect lists them): call(params, *its inputs in the "
                     "signature's order) -> {output name: array}; default: the first subgraph")
     _add_quantized(pe, " (exact: the integer weights are constants in the artifact, the .params.npz is empty)")
+    _add_format(pe)
     _add_constant_input(pe)
     pe.set_defaults(func=cmd_export)
     from .bench import add_arguments as _bench_args, run_cli as _bench_run  # `fbjax bench` (fbjax/bench.py)

@@ -81,6 +81,23 @@ _SAVE_EXT = {".tflite": "tflite", ".rten": "rten", ".flatbuf": "stablehlo", ".on
 #: the file-name extensions Model.save accepts per format (no extension is accepted too)
 _FORMAT_EXTS = {"tflite": (".tflite",), "rten": (".rten",), "stablehlo": (".flatbuf",), "gpu_cl": (".bin",)}
 
+#: (layout the model takes, layout the array is in, the axes of np.transpose from the one to the other)
+_LAYOUT_SWAPS = (("NHWC", "NCHW", (0, 2, 3, 1)), ("NCHW", "NHWC", (0, 3, 1, 2)))
+
+
+def _shape_hint(want: tuple, got: tuple) -> str:
+    """What to do about an input of shape ``got`` for a spec of shape
+    ``want``, where something helps: an image in the other layout (NCHW for
+    an NHWC model, or the reverse: the transpose to apply), else
+    :func:`_batch_hint`."""
+    if len(want) == len(got) == 4 and all(isinstance(g, (int, np.integer)) for g in got):
+        for model_layout, array_layout, axes in _LAYOUT_SWAPS:
+            if all(d is None or d == got[a] for d, a in zip(want, axes)) and tuple(got) != tuple(want):
+                return (f" (an {array_layout} array? this model takes {model_layout}, {tuple(want)}: "
+                        f"pass np.transpose(x, {axes}))")
+    return _batch_hint(want, got)
+
+
 def _batch_hint(want: tuple, got: tuple) -> str:
     """The ``batch_size=None`` hint for a shape mismatch, only where it helps:
     the file has a fixed batch of 1 (what :func:`fbjax.load`'s batch
@@ -398,7 +415,7 @@ class Model:
             if len(shape) != len(spec.shape) or any(  # symbolic dims (jax.export shape polymorphism) pass
                     d is not None and isinstance(s, (int, np.integer)) and d != s for d, s in zip(spec.shape, shape)):
                 raise InputError(f"input {i} ({spec.name!r}) has shape {tuple(shape)}, expected {spec}"
-                                 + _batch_hint(spec.shape, shape))
+                                 + _shape_hint(spec.shape, shape))
 
     def _apply_leaves(self, leaves: tuple, *inputs):
         """:meth:`apply` with the params as a tuple in ``_param_names`` order
@@ -456,7 +473,7 @@ class Model:
                 )
                 if not ok:
                     raise InputError(
-                        f"input {i} ({spec.name!r}) has shape {shape}, expected {spec}" + _batch_hint(spec.shape, shape)
+                        f"input {i} ({spec.name!r}) has shape {shape}, expected {spec}" + _shape_hint(spec.shape, shape)
                     )
             if np.dtype(x.dtype) != spec.dtype:
                 if not np.can_cast(np.dtype(x.dtype), spec.dtype, "same_kind"):

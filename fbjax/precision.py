@@ -35,6 +35,7 @@ from typing import Optional, Sequence
 
 import jax
 import numpy as np
+from tqdm import tqdm
 
 from .formats import read_model
 from .lower.build import build
@@ -89,7 +90,7 @@ def _rel(a, b) -> float:
 
 
 def compare(source, dtypes: Sequence[str] = ("bfloat16", "float16"), *, seed: int = 0,
-            inputs: Optional[Sequence[np.ndarray]] = None) -> dict:
+            inputs: Optional[Sequence[np.ndarray]] = None, progress: bool = False) -> dict:
     """Run a float model in float32 and in each reduced dtype; measure the error.
 
     Args:
@@ -98,6 +99,8 @@ def compare(source, dtypes: Sequence[str] = ("bfloat16", "float16"), *, seed: in
         dtypes: reduced compute dtypes to compare.
         seed: seeds the random inputs (float inputs uniform in [0, 1),
             integer inputs 0), unless ``inputs`` are given.
+        progress: show a progress bar (stderr) over the dtypes, each one
+            an XLA compile of the whole model (seconds to tens of seconds).
 
     Returns:
         ``{dtype: {"outputs": [(name, rel_err, depth, bound)], "worst": rel,
@@ -129,7 +132,9 @@ def compare(source, dtypes: Sequence[str] = ("bfloat16", "float16"), *, seed: in
     g.outputs = [o for _, o in pairs]
     index = {id(o): i for i, (_, o) in enumerate(pairs)}
     runs = {}
-    for d in ("float32",) + tuple(dtypes):
+    label = os.path.basename(source) if isinstance(source, (str, os.PathLike)) else "model"
+    for d in tqdm(("float32",) + tuple(dtypes), desc=f"{label}: compiling and running in", unit="dtype",
+                  disable=not progress, file=sys.stderr, leave=False):
         prog = build(ir, options={"compute_dtype": None if d == "float32" else d})
         outs, _ = jax.jit(prog.apply)(prog.params, None, *inputs)
         runs[d] = [np.asarray(o) for o in outs]
@@ -160,7 +165,7 @@ def table(paths: Sequence[str], dtypes: Sequence[str] = ("bfloat16", "float16"),
     if echo:
         print("\n".join(lines), flush=True)
     for p in paths:
-        r = compare(p, dtypes)
+        r = compare(p, dtypes, progress=echo)
         depth = max((dep for _, _, dep, _ in r[dtypes[0]]["outputs"]), default=0)
         cells = []
         for d in dtypes:

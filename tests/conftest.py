@@ -11,6 +11,7 @@ second, independent oracle.
 
 from __future__ import annotations
 
+import importlib
 import os
 from pathlib import Path
 from typing import Sequence, Union
@@ -253,3 +254,21 @@ def assert_within(actual, expected, bound, what: str = "") -> float:
                              f"worst at {i}: |{a[i]:.9g} - {e[i]:.9g}| = {err[i]:.3g} > {b[i]:.3g} "
                              f"(max err/bound {ratio:.3g})")
     return ratio
+
+
+#: the packages of the ``test`` extra (pyproject.toml): a test needing one fails when it is missing
+TEST_EXTRA = ("ai_edge_litert", "flax", "matplotlib", "onnx", "onnxruntime", "optax", "rten_convert")
+
+
+def require(module: str, reason: str = ""):
+    """Import ``module``, a package of the ``test`` extra (:data:`TEST_EXTRA`)
+    or a submodule of one. A missing one fails the test -- ``pip install
+    '.[test]'`` installs them, so a skip would hide a broken install.
+    (Optional packages outside the extra, torch say, stay
+    ``pytest.importorskip``.)"""
+    assert module.split(".")[0] in TEST_EXTRA, f"{module} is not in the test extra: use pytest.importorskip"
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        pytest.fail(f"{module} ({reason or 'a test dependency'}) cannot be imported: {e}; "
+                    "install the test dependencies with pip install '.[test]'")

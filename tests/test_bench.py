@@ -12,7 +12,8 @@ import math
 import pytest
 
 
-pytest.importorskip("ai_edge_litert")
+from conftest import require  # noqa: E402
+require("ai_edge_litert")
 
 from fbjax import bench  # noqa: E402
 from fbjax.cli import main as cli_main  # noqa: E402
@@ -84,8 +85,8 @@ def test_cli_bench(sine, tmp_path, capsys):
 
 def _tiny_rten(tmp_path) -> str:
     """x[1,4] -> Relu -> prob, as an .rten file written by rten-convert (not one of the onnx wheel's models)."""
-    onnx = pytest.importorskip("onnx")
-    pytest.importorskip("rten_convert")
+    onnx = require("onnx")
+    require("rten_convert")
     from onnx import TensorProto, helper
 
     g = helper.make_graph([helper.make_node("Relu", ["x"], ["prob"])], "g",

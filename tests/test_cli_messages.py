@@ -23,6 +23,7 @@ from fbjax.testing import single_op_model
 from test_cli import _relu_model  # x[1,4] -> RELU -> out[1,4], written to tmp_path/relu.tflite
 from test_tflite_static_bounds import _where_model  # GREATER(x[3,4], 0.5) -> WHERE -> coords
 from test_llm import TOL, _rel_err  # the LLM fixtures' float32 bound and its relative error
+from conftest import require  # noqa: E402
 
 LLAMA = Path(__file__).parent / "data" / "llm" / "llama_f32.tflite"
 
@@ -91,7 +92,7 @@ def test_inspect_static_bounds_lists_the_count_outputs(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("suffix,advice", [(".onnx", "rten-convert MODEL.onnx MODEL.rten"),
-                                           (".h5", "TFLiteConverter"), (".bin", None)])
+                                           (".h5", "TFLiteConverter"), (".dat", None)])
 def test_a_file_of_another_format_is_refused_with_how_to_convert_it(tmp_path, suffix, advice):
     """An ONNX protobuf (its first bytes: field 1, ir_version) is no
     flatbuffer fbjax reads: the refusal says how to convert it; a file
@@ -216,7 +217,7 @@ def test_bench_refuses_unknown_models_before_running_anything(tmp_path):
     """``fbjax bench light:NAME`` with a name the onnx wheel lacks listed a
     truncated FileNotFoundError in the results table; now it is refused up
     front with the names there are (squeezenet: the one benchmarks/ uses)."""
-    pytest.importorskip("onnx", reason="light:NAME models come with the onnx wheel (a test extra)")
+    require("onnx", reason="light:NAME models come with the onnx wheel (a test extra)")
     with pytest.raises(SystemExit) as e:
         main(["bench", "light:nosuch", "--runs", "1"])
     assert "no light model 'nosuch'" in str(e.value) and "squeezenet" in str(e.value)
@@ -239,3 +240,55 @@ def test_generate_top_k_without_temperature_names_the_cli_options(tmp_path):
     with pytest.raises(SystemExit) as e:
         main(["generate", str(tmp_path / "missing.tflite"), "-p", "1,2", "--top-k", "5"])
     assert "--top-k K samples" in str(e.value) and "needs --temperature > 0" in str(e.value)
+
+
+# --- issue 28's papercuts ------------------------------------------------------------
+
+
+def test_a_damaged_gpu_delegate_file_says_why_its_reader_refuses_it(tmp_path, capsys):
+    """A truncated GPU delegate .bin probes as no format: the refusal gives
+    each schema generation's reason (was only "not a model file"), and
+    ``--format`` reads a file as a named format."""
+    data = Path(fbjax.data.SINE_GPU_CL).read_bytes()
+    bad = tmp_path / "damaged.bin"
+    bad.write_bytes(data[:len(data) // 2])
+    assert main(["inspect", str(bad)]) == 1
+    out = capsys.readouterr().out
+    assert "named like a gpu_cl file (extension .bin) but damaged or not one" in out, out
+    assert all(f"{gen}: " in out for gen in ("seed", "tf2.5", "tf2.7", "litert")), out
+    assert main(["inspect", str(bad), "--format", "tflite"]) == 1
+    assert "not a TFLite file" in capsys.readouterr().out
+    good = tmp_path / "sine.weights"  # no telling extension: --format gpu_cl reads it
+    good.write_bytes(data)
+    assert main(["inspect", str(good), "--format", "gpu_cl"]) == 0
+    assert "fbjax can run this model" in capsys.readouterr().out
+
+
+def test_inspect_recognises_a_jax_export_artifact(tmp_path, capsys):
+    """``fbjax export --to stablehlo`` output handed back to ``inspect``: it
+    says what the file is and how to run it (was "not a model file")."""
+    model = tmp_path / "relu.tflite"
+    model.write_bytes(single_op_model("RELU", [(1, 4)]))
+    art = tmp_path / "relu.jax"
+    assert main(["export", str(model), "--to", "stablehlo", str(art)]) == 0
+    capsys.readouterr()
+    assert main(["inspect", str(art)]) == 1
+    out = capsys.readouterr().out
+    assert "a serialized jax.export program" in out and "jax.export.deserialize" in out, out
+
+
+@pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
+def test_an_image_in_the_other_layout_is_named(layout):
+    """An NCHW array for an NHWC model (and the reverse): the InputError
+    names the layouts and the transpose that fixes it, and that transpose
+    is accepted."""
+    shape = (1, 8, 6, 3) if layout == "NHWC" else (1, 3, 8, 6)
+    m = fbjax.load(single_op_model("RELU", [shape]))
+    other = (0, 3, 1, 2) if layout == "NHWC" else (0, 2, 3, 1)  # the array in the other layout
+    fix = (0, 2, 3, 1) if layout == "NHWC" else (0, 3, 1, 2)
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    wrong = np.transpose(x, other)
+    with pytest.raises(fbjax.InputError, match=re.escape(f"this model takes {layout}")) as e:
+        m(wrong)
+    assert f"np.transpose(x, {fix})" in str(e.value)
+    np.testing.assert_array_equal(np.asarray(m(np.transpose(wrong, fix))), np.maximum(x, 0))

@@ -15,7 +15,7 @@ import pytest
 import fbjax
 from fbjax.testing import TFLiteBuilder, single_op_model
 
-from conftest import TFLITE_MODELS, abs_magnitude, assert_within, gamma
+from conftest import TFLITE_MODELS, abs_magnitude, assert_within, gamma, require
 
 
 def _small_model() -> bytes:
@@ -269,7 +269,7 @@ def test_quantized_inputs_range_checked_with_a_hint():
     input's scale and zero point (as LiteRT reports them) and the float-mode
     alternative. In-range integers of another type are cast, with the same
     result as int8."""
-    litert = pytest.importorskip("ai_edge_litert.interpreter", reason="ai-edge-litert (the oracle) is absent")
+    litert = require("ai_edge_litert.interpreter", reason="ai-edge-litert (the oracle) is absent")
     m = fbjax.load(_QUANT)
     s, z = litert.Interpreter(model_path=str(_QUANT)).get_input_details()[0]["quantization"]
     q = m.input_quantization[0]

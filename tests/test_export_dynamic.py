@@ -24,7 +24,7 @@ import fbjax
 from fbjax import export as fbexport
 from fbjax.testing import single_op_model
 
-from conftest import abs_magnitude, assert_within, gamma
+from conftest import abs_magnitude, assert_within, gamma, require
 
 F32 = np.float32
 SHARED = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "models", "tflite")
@@ -85,7 +85,7 @@ def _selfie_logits(x):
     """The logits (the final LOGISTIC's input) of the selfie model at ``x``, from LiteRT."""
     import warnings
 
-    litert = pytest.importorskip("ai_edge_litert.interpreter", reason="ai-edge-litert (the oracle) is not installed")
+    litert = require("ai_edge_litert.interpreter", reason="ai-edge-litert (the oracle) is not installed")
     from fbjax.formats import read_model
 
     graph = read_model(SELFIE).main_graph
@@ -105,7 +105,7 @@ def _selfie_logits(x):
 def _litert_at_batch(data: bytes, xs):
     """LiteRT builtin kernels (no XNNPACK: HARD_SWISH's optimized-kernel tail
     order) with every input resized to ``xs``' shapes."""
-    litert = pytest.importorskip("ai_edge_litert.interpreter", reason="ai-edge-litert (the oracle) is not installed")
+    litert = require("ai_edge_litert.interpreter", reason="ai-edge-litert (the oracle) is not installed")
     it = litert.Interpreter(model_content=data, experimental_op_resolver_type=
                             litert.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
     for d, x in zip(it.get_input_details(), xs):
@@ -222,9 +222,9 @@ def test_onnx_model_dynamic_batch_matches_onnxruntime(case):
     ONNX input's batch dim made symbolic). Tolerance: two float32
     summation orders of the chain's sums (``ONNX_SUM_LENGTHS``), each
     within ``gamma_n * sum|a_i b_i|`` of exact; exact where nothing is summed."""
-    pytest.importorskip("rten_convert", reason="rten-convert (ONNX -> .rten) is not installed")
-    onnx = pytest.importorskip("onnx")
-    ort = pytest.importorskip("onnxruntime")
+    require("rten_convert", reason="rten-convert (ONNX -> .rten) is not installed")
+    onnx = require("onnx")
+    ort = require("onnxruntime")
     from fbjax import bench
 
     nodes, inits, in_shape, out_shape = _onnx_cases()[case]

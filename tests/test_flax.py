@@ -12,8 +12,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-pytest.importorskip("flax")
-optax = pytest.importorskip("optax")
+from conftest import require  # noqa: E402
+require("flax")
+optax = require("optax")
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402

@@ -420,7 +420,7 @@ def test_batch_polymorphic_and_infer():
     got = np.asarray(fbjax.load(f, batch_size=None)(xs))
     assert got.shape == (6, 1, 1, 1)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(np.asarray(fbjax.infer(m1, xs, batch_size=4)), want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(fbjax.infer(m1, xs, step_size=4)), want, rtol=1e-5, atol=1e-6)
 
 
 # --- op records: each op's JAX lowering vs its numpy twin, one node at a time -------------------

@@ -185,7 +185,7 @@ def test_batch_polymorphic_real_model():
 def test_infer_array_and_padding():
     src = conv_reshape_fc()
     xs = np.random.default_rng(3).standard_normal((11, 6, 6, 3)).astype(F32)  # 11 = 2 full batches of 4 + 3
-    got = fbjax.infer(fbjax.load(src, batch_size=None), xs, batch_size=4, progress=False)
+    got = fbjax.infer(fbjax.load(src, batch_size=None), xs, step_size=4, progress=False)
     assert got.shape == (11, 5)
     assert_per_sample(got, src, xs, "infer vs per-sample")
 
@@ -194,7 +194,7 @@ def test_infer_multi_input_tuples_and_npz_dir(tmp_path):
     src = two_input_model()
     rng = np.random.default_rng(4)
     exs = [(rng.standard_normal(3).astype(F32), rng.standard_normal(3).astype(F32)) for _ in range(7)]
-    s, p = fbjax.infer(fbjax.load(src, batch_size=None), exs, batch_size=3, progress=False)
+    s, p = fbjax.infer(fbjax.load(src, batch_size=None), exs, step_size=3, progress=False)
     # one correctly rounded ADD / MUL per element: exact in any program
     np.testing.assert_array_equal(s, np.stack([a + b for a, b in exs]))
     np.testing.assert_array_equal(p, np.stack([a * b for a, b in exs]))
@@ -202,7 +202,7 @@ def test_infer_multi_input_tuples_and_npz_dir(tmp_path):
     d.mkdir()
     for i, (a, b) in enumerate(exs):
         np.savez(d / f"{i:03d}.npz", a=a, b=b)
-    out = fbjax.infer(fbjax.load(src, batch_size=None), d, batch_size=3, out=tmp_path / "r.npz", progress=False)
+    out = fbjax.infer(fbjax.load(src, batch_size=None), d, step_size=3, out=tmp_path / "r.npz", progress=False)
     with np.load(out) as z:
         assert sorted(z.files) == ["__files__", "prod", "sum"]  # outputs + the example file names
         assert z["__files__"].tolist() == [f"{i:03d}.npz" for i in range(7)]
@@ -221,7 +221,7 @@ def test_infer_streams_npy_from_npy_dir(tmp_path):
         np.save(d / f"{i:02d}.npy", x)
     model_path = tmp_path / "m.tflite"
     model_path.write_bytes(src)
-    out = fbjax.infer(fbjax.load(model_path), d, batch_size=4, out=tmp_path / "y.npy", progress=False)
+    out = fbjax.infer(fbjax.load(model_path), d, step_size=4, out=tmp_path / "y.npy", progress=False)
     assert_per_sample(np.load(out), src, xs, "streamed .npy")
     with pytest.raises(InputError, match="shape"):
         fbjax.infer(model_path, [np.zeros((6, 6, 4), F32)], progress=False)
@@ -281,8 +281,8 @@ _EIGHT = textwrap.dedent("""
     assert len(jax.devices()) == 8, jax.devices()
     model = fbjax.load(sys.argv[1], batch_size=None)
     xs = np.load(sys.argv[2])
-    y8 = fbjax.infer(model, xs, batch_size=16, progress=False)
-    y1 = fbjax.infer(model, xs, batch_size=16, devices=jax.devices()[:1], progress=False)
+    y8 = fbjax.infer(model, xs, step_size=16, progress=False)
+    y1 = fbjax.infer(model, xs, step_size=16, devices=jax.devices()[:1], progress=False)
     np.save(sys.argv[3], y8)
     print("max|8 devices - 1 device|", float(np.abs(y8 - y1).max()))
 """)
@@ -296,7 +296,7 @@ _WORKER = textwrap.dedent("""
     assert jax.process_count() == 2 and len(jax.devices()) == 4, (jax.process_count(), jax.devices())
     xs = np.load(sys.argv[4])
     share = xs[:13] if pid == 0 else xs[13:]          # unequal shares: 13 and 4 examples
-    y = fbjax.infer(sys.argv[3], share, batch_size=4, progress=False)
+    y = fbjax.infer(sys.argv[3], share, step_size=4, progress=False)
     np.save(sys.argv[5].format(pid), y)
     jax.distributed.shutdown()
 """)
@@ -381,8 +381,8 @@ def test_cli_infer_refuses_nonpositive_batch_size_before_any_work(tmp_path, caps
         assert f"--batch-size: expected a positive int, got '{bad}'" in captured.err
     # the Python API checks first too: the model path is never opened
     for bad in (0, -1, 2.5, True):
-        with pytest.raises(InputError, match="batch_size must be"):
-            fbjax.infer(tmp_path / "missing.tflite", np.zeros((2, 6, 6, 3), F32), batch_size=bad, progress=False)
+        with pytest.raises(InputError, match="step_size must be"):
+            fbjax.infer(tmp_path / "missing.tflite", np.zeros((2, 6, 6, 3), F32), step_size=bad, progress=False)
 
 
 def test_cli_infer_header_prints_the_effective_batch_size_on_2_devices(tmp_path):
@@ -433,7 +433,7 @@ def test_infer_wrong_shape_in_a_directory_names_the_file(tmp_path, capsys):
     xs = np.zeros((4, 6, 6, 3), F32)
     d = _sample_dir(tmp_path / "bad", xs, bad={2: np.zeros((6, 6, 4), F32)})
     with pytest.raises(InputError) as e:
-        fbjax.infer(tmp_path / "m.tflite", d, batch_size=2, progress=False)
+        fbjax.infer(tmp_path / "m.tflite", d, step_size=2, progress=False)
     assert str(e.value).startswith(f"{d / 's002.npy'} (example 2): input 0 ('x') has shape (6, 6, 4)"), str(e.value)
     assert main(["infer", str(tmp_path / "m.tflite"), "--inputs", str(d), "--out", str(tmp_path / "o.npz"),
                  "--no-progress"]) == 1
@@ -469,10 +469,10 @@ def test_infer_progress_bar_knows_the_total(tmp_path, monkeypatch):
     model = fbjax.load(conv_reshape_fc(), batch_size=None)
     xs = np.zeros((13, 6, 6, 3), F32)
     d = _sample_dir(tmp_path / "a_long_directory_name", xs)
-    fbjax.infer(model, d, batch_size=4)
-    fbjax.infer(model, str(d), batch_size=4)
-    fbjax.infer(model, xs, batch_size=4)
-    fbjax.infer(model, iter(list(xs)), batch_size=4)  # a generator: length unknown
+    fbjax.infer(model, d, step_size=4)
+    fbjax.infer(model, str(d), step_size=4)
+    fbjax.infer(model, xs, step_size=4)
+    fbjax.infer(model, iter(list(xs)), step_size=4)  # a generator: length unknown
     assert [(b.total, b.n) for b in _RecordingBar.made] == [(13, 13), (13, 13), (13, 13), (None, 13)]
 
 
@@ -488,7 +488,7 @@ def test_infer_npz_holds_the_example_file_names_in_result_order(tmp_path):
     names = ["b.npy", "a.npy", "c10.npy", "c9.npy", "z.npy", "0.npy"]  # written out of order
     for n, x in zip(names, xs):
         np.save(d / n, x)
-    out = fbjax.infer(fbjax.load(src, batch_size=None), d, batch_size=4, out=tmp_path / "o.npz", progress=False)
+    out = fbjax.infer(fbjax.load(src, batch_size=None), d, step_size=4, out=tmp_path / "o.npz", progress=False)
     want = dict(zip(names, one_by_one(src, list(xs))[0]))
     bound = dict(zip(names, per_sample_bound(src, xs)))
     with np.load(out) as z:
@@ -532,7 +532,7 @@ def test_infer_runs_cache_sized_chunks_of_the_prepared_program_on_cpu():
     assert 1 <= k < 6 and 6 % k == 0  # 1.3 MB per example: more than one chunk per batch of 6
     assert _plan(model, 6) == (k, 2)  # two examples fit: two streams of steps at once
     xs = np.random.default_rng(5).random((7, 128, 128, 3), dtype=F32)  # 6 + 1 padded
-    got = fbjax.infer(model, xs, batch_size=6, progress=False)
+    got = fbjax.infer(model, xs, step_size=6, progress=False)
     single = fbjax.load(path)
     for i in range(7):
         for j, (g, w) in enumerate(zip(got, single(xs[i:i + 1]))):
@@ -553,7 +553,7 @@ def test_infer_reader_errors_reach_the_caller_and_the_reader_stops():
             yield rng.standard_normal((6, 6, 3)).astype(F32)
 
     with pytest.raises(ValueError, match="broken example source"):
-        fbjax.infer(model, examples(), batch_size=2, progress=False)
+        fbjax.infer(model, examples(), step_size=2, progress=False)
     assert not [t for t in threading.enumerate() if t.name == "fbjax-infer-reader"]
 
 

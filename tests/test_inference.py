@@ -23,7 +23,7 @@ import fbjax
 from fbjax.lower.inference import plan
 from fbjax.testing import TFLiteBuilder, single_op_model
 
-from conftest import assert_within, gamma
+from conftest import assert_within, gamma, require
 
 F32 = np.float32
 
@@ -257,8 +257,8 @@ def test_constant_weights_computed_ahead_and_relaid_equal_apply():
     """ONNX light squeezenet: every weight is a ConstantOfShape fill feeding a
     Conv; they are computed once (jit arguments), relaid to HWIO for the
     ungrouped convolutions, and the result equals ``Model.apply``'s."""
-    pytest.importorskip("onnx")
-    pytest.importorskip("rten_convert")
+    require("onnx")
+    require("rten_convert")
     import onnx
 
     from fbjax import bench
@@ -286,8 +286,8 @@ def test_softmax_input_is_computed_once():
     ``Model.__call__`` returned NaN for some inputs. The inference program
     computes a softmax input once (``inference._READ_TWICE``): the outputs
     are finite and each sums to 1 (to float32 rounding of 1000 terms)."""
-    pytest.importorskip("onnx")
-    pytest.importorskip("rten_convert")
+    require("onnx")
+    require("rten_convert")
     import onnx
 
     from fbjax import bench

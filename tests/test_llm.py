@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 import fbjax
+from conftest import require  # noqa: E402
 
 HERE = os.path.join(os.path.dirname(__file__), "data", "llm")
 ARCHS = ("llama", "gemma")
@@ -77,7 +78,7 @@ def test_hybrid_kernels_bit_exact_with_litert(name, key):
     LiteRT's on-the-fly input quantization, int8 / int4 EMBEDDING_LOOKUP), fed LiteRT's own input
     tensors (``experimental_preserve_all_tensors``), gives LiteRT's builtin kernels' output bit for bit,
     jitted, and so does its numpy twin in fbjax.reference."""
-    litert = pytest.importorskip("ai_edge_litert.interpreter")
+    litert = require("ai_edge_litert.interpreter")
     from fbjax._registry import call_op
     from fbjax.lower.build import LowerContext, Run
     from fbjax.reference import REFERENCE, ReferenceContext, ReferenceRun
@@ -260,7 +261,7 @@ def test_grad_of_next_token_loss_reaches_every_weight():
 def test_save_then_litert_runs_fbjax_outputs(tmp_path):
     """One gradient step on every weight, Model.save, LiteRT's signature runners on the saved file
     give fbjax's outputs for the new weights (both signatures)."""
-    litert = pytest.importorskip("ai_edge_litert.interpreter")
+    litert = require("ai_edge_litert.interpreter")
     model = fbjax.load(_path("gemma_f32"))
     pre = model.signature("prefill_16")
     ins, _ = _io("gemma_f32", "prefill_16")
@@ -339,7 +340,7 @@ def test_save_buffers_after_the_flatbuffer(tmp_path, mode, requantize, weight):
     writes them back in that layout: the new weights reload exactly, LiteRT's signature runners on the
     saved file give fbjax's outputs, and when no size changes the bytes outside the replaced buffers are
     the file's own."""
-    litert = pytest.importorskip("ai_edge_litert.interpreter")
+    litert = require("ai_edge_litert.interpreter")
     src = _path("llama_q8")
     raw = open(src, "rb").read()
     assert any(a >= len(raw) // 4 for a, _ in _stored_ranges(raw)), "the fixture no longer stores buffers by offset"
@@ -414,7 +415,7 @@ def test_save_shared_int8_weight_once_in_exact_mode(tmp_path):
     a, b = table(again, 0, pre_name), table(again, 1, dec_name)
     assert a.data is b.data  # still one buffer
     np.testing.assert_array_equal(np.asarray(a.data), new)
-    litert = pytest.importorskip("ai_edge_litert.interpreter")
+    litert = require("ai_edge_litert.interpreter")
     want, before = _litert_agrees(litert, path, again)
     for key in SIGNATURES:
         # every signature moved: it reads the new table (a negated embedding changes every output)

@@ -65,15 +65,15 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from conftest import U32, assert_within, bilinear_bound, gamma, require, softmax_bound  # noqa: E402
 
 if __name__ != "__main__":
-    onnx = pytest.importorskip("onnx")
-    pytest.importorskip("rten_convert")
+    onnx = require("onnx")
+    require("rten_convert")
 else:
     import onnx
 
 import fbjax  # noqa: E402
-from conftest import U32, assert_within, bilinear_bound, gamma, softmax_bound  # noqa: E402
 import fbjax.lower  # noqa: E402,F401
 import fbjax.lower.onnx  # noqa: E402,F401  (registers the "onnx" op set)
 from onnx_excludes import AS_CONVERTED, EXCLUDES, EXPLICIT, MODES, excluded, modes  # noqa: E402
@@ -429,7 +429,7 @@ def test_make_defaults_explicit(opset, shape, axis):
     assert not any(a.name == "axis" for a in m.graph.node[0].attribute), "the input model is not modified"
     if axis is None or shape is None:
         return
-    ort = pytest.importorskip("onnxruntime")
+    ort = require("onnxruntime")
     x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
     ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     y = np.asarray(fbjax.load(convert(m, explicit_defaults=True))(x))
@@ -829,7 +829,7 @@ def test_resize_modes_vs_oracles():
     :func:`_ort_differs`). Nearest picks elements, so it must be exact; linear
     within :func:`_linear_resize_bound` (float32 interpolation and float32
     coordinates, e.g. onnxruntime's, vs float64 ones)."""
-    ort = pytest.importorskip("onnxruntime")
+    ort = require("onnxruntime")
     from onnx.reference import ReferenceEvaluator
 
     import fbjax.reference
@@ -903,7 +903,7 @@ def light_compare(name: str) -> dict:
     """Convert ``light_<name>.onnx`` with explicit ONNX defaults, run fbjax and
     onnxruntime (on the unchanged ``.onnx``) on one random input; returns the
     relative error (max abs difference / max abs reference) of every output."""
-    ort = pytest.importorskip("onnxruntime")
+    ort = require("onnxruntime")
     from rten_convert_tools import convert, make_defaults_explicit
 
     m = onnx.load(str(LIGHT_DIR / f"light_{name}.onnx"))

@@ -33,7 +33,7 @@ from fbjax.export import to_stablehlo_flatbuffer
 from fbjax.ir import Value
 from fbjax.lower.build import is_param
 
-from conftest import abs_magnitude, assert_within, gamma, softmax_bound
+from conftest import abs_magnitude, assert_within, gamma, softmax_bound, require
 
 RNG = np.random.default_rng(7)
 W_CONV = RNG.normal(size=(3, 3, 3, 8)).astype(np.float32) * 0.5
@@ -88,7 +88,7 @@ def test_scalar_operator_constants_are_not_params(cnn_file):
 def test_adamw_step_keeps_params_finite_and_saves(cnn_file, tmp_path):
     """One AdamW step (weight decay multiplies every param: ``-inf`` would
     become NaN) leaves finite params, and ``Model.save`` writes them."""
-    optax = pytest.importorskip("optax")
+    optax = require("optax")
     m = fbjax.load(cnn_file)
     x, y = _x(2)[:1], RNG.normal(size=(1, 4)).astype(np.float32)
 
@@ -113,8 +113,8 @@ def test_adamw_step_keeps_params_finite_and_saves(cnn_file, tmp_path):
 def _dropout_rten(softmax_axis=1):
     """Conv -> Dropout (opset 9, with its mask output: ONNX shape inference
     leaves the mask's shape unknown) -> Identity -> Softmax."""
-    onnx = pytest.importorskip("onnx")
-    pytest.importorskip("rten_convert")
+    onnx = require("onnx")
+    require("rten_convert")
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from rten_convert_tools import convert
 
@@ -166,8 +166,8 @@ def test_squeezenet_rten_batch_polymorphic():
     """rten-convert's squeezenet (onnx's light model; Dropout with a mask of
     unknown shape): with the Softmax axis stated (the converter would write
     0), batch 2 equals two batch-1 runs; without it the load is refused."""
-    onnx = pytest.importorskip("onnx")
-    pytest.importorskip("rten_convert")
+    onnx = require("onnx")
+    require("rten_convert")
     from fbjax import bench
     from onnx_prepass import make_defaults_explicit
 

@@ -16,7 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+from conftest import require
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -27,8 +27,8 @@ def test_qat_example_short(tmp_path):
     assertion leaves a wide margin), and every LiteRT output element of the
     saved file equals fbjax's float-mode forward (exit status 0 means the
     example found no difference; the printed and recorded counts agree)."""
-    pytest.importorskip("optax", reason="the example trains with optax (pip install '.[examples]')")
-    pytest.importorskip("ai_edge_litert", reason="the example's check runs the saved file in LiteRT")
+    require("optax", reason="the example trains with optax (pip install '.[examples]')")
+    require("ai_edge_litert", reason="the example's check runs the saved file in LiteRT")
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     r = subprocess.run([sys.executable, str(ROOT / "examples" / "qat_finetune.py"), "--steps", "20", "--eval", "8",
                         "--out-dir", str(tmp_path)], capture_output=True, text=True, env=env, timeout=300)

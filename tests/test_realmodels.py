@@ -36,6 +36,7 @@ import pytest
 
 import fbjax
 import fbjax.reference
+from conftest import require  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -67,7 +68,7 @@ def test_wakeword_stream_bit_exact(name):
     kernels) each keeping its own state: outputs equal frame by frame, and
     after each frame fbjax's ``Model.state`` equals the values LiteRT's
     READ_VARIABLE tensors hold on the next invoke (the state it carried)."""
-    pytest.importorskip("ai_edge_litert")
+    require("ai_edge_litert")
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
     path = DATA / f"{name}.tflite"
@@ -165,7 +166,7 @@ def _ort_vs_fbjax_chained(onnx_model, feeds_fn, n_calls, state_names, rtol_abs):
     ``n_calls`` calls, each feeding back its own recurrent outputs
     (``state_names``: input name -> output name); returns the max abs errors
     of every output per call."""
-    ort = pytest.importorskip("onnxruntime")
+    ort = require("onnxruntime")
     from rten_convert_tools import convert
 
     sess = ort.InferenceSession(onnx_model.SerializeToString(), providers=["CPUExecutionProvider"])
@@ -200,7 +201,7 @@ def test_silero_vad_package_models(variant):
     if d is None:
         pytest.skip("silero-vad is not installed: `pip install --no-deps silero-vad==6.2.3` (MIT; its wheel "
                     "carries the ONNX files, 1-3 MB each, not committed here)")
-    onnx = pytest.importorskip("onnx")
+    onnx = require("onnx")
     m = onnx.load(str(d / f"{variant}.onnx"))
     names = {i.name for i in m.graph.input}
     rng = np.random.default_rng(0)
@@ -268,7 +269,7 @@ def test_silero_like_if_lstm_captures():
     named '' (what broke loading), fbjax loads it, and 3 chained calls per
     branch (sr 16000 and 8000) match onnxruntime within 1e-5 (an 8-term
     LSTM, 3 steps, float32: errors ~1e-7)."""
-    pytest.importorskip("onnx")
+    require("onnx")
     from rten_convert_tools import convert
 
     from fbjax.formats._generated import rten_generated as R
@@ -305,7 +306,7 @@ def test_if_branches_static_input_error_lists_both():
     """Pads that depend on a graph input are not known at load time in
     either branch: the error names both Pad nodes (was: one), and it comes
     at load (the static-input check), not at the first call."""
-    pytest.importorskip("onnx")
+    require("onnx")
     from rten_convert_tools import convert
 
     with pytest.raises(fbjax.UnsupportedOperatorError) as e:
@@ -334,7 +335,7 @@ def test_declared_output_shape_loses(tmp_path, capsys):
     """The JAX path, the numpy reference, Model.outputs and ``fbjax inspect``
     all give (1, 2), each warning once, naming the output; values equal
     numpy's softmax(x @ w)."""
-    pytest.importorskip("onnx")
+    require("onnx")
     from rten_convert_tools import convert
 
     m, w = _paddle_like()
@@ -404,7 +405,7 @@ def test_tflite_empty_reduction_identity(op, dtype):
     reference give LiteRT's builtin kernel's value (the kernel's initial
     value: the type's lowest/largest finite value for max/min, 0, 1, False,
     True)."""
-    pytest.importorskip("ai_edge_litert")
+    require("ai_edge_litert")
     mb = _reduce_model(op, dtype)
     want = _litert_empty(mb, dtype)
     x = np.zeros((1, 0), dtype)
@@ -417,7 +418,7 @@ def test_tflite_empty_arg_reduction_input_error(op):
     """LiteRT refuses ArgMax/ArgMin over an empty axis; fbjax raises
     InputError naming the op and the input shape (was a raw ValueError),
     in the JAX path and the reference."""
-    pytest.importorskip("ai_edge_litert")
+    require("ai_edge_litert")
     mb = _reduce_model(op, np.float32)
     with pytest.raises(RuntimeError, match="empty axis"):
         _litert_empty(mb, np.float32)
@@ -433,8 +434,8 @@ def test_onnx_empty_reductions(op):
     it: ReduceMax -inf, ReduceMin +inf, ReduceSum 0, ReduceProd 1 (fbjax
     and the reference); ArgMax has no answer: onnxruntime fails and fbjax
     raises InputError naming the op and shape."""
-    onnx = pytest.importorskip("onnx")
-    ort = pytest.importorskip("onnxruntime")
+    onnx = require("onnx")
+    ort = require("onnxruntime")
     from onnx import TensorProto as TP, helper as H
     from rten_convert_tools import convert
 
@@ -479,8 +480,8 @@ def test_if_branch_impossible_at_input_shape():
     branch matches onnxruntime (sr 16000), and sr 8000 -- where onnxruntime
     fails -- gives NaN rather than a silent value; the load warns once,
     naming the If."""
-    onnx = pytest.importorskip("onnx")
-    ort = pytest.importorskip("onnxruntime")
+    require("onnx")
+    ort = require("onnxruntime")
     from onnx import TensorProto as TP, helper as H, numpy_helper as nh
     from rten_convert_tools import convert
 

@@ -19,12 +19,12 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-onnx = pytest.importorskip("onnx")
-pytest.importorskip("rten_convert")
+from conftest import assert_within, gamma, softmax_bound, require  # noqa: E402
+onnx = require("onnx")
+require("rten_convert")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 import fbjax  # noqa: E402
-from conftest import assert_within, gamma, softmax_bound  # noqa: E402
 import fbjax.lower  # noqa: E402,F401
 import fbjax.lower.onnx  # noqa: E402,F401
 import fbjax.reference  # noqa: E402
@@ -54,7 +54,7 @@ def _conv_model(dim_param=None, opset=17):
 
 
 def _ort(model, *xs):
-    ort = pytest.importorskip("onnxruntime")
+    ort = require("onnxruntime")
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     return sess.run(None, {i.name: x for i, x in zip(sess.get_inputs(), xs)})
 

@@ -25,9 +25,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-onnx = pytest.importorskip("onnx")
-ort = pytest.importorskip("onnxruntime")
-pytest.importorskip("rten_convert")
+from conftest import require  # noqa: E402
+onnx = require("onnx")
+ort = require("onnxruntime")
+require("rten_convert")
 
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 

@@ -21,7 +21,7 @@ from fbjax.errors import InputError
 from fbjax.formats.tflite import read
 from fbjax.testing import TFLiteBuilder
 
-from conftest import TFLITE_MODELS, assert_close, litert_run
+from conftest import TFLITE_MODELS, assert_close, litert_run, require
 
 RTOL = 1e-4
 F32 = np.float32
@@ -312,7 +312,7 @@ def _large_layout_file() -> bytes:
 
 
 def _litert_builtin(data: bytes, x: np.ndarray) -> np.ndarray:
-    litert = pytest.importorskip("ai_edge_litert.interpreter")
+    litert = require("ai_edge_litert.interpreter")
     interp = litert.Interpreter(model_content=data,
                                 experimental_op_resolver_type=litert.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
     interp.allocate_tensors()

@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import fbjax  # noqa: E402
 from fbjax.errors import InputError  # noqa: E402
-from conftest import abs_magnitude, assert_within, gamma  # noqa: E402
+from conftest import abs_magnitude, assert_within, gamma, require  # noqa: E402
 
 RNG = np.random.default_rng(7)
 
@@ -82,8 +82,8 @@ X = RNG.standard_normal((1, 3, 5, 5)).astype(np.float32)
 
 @pytest.fixture(scope="module", params=["v2", "v1"])
 def rten_file(request):
-    pytest.importorskip("onnx")
-    pytest.importorskip("rten_convert")
+    require("onnx")
+    require("rten_convert")
     from rten_convert_tools import convert
 
     data = convert(_onnx_model(W, B, M), v1=request.param == "v1")
@@ -111,7 +111,7 @@ def test_rten_save_new_weights(rten_file, tmp_path):
     bound = 2 * gamma(28 + 5) * abs_magnitude(model, X, params=new)
     assert_within(got, want, bound, "reloaded rten vs apply(new)")
     assert not np.allclose(got, np.asarray(model(X)))  # the new weights matter
-    ort = pytest.importorskip("onnxruntime")
+    ort = require("onnxruntime")
     sess = ort.InferenceSession(_onnx_model(new["w"], new["b"], new["m"]).SerializeToString(),
                                 providers=["CPUExecutionProvider"])
     assert_within(got, sess.run(None, {"x": X})[0], bound, "reloaded rten vs onnxruntime")
@@ -159,8 +159,8 @@ def _if_model(wt, we):
 @pytest.mark.parametrize("v1", [False, True], ids=["v2", "v1"])
 def test_rten_save_weights_inside_if_branches(v1):
     """Constants of nested graphs are found in the graph numbering the frontend uses."""
-    pytest.importorskip("onnx")
-    pytest.importorskip("rten_convert")
+    require("onnx")
+    require("rten_convert")
     from rten_convert_tools import convert
 
     wt, we = RNG.standard_normal(20).astype(np.float32), RNG.standard_normal(20).astype(np.float32)

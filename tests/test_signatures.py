@@ -18,6 +18,7 @@ import pytest
 
 import fbjax
 from fbjax.testing import TFLiteBuilder
+from conftest import require  # noqa: E402
 
 RNG = np.random.default_rng(17)
 W = RNG.standard_normal((3, 4)).astype(np.float32)
@@ -52,7 +53,7 @@ DATA = _two_signature_model()
 
 
 def _litert(key: str, **inputs) -> dict:
-    litert = pytest.importorskip("ai_edge_litert.interpreter")
+    litert = require("ai_edge_litert.interpreter")
     interp = litert.Interpreter(model_content=DATA)
     runner = interp.get_signature_runner(key)
     return runner(**inputs)

@@ -23,9 +23,9 @@ import pytest
 
 import fbjax
 
-pytest.importorskip("ai_edge_litert.interpreter")
+from conftest import litert_builtin, require  # noqa: E402
+require("ai_edge_litert.interpreter")
 
-from conftest import litert_builtin  # noqa: E402
 
 DATA = Path(__file__).parent / "data" / "quant_encoder"
 STEMS = ("encoder", "encoder2")

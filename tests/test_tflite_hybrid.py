@@ -34,9 +34,9 @@ from fbjax.lower.tflite_int import hybrid as H
 from fbjax.reference import run as reference_run
 from fbjax.reference.tflite_int import hybrid as R
 
-from conftest import litert_builtin
+from conftest import litert_builtin, require
 
-litert = pytest.importorskip("ai_edge_litert.interpreter")
+litert = require("ai_edge_litert.interpreter")
 
 DATA = Path(__file__).parent / "data" / "hybrid"
 QDATA = Path(__file__).parent / "data" / "quant"

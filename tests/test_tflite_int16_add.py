@@ -22,7 +22,8 @@ import flatbuffers
 import numpy as np
 import pytest
 
-litert = pytest.importorskip("ai_edge_litert.interpreter")
+from conftest import require  # noqa: E402
+litert = require("ai_edge_litert.interpreter")
 
 import fbjax  # noqa: E402
 from fbjax.formats._generated import tflite_generated as T  # noqa: E402

@@ -23,7 +23,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-litert = pytest.importorskip("ai_edge_litert.interpreter")
+from conftest import require  # noqa: E402
+litert = require("ai_edge_litert.interpreter")
 
 import fbjax  # noqa: E402
 from fbjax.reference import run as reference_run  # noqa: E402

@@ -32,13 +32,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-litert = pytest.importorskip("ai_edge_litert.interpreter")
+from conftest import litert_builtin, require  # noqa: E402
+litert = require("ai_edge_litert.interpreter")
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 import fbjax  # noqa: E402
-from conftest import litert_builtin  # noqa: E402
 from fbjax.errors import ModelFormatError, UnsupportedOperatorError  # noqa: E402
 from fbjax.lower.tflite_int import fixedpoint as jfp  # noqa: E402
 from fbjax.reference import run as reference_run  # noqa: E402

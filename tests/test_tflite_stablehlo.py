@@ -39,7 +39,7 @@ import fbjax  # noqa: E402
 from fbjax.formats import read_model  # noqa: E402
 from fbjax.formats._generated import tflite_generated as T  # noqa: E402
 from fbjax.testing import stablehlo_op_model  # noqa: E402
-from conftest import abs_magnitude, assert_within, gamma  # noqa: E402
+from conftest import abs_magnitude, assert_within, gamma, require  # noqa: E402
 
 
 HERE = Path(__file__).resolve().parent
@@ -53,7 +53,7 @@ STABLEHLO_OPS = sorted(k for k, v in vars(T.BuiltinOperator).items() if k.starts
 # --- schema --------------------------------------------------------------------------
 
 def _litert_schema():
-    return pytest.importorskip("ai_edge_litert.schema_py_generated")
+    return require("ai_edge_litert.schema_py_generated")
 
 
 def _enums(mod) -> dict:

@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fbjax  # noqa: E402
 from fbjax import reference  # noqa: E402
 from fbjax.testing import TFLiteBuilder  # noqa: E402
+from conftest import require  # noqa: E402
 
 
 def _where_model() -> bytes:
@@ -52,7 +53,7 @@ def _unique_model(idx_dtype=np.int32) -> bytes:
 
 
 def _litert(model: bytes, x: np.ndarray):
-    pytest.importorskip("ai_edge_litert", reason="LiteRT (ai-edge-litert, a test extra) is the oracle here")
+    require("ai_edge_litert", reason="LiteRT (ai-edge-litert, a test extra) is the oracle here")
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
     it = Interpreter(model_content=model,

@@ -23,6 +23,7 @@ import pytest
 import fbjax
 from fbjax.testing import TFLiteBuilder
 from fbjax.train import merge
+from conftest import require  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 F32 = np.float32
@@ -66,7 +67,7 @@ def test_trainable_casts_only_the_trainable_part():
 
 
 def test_grad_and_optax_update_only_the_trainable_part():
-    optax = pytest.importorskip("optax")
+    optax = require("optax")
     model = fbjax.load(_mlp())
     t, frozen = fbjax.trainable(model.params, include="dense_2/*")
     rng = np.random.default_rng(1)
@@ -105,8 +106,8 @@ def test_finetune_example_short(tmp_path):
     """examples/finetune.py for 5 steps: runs end to end, writes the PNG, the
     model and a LiteRT check within the float32 bound the example derives
     (logits to 1e-4 of their magnitude, through the sigmoid's slope)."""
-    pytest.importorskip("optax")
-    pytest.importorskip("matplotlib")
+    require("optax")
+    require("matplotlib")
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     r = subprocess.run([sys.executable, str(ROOT / "examples" / "finetune.py"), "--steps", "5", "--eval", "2",
                         "--out-dir", str(tmp_path)], capture_output=True, text=True, env=env, timeout=600)

@@ -10,11 +10,11 @@ nothing wrote" (``ModelFormatError: ... is read before it is written``).
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 import fbjax
 import fbjax.reference
 from fbjax.testing import TFLiteBuilder
+from conftest import require  # noqa: E402
 
 
 def _tflite_model() -> bytes:
@@ -43,7 +43,7 @@ def test_tflite_zero_size_constants_match_litert():
     y = np.arange(6, dtype=np.float32).reshape(2, 3)
     s, c = model(x, y)
     assert np.shape(s) == ()
-    litert = pytest.importorskip("ai_edge_litert.interpreter")
+    litert = require("ai_edge_litert.interpreter")
     interp = litert.Interpreter(model_content=data)
     interp.allocate_tensors()
     ins = interp.get_input_details()
@@ -109,7 +109,7 @@ def test_stablehlo_zero_size_constant():
 
 def test_rten_zero_size_constant_without_data():
     """An RTen ConstantNode of shape [0, 3] that carries no data at all (neither inline nor an offset)."""
-    pytest.importorskip("onnx")
+    require("onnx")
     from fbjax.formats._generated import rten_generated as R
     import test_rten_format as T
 

@@ -59,11 +59,43 @@ def detect_format(source) -> str:
             return name
     if not head:
         raise ModelFormatError(f"{label}: the file is empty (0 bytes): an interrupted download or copy?")
-    advice = _CONVERT_ADVICE.get(os.path.splitext(label)[1].lower(), "")
+    if _is_jax_export(source):
+        raise ModelFormatError(
+            f"{label}: a serialized jax.export program (what `fbjax export --to stablehlo` writes), not a model "
+            "file: it is already compiled from one, and runs without fbjax as "
+            "jax.export.deserialize(open(PATH, 'rb').read()).call(params, *inputs); "
+            "load the model file it was exported from instead")
+    ext = os.path.splitext(label)[1].lower()
+    named = _EXTENSION_FORMATS.get(ext)
+    if named is not None:  # named like a format it does not probe as: say why that reader refuses it
+        try:
+            READERS[named](source)
+        except ModelFormatError as e:
+            raise ModelFormatError(
+                f"{label}: named like a {named} file (extension {ext}) but damaged or not one: "
+                f"{str(e).removeprefix(label + ': ')} (other formats: {', '.join(sorted(set(READERS) - {named}))}; "
+                f"`fbjax inspect --format FORMAT` or fbjax.load(path, format=...) reads it as another)") from None
+    advice = _CONVERT_ADVICE.get(ext, "")
     raise ModelFormatError(
         f"{label}: not a model file fbjax recognises (first bytes {head!r}); "
         f"supported formats: {', '.join(sorted(READERS))}" + (f"; {advice}" if advice else "")
     )
+
+
+#: the format a file's name suggests (its reader's refusal explains a file that probes as none)
+_EXTENSION_FORMATS = {".tflite": "tflite", ".rten": "rten", ".bin": "gpu_cl", ".flatbuf": "stablehlo"}
+
+
+def _is_jax_export(source) -> bool:
+    """Whether ``source`` (a path or bytes) is a serialized ``jax.export.Exported``."""
+    from jax import export  # only for a file no reader takes (the import costs ~0.1 s)
+
+    try:
+        data = bytes(source) if isinstance(source, (bytes, bytearray, memoryview)) else open(source, "rb").read()
+        export.deserialize(bytearray(data))
+        return True
+    except Exception:  # noqa: BLE001 - anything it cannot read is not one
+        return False
 
 
 #: what to do with a file of a format fbjax does not read, by file-name extension

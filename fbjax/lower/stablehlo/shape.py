@@ -3,6 +3,7 @@ concatenate, iota, gather."""
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -181,11 +182,14 @@ def scatter_indices_of(operand_shape, updates_shape, indices, *, update_window_d
         idx = idx[..., None]
     else:
         idx = xp.moveaxis(idx, ivd, -1)
-    idx = idx.astype(np.int64)
-    grids = [xp.broadcast_to(xp.arange(n, dtype=np.int64).reshape([-1 if k == d else 1 for k in range(len(updates_shape))]),
+    # int64 where the arrays hold it (numpy, or JAX with x64 on), else JAX's int32 (asking jnp for int64
+    # there truncates with a warning on every trace)
+    it = np.int64 if xp is np else jax.dtypes.canonicalize_dtype(np.int64)
+    idx = idx.astype(it)
+    grids = [xp.broadcast_to(xp.arange(n, dtype=it).reshape([-1 if k == d else 1 for k in range(len(updates_shape))]),
                              updates_shape) for d, n in enumerate(updates_shape)]
     start = idx[tuple(grids[d] for d in usd)] if usd else xp.broadcast_to(idx, tuple(updates_shape) + idx.shape[-1:])
-    zero = xp.zeros(tuple(updates_shape), np.int64)
+    zero = xp.zeros(tuple(updates_shape), it)
     base = [zero] * rank
     for k, d in enumerate(sdo):
         base[d] = base[d] + start[..., k]
