@@ -106,6 +106,8 @@ def cmd_inspect(args) -> int:
             for kind, vals in (("in ", sig.inputs), ("out", sig.outputs)):
                 for name, v in vals.items():
                     print(f"    {kind} " + _spec_str(name, v.shape, v.dtype, v.quant))
+    if ir.metadata.get("tflite_metadata") is not None:  # TFLite metadata: normalization, labels... (Model.metadata)
+        print("\n".join(ir.metadata["tflite_metadata"].summary()))
     if ir.format == "gpu_cl":
         from .formats.gpu_cl import describe
 

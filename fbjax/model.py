@@ -139,6 +139,12 @@ class Model:
             file's integers.
         format: ``"tflite"``, ``"rten"``, ``"stablehlo"`` or ``"gpu_cl"``.
         ir: the parsed :class:`~fbjax.ir.ModelIR`.
+        metadata: the file's TFLite metadata
+            (:class:`~fbjax.formats.tflite_metadata.TFLiteMetadata`: name,
+            version, author, license, per-input normalization and value
+            ranges, image color space, per-output names, labels per locale,
+            bounding-box semantics), or ``None`` when the file has none (and
+            for other formats).
     """
 
     def __init__(self, ir: ModelIR, program: Program, path: Optional[str] = None, *,
@@ -146,6 +152,7 @@ class Model:
         self.ir = ir
         self.path = path
         self.format = ir.format
+        self.metadata = ir.metadata.get("tflite_metadata")
         #: the lowered :class:`~fbjax.lower.build.Program` (``program.params``: the file's weights as numpy)
         self.program = program
         #: the fbjax.load keyword arguments that made this model (to load it again with another batch)
