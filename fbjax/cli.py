@@ -296,8 +296,12 @@ def cmd_run(args) -> int:
         first = [k for k, sig in sigs.items() if sig.graph_index == 0]
         print(f"(the file has {len(sigs)} signatures: {', '.join(sigs)}; this runs its first subgraph"
               + (f", signature {first[0]}'s" if first else "") + ": --signature KEY runs another)")
-    figure, random_ints = None, []
-    if args.model is None and not args.input:  # the bundled model's job on an input that means something
+    figure, random_ints, image = None, [], None
+    if getattr(args, "overlay", None) and not getattr(args, "image", None):
+        raise SystemExit("fbjax run: --overlay draws on the picture given with --image PHOTO")
+    if getattr(args, "image", None):  # a photo, preprocessed as the metadata says (fbjax.vision)
+        xs, image = _image_inputs(args, model)
+    elif args.model is None and not args.input:  # the bundled model's job on an input that means something
         from .data import synthetic_person
 
         img, figure = synthetic_person(model.inputs[0].shape[1])
@@ -336,6 +340,8 @@ def cmd_run(args) -> int:
         iou = (mask & figure).sum() / max((mask | figure).sum(), 1)
         print(f"the output is the probability that each pixel shows a person: > 0.5 on {mask.mean():.1%} of "
               f"the image; intersection over union with the drawn figure (which covers {figure.mean():.1%}): {iou:.3f}")
+    if image is not None:
+        _image_outputs(args, model, image, outs_np)
     print(f"backend: {jax.default_backend()}  devices: {len(jax.devices())}")
     print(f"load: {t_load * 1e3:.1f} ms   first result (compile + run; load traced it): {t_first * 1e3:.1f} ms"
           if getattr(model, "_traced_outputs", None) is not None else
@@ -351,6 +357,52 @@ def cmd_run(args) -> int:
         np.savez(out_path, **dict(zip(keys, outs_np)))
         print(f"wrote {out_path} ({', '.join(keys)})")
     return 0
+
+
+def _image_inputs(args, model) -> tuple:
+    """``fbjax run --image``: the model's input from a photo (:func:`fbjax.vision.preprocess`)."""
+    from .errors import InputError
+    from .vision import load_image, preprocess
+
+    if args.input:
+        raise SystemExit("fbjax run: give the input either as --image PHOTO or as --input arrays, not both")
+    if len(model.inputs) != 1:
+        raise SystemExit(f"fbjax run: --image feeds a one-input model; this one has {len(model.inputs)} inputs "
+                         f"({', '.join(s.name for s in model.inputs)}): use --input NAME=FILE.npy")
+    try:
+        image = load_image(args.image)
+        x, how = preprocess(model, image, mean=args.mean, std=args.std)
+    except FileNotFoundError:
+        raise SystemExit(f"fbjax run: --image {args.image}: no such file") from None
+    except InputError as e:
+        raise SystemExit(f"fbjax run: {e}") from None
+    print(f"input  {_spec_str(model.inputs[0].name, x.shape, x.dtype)}  ({args.image}, {image.size[0]}x{image.size[1]}: "
+          f"{how})")
+    return [x], image
+
+
+def _image_outputs(args, model, image, outs) -> None:
+    """``fbjax run --image``: what the outputs mean (top-k labels, boxes, mask, landmarks) and the overlay."""
+    from .vision import draw_overlay, interpret
+
+    res = interpret(model, [o[:1] for o in outs], top_k=args.top_k, threshold=args.threshold, locale=args.locale)
+    for line in res.lines:
+        print(line)
+    if args.overlay:
+        draw_overlay(image, res, args.overlay)
+        what = [w for w, have in (("mask", res.mask is not None), (f"{len(res.boxes)} box(es)", res.boxes),
+                                  (f"{len(res.keypoints)} keypoints", res.keypoints),
+                                  (f"{len(res.landmarks)} landmarks", res.landmarks)) if have]
+        print(f"wrote {args.overlay} ({', '.join(what) or 'nothing recognised to draw: the photo as it was'})")
+    elif res.kind in ("detector", "segmenter", "landmarks"):
+        print(f"(--overlay OUT.png draws the {res.kind} output on the photo)")
+
+
+def _floats(value: str) -> list:
+    try:
+        return [float(v) for v in value.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number or comma-separated numbers, got {value!r}") from None
 
 
 def _no_signature(error, model, key: str) -> str:
@@ -603,6 +655,20 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--signature", "-s", metavar="KEY", default=None,
                     help="run this signature (entry point) of the file instead of its first subgraph; "
                          "`fbjax inspect MODEL` lists the keys and their input names")
+    img = pr.add_argument_group("images (TFLite vision models; needs Pillow: pip install 'fbjax[image]')")
+    img.add_argument("--image", metavar="PHOTO", default=None,
+                     help="run on this picture (JPEG, PNG...): resized to the input and normalized as the file's "
+                          "TFLite metadata says; classifiers print their top labels, detectors their boxes")
+    img.add_argument("--overlay", metavar="OUT.png", default=None,
+                     help="with --image: write the picture with the boxes, keypoints, landmarks or mask drawn on it")
+    img.add_argument("--mean", type=_floats, default=None, metavar="M[,M,M]",
+                     help="normalization mean on 0..255 pixels (x - mean) / std, one value or one per channel; "
+                          "overrides the metadata (needed for float models without metadata)")
+    img.add_argument("--std", type=_floats, default=None, metavar="S[,S,S]", help="normalization std (see --mean)")
+    img.add_argument("--top-k", type=_positive_int, default=5, metavar="K", help="labels printed per classifier (5)")
+    img.add_argument("--threshold", type=float, default=0.5, metavar="T", help="minimum detection score (0.5)")
+    img.add_argument("--locale", default=None, metavar="LANG",
+                     help="label language when the metadata has several (e.g. fr; default: the first)")
     _add_quantized(pr)
     _add_constant_input(pr)
     pr.set_defaults(func=cmd_run)
