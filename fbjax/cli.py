@@ -64,6 +64,18 @@ def cmd_inspect(args) -> int:
 
         args.model = DEFAULT_MODEL
         print("no model given: inspecting the bundled default model")
+    from .formats.task_bundle import TaskBundle, is_vision_task
+
+    if is_vision_task(args.model):  # a MediaPipe Tasks vision bundle: its members and their metadata
+        try:
+            bundle = TaskBundle(args.model)
+        except FbjaxError as e:
+            print(f"fbjax cannot read this bundle: {type(e).__name__}: {e}")
+            return 1
+        print(f"model:    {args.model}")
+        print("\n".join(bundle.summary()))
+        print(f"load a member in Python: fbjax.load({str(args.model)!r})[{bundle.names[0]!r}]")
+        return 0
     try:
         ir = read_model(args.model)
     except FbjaxError as e:  # a file that contradicts itself: nothing below can be shown
@@ -282,6 +294,7 @@ def cmd_run(args) -> int:
     t0 = time.perf_counter()
     model = load(path, quantized=args.quantized, constant_inputs=_constant_inputs(args),
                  static_bounds=args.static_bounds)
+    model = _bundle_member(model, args, path)
     t_load = time.perf_counter() - t0
     if getattr(args, "signature", None) is not None:  # one entry point: its named inputs and outputs
         from .errors import InputError
@@ -357,6 +370,31 @@ def cmd_run(args) -> int:
         np.savez(out_path, **dict(zip(keys, outs_np)))
         print(f"wrote {out_path} ({', '.join(keys)})")
     return 0
+
+
+def _bundle_member(model, args, path):
+    """``fbjax run BUNDLE.task --member NAME``: the member to run (a MediaPipe Tasks vision bundle
+    loads as a TaskBundle); a model file is returned as it is."""
+    from .formats.task_bundle import TaskBundle
+
+    member = getattr(args, "member", None)
+    if not isinstance(model, TaskBundle):
+        if member:
+            raise SystemExit(f"fbjax run: --member picks a model from a .task bundle; {path} is a single model")
+        return model
+    if not member:
+        raise SystemExit(f"fbjax run: {path} is a MediaPipe Tasks bundle of {len(model.names)} models "
+                         f"({', '.join(model.names)}): pick one with --member NAME")
+    for part in member.split("/"):  # nested bundles: --member hand_landmarker.task/hand_detector.tflite
+        if not isinstance(model, TaskBundle) or part not in model:
+            have = ", ".join(model.names) if isinstance(model, TaskBundle) else "(not a bundle)"
+            raise SystemExit(f"fbjax run: no member {member!r} in {path}; members: {have}")
+        model = model[part]
+    if isinstance(model, TaskBundle):
+        raise SystemExit(f"fbjax run: {member} is itself a bundle ({', '.join(model.names)}): "
+                         f"--member {member}/NAME")
+    print(f"member {member} of {path}")
+    return model
 
 
 def _image_inputs(args, model) -> tuple:
@@ -655,6 +693,9 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--signature", "-s", metavar="KEY", default=None,
                     help="run this signature (entry point) of the file instead of its first subgraph; "
                          "`fbjax inspect MODEL` lists the keys and their input names")
+    pr.add_argument("--member", metavar="NAME", default=None,
+                    help="for a MediaPipe Tasks .task bundle: the member model to run (`fbjax inspect BUNDLE.task` "
+                         "lists them; NAME/INNER for a nested bundle)")
     img = pr.add_argument_group("images (TFLite vision models; needs Pillow: pip install 'fbjax[image]')")
     img.add_argument("--image", metavar="PHOTO", default=None,
                      help="run on this picture (JPEG, PNG...): resized to the input and normalized as the file's "

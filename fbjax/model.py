@@ -13,6 +13,7 @@ import numpy as np
 
 from .errors import FbjaxError, InputError, ModelFormatError
 from .formats import read_model, write_model
+from .formats.task_bundle import TaskBundle, is_vision_task
 from .ir import ModelIR, Value
 from . import cache
 from .cache import compiler_options
@@ -813,6 +814,17 @@ def _inferred_outputs(model: "Model") -> list:
     return out
 
 
+def _open_container(source, load_kwargs: dict):
+    """What :func:`load` returns for a file holding several models, or None for
+    a model file: a MediaPipe Tasks vision bundle (``.task``, a zip of
+    ``.tflite`` members: :class:`~fbjax.formats.task_bundle.TaskBundle`, whose
+    members load with ``load_kwargs``). One function, so other containers
+    (LLM bundles) join here."""
+    if is_vision_task(source):
+        return TaskBundle(source, loader=lambda data: load(data, **load_kwargs))
+    return None
+
+
 def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, str] = _FILE,
          quantized: str = "exact", while_max_iterations: Optional[int] = None,
          constant_inputs: Optional[Mapping] = None, static_bounds: bool = False,
@@ -895,7 +907,11 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
             (``tests/test_compute_dtype.py``).
 
     Returns:
-        a :class:`Model`, callable and jitted.
+        a :class:`Model`, callable and jitted. For a MediaPipe Tasks vision
+        bundle (``.task``: a zip of ``.tflite`` models) a
+        :class:`~fbjax.formats.task_bundle.TaskBundle`: ``bundle.names``
+        lists its members, ``bundle[name]`` loads one as a Model (with these
+        options), ``bundle.save(path, {name: model})`` writes it back.
 
     Raises:
         FileNotFoundError: no such file.
@@ -922,9 +938,16 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
             ``compute_dtype`` is not one of the three names.
     """
     cache.enable()  # JAX's persistent compilation cache (fbjax/cache.py)
-    options = LoadOptions(format, batch_size, quantized, while_max_iterations, static_bounds, compute_dtype)
     if isinstance(source, (str, os.PathLike)):
         source = os.path.expanduser(source)  # "~/models/x.tflite", as a shell would expand it
+    if format is None:
+        container = _open_container(source, dict(batch_size=batch_size, quantized=quantized,
+                                                 while_max_iterations=while_max_iterations,
+                                                 constant_inputs=constant_inputs, static_bounds=static_bounds,
+                                                 compute_dtype=compute_dtype))
+        if container is not None:
+            return container
+    options = LoadOptions(format, batch_size, quantized, while_max_iterations, static_bounds, compute_dtype)
     ir = read_model(source, options.format)
     if constant_inputs:
         bind_inputs(ir, constant_inputs)

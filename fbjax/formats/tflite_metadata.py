@@ -261,8 +261,7 @@ class TFLiteMetadata:
     def summary(self) -> list:
         """Human-readable lines (what ``fbjax inspect`` prints)."""
         out = []
-        head = " ".join(x for x in [self.name or "(unnamed)", f"v{self.version}" if self.version else ""] if x)
-        out.append(f"metadata: {head}")
+        out.append(f"metadata: {self.name or '(unnamed)'}" + (f" (version {self.version})" if self.version else ""))
         for key in ("description", "author", "license"):
             val = getattr(self, key)
             if val:
