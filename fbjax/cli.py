@@ -37,19 +37,34 @@ def _spec_str(name: str, shape, dtype, quant=None) -> str:
     return out
 
 
-def _load_for_inspect(path, **options):
+def _load_for_inspect(path, shown=frozenset(), **options):
     """``(model, None)``, or ``(None, why)`` when ``fbjax.load(path, **options)``
     refuses the file: load reads it, checks what can be known without running
     (kernel dtypes, region arities, static inputs) and traces the model
     abstractly at its input shapes, so every lowering's own check has run
-    (:func:`fbjax.model.load`)."""
+    (:func:`fbjax.model.load`). Warnings whose text is in ``shown`` (the
+    reader's, printed when inspect read the file) are not printed again."""
     from .errors import FbjaxError
     from .model import load
 
-    try:
-        return load(path, **options), None
-    except FbjaxError as e:
-        return None, f"{type(e).__name__}: {e}"
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        try:
+            out = load(path, **options), None
+        except FbjaxError as e:
+            out = None, f"{type(e).__name__}: {e}"
+    _show_new(seen, shown)
+    return out
+
+
+def _show_new(seen, shown) -> set:
+    """Print the recorded warnings ``seen`` whose text is not in ``shown``, each once; the texts printed."""
+    printed = set(shown)
+    for w in seen:
+        if str(w.message) not in printed:
+            printed.add(str(w.message))
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+    return printed
 
 
 def cmd_inspect(args) -> int:
@@ -77,7 +92,10 @@ def cmd_inspect(args) -> int:
         print(f"load a member in Python: fbjax.load({str(args.model)!r})[{bundle.names[0]!r}]")
         return 0
     try:
-        ir = read_model(args.model)
+        with warnings.catch_warnings(record=True) as seen:  # printed once, not again when load reads the file
+            warnings.simplefilter("always")
+            ir = read_model(args.model)
+        shown = _show_new(seen, ())
     except FbjaxError as e:  # a file that contradicts itself: nothing below can be shown
         print(f"model:    {args.model}")
         print(f"fbjax cannot run this model: {type(e).__name__}: {e}")
@@ -104,7 +122,7 @@ def cmd_inspect(args) -> int:
     for v in g.inputs:
         print("  " + _spec_str(v.name, v.shape, v.dtype, v.quant)
               + ("  (bound at load: --constant-input)" if v.name in bound else ""))
-    model, problem = _load_for_inspect(args.model, constant_inputs=bound, static_bounds=args.static_bounds)
+    model, problem = _load_for_inspect(args.model, shown, constant_inputs=bound, static_bounds=args.static_bounds)
     print("outputs:")  # the shapes fbjax.load infers win over the file's declared ones
     shapes = [s.shape for s in model.outputs] if model is not None else [v.shape for v in g.outputs]
     for v, shape in zip(g.outputs, shapes):
@@ -443,6 +461,23 @@ def _floats(value: str) -> list:
         raise argparse.ArgumentTypeError(f"expected a number or comma-separated numbers, got {value!r}") from None
 
 
+def cmd_convert(args) -> int:
+    """``fbjax convert MODEL.onnx [OUT.rten]``: ONNX's defaults stated, then rten-convert (:mod:`fbjax.convert`)."""
+    from .convert import convert
+
+    report = convert(args.model, args.out, allow_changed_meaning=args.allow_changed_meaning,
+                     rten_convert_args=("--v1",) if args.v1 else ())
+    for line in report.stated:
+        print(f"stated ONNX default: {line}")
+    for line in report.left:
+        print(f"fbjax convert: warning: meaning changed (--allow-changed-meaning): {line}", file=sys.stderr)
+    if report.log:
+        print(report.log)
+    what = f"{len(report.stated)} ONNX default(s) stated" if report.stated else "no ONNX default needed stating"
+    print(f"wrote {report.out} ({what}); next: fbjax run {shlex.quote(report.out)}")
+    return 0
+
+
 def _no_signature(error, model, key: str) -> str:
     """``--signature KEY`` naming no signature of ``model``: what to do instead."""
     if model.ir.signatures:
@@ -713,6 +748,21 @@ def build_parser() -> argparse.ArgumentParser:
     _add_quantized(pr)
     _add_constant_input(pr)
     pr.set_defaults(func=cmd_run)
+    pc = sub.add_parser(
+        "convert",
+        help="convert an ONNX model to .rten (ONNX's defaults stated, then rten-convert)",
+        description="Convert an ONNX model to .rten with rten-convert 0.22 (pip install 'fbjax[onnx]'). "
+        "rten-convert writes a Softmax/LogSoftmax that leaves out `axis` with axis 0, which is not ONNX's default "
+        "(-1 from opset 13, 1 before); this states ONNX's default in a copy of the model first and says so, and "
+        "refuses to write a file whose meaning would still differ from the ONNX model's.")
+    pc.add_argument("model", help="the .onnx model")
+    pc.add_argument("out", nargs="?", default=None, help="the .rten to write (default: MODEL with .rten)")
+    pc.add_argument("--allow-changed-meaning", action="store_true",
+                    help="write the file even where an ONNX default cannot be stated (it then computes something "
+                         "else there; each such node is named)")
+    pc.add_argument("--v1", action="store_true", help="write the older .rten v1 layout (files under 2 GB)")
+    pc.set_defaults(func=cmd_convert)
+
     pg = sub.add_parser(
         "generate",
         help="generate tokens with an LLM file (litert-torch prefill/decode signatures)",

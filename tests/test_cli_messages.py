@@ -90,7 +90,7 @@ def test_inspect_static_bounds_lists_the_count_outputs(tmp_path, capsys):
     assert "--static-bounds`" in out
 
 
-@pytest.mark.parametrize("suffix,advice", [(".onnx", "rten-convert MODEL.onnx MODEL.rten"),
+@pytest.mark.parametrize("suffix,advice", [(".onnx", "fbjax convert MODEL.onnx MODEL.rten"),
                                            (".h5", "TFLiteConverter"), (".bin", None)])
 def test_a_file_of_another_format_is_refused_with_how_to_convert_it(tmp_path, suffix, advice):
     """An ONNX protobuf (its first bytes: field 1, ir_version) is no
