@@ -67,6 +67,26 @@ def _show_new(seen, shown) -> set:
     return printed
 
 
+def _metadata_json(path) -> int:
+    """``fbjax inspect MODEL --metadata-json``: the TFLite metadata table as JSON (``null`` when absent)."""
+    import json
+
+    from .formats import read_model
+    from .formats.task_bundle import TaskBundle, is_vision_task
+
+    def one(md):
+        return None if md is None else md.as_dict()
+
+    if is_vision_task(path):
+        b = TaskBundle(path)
+        doc = {n: one(b.metadata(n)) for n in b.names if n.lower().endswith(".tflite")}
+    else:
+        ir = read_model(path)
+        doc = one(ir.metadata.get("tflite_metadata"))
+    print(json.dumps(doc, indent=2))
+    return 0
+
+
 def cmd_inspect(args) -> int:
     """``fbjax inspect MODEL``: format, inputs/outputs, op histogram, params, unsupported ops."""
     from .errors import FbjaxError
@@ -81,6 +101,8 @@ def cmd_inspect(args) -> int:
         print("no model given: inspecting the bundled default model")
     from .formats.task_bundle import TaskBundle, is_vision_task
 
+    if getattr(args, "metadata_json", False):
+        return _metadata_json(args.model)
     if is_vision_task(args.model):  # a MediaPipe Tasks vision bundle: its members and their metadata
         try:
             bundle = TaskBundle(args.model)
@@ -707,6 +729,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "(its position, or its name as inspect lists it, e.g. 'convolution_2d 12 -> relu 13' "
                     "or 'convolution_2d 12')")
     _add_constant_input(pi)  # inspect judges "can run" as fbjax.load(path, constant_inputs=, static_bounds=) does
+    pi.add_argument("--metadata-json", action="store_true",
+                    help="print only the file's TFLite metadata as JSON (flatc's form, as TFLite Support's "
+                         "MetadataDisplayer prints it; a .task bundle: one entry per member)")
     pi.set_defaults(func=cmd_inspect)
     pr = sub.add_parser(
         "run",

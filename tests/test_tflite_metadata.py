@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 import fbjax
+from fbjax.cli import main
 from fbjax.errors import ModelFormatError
 from fbjax.formats import read_model
 from fbjax.formats.tflite_metadata import associated_zip_range
@@ -75,7 +76,7 @@ def _same(a, b, where="metadata"):
 
 
 @pytest.mark.parametrize("record", RECORDS, ids=[p.stem for p in RECORDS])
-def test_metadata_equals_tflite_support(record):
+def test_metadata_equals_tflite_support(record, capsys):
     rec = json.loads(record.read_text())
     path = _model_path(rec)
     data = path.read_bytes()
@@ -83,6 +84,8 @@ def test_metadata_equals_tflite_support(record):
     md = read_model(str(path)).metadata["tflite_metadata"]
     assert md is not None
     _same(md.as_dict(), rec["metadata"])
+    assert main(["inspect", str(path), "--metadata-json"]) == 0  # what `fbjax inspect` shows
+    _same(json.loads(capsys.readouterr().out), rec["metadata"])
     assert sorted(md.packed_files) == rec["packed_files"]
     for name, text in rec["files"].items():
         assert md.file(name) == text.encode("utf-8")
