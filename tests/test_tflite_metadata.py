@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 import sys
 import zipfile
@@ -106,6 +107,31 @@ def test_metadata_equals_tflite_support(record, capsys):
                     assert t.labels[f.get("locale")] == want
     for key in ("name", "description", "version", "author", "license"):
         assert getattr(md, key) == rec["metadata"].get(key), key
+
+
+WHEEL_RECORDS = sorted((DATA / "wheel").glob("*.json"))
+WHEEL_DIR = os.environ.get("FBJAX_MEDIAPIPE_MODULES")
+
+
+def test_wheel_records_present():
+    assert len(WHEEL_RECORDS) == 10, [p.stem for p in WHEEL_RECORDS]  # the 0.10.14 wheel's models with metadata
+
+
+@pytest.mark.parametrize("record", WHEEL_RECORDS, ids=[p.stem for p in WHEEL_RECORDS])
+def test_wheel_model_metadata(record):
+    """The mediapipe 0.10.14 wheel's models (not committed; up to 5 MB each):
+    FBJAX_MEDIAPIPE_MODULES=<unzipped wheel>/mediapipe/modules runs these."""
+    if not WHEEL_DIR:
+        pytest.skip("set FBJAX_MEDIAPIPE_MODULES to the mediapipe 0.10.14 wheel's mediapipe/modules folder "
+                    "(pip download mediapipe==0.10.14 --no-deps, unzip) to check its models' metadata")
+    rec = json.loads(record.read_text())
+    path = Path(WHEEL_DIR) / rec["model"]
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == rec["sha256"], f"{path} is not the file recorded"
+    md = read_model(str(path)).metadata["tflite_metadata"]
+    _same(md.as_dict(), rec["metadata"])
+    assert sorted(md.packed_files) == rec["packed_files"]
+    for name, text in rec["files"].items():
+        assert md.file(name) == text.encode("utf-8")
 
 
 def test_classifier_fields():

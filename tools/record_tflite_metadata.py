@@ -4,7 +4,7 @@ Run in a generator environment, not fbjax's (tests never need it)::
 
     python3.11 -m venv /tmp/genenv && /tmp/genenv/bin/pip install tflite-support==0.4.4 mediapipe==0.10.14 -e .
     apt-get install libusb-1.0-0   # tflite-support's native module links it
-    /tmp/genenv/bin/python tools/record_tflite_metadata.py [--wheel-models DIR]
+    /tmp/genenv/bin/python tools/record_tflite_metadata.py [--wheel-models DIR] [--remake-fixtures]
 
 What it writes, under ``tests/data/metadata/``:
 
@@ -23,6 +23,10 @@ What it writes, under ``tests/data/metadata/``:
 * ``selfie_segmentation_landscape.tflite``: copied from the ``mediapipe``
   0.10.14 wheel (``mediapipe/modules/selfie_segmentation/``; Apache-2.0), a
   model with metadata and a label file that ``../shared`` lacks.
+* ``wheel/<model>.json`` for every model of the mediapipe 0.10.14 wheel's
+  ``mediapipe/modules`` that has metadata (``--wheel-models``; the models are
+  not committed: ``FBJAX_MEDIAPIPE_MODULES=DIR pytest tests/test_tflite_metadata.py``
+  checks them);
 * ``<model>.json`` for each of those and for every ``../shared/models/tflite``
   model with metadata: TFLite Support's ``MetadataDisplayer`` output
   (``metadata``: ``get_metadata_json()``; ``packed_files``:
@@ -170,13 +174,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--wheel-models", default=None,
                     help="the mediapipe 0.10.14 wheel's mediapipe/modules folder (unzipped)")
+    ap.add_argument("--remake-fixtures", action="store_true",
+                    help="write the fixture models again (then run tools/make_task_fixtures.py too: the bundles "
+                         "hold them); without it only the JSON records are written")
     args = ap.parse_args()
     from tflite_support import metadata as md
 
     os.makedirs(OUT, exist_ok=True)
-    write_classifier(os.path.join(OUT, "color_classifier.tflite"))
-    write_detector(os.path.join(OUT, "two_box_detector.tflite"))
-    if args.wheel_models:
+    if args.remake_fixtures:  # new bytes each time (the writer's zip has timestamps): the .task fixtures then too
+        write_classifier(os.path.join(OUT, "color_classifier.tflite"))
+        write_detector(os.path.join(OUT, "two_box_detector.tflite"))
+    if args.wheel_models and args.remake_fixtures:
         shutil.copy(os.path.join(args.wheel_models, "selfie_segmentation", "selfie_segmentation_landscape.tflite"),
                     os.path.join(OUT, "selfie_segmentation_landscape.tflite"))
     models = sorted(glob.glob(os.path.join(OUT, "*.tflite"))) + sorted(glob.glob(os.path.join(SHARED, "*.tflite")))
@@ -191,6 +199,21 @@ def main() -> None:
             json.dump(rec, f, indent=1, sort_keys=True)
             f.write("\n")
         print(f"{name}: recorded ({len(rec['packed_files'])} packed files)")
+    if args.wheel_models:  # every wheel model with metadata, recorded (models not committed: up to 5 MB each)
+        wheel_out = os.path.join(OUT, "wheel")
+        os.makedirs(wheel_out, exist_ok=True)
+        for path in sorted(glob.glob(os.path.join(args.wheel_models, "*", "*.tflite"))):
+            try:
+                rec = record(path)
+            except ValueError as e:
+                print(f"wheel {os.path.basename(path)}: {e}")
+                continue
+            rec["model"] = os.path.relpath(path, args.wheel_models)
+            name = os.path.splitext(os.path.basename(path))[0]
+            with open(os.path.join(wheel_out, f"{name}.json"), "w") as f:
+                json.dump(rec, f, indent=1, sort_keys=True)
+                f.write("\n")
+            print(f"wheel {name}: recorded")
     del md
 
 
