@@ -715,6 +715,8 @@ def build_parser() -> argparse.ArgumentParser:
         "  fbjax infer model.tflite --input-dir samples/ --out preds.npz\n"
         "  fbjax generate llm.tflite --prompt-tokens 1,2,3   # litert-torch prefill/decode signatures\n"
         "  fbjax export model.tflite --to stablehlo model.jax\n"
+        "  fbjax run model.tflite --image photo.jpg --overlay out.png   # labels, boxes, masks from TFLite metadata\n"
+        "  fbjax convert model.onnx model.rten   # ONNX -> .rten (rten-convert, ONNX defaults stated)\n"
         "`fbjax COMMAND --help` describes each command's options.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -228,7 +228,7 @@ def test_top_level_help_shows_an_example_of_each_main_command(capsys):
     with pytest.raises(SystemExit):
         main(["--help"])
     examples = capsys.readouterr().out.split("Examples:")[1]
-    for command in ("inspect", "run", "infer", "generate", "export"):
+    for command in ("inspect", "run", "infer", "generate", "export", "convert"):
         assert re.search(rf"^  fbjax {command}\b", examples, re.M), command
 
 
