@@ -37,7 +37,7 @@ SHARED_WITH_METADATA = {"mediapipe_face_detection_full_range_sparse", "mediapipe
                         "mediapipe_face_landmark", "mediapipe_hand_landmark_lite", "mediapipe_pose_detection",
                         "mediapipe_selfie_segmentation"}
 #: committed fixtures (missing = failure)
-FIXTURES = {"color_classifier", "two_box_detector", "selfie_segmentation_landscape"}
+FIXTURES = {"color_classifier", "two_box_detector", "color_segmenter", "selfie_segmentation_landscape"}
 
 
 def test_every_fixture_is_recorded():

@@ -136,3 +136,23 @@ def test_face_detector_finds_the_drawn_face(tmp_path, capsys):
     eyes = res.keypoints[:2]  # MediaPipe's face keypoints start with the two eyes, drawn at (108, 78), (148, 78)
     for (kx, ky), ex in zip(sorted(eyes), (108, 148)):
         assert abs(kx * 256 - ex) < 12 and abs(ky * 256 - 78) < 12
+
+
+def test_multiclass_segmenter_overlay(tmp_path, capsys):
+    """color_segmenter: per pixel softmax of (12 I - 6) rgb; thirds of pure red, green, blue are classes 0, 1, 2."""
+    from fbjax.vision import _PALETTE
+
+    photo = tmp_path / "thirds.png"
+    pic = np.zeros((32, 96, 3), np.uint8)
+    for k in range(3):
+        pic[:, 32 * k:32 * (k + 1), k] = 255
+    Image.fromarray(pic).save(photo)
+    out_png = tmp_path / "seg3.png"
+    assert main(["run", str(DATA / "color_segmenter.tflite"), "--image", str(photo), "--overlay", str(out_png),
+                 "--repeat", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "3-class mask 32x32" in out and "red 3" in out and "blue 3" in out, out
+    got = np.asarray(Image.open(out_png).convert("RGB")).astype(float)
+    for k in range(3):  # the middle of each third: the photo blended 0.45 with class k's colour
+        want = (1 - 0.45) * pic[16, 32 * k + 16] + 0.45 * np.array(_PALETTE[k])
+        np.testing.assert_allclose(got[16, 32 * k + 16], want, atol=1.5)

@@ -20,6 +20,9 @@ What it writes, under ``tests/data/metadata/``:
   two halves, scores from its colour), metadata by TFLite Support's
   ``ObjectDetector`` writer (``BoundingBoxProperties``: BOUNDARIES, index
   1, 0, 3, 2, RATIO; a ``TENSOR_VALUE_LABELS`` label map).
+* ``color_segmenter.tflite``: a 3-class per-pixel colour segmenter
+  (1x1 CONV_2D, SOFTMAX), metadata by TFLite Support's ``ImageSegmenter``
+  writer (labels red, green, blue).
 * ``selfie_segmentation_landscape.tflite``: copied from the ``mediapipe``
   0.10.14 wheel (``mediapipe/modules/selfie_segmentation/``; Apache-2.0), a
   model with metadata and a label file that ``../shared`` lacks.
@@ -123,6 +126,37 @@ def write_detector(path: str) -> None:
         f.write(data)
 
 
+def segmenter_base() -> bytes:
+    """input [1, 32, 32, 3] float32 in [0, 1] -> per-pixel softmax [1, 32, 32, 3] over (red, green, blue):
+    a 1x1 CONV_2D with weights 12 I - 6, then SOFTMAX over the channels."""
+    from fbjax.testing import TFLiteBuilder
+
+    b = TFLiteBuilder("colour segmenter made by tools/record_tflite_metadata.py")
+    x = b.add_input((1, 32, 32, 3), name="image")
+    w = b.add_tensor(data=(12.0 * np.eye(3) - 6.0).astype(np.float32).reshape(3, 1, 1, 3), name="conv/kernel")
+    bias = b.add_tensor(data=np.zeros(3, np.float32), name="conv/bias")
+    logits = b.add_tensor((1, 32, 32, 3), name="logits")
+    b.add_op("CONV_2D", [x, w, bias], [logits], options=dict(padding="SAME", stride_w=1, stride_h=1))
+    probs = b.add_tensor((1, 32, 32, 3), name="segmentation")
+    b.add_op("SOFTMAX", [logits], [probs], options=dict(beta=1.0))
+    b.add_output(probs)
+    return b.build()
+
+
+def write_segmenter(path: str) -> None:
+    from tflite_support.metadata_writers import image_segmenter
+
+    with tempfile.TemporaryDirectory() as tmp:
+        labels = os.path.join(tmp, "labels.txt")
+        with open(labels, "w") as f:
+            f.write("red\ngreen\nblue\n")
+        writer = image_segmenter.MetadataWriter.create_for_inference(
+            bytearray(segmenter_base()), input_norm_mean=[0.0], input_norm_std=[255.0], label_file_paths=[labels])
+        data = writer.populate()
+    with open(path, "wb") as f:
+        f.write(data)
+
+
 def write_classifier(path: str) -> None:
     from tflite_support.metadata_writers import image_classifier, metadata_info
     from tflite_support import metadata_schema_py_generated as mfb
@@ -184,6 +218,9 @@ def main() -> None:
     if args.remake_fixtures:  # new bytes each time (the writer's zip has timestamps): the .task fixtures then too
         write_classifier(os.path.join(OUT, "color_classifier.tflite"))
         write_detector(os.path.join(OUT, "two_box_detector.tflite"))
+    seg = os.path.join(OUT, "color_segmenter.tflite")
+    if args.remake_fixtures or not os.path.exists(seg):  # in no .task bundle: made when missing
+        write_segmenter(seg)
     if args.wheel_models and args.remake_fixtures:
         shutil.copy(os.path.join(args.wheel_models, "selfie_segmentation", "selfie_segmentation_landscape.tflite"),
                     os.path.join(OUT, "selfie_segmentation_landscape.tflite"))
