@@ -199,3 +199,16 @@ def test_inspect_prints_metadata():
     assert "metadata: Colour classifier" in out.stdout
     assert "normalize (x - 127.5) / 127.5" in out.stdout
     assert "3 labels (fr): rouge, vert, bleu" in out.stdout
+
+
+def test_unreadable_archive_reads_as_missing_files():
+    """A zip zipfile refuses (here: a 'version needed' of 25.5 in the central directory) is no archive:
+    the model loads, and the metadata names the label files it lacks."""
+    raw = bytearray((DATA / "color_classifier.tflite").read_bytes())
+    cd = bytes(raw).find(b"PK\x01\x02")
+    assert cd > 0
+    raw[cd + 6:cd + 8] = (255).to_bytes(2, "little")
+    md = read_model(bytes(raw)).metadata["tflite_metadata"]
+    assert md.packed_files == [] and md.outputs[0].labels == {}
+    assert md.missing_files == ["labels_en.txt", "labels_fr.txt", "score_calibration.txt"]
+    assert any("not packed" in line for line in md.summary())

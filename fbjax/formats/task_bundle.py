@@ -25,6 +25,7 @@ from typing import Callable, Mapping, Optional
 
 from ..errors import InputError, ModelFormatError
 from . import tflite
+from .tflite_metadata import ZIP_ERRORS
 
 __all__ = ["TaskBundle", "is_vision_task", "write_bundle", "LLM_MEMBER"]
 
@@ -73,7 +74,7 @@ def is_vision_task(source) -> bool:
         data, _ = _bytes(source)
         with zipfile.ZipFile(io.BytesIO(data)) as z:
             names = z.namelist()
-    except (OSError, zipfile.BadZipFile, ValueError, EOFError):
+    except ZIP_ERRORS:
         return False
     return LLM_MEMBER not in names and any(n.lower().endswith(_MODEL_SUFFIXES) for n in names)
 
@@ -101,7 +102,7 @@ class TaskBundle:
             with zipfile.ZipFile(io.BytesIO(data)) as z:
                 self._infos = z.infolist()
                 self._members = {i.filename: z.read(i.filename) for i in self._infos}
-        except (zipfile.BadZipFile, ValueError, EOFError, OSError, NotImplementedError) as e:
+        except ZIP_ERRORS as e:
             raise ModelFormatError(f"{label}: damaged .task bundle ({type(e).__name__}: {e})") from None
         self.names = [i.filename for i in self._infos]
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import struct
 import zipfile
 from typing import Optional
 
@@ -41,6 +42,9 @@ METADATA_NAME = "TFLITE_METADATA"
 #: largest associated file read (a label map is kilobytes; a larger one is refused, not read)
 _MAX_FILE = 256 << 20
 _EOCD = b"PK\x05\x06"  # zip end-of-central-directory signature
+#: what zipfile raises on a damaged archive (an unknown version: NotImplementedError; encrypted: RuntimeError)
+ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, EOFError, OSError, NotImplementedError,
+              RuntimeError, struct.error, UnicodeDecodeError, OverflowError)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,6 +140,8 @@ class TFLiteMetadata:
             first subgraph's inputs and outputs (the schema's order).
         associated_files: model-level :class:`AssociatedFile` entries.
         packed_files: names of the files in the appended zip archive.
+        missing_files: files the metadata names that are not packed (a
+            damaged or stripped archive): their labels are absent.
         raw: the metadata flatbuffer's bytes.
     """
 
@@ -158,6 +164,10 @@ class TFLiteMetadata:
         self.subgraph_name = s(sub.name) if sub is not None else None
         self.inputs = [self._tensor(t) for t in (sub.inputTensorMetadata or [])] if sub is not None else []
         self.outputs = [self._tensor(t) for t in (sub.outputTensorMetadata or [])] if sub is not None else []
+        named = [f.name for f in self.associated_files] + [f.name for t in self.inputs + self.outputs
+                                                            for f in t.associated_files]
+        #: associated files the metadata names that the file does not pack (their labels are absent)
+        self.missing_files = [n for n in dict.fromkeys(named) if n not in self.packed_files]
 
     # -- associated files -------------------------------------------------------
     def _packed_names(self) -> list:
@@ -166,7 +176,7 @@ class TFLiteMetadata:
         try:
             with zipfile.ZipFile(io.BytesIO(self._zip)) as z:
                 return [i.filename for i in z.infolist()]
-        except (zipfile.BadZipFile, ValueError, EOFError, OSError) as e:
+        except ZIP_ERRORS as e:
             raise ModelFormatError(f"{self._label}: associated files: the appended zip archive is damaged ({e})") from None
 
     def file(self, name: str) -> bytes:
@@ -189,8 +199,8 @@ class TFLiteMetadata:
                     raise ModelFormatError(f"{self._label}: associated file {name!r} says it holds "
                                            f"{info.file_size} bytes (more than {_MAX_FILE})")
                 data = z.read(name)
-        except (zipfile.BadZipFile, ValueError, EOFError, OSError, NotImplementedError) as e:
-            raise ModelFormatError(f"{self._label}: associated file {name!r} is damaged ({e})") from None
+        except ZIP_ERRORS as e:
+            raise ModelFormatError(f"{self._label}: associated file {name!r} is damaged ({type(e).__name__}: {e})") from None
         self._files[name] = data
         return data
 
@@ -291,6 +301,8 @@ class TFLiteMetadata:
                     out.append(f"      {_oneline(t.description)}")
         if self.packed_files:
             out.append(f"  associated files: {', '.join(self.packed_files)}")
+        if self.missing_files:
+            out.append(f"  named but not packed in the file (no labels from them): {', '.join(self.missing_files)}")
         return out
 
     def __repr__(self) -> str:
@@ -398,8 +410,8 @@ def associated_zip_range(raw) -> Optional[tuple]:
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as z:
             infos = z.infolist()
-    except (zipfile.BadZipFile, ValueError, EOFError, OSError):
-        return None  # "PK\5\6" inside constant data, not an archive
+    except ZIP_ERRORS:
+        return None  # "PK\5\6" inside constant data, or an archive zipfile cannot read: no associated files
     if not infos:
         return None
     start = min(i.header_offset for i in infos)
