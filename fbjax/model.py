@@ -828,7 +828,7 @@ def _open_container(source, load_kwargs: dict):
 def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, str] = _FILE,
          quantized: str = "exact", while_max_iterations: Optional[int] = None,
          constant_inputs: Optional[Mapping] = None, static_bounds: bool = False,
-         compute_dtype: str = "float32") -> Model:
+         compute_dtype: str = "float32") -> Union[Model, TaskBundle]:
     """Load a model file as a :class:`Model`.
 
     Args:
@@ -938,6 +938,7 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
             ``compute_dtype`` is not one of the three names.
     """
     cache.enable()  # JAX's persistent compilation cache (fbjax/cache.py)
+    options = LoadOptions(format, batch_size, quantized, while_max_iterations, static_bounds, compute_dtype)
     if isinstance(source, (str, os.PathLike)):
         source = os.path.expanduser(source)  # "~/models/x.tflite", as a shell would expand it
     if format is None:
@@ -947,7 +948,6 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
                                                  compute_dtype=compute_dtype))
         if container is not None:
             return container
-    options = LoadOptions(format, batch_size, quantized, while_max_iterations, static_bounds, compute_dtype)
     ir = read_model(source, options.format)
     if constant_inputs:
         bind_inputs(ir, constant_inputs)

@@ -71,8 +71,9 @@ def is_vision_task(source) -> bool:
         head, tail = _ends(source)
         if head[4:8] == b"TFL3" or _EOCD not in tail:
             return False
-        data, _ = _bytes(source)
-        with zipfile.ZipFile(io.BytesIO(data)) as z:
+        # a path: zipfile reads the central directory only (LLM bundles are gigabytes)
+        f = io.BytesIO(bytes(source)) if isinstance(source, (bytes, bytearray, memoryview)) else os.fspath(source)
+        with zipfile.ZipFile(f) as z:
             names = z.namelist()
     except ZIP_ERRORS:
         return False
