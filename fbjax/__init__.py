@@ -20,6 +20,7 @@ from .infer import infer  # the function; the module stays importable as fbjax.i
 from .generate import generate  # the function; the module stays importable as fbjax.generate
 from .lower.stablehlo.custom import register_custom_call
 from .custom import register_custom_op
+from .formats.task_bundle import TaskBundle  # what fbjax.load returns for a MediaPipe Tasks vision .task
 from . import data  # fbjax.data.DEFAULT_MODEL: the bundled model (README snippets, `fbjax run`)
 
 __version__ = "0.1.0"
@@ -53,5 +54,5 @@ __all__ = [
     "load", "Model", "TensorSpec", "SignatureSpec", "supported_ops",
     "FbjaxError", "ModelFormatError", "UnsupportedOperatorError", "InputError",
     "register_custom_call", "trainable", "infer", "generate",
-    "register_custom_op",
+    "register_custom_op", "TaskBundle",
 ]

@@ -37,19 +37,54 @@ def _spec_str(name: str, shape, dtype, quant=None) -> str:
     return out
 
 
-def _load_for_inspect(path, **options):
+def _load_for_inspect(path, shown=frozenset(), **options):
     """``(model, None)``, or ``(None, why)`` when ``fbjax.load(path, **options)``
     refuses the file: load reads it, checks what can be known without running
     (kernel dtypes, region arities, static inputs) and traces the model
     abstractly at its input shapes, so every lowering's own check has run
-    (:func:`fbjax.model.load`)."""
+    (:func:`fbjax.model.load`). Warnings whose text is in ``shown`` (the
+    reader's, printed when inspect read the file) are not printed again."""
     from .errors import FbjaxError
     from .model import load
 
-    try:
-        return load(path, **options), None
-    except FbjaxError as e:
-        return None, f"{type(e).__name__}: {e}"
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        try:
+            out = load(path, **options), None
+        except FbjaxError as e:
+            out = None, f"{type(e).__name__}: {e}"
+    _show_new(seen, shown)
+    return out
+
+
+def _show_new(seen, shown) -> set:
+    """Print the recorded warnings ``seen`` whose text is not in ``shown``, each once; the texts printed."""
+    printed = set(shown)
+    for w in seen:
+        if str(w.message) not in printed:
+            printed.add(str(w.message))
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+    return printed
+
+
+def _metadata_json(path) -> int:
+    """``fbjax inspect MODEL --metadata-json``: the TFLite metadata table as JSON (``null`` when absent)."""
+    import json
+
+    from .formats import read_model
+    from .formats.task_bundle import TaskBundle, is_vision_task
+
+    def one(md):
+        return None if md is None else md.as_dict()
+
+    if is_vision_task(path):
+        b = TaskBundle(path)
+        doc = {n: one(b.metadata(n)) for n in b.names if n.lower().endswith(".tflite")}
+    else:
+        ir = read_model(path)
+        doc = one(ir.metadata.get("tflite_metadata"))
+    print(json.dumps(doc, indent=2))
+    return 0
 
 
 def cmd_inspect(args) -> int:
@@ -64,8 +99,25 @@ def cmd_inspect(args) -> int:
 
         args.model = DEFAULT_MODEL
         print("no model given: inspecting the bundled default model")
+    from .formats.task_bundle import TaskBundle, is_vision_task
+
+    if getattr(args, "metadata_json", False):
+        return _metadata_json(args.model)
+    if is_vision_task(args.model):  # a MediaPipe Tasks vision bundle: its members and their metadata
+        try:
+            bundle = TaskBundle(args.model)
+        except FbjaxError as e:
+            print(f"fbjax cannot read this bundle: {type(e).__name__}: {e}")
+            return 1
+        print(f"model:    {args.model}")
+        print("\n".join(bundle.summary()))
+        print(f"load a member in Python: fbjax.load({str(args.model)!r})[{bundle.names[0]!r}]")
+        return 0
     try:
-        ir = read_model(args.model, args.format)
+        with warnings.catch_warnings(record=True) as seen:  # printed once, not again when load reads the file
+            warnings.simplefilter("always")
+            ir = read_model(args.model, args.format)
+        shown = _show_new(seen, ())
     except FbjaxError as e:  # a file that contradicts itself: nothing below can be shown
         print(f"model:    {args.model}")
         print(f"fbjax cannot run this model: {type(e).__name__}: {e}")
@@ -92,7 +144,7 @@ def cmd_inspect(args) -> int:
     for v in g.inputs:
         print("  " + _spec_str(v.name, v.shape, v.dtype, v.quant)
               + ("  (bound at load: --constant-input)" if v.name in bound else ""))
-    model, problem = _load_for_inspect(args.model, format=args.format, constant_inputs=bound,
+    model, problem = _load_for_inspect(args.model, shown, format=args.format, constant_inputs=bound,
                                        static_bounds=args.static_bounds)
     print("outputs:")  # the shapes fbjax.load infers win over the file's declared ones
     shapes = [s.shape for s in model.outputs] if model is not None else [v.shape for v in g.outputs]
@@ -107,6 +159,8 @@ def cmd_inspect(args) -> int:
             for kind, vals in (("in ", sig.inputs), ("out", sig.outputs)):
                 for name, v in vals.items():
                     print(f"    {kind} " + _spec_str(name, v.shape, v.dtype, v.quant))
+    if ir.metadata.get("tflite_metadata") is not None:  # TFLite metadata: normalization, labels... (Model.metadata)
+        print("\n".join(ir.metadata["tflite_metadata"].summary()))
     if ir.format == "gpu_cl":
         from .formats.gpu_cl import describe
 
@@ -290,6 +344,7 @@ def cmd_run(args) -> int:
     t0 = time.perf_counter()
     model = load(path, format=args.format, quantized=args.quantized, constant_inputs=_constant_inputs(args),
                  static_bounds=args.static_bounds)
+    model = _bundle_member(model, args, path)
     t_load = time.perf_counter() - t0
     if getattr(args, "signature", None) is not None:  # one entry point: its named inputs and outputs
         from .errors import InputError
@@ -304,8 +359,12 @@ def cmd_run(args) -> int:
         first = [k for k, sig in sigs.items() if sig.graph_index == 0]
         print(f"(the file has {len(sigs)} signatures: {', '.join(sigs)}; this runs its first subgraph"
               + (f", signature {first[0]}'s" if first else "") + ": --signature KEY runs another)")
-    figure, random_ints = None, []
-    if args.model is None and not args.input:  # the bundled model's job on an input that means something
+    figure, random_ints, image = None, [], None
+    if getattr(args, "overlay", None) and not getattr(args, "image", None):
+        raise SystemExit("fbjax run: --overlay draws on the picture given with --image PHOTO")
+    if getattr(args, "image", None):  # a photo, preprocessed as the metadata says (fbjax.vision)
+        xs, image = _image_inputs(args, model)
+    elif args.model is None and not args.input:  # the bundled model's job on an input that means something
         from .data import synthetic_person
 
         img, figure = synthetic_person(model.inputs[0].shape[1])
@@ -344,6 +403,8 @@ def cmd_run(args) -> int:
         iou = (mask & figure).sum() / max((mask | figure).sum(), 1)
         print(f"the output is the probability that each pixel shows a person: > 0.5 on {mask.mean():.1%} of "
               f"the image; intersection over union with the drawn figure (which covers {figure.mean():.1%}): {iou:.3f}")
+    if image is not None:
+        _image_outputs(args, model, image, outs_np)
     print(f"backend: {jax.default_backend()}  devices: {len(jax.devices())}")
     print(f"load: {t_load * 1e3:.1f} ms   first result (compile + run; load traced it): {t_first * 1e3:.1f} ms"
           if getattr(model, "_traced_outputs", None) is not None else
@@ -358,6 +419,94 @@ def cmd_run(args) -> int:
         keys = [n if n and names.count(n) == 1 else f"output_{i}" for i, n in enumerate(names)]
         np.savez(out_path, **dict(zip(keys, outs_np)))
         print(f"wrote {out_path} ({', '.join(keys)})")
+    return 0
+
+
+def _bundle_member(model, args, path):
+    """``fbjax run BUNDLE.task --member NAME``: the member to run (a MediaPipe Tasks vision bundle
+    loads as a TaskBundle); a model file is returned as it is."""
+    from .formats.task_bundle import TaskBundle
+
+    member = getattr(args, "member", None)
+    if not isinstance(model, TaskBundle):
+        if member:
+            raise SystemExit(f"fbjax run: --member picks a model from a .task bundle; {path} is a single model")
+        return model
+    if not member:
+        raise SystemExit(f"fbjax run: {path} is a MediaPipe Tasks bundle of {len(model.names)} models "
+                         f"({', '.join(model.names)}): pick one with --member NAME")
+    for part in member.split("/"):  # nested bundles: --member hand_landmarker.task/hand_detector.tflite
+        if not isinstance(model, TaskBundle) or part not in model:
+            have = ", ".join(model.names) if isinstance(model, TaskBundle) else "(not a bundle)"
+            raise SystemExit(f"fbjax run: no member {member!r} in {path}; members: {have}")
+        model = model[part]
+    if isinstance(model, TaskBundle):
+        raise SystemExit(f"fbjax run: {member} is itself a bundle ({', '.join(model.names)}): "
+                         f"--member {member}/NAME")
+    print(f"member {member} of {path}")
+    return model
+
+
+def _image_inputs(args, model) -> tuple:
+    """``fbjax run --image``: the model's input from a photo (:func:`fbjax.vision.preprocess`)."""
+    from .errors import InputError
+    from .vision import load_image, preprocess
+
+    if args.input:
+        raise SystemExit("fbjax run: give the input either as --image PHOTO or as --input arrays, not both")
+    if len(model.inputs) != 1:
+        raise SystemExit(f"fbjax run: --image feeds a one-input model; this one has {len(model.inputs)} inputs "
+                         f"({', '.join(s.name for s in model.inputs)}): use --input NAME=FILE.npy")
+    try:
+        image = load_image(args.image)
+        x, how = preprocess(model, image, mean=args.mean, std=args.std)
+    except FileNotFoundError:
+        raise SystemExit(f"fbjax run: --image {args.image}: no such file") from None
+    except InputError as e:
+        raise SystemExit(f"fbjax run: {e}") from None
+    print(f"input  {_spec_str(model.inputs[0].name, x.shape, x.dtype)}  ({args.image}, {image.size[0]}x{image.size[1]}: "
+          f"{how})")
+    return [x], image
+
+
+def _image_outputs(args, model, image, outs) -> None:
+    """``fbjax run --image``: what the outputs mean (top-k labels, boxes, mask, landmarks) and the overlay."""
+    from .vision import draw_overlay, interpret
+
+    res = interpret(model, [o[:1] for o in outs], top_k=args.top_k, threshold=args.threshold, locale=args.locale)
+    for line in res.lines:
+        print(line)
+    if args.overlay:
+        draw_overlay(image, res, args.overlay)
+        what = [w for w, have in (("mask", res.mask is not None), (f"{len(res.boxes)} box(es)", res.boxes),
+                                  (f"{len(res.keypoints)} keypoints", res.keypoints),
+                                  (f"{len(res.landmarks)} landmarks", res.landmarks)) if have]
+        print(f"wrote {args.overlay} ({', '.join(what) or 'nothing recognised to draw: the photo as it was'})")
+    elif res.kind in ("detector", "segmenter", "landmarks"):
+        print(f"(--overlay OUT.png draws the {res.kind} output on the photo)")
+
+
+def _floats(value: str) -> list:
+    try:
+        return [float(v) for v in value.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number or comma-separated numbers, got {value!r}") from None
+
+
+def cmd_convert(args) -> int:
+    """``fbjax convert MODEL.onnx [OUT.rten]``: ONNX's defaults stated, then rten-convert (:mod:`fbjax.convert`)."""
+    from .convert import convert
+
+    report = convert(args.model, args.out, allow_changed_meaning=args.allow_changed_meaning,
+                     rten_convert_args=("--v1",) if args.v1 else ())
+    for line in report.stated:
+        print(f"stated ONNX default: {line}")
+    for line in report.left:
+        print(f"fbjax convert: warning: meaning changed (--allow-changed-meaning): {line}", file=sys.stderr)
+    if report.log:
+        print(report.log)
+    what = f"{len(report.stated)} ONNX default(s) stated" if report.stated else "no ONNX default needed stating"
+    print(f"wrote {report.out} ({what}); next: fbjax run {shlex.quote(report.out)}")
     return 0
 
 
@@ -576,6 +725,8 @@ def build_parser() -> argparse.ArgumentParser:
         "  fbjax infer model.tflite --input-dir samples/ --out preds.npz\n"
         "  fbjax generate llm.tflite --prompt-tokens 1,2,3   # litert-torch prefill/decode signatures\n"
         "  fbjax export model.tflite --to stablehlo model.jax\n"
+        "  fbjax run model.tflite --image photo.jpg --overlay out.png   # labels, boxes, masks from TFLite metadata\n"
+        "  fbjax convert model.onnx model.rten   # ONNX -> .rten (rten-convert, ONNX defaults stated)\n"
         "`fbjax COMMAND --help` describes each command's options.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -591,6 +742,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "or 'convolution_2d 12')")
     _add_format(pi)
     _add_constant_input(pi)  # inspect judges "can run" as fbjax.load(path, constant_inputs=, static_bounds=) does
+    pi.add_argument("--metadata-json", action="store_true",
+                    help="print only the file's TFLite metadata as JSON (flatc's form, as TFLite Support's "
+                         "MetadataDisplayer prints it; a .task bundle: one entry per member)")
     pi.set_defaults(func=cmd_inspect)
     pr = sub.add_parser(
         "run",
@@ -612,10 +766,42 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--signature", "-s", metavar="KEY", default=None,
                     help="run this signature (entry point) of the file instead of its first subgraph; "
                          "`fbjax inspect MODEL` lists the keys and their input names")
+    pr.add_argument("--member", metavar="NAME", default=None,
+                    help="for a MediaPipe Tasks .task bundle: the member model to run (`fbjax inspect BUNDLE.task` "
+                         "lists them; NAME/INNER for a nested bundle)")
+    img = pr.add_argument_group("images (TFLite vision models; needs Pillow: pip install 'fbjax[image]')")
+    img.add_argument("--image", metavar="PHOTO", default=None,
+                     help="run on this picture (JPEG, PNG...): resized to the input and normalized as the file's "
+                          "TFLite metadata says; classifiers print their top labels, detectors their boxes")
+    img.add_argument("--overlay", metavar="OUT.png", default=None,
+                     help="with --image: write the picture with the boxes, keypoints, landmarks or mask drawn on it")
+    img.add_argument("--mean", type=_floats, default=None, metavar="M[,M,M]",
+                     help="normalization mean on 0..255 pixels (x - mean) / std, one value or one per channel; "
+                          "overrides the metadata (needed for float models without metadata)")
+    img.add_argument("--std", type=_floats, default=None, metavar="S[,S,S]", help="normalization std (see --mean)")
+    img.add_argument("--top-k", type=_positive_int, default=5, metavar="K", help="labels printed per classifier (5)")
+    img.add_argument("--threshold", type=float, default=0.5, metavar="T", help="minimum detection score (0.5)")
+    img.add_argument("--locale", default=None, metavar="LANG",
+                     help="label language when the metadata has several (e.g. fr; default: the first)")
     _add_quantized(pr)
     _add_format(pr)
     _add_constant_input(pr)
     pr.set_defaults(func=cmd_run)
+    pc = sub.add_parser(
+        "convert",
+        help="convert an ONNX model to .rten (ONNX's defaults stated, then rten-convert)",
+        description="Convert an ONNX model to .rten with rten-convert 0.22 (pip install 'fbjax[onnx]'). "
+        "rten-convert writes a Softmax/LogSoftmax that leaves out `axis` with axis 0, which is not ONNX's default "
+        "(-1 from opset 13, 1 before); this states ONNX's default in a copy of the model first and says so, and "
+        "refuses to write a file whose meaning would still differ from the ONNX model's.")
+    pc.add_argument("model", help="the .onnx model")
+    pc.add_argument("out", nargs="?", default=None, help="the .rten to write (default: MODEL with .rten)")
+    pc.add_argument("--allow-changed-meaning", action="store_true",
+                    help="write the file even where an ONNX default cannot be stated (it then computes something "
+                         "else there; each such node is named)")
+    pc.add_argument("--v1", action="store_true", help="write the older .rten v1 layout (files under 2 GB)")
+    pc.set_defaults(func=cmd_convert)
+
     pg = sub.add_parser(
         "generate",
         help="generate tokens with an LLM file (litert-torch prefill/decode signatures)",

@@ -13,6 +13,7 @@ import numpy as np
 
 from .errors import FbjaxError, InputError, ModelFormatError
 from .formats import read_model, write_model
+from .formats.task_bundle import TaskBundle, is_vision_task
 from .ir import MAX_VALUE_BYTES, ModelIR, Value
 from . import cache
 from .cache import compiler_options
@@ -156,6 +157,12 @@ class Model:
             file's integers.
         format: ``"tflite"``, ``"rten"``, ``"stablehlo"`` or ``"gpu_cl"``.
         ir: the parsed :class:`~fbjax.ir.ModelIR`.
+        metadata: the file's TFLite metadata
+            (:class:`~fbjax.formats.tflite_metadata.TFLiteMetadata`: name,
+            version, author, license, per-input normalization and value
+            ranges, image color space, per-output names, labels per locale,
+            bounding-box semantics), or ``None`` when the file has none (and
+            for other formats).
     """
 
     def __init__(self, ir: ModelIR, program: Program, path: Optional[str] = None, *,
@@ -163,6 +170,7 @@ class Model:
         self.ir = ir
         self.path = path
         self.format = ir.format
+        self.metadata = ir.metadata.get("tflite_metadata")
         #: the lowered :class:`~fbjax.lower.build.Program` (``program.params``: the file's weights as numpy)
         self.program = program
         #: the fbjax.load keyword arguments that made this model (to load it again with another batch)
@@ -823,10 +831,21 @@ def _inferred_outputs(model: "Model") -> list:
     return out
 
 
+def _open_container(source, load_kwargs: dict):
+    """What :func:`load` returns for a file holding several models, or None for
+    a model file: a MediaPipe Tasks vision bundle (``.task``, a zip of
+    ``.tflite`` members: :class:`~fbjax.formats.task_bundle.TaskBundle`, whose
+    members load with ``load_kwargs``). One function, so other containers
+    (LLM bundles) join here."""
+    if is_vision_task(source):
+        return TaskBundle(source, loader=lambda data: load(data, **load_kwargs))
+    return None
+
+
 def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, str] = _FILE,
          quantized: str = "exact", while_max_iterations: Optional[int] = None,
          constant_inputs: Optional[Mapping] = None, static_bounds: bool = False,
-         compute_dtype: str = "float32", max_value_bytes: int = MAX_VALUE_BYTES) -> Model:
+         compute_dtype: str = "float32", max_value_bytes: int = MAX_VALUE_BYTES) -> Union[Model, TaskBundle]:
     """Load a model file as a :class:`Model`.
 
     Args:
@@ -913,7 +932,11 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
             that needs more.
 
     Returns:
-        a :class:`Model`, callable and jitted.
+        a :class:`Model`, callable and jitted. For a MediaPipe Tasks vision
+        bundle (``.task``: a zip of ``.tflite`` models) a
+        :class:`~fbjax.formats.task_bundle.TaskBundle`: ``bundle.names``
+        lists its members, ``bundle[name]`` loads one as a Model (with these
+        options), ``bundle.save(path, {name: model})`` writes it back.
 
     Raises:
         FileNotFoundError: no such file.
@@ -944,6 +967,13 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
                           max_value_bytes)
     if isinstance(source, (str, os.PathLike)):
         source = os.path.expanduser(source)  # "~/models/x.tflite", as a shell would expand it
+    if format is None:
+        container = _open_container(source, dict(batch_size=batch_size, quantized=quantized,
+                                                 while_max_iterations=while_max_iterations,
+                                                 constant_inputs=constant_inputs, static_bounds=static_bounds,
+                                                 compute_dtype=compute_dtype, max_value_bytes=max_value_bytes))
+        if container is not None:
+            return container
     ir = read_model(source, options.format)
     if constant_inputs:
         bind_inputs(ir, constant_inputs)

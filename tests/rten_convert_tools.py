@@ -6,7 +6,7 @@ propagation, ``graph_from_onnx_graph``, ``serialize_model``, v2 header and
 ~900 convertible node-suite cases convert in seconds. ``v1=True`` writes the
 headerless v1 layout with inline data, like ``rten-convert --v1``.
 
-:func:`make_defaults_explicit` (``tools/onnx_prepass.py``) is an
+:func:`make_defaults_explicit` (:mod:`fbjax.convert`) is an
 optional ONNX-level pre-pass that states attributes whose ONNX default
 rten-convert 0.22 does not carry over (see its docstring);
 ``convert(model, explicit_defaults=True)`` applies it first.
@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import sys
-from pathlib import Path
 
 import onnx
 from rten_convert import converter as C
@@ -25,11 +23,8 @@ from rten_convert.errors import ConversionError
 from rten_convert.tensor_data import TensorDataBuilder
 from rten_convert.util import round_up
 
-_TOOLS = str(Path(__file__).resolve().parents[1] / "tools")
-if _TOOLS not in sys.path:  # pytest's pythonpath has it, not a subprocess (tests/fuzz/fuzz_harness.py)
-    sys.path.insert(0, _TOOLS)
 
-from onnx_prepass import make_defaults_explicit  # noqa: E402,F401 (used below, and by the tests)
+from fbjax.convert import make_defaults_explicit  # noqa: F401 (used below, and by the tests)
 
 
 class ConvertError(Exception):

@@ -91,7 +91,7 @@ def test_inspect_static_bounds_lists_the_count_outputs(tmp_path, capsys):
     assert "--static-bounds`" in out
 
 
-@pytest.mark.parametrize("suffix,advice", [(".onnx", "rten-convert MODEL.onnx MODEL.rten"),
+@pytest.mark.parametrize("suffix,advice", [(".onnx", "fbjax convert MODEL.onnx MODEL.rten"),
                                            (".h5", "TFLiteConverter"), (".dat", None)])
 def test_a_file_of_another_format_is_refused_with_how_to_convert_it(tmp_path, suffix, advice):
     """An ONNX protobuf (its first bytes: field 1, ir_version) is no
@@ -229,7 +229,7 @@ def test_top_level_help_shows_an_example_of_each_main_command(capsys):
     with pytest.raises(SystemExit):
         main(["--help"])
     examples = capsys.readouterr().out.split("Examples:")[1]
-    for command in ("inspect", "run", "infer", "generate", "export"):
+    for command in ("inspect", "run", "infer", "generate", "export", "convert"):
         assert re.search(rf"^  fbjax {command}\b", examples, re.M), command
 
 

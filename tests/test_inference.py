@@ -278,7 +278,7 @@ def test_constant_weights_computed_ahead_and_relaid_equal_apply():
 
 
 def test_softmax_input_is_computed_once():
-    """light squeezenet with its Softmax axis stated (onnx_prepass): its
+    """light squeezenet with its Softmax axis stated (fbjax.convert): its
     weights are constant fills, so on a normal(0, 1) input the logits reach
     ~7e9, where one float32 ulp is 512. XLA:CPU (fbjax's compile options)
     fused the global average pool into both the softmax's max and its exp
@@ -291,7 +291,7 @@ def test_softmax_input_is_computed_once():
     import onnx
 
     from fbjax import bench
-    from onnx_prepass import make_defaults_explicit
+    from fbjax.convert import make_defaults_explicit
     from fbjax.lower.inference import fan_out_values
 
     path = bench.light_onnx_path("squeezenet")

@@ -39,7 +39,7 @@ LAYERS = {
     "fbjax.lower.inference": 3, "fbjax.cache": 3, "fbjax.custom": 3, "fbjax.pipeline": 3,
     "fbjax.run": 4,
     "fbjax.model": 5, "fbjax.infer": 5, "fbjax.export": 5, "fbjax.train": 5, "fbjax.flax": 5,
-    "fbjax.bench": 5, "fbjax.testing": 5, "fbjax.cli": 5, "fbjax.__main__": 5, "fbjax": 5,
+    "fbjax.bench": 5, "fbjax.testing": 5, "fbjax.vision": 5, "fbjax.convert": 5, "fbjax.cli": 5, "fbjax.__main__": 5, "fbjax": 5,
 }
 
 #: (importing module, imported module) -> why the function-local upward import stays.

@@ -169,7 +169,7 @@ def test_squeezenet_rten_batch_polymorphic():
     onnx = require("onnx")
     require("rten_convert")
     from fbjax import bench
-    from onnx_prepass import make_defaults_explicit
+    from fbjax.convert import make_defaults_explicit
 
     path = bench.light_onnx_path("squeezenet")
     if not Path(path).exists():

@@ -91,7 +91,7 @@ def refuse(data, *fragments, fmt=None):
 
 # --- schema descriptions --------------------------------------------------------
 
-@pytest.mark.parametrize("name", ["tflite", "rten", "stablehlo", "gpu_cl_seed", "gpu_cl_tf25", "gpu_cl_tf27", "gpu_cl_litert"])
+@pytest.mark.parametrize("name", ["tflite", "rten", "stablehlo", "gpu_cl_seed", "gpu_cl_tf25", "gpu_cl_tf27", "gpu_cl_litert", "tflite_metadata"])
 def test_schema_description_is_current(name):
     """The committed description equals a fresh parse of schemas/<name>.fbs
     (regenerate with `nox -s schemas`)."""
@@ -103,7 +103,7 @@ def test_schema_description_is_current(name):
         assert getattr(mod, key) == desc[key], key
 
 
-@pytest.mark.parametrize("name", ["tflite", "rten", "stablehlo", "gpu_cl_seed", "gpu_cl_tf25", "gpu_cl_tf27", "gpu_cl_litert"])
+@pytest.mark.parametrize("name", ["tflite", "rten", "stablehlo", "gpu_cl_seed", "gpu_cl_tf25", "gpu_cl_tf27", "gpu_cl_litert", "tflite_metadata"])
 def test_schema_slots_match_flatc_bindings(name):
     """Every field's vtable slot agrees with the accessor flatc generated."""
     src = (ROOT / "fbjax" / "formats" / "_generated" / f"{name}_generated.py").read_text()

@@ -354,12 +354,12 @@ def test_softmax_over_a_size_one_axis_warns_and_the_prepass_fixes_it():
     """An opset-11 classifier head ``Softmax`` without ``axis`` on ``[1, 10]``
     logits: rten-convert 0.22 writes axis 0, so the .rten's output is all ones
     (fbjax runs what the file says, as RTen does) and ``fbjax.load`` warns,
-    naming the node. After ``make_defaults_explicit`` (tools/onnx_prepass.py)
+    naming the node. After ``make_defaults_explicit`` (fbjax.convert)
     the converted file equals onnxruntime on the original ONNX model and
     loads without the warning."""
     import warnings
 
-    from onnx_prepass import make_defaults_explicit
+    from fbjax.convert import make_defaults_explicit
 
     g = helper.make_graph([helper.make_node("Softmax", ["x"], ["y"])], "g",
                           [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 10])],

@@ -100,8 +100,8 @@ def _is_jax_export(source) -> bool:
 
 #: what to do with a file of a format fbjax does not read, by file-name extension
 _CONVERT_ADVICE = {
-    ".onnx": "an ONNX model runs once converted to .rten: pip install rten-convert==0.22.0, then "
-             "rten-convert MODEL.onnx MODEL.rten",
+    ".onnx": "an ONNX model runs once converted to .rten: pip install 'fbjax[onnx]', then "
+             "fbjax convert MODEL.onnx MODEL.rten",
     ".pb": "convert a TensorFlow model to .tflite first (tf.lite.TFLiteConverter)",
     ".h5": "convert a Keras model to .tflite first (tf.lite.TFLiteConverter.from_keras_model)",
     ".keras": "convert a Keras model to .tflite first (tf.lite.TFLiteConverter.from_keras_model)",

@@ -596,7 +596,7 @@ def _warn_constant_softmax(graphs: list, label: str) -> None:
     ``axis`` (it writes 0, the RTen schema default; ONNX means 1 before opset
     13 and -1 from 13), e.g. a classifier's ``[1, 1000]`` logits. fbjax, like
     RTen, runs what the file says; the fix is in the ``.onnx``
-    (``tools/onnx_prepass.py`` in fbjax's repository)."""
+    (``fbjax convert model.onnx model.rten`` states it, :mod:`fbjax.convert`)."""
     found = []
     for g in graphs:
         for n in g.nodes:
@@ -611,8 +611,8 @@ def _warn_constant_softmax(graphs: list, label: str) -> None:
             f"{label}: {len(found)} softmax node(s) normalize over an axis of size 1, so their output is "
             f"constant (Softmax 1.0, LogSoftmax 0.0): {'; '.join(found[:3])}. rten-convert 0.22 writes axis=0 "
             "where the ONNX node leaves the axis out (ONNX means 1 before opset 13, -1 from 13); state the axis "
-            "in the .onnx and convert again: python tools/onnx_prepass.py model.onnx model.explicit.onnx "
-            "(fbjax's repository; make_defaults_explicit)",
+            "in the .onnx and convert again: fbjax convert model.onnx model.rten (pip install 'fbjax[onnx]'; "
+            "it states ONNX's defaults, then runs rten-convert; fbjax.convert.make_defaults_explicit)",
             stacklevel=5)  # _warn <- read <- read_model <- fbjax.load <- the caller
 
 

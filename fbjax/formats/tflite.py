@@ -33,6 +33,7 @@ from . import verify as _verify
 from ._mmap import open_source
 from .regions import check_regions
 from . import tflite_stablehlo as _shlo
+from . import tflite_metadata as _metadata
 from ._generated import tflite_generated as T
 
 FILE_IDENTIFIER = b"TFL3"
@@ -595,5 +596,7 @@ def _to_ir(m, raw, path) -> ModelIR:
         sigs[key] = Signature(key, gi, tmap(sd.inputs), tmap(sd.outputs))
     desc = m.description.decode("utf-8", "replace") if isinstance(m.description, bytes) else (m.description or "")
     ir = ModelIR("tflite", graphs, 0, sigs, desc, path, raw, {"version": m.version})
+    # TFLite metadata (TFLITE_METADATA entry and the appended associated files), None when absent
+    ir.metadata["tflite_metadata"] = _metadata.read(m, raw, path or "<bytes>")
     check_regions(ir)  # region bodies' arities (a WHILE body index aimed at a REDUCE body...)
     return ir

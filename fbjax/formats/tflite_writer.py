@@ -41,6 +41,12 @@ Per tensor kind:
   update, e.g. ``g * (w != 0)``).
 * INT4 constants are packed two per byte as the file stores them.
 
+A model saved without changes is returned byte for byte. TFLite metadata
+(the ``TFLITE_METADATA`` buffer) is a buffer like any other and is kept; the
+zip archive of associated files (label maps) that TFLite Support appends to
+a model is appended again, byte for byte, after the re-packed flatbuffer
+(:func:`fbjax.formats.tflite_metadata.associated_zip_range`).
+
 Files that keep buffers after the flatbuffer (``offset``/``size`` relative to
 the file start, the over-2-GB convention litert-torch also uses for smaller
 files; the schema's ``Buffer.offset``/``size``) are written in the same
@@ -64,6 +70,7 @@ from ..ir import ModelIR, Value
 from ..quantmath import requantize_weights, weights_roundtrip
 from ._generated import tflite_generated as T
 from ._writing import REQUANTIZE_MODES, check_writable
+from .tflite_metadata import associated_zip_range
 from .tflite import FILE_IDENTIFIER, TENSOR_TYPE_NAMES, densify, opcode_name, tensor_dtype
 
 __all__ = ["write", "quantize", "REQUANTIZE_MODES"]
@@ -395,6 +402,34 @@ class _Writer:
                 pending[(si, bi)] = fb.reshape(tuple(int(d) for d in bt.shape))
 
     def pack(self) -> bytes:
+        for bi, (p, o) in enumerate(zip(self.payloads, self.original)):
+            if p is not o and p is not None and o is not None and p == o:
+                self.payloads[bi] = o  # rewritten with the same bytes (float16 weights round-tripped through float32)
+        if all(p is o for p, o in zip(self.payloads, self.original)) and not self.restructured:
+            return bytes(self.raw)  # nothing changed: the file as it was, metadata and associated files too
+        zipped = associated_zip_range(self.raw)
+        if zipped is not None and zipped[0] < self._flatbuffer_end():
+            zipped = None  # not an appended archive
+        out = self._pack()
+        if zipped is None or out.endswith(bytes(memoryview(self.raw)[zipped[0]:])):
+            return out
+        # TFLite metadata's associated files (label maps...): the zip archive
+        # appended after the model, kept byte for byte (zipfile finds it from its end record)
+        return out + bytes(memoryview(self.raw)[zipped[0]:zipped[1]])
+
+    def _flatbuffer_end(self) -> int:
+        """Where the file's flatbuffer and the buffers it places after itself end."""
+        end = 0
+        for bi in self.after:
+            b = self.m.buffers[bi]
+            end = max(end, int(b.offset) + int(b.size))
+        for sg in self.m.subgraphs or []:
+            for op in sg.operators or []:
+                if op.largeCustomOptionsSize:
+                    end = max(end, int(op.largeCustomOptionsOffset) + int(op.largeCustomOptionsSize))
+        return end
+
+    def _pack(self) -> bytes:
         large = bool(self.after) or any(op.largeCustomOptionsSize for sg in self.m.subgraphs or []
                                         for op in sg.operators or [])
         if not large:

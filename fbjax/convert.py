@@ -1,41 +1,54 @@
-"""ONNX-level pre-pass for models to be converted to ``.rten`` by rten-convert.
+"""ONNX to ``.rten`` in one step: ``fbjax convert model.onnx model.rten``.
 
 rten-convert 0.22 writes a Softmax / LogSoftmax whose ONNX node leaves out
 ``axis`` with ``axis=0`` (the RTen schema's default), where ONNX means -1
 (opset >= 13) or 1 with 2-D coercion (opset < 13); fbjax, like RTen, runs
 what the ``.rten`` file says, so such a file computes something else than
 the ONNX model (:func:`fbjax.formats.rten.read` warns where the result is
-constant). :func:`make_defaults_explicit` states the ONNX axis in the
-``.onnx`` before converting. A tool of the repository (not part of the
-installed package: it edits ONNX files, it reads no model format of
-fbjax's)::
+constant). :func:`convert` first states ONNX's defaults in a copy of the
+model (:func:`make_defaults_explicit`), says what it stated, refuses to write
+a file whose meaning would still change (a default a single ``axis``
+cannot state) unless told to, then runs rten-convert on the stated model.
 
-    python tools/onnx_prepass.py model.onnx model.explicit.onnx
-    rten-convert model.explicit.onnx model.rten
+From Python::
 
-or from Python, with ``tools/`` on ``sys.path``::
+    from fbjax.convert import convert, make_defaults_explicit
 
-    import onnx
-    from onnx_prepass import make_defaults_explicit
+    report = convert("model.onnx", "model.rten")   # what was stated, what rten-convert said
+    m, changed, left = make_defaults_explicit(onnx.load("model.onnx"))  # the pre-pass alone
 
-    m, changed, left = make_defaults_explicit(onnx.load("model.onnx"))
-    onnx.save(m, "model.explicit.onnx")
-
-Needs the ``onnx`` package (not a dependency of fbjax's runtime; it comes
-with ``'.[test]'``).
+Needs the ``onnx`` and ``rten-convert`` packages: ``pip install 'fbjax[onnx]'``.
 """
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
+import os
+import subprocess
 import sys
+import tempfile
+from typing import Optional
 
-try:
-    import onnx
-except ImportError as e:  # pragma: no cover - the package is optional
-    raise ImportError("tools/onnx_prepass.py works on ONNX models: pip install onnx") from e
+from .errors import InputError
 
-__all__ = ["make_defaults_explicit"]
+__all__ = ["make_defaults_explicit", "convert", "ConvertReport", "ConversionRefused"]
+
+#: rten-convert's version whose defaults the pre-pass knows (the one fbjax's tests run)
+RTEN_CONVERT_VERSION = "0.22.0"
+
+
+def _onnx():
+    try:
+        import onnx
+    except ImportError:
+        raise InputError("converting ONNX models needs the onnx and rten-convert packages: "
+                         "pip install 'fbjax[onnx]'") from None
+    return onnx
+
+
+class ConversionRefused(InputError):
+    """The converted file would not mean what the ONNX model means (the
+    message names the nodes); ``allow_changed_meaning=True`` writes it anyway."""
 
 
 #: Ops whose ``axis`` default rten-convert 0.22 replaces: its converter reads
@@ -45,14 +58,14 @@ __all__ = ["make_defaults_explicit"]
 _SOFTMAX_LIKE = ("Softmax", "LogSoftmax", "Hardmax")
 
 
-def _opset(model: onnx.ModelProto) -> int:
+def _opset(model) -> int:
     for o in model.opset_import:
         if o.domain in ("", "ai.onnx"):
             return int(o.version)
     return 1
 
 
-def _shapes(graph: onnx.GraphProto, outer: dict) -> dict:
+def _shapes(graph, outer: dict) -> dict:
     """name -> tuple of dims (int, or None when unknown) for every typed value of ``graph``."""
     shapes = dict(outer)
     for v in list(graph.input) + list(graph.value_info) + list(graph.output):
@@ -64,7 +77,7 @@ def _shapes(graph: onnx.GraphProto, outer: dict) -> dict:
     return shapes
 
 
-def make_defaults_explicit(model: onnx.ModelProto):
+def make_defaults_explicit(model):
     """State the ONNX default ``axis`` of Softmax / LogSoftmax / Hardmax nodes
     that leave it out (semantics-preserving; applied before rten-convert).
 
@@ -85,11 +98,16 @@ def make_defaults_explicit(model: onnx.ModelProto):
     Nodes in subgraphs (If/Loop bodies) are handled the same way. Shapes come
     from ONNX shape inference with data propagation (as rten-convert runs it).
 
+    Args:
+        model: an ``onnx.ModelProto`` (not modified).
+
     Returns:
         ``(model, changed, left)``: a modified copy (``model`` itself when
         nothing changed), the changed nodes and the nodes left unchanged, each
         as ``"<op> <node name or output>: <what>"`` strings.
     """
+    onnx = _onnx()
+
     def candidates(graph):
         for node in graph.node:
             for a in node.attribute:
@@ -144,27 +162,77 @@ def make_defaults_explicit(model: onnx.ModelProto):
     return (out if changed else model), changed, left
 
 
-def main(argv=None) -> int:
-    """``python tools/onnx_prepass.py IN.onnx OUT.onnx``: write ``IN`` with
-    the defaults stated (:func:`make_defaults_explicit`) and list what
-    changed and what could not be. Exit status 0; 1 when some node was left
-    unchanged (its converted file will still differ from the ONNX model)."""
-    p = argparse.ArgumentParser(
-        prog="python tools/onnx_prepass.py",
-        description="State the ONNX default axis of Softmax/LogSoftmax/Hardmax nodes that leave it out, "
-                    "before converting with rten-convert (which would write axis=0).")
-    p.add_argument("src", help="the .onnx model to read")
-    p.add_argument("dst", help="where to write the model with the axes stated")
-    args = p.parse_args(argv)
-    model, changed, left = make_defaults_explicit(onnx.load(args.src))
-    onnx.save(model, args.dst)
-    for line in changed:
-        print(f"stated  {line}")
-    for line in left:
-        print(f"LEFT    {line}", file=sys.stderr)
-    print(f"{args.dst}: {len(changed)} node(s) changed, {len(left)} left; next: rten-convert {args.dst} OUT.rten")
-    return 1 if left else 0
+@dataclasses.dataclass
+class ConvertReport:
+    """What :func:`convert` did.
+
+    Attributes:
+        stated: ``"<op> <node>: <what>"`` per node whose ONNX default was stated.
+        left: nodes whose meaning the ``.rten`` file does not keep (non-empty
+            only with ``allow_changed_meaning=True``).
+        out: the ``.rten`` path written.
+        log: rten-convert's own output.
+    """
+
+    stated: list
+    left: list
+    out: str
+    log: str = ""
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def convert(src, dst: Optional[str] = None, *, allow_changed_meaning: bool = False,
+            rten_convert_args: tuple = ()) -> ConvertReport:
+    """Convert an ONNX model to ``.rten`` with ONNX's defaults stated first.
+
+    Args:
+        src: the ``.onnx`` file.
+        dst: the ``.rten`` to write (default: ``src`` with ``.rten``).
+        allow_changed_meaning: write the file even where a default cannot be
+            stated (an opset < 13 Softmax whose 2-D coercion flattens
+            several axes): the file then computes something else there.
+        rten_convert_args: extra arguments for rten-convert (``("--v1",)``).
+
+    Returns:
+        :class:`ConvertReport`.
+
+    Raises:
+        InputError: onnx or rten-convert missing (says what to install),
+            ``src`` missing or not ONNX, rten-convert failing (its message).
+        ConversionRefused: nodes whose meaning would change, without
+            ``allow_changed_meaning``; nothing is written.
+    """
+    onnx = _onnx()
+    src = os.fspath(src)
+    dst = os.fspath(dst) if dst is not None else os.path.splitext(src)[0] + ".rten"
+    if not os.path.isfile(src):
+        raise InputError(f"{src}: no such file")
+    try:
+        model = onnx.load(src)
+    except Exception as e:  # protobuf's DecodeError and friends
+        raise InputError(f"{src}: not an ONNX model onnx can read ({type(e).__name__}: {e})") from None
+    fixed, stated, left = make_defaults_explicit(model)
+    if left and not allow_changed_meaning:
+        raise ConversionRefused(
+            f"{src}: not converted: rten-convert would write {len(left)} node(s) with another meaning than "
+            f"ONNX's, and no attribute can state it: {'; '.join(left)}. Rewrite those nodes in the .onnx (e.g. "
+            "a Reshape to 2-D around the Softmax), or pass --allow-changed-meaning to write the file anyway")
+    folder = os.path.dirname(os.path.abspath(dst))
+    if not os.path.isdir(folder):
+        raise InputError(f"{dst}: folder {folder} does not exist (create it first)")
+    try:
+        import rten_convert  # noqa: F401 (checked here, run in a subprocess below)
+    except ImportError:
+        raise InputError("converting ONNX models needs rten-convert: pip install 'fbjax[onnx]'") from None
+    with tempfile.TemporaryDirectory() as tmp:
+        path = src
+        if fixed is not model:
+            path = os.path.join(tmp, os.path.basename(src))
+            onnx.save(fixed, path)
+        run = subprocess.run(
+            [sys.executable, "-c", "import sys; from rten_convert.converter import main; "
+             "sys.argv[0] = 'rten-convert'; sys.exit(main())", *rten_convert_args, path, dst],
+            capture_output=True, text=True)
+    log = (run.stdout + run.stderr).strip()
+    if run.returncode != 0 or not os.path.isfile(dst):
+        raise InputError(f"{src}: rten-convert failed (exit {run.returncode}): {log[-2000:]}")
+    return ConvertReport(stated, left, dst, log)
