@@ -809,7 +809,7 @@ def _inferred_outputs(model: "Model") -> list:
 def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, str] = _FILE,
          quantized: str = "exact", while_max_iterations: Optional[int] = None,
          constant_inputs: Optional[Mapping] = None, static_bounds: bool = False,
-         compute_dtype: str = "float32") -> Model:
+         compute_dtype: str = "float32", composites: str = "litert") -> Model:
     """Load a model file as a :class:`Model`.
 
     Args:
@@ -886,6 +886,23 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
             Expect relative errors of about 1e-2 (bfloat16) / 1e-3
             (float16) on the shared MediaPipe models
             (``tests/test_compute_dtype.py``).
+        composites: how ``stablehlo.composite`` ops (TFLite
+            ``STABLEHLO_COMPOSITE``; litert-torch writes attention and
+            normalisations as ``odml.*`` composites) run: ``"litert"``
+            (default) as LiteRT's default CPU path runs them: its XNNPACK
+            delegate runs ``odml.scaled_dot_product_attention`` as one
+            attention kernel, so fbjax lowers it to
+            ``jax.nn.dot_product_attention``, and every other composite runs
+            its decomposition (as LiteRT's builtin kernel does);
+            ``"fused"``: every composite fbjax has a lowering for
+            (:mod:`fbjax.lower.composites`: attention, RMS norm, group and
+            layer norm) runs as that lowering; ``"decomposed"``: every
+            composite runs the decomposition graph written in the file, op
+            by op (what LiteRT's builtin kernels without a delegate do).
+            The decomposition and the composite's meaning can differ: a
+            litert-torch export whose attention heads share one KV head has
+            a decomposition off by about 1 from PyTorch, while the
+            composite matches it (``tests/test_tflite_composites.py``).
 
     Returns:
         a :class:`Model`, callable and jitted.
@@ -912,10 +929,12 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
             message names the operator); ``quantized`` is not ``"exact"`` or
             ``"float"``; a ``constant_inputs`` name that is not an input (the
             message lists the inputs), or an array of another shape or dtype;
-            ``compute_dtype`` is not one of the three names.
+            ``compute_dtype`` is not one of the three names; ``composites``
+            is not ``"litert"``, ``"fused"`` or ``"decomposed"``.
     """
     cache.enable()  # JAX's persistent compilation cache (fbjax/cache.py)
-    options = LoadOptions(format, batch_size, quantized, while_max_iterations, static_bounds, compute_dtype)
+    options = LoadOptions(format, batch_size, quantized, while_max_iterations, static_bounds, compute_dtype,
+                          composites)
     if isinstance(source, (str, os.PathLike)):
         source = os.path.expanduser(source)  # "~/models/x.tflite", as a shell would expand it
     ir = read_model(source, options.format)

@@ -16,7 +16,7 @@ import numpy as np
 
 from .errors import InputError
 
-__all__ = ["LoadOptions", "FILE_BATCH", "QUANTIZED_MODES", "COMPUTE_DTYPES"]
+__all__ = ["LoadOptions", "FILE_BATCH", "QUANTIZED_MODES", "COMPUTE_DTYPES", "COMPOSITE_MODES"]
 
 #: ``batch_size`` value meaning "the shapes stored in the file".
 FILE_BATCH = "file"
@@ -24,6 +24,8 @@ FILE_BATCH = "file"
 QUANTIZED_MODES = ("exact", "float")
 #: ``compute_dtype`` values (see :func:`fbjax.load`).
 COMPUTE_DTYPES = ("float32", "bfloat16", "float16")
+#: ``composites`` values (see :func:`fbjax.load` and :mod:`fbjax.lower.composites`).
+COMPOSITE_MODES = ("litert", "fused", "decomposed")
 
 
 @dataclass(frozen=True)
@@ -41,12 +43,16 @@ class LoadOptions:
             (:func:`fbjax.passes.add_valid_counts`).
         compute_dtype: ``"float32"``, ``"bfloat16"`` or ``"float16"`` (a
             numpy/JAX dtype is stored as its name).
+        composites: ``"litert"``, ``"fused"`` or ``"decomposed"``: which
+            ``stablehlo.composite`` ops run as fbjax's own lowering of the
+            composite instead of their decomposition.
 
     Raises:
         InputError: ``while_max_iterations`` is not None or an int >= 0,
             ``quantized`` is not a known mode, ``batch_size`` is not
             ``"file"``, None/``"dynamic"`` or a positive int, or
-            ``compute_dtype`` is not one of :data:`COMPUTE_DTYPES`.
+            ``compute_dtype`` is not one of :data:`COMPUTE_DTYPES`, or
+            ``composites`` not one of :data:`COMPOSITE_MODES`.
     """
 
     format: Optional[str] = None
@@ -55,6 +61,7 @@ class LoadOptions:
     while_max_iterations: Optional[int] = None
     static_bounds: bool = False
     compute_dtype: str = "float32"
+    composites: str = "litert"
 
     def __post_init__(self):
         w = self.while_max_iterations
@@ -75,6 +82,8 @@ class LoadOptions:
         if cd not in COMPUTE_DTYPES:
             raise InputError(f"compute_dtype must be one of {list(COMPUTE_DTYPES)}, got {self.compute_dtype!r}")
         object.__setattr__(self, "compute_dtype", cd)
+        if self.composites not in COMPOSITE_MODES:
+            raise InputError(f"composites must be one of {list(COMPOSITE_MODES)}, got {self.composites!r}")
 
     @property
     def rewrites_batch(self) -> bool:
@@ -84,7 +93,8 @@ class LoadOptions:
     def lowering(self) -> dict:
         """The lowering options (``ctx.options`` of the lowerings)."""
         return {"while_max_iterations": self.while_max_iterations,
-                "compute_dtype": None if self.compute_dtype == "float32" else self.compute_dtype}
+                "compute_dtype": None if self.compute_dtype == "float32" else self.compute_dtype,
+                "composites": self.composites}
 
     def replace(self, **changes) -> "LoadOptions":
         """A copy with ``changes`` (validated again)."""

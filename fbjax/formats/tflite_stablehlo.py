@@ -33,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+from flatbuffers import flexbuffers
 
 from ..errors import ModelFormatError
 from ..ir import Node
@@ -111,6 +112,30 @@ def translate_attrs(name: str, attrs: dict, loc: str) -> dict:
         out[k] = v
     if name == "STABLEHLO_COMPOSITE":
         out.pop("composite_attributes_format", None)
+    return out
+
+
+def composite_attrs(blob, loc: str = "composite") -> dict:
+    """A ``STABLEHLO_COMPOSITE``'s ``composite_attributes``: the FlexBuffer
+    map LiteRT stores them in (``composite_attributes_format`` FLEXBUFFERS,
+    the only format the schema names) as a ``dict``; empty bytes: ``{}``.
+
+    Values as :mod:`flatbuffers.flexbuffers` decodes them: floats as Python
+    floats (the float32 the converter wrote, widened exactly), ints, bools,
+    strings and lists of them.
+
+    Raises:
+        ModelFormatError: the bytes are not a FlexBuffer map.
+    """
+    blob = bytes(blob or b"")
+    if not blob:
+        return {}
+    try:
+        out = flexbuffers.Loads(blob)
+    except Exception as e:  # flexbuffers raises bare IndexError/struct.error on bad bytes
+        raise ModelFormatError(f"{loc}: composite_attributes is not a FlexBuffer map ({e})") from None
+    if not isinstance(out, dict):
+        raise ModelFormatError(f"{loc}: composite_attributes is a FlexBuffer {type(out).__name__}, not a map")
     return out
 
 
