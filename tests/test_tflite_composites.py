@@ -269,8 +269,18 @@ def test_llama_gradient_through_fused_attention():
 
 def test_mqa_fixture_shows_the_converter_bug():
     """The recorded oracles themselves: LiteRT's builtin kernels (the decomposition) are far from
-    PyTorch, XNNPACK (the composite as one kernel) is within the bound of it."""
+    PyTorch, XNNPACK (the composite as one kernel) is within the bound of it. The cause, in the
+    file: the decomposition makes K^T from K [1, 32, 1, 16] with a RESHAPE to [1, 1, 16, 32] (which
+    reorders nothing) where a TRANSPOSE was meant, so the logits multiply scrambled keys."""
     assert _composite_names(MQA) == {"odml.scaled_dot_product_attention", "odml.rms_norm", "odml.group_norm"}
+    from fbjax.formats import read_model
+
+    ir = read_model(MQA)
+    sdpa = next(n for n in ir.graphs[0].nodes if n.op_name == "stablehlo.composite"
+                and n.attrs["name"] == "odml.scaled_dot_product_attention")
+    ops = [(m.op_name, tuple(m.inputs[0].shape), tuple(m.outputs[0].shape))
+           for m in ir.graphs[int(sdpa.attrs["decomposition"])].nodes]
+    assert ("RESHAPE", (1, 32, 1, 16), (1, 1, 16, 32)) in ops
     npz = MQA.replace(".tflite", ".npz")
     for key in ("prefill_8", "decode"):
         torch_out, builtin, xnn = (_io(npz, key, t) for t in ("torch", "builtin", "xnnpack"))
@@ -323,3 +333,18 @@ def test_mqa_gradient_through_composite_path():
     plus = loss({k: m.params[k] + h * d[k] for k in d})
     minus = loss({k: m.params[k] - h * d[k] for k in d})
     assert abs(float(plus - minus) / (2 * h) - norm) <= 0.02 * norm
+
+
+@pytest.mark.parametrize("mode,oracle", [("litert", "torch"), ("fused", "torch"), ("decomposed", "builtin")])
+def test_numpy_reference_takes_the_same_modes(mode, oracle):
+    """fbjax.reference.run(..., composites=mode) on the main graph (prefill_8): the numpy twins
+    (float64) where the mode fuses, float32 decomposition ops otherwise; same oracles and bound."""
+    from fbjax import reference
+
+    npz = MQA.replace(".tflite", ".npz")
+    ins = _io(npz, "prefill_8")
+    logits = reference.run(MQA, *(ins[n] for n in ("tokens", "input_pos", "kv_cache_k_0", "kv_cache_v_0")),
+                           composites=mode)[0]
+    assert _err(logits, _io(npz, "prefill_8", oracle)["logits"]) <= MQA_TOL
+    with pytest.raises(fbjax.InputError, match="composites must be one of"):
+        reference.run(MQA, *ins.values(), composites="xla")

@@ -127,6 +127,8 @@ def composite_attrs(blob, loc: str = "composite") -> dict:
     Raises:
         ModelFormatError: the bytes are not a FlexBuffer map.
     """
+    if isinstance(blob, dict):  # already decoded
+        return dict(blob)
     blob = bytes(blob or b"")
     if not blob:
         return {}
