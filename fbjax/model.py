@@ -901,7 +901,7 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
             by op (what LiteRT's builtin kernels without a delegate do).
             The decomposition and the composite's meaning can differ: a
             litert-torch export whose attention heads share one KV head has
-            a decomposition off by about 1 from PyTorch, while the
+            a decomposition off by about 3 from PyTorch, while the
             composite matches it (``tests/test_tflite_composites.py``).
 
     Returns:

@@ -10,8 +10,11 @@ Fixtures: ``tests/data/llm/*.tflite`` (llama: ``odml.rms_norm`` and
 gemma: ``odml.rms_norm``) and ``tests/data/composites/mqa.tflite`` (one block
 whose 4 query heads share one KV head; ``odml.group_norm`` as litert-torch's
 layer norm, ``odml.rms_norm``), with PyTorch's own module outputs and
-LiteRT's builtin-kernel and XNNPACK outputs in ``mqa.npz``
-(``tests/data/composites/generate.py``).
+LiteRT's builtin-kernel and XNNPACK outputs in ``mqa.npz``; likewise
+``gqa_softcap`` (4 query heads over 2 KV heads, attention logits soft-capped
+at 3: the composite carries ``logit_cap``) and ``group_norm`` (a conv net
+with ``nn.GroupNorm(2, 8)``: litert-torch's NHWC ``odml.group_norm`` with
+``reduction_axes``), all made by ``tests/data/composites/generate.py``.
 
 Bounds. Every comparison is between two float32 evaluations of one function
 in different orders (or against PyTorch's / LiteRT's float32 evaluation).
@@ -28,8 +31,11 @@ n_max * u`` of exact, and two evaluations within twice that:
   projection, logits, softmax, weighted sum over the 64-entry cache, output
   projection, norm, gate/up, down = 10 stages; plus embedding, final norm and
   LM head): ``stages = 23``, ``n_max = 256``: ``2 * 23 * 256 * u = 7.0e-4``;
-* mqa (1 block of width 64, MLP 128): ``stages = 13``, ``n_max = 128``:
-  ``2 * 13 * 128 * u = 2.0e-4``.
+* mqa, gqa_softcap (1 block of width 64, MLP 128): ``stages = 13``,
+  ``n_max = 128``: ``2 * 13 * 128 * u = 2.0e-4``;
+* group_norm (3x3 conv over 3 channels: 27 terms; group statistics over
+  4 channels x 8 x 8 = 256 elements; SiLU; 1x1 conv over 8): ``stages = 4``,
+  ``n_max = 256``: ``2 * 4 * 256 * u = 1.2e-4``.
 
 Errors are measured as ``max |got - want| / max(1, |want|)`` (values of
 order 1 compared absolutely, larger ones relatively). The gradients go back
@@ -67,6 +73,8 @@ def _bound(stages: int, n_max: int) -> float:
 
 LLM_TOL = _bound(23, 256)  # 7.0e-4
 MQA_TOL = _bound(13, 128)  # 2.0e-4
+GN_TOL = _bound(4, 256)  # 1.2e-4
+COMPOSITES_DIR = os.path.dirname(MQA)
 
 
 def _err(got, want) -> float:
@@ -348,3 +356,71 @@ def test_numpy_reference_takes_the_same_modes(mode, oracle):
     assert _err(logits, _io(npz, "prefill_8", oracle)["logits"]) <= MQA_TOL
     with pytest.raises(fbjax.InputError, match="composites must be one of"):
         reference.run(MQA, *ins.values(), composites="xla")
+
+
+# --- soft-capped grouped-query attention and a true group norm, from litert-torch -----------------
+
+
+@pytest.mark.parametrize("key", ["prefill_8", "decode"])
+@pytest.mark.parametrize("mode", COMPOSITE_MODES)
+def test_softcapped_gqa_every_path_matches_pytorch_and_litert(mode, key):
+    """Here the written decomposition is right: every mode matches PyTorch, LiteRT's builtin kernels
+    and XNNPACK (which runs the cap in its attention kernel). Ignoring the cap would be off by 0.26
+    (prefill) / 1.1 (decode) in the logits: the cap bites."""
+    path = os.path.join(COMPOSITES_DIR, "gqa_softcap.tflite")
+    npz = path.replace(".tflite", ".npz")
+    got = _model(path, mode).signature(key)(**_io(npz, key))
+    for oracle in ("torch", "builtin", "xnnpack"):
+        want = _io(npz, key, oracle)
+        for k in want:
+            assert _err(got[k], want[k]) <= MQA_TOL, (oracle, k)
+
+
+def test_softcapped_gqa_composite_carries_the_cap():
+    from fbjax.formats import read_model
+    from fbjax.formats.tflite_stablehlo import composite_attrs
+
+    ir = read_model(os.path.join(COMPOSITES_DIR, "gqa_softcap.tflite"))
+    attrs = [composite_attrs(n.attrs["composite_attributes"]) for n in ir.iter_nodes()
+             if n.op_name == "stablehlo.composite" and n.attrs["name"] == "odml.scaled_dot_product_attention"]
+    assert attrs and all(a == {"scale": 0.25, "logit_cap": 3.0} for a in attrs)
+
+
+@pytest.mark.parametrize("mode", COMPOSITE_MODES)
+def test_group_norm_every_path_matches_pytorch_and_litert(mode):
+    path = os.path.join(COMPOSITES_DIR, "group_norm.tflite")
+    z = np.load(path.replace(".tflite", ".npz"))
+    got = _model(path, mode)(z["in"])
+    got = got[0] if isinstance(got, (list, tuple)) else got
+    for oracle in ("torch", "builtin", "xnnpack"):
+        assert _err(got, z[oracle]) <= GN_TOL, oracle
+
+
+def test_group_norm_composite_attributes_and_gradient():
+    """The converter writes reduction_axes as a tensor attribute (``_TENSOR_V1_reduction_axes``),
+    decoded to an array; jax.grad through the fused group norm equals the decomposition's within
+    twice the forward bound, relative to the largest entry."""
+    from fbjax.formats import read_model
+    from fbjax.formats.tflite_stablehlo import composite_attrs
+
+    path = os.path.join(COMPOSITES_DIR, "group_norm.tflite")
+    (node,) = [n for n in read_model(path).iter_nodes() if n.op_name == "stablehlo.composite"]
+    attrs = composite_attrs(node.attrs["composite_attributes"])
+    assert node.attrs["name"] == "odml.group_norm" and attrs["num_groups"] == 2 and attrs["channel_axis"] == 3
+    np.testing.assert_array_equal(attrs["reduction_axes"], [3])
+    x = jnp.asarray(np.load(path.replace(".tflite", ".npz"))["in"])
+    r = jnp.asarray(np.random.default_rng(3).standard_normal((1, 4, 8, 8)).astype(np.float32))
+    grads = {}
+    for mode in ("fused", "decomposed"):
+        m = _model(path, mode)
+
+        def loss(p, m=m):
+            out = m.apply(p, x)
+            return jnp.sum((out[0] if isinstance(out, (list, tuple)) else out) * r)
+
+        grads[mode] = jax.jit(jax.grad(loss))(m.params)
+    scale = max(float(jnp.max(jnp.abs(g))) for g in grads["decomposed"].values())
+    only_decomposed = _decomposition_constants(_model(path, "fused"))
+    for k, g in grads["decomposed"].items():
+        if k not in only_decomposed:
+            assert float(jnp.max(jnp.abs(grads["fused"][k] - g))) <= 2 * GN_TOL * scale, k

@@ -32,9 +32,17 @@ signature runner with the builtin kernels and no delegate
 ``<signature>/xnnpack/<name>``: LiteRT's default resolver (the XNNPACK
 delegate, which runs the attention composite as one kernel).
 
-What the run printed (litert-torch 0.10.0, ai-edge-litert 2.3.0): max
-|builtin - torch| logits 3.84 (prefill) and 2.77 (decode), max |xnnpack -
-torch| 1.7e-6 and 1.9e-6. The converter's decomposition of the one-KV-head
+``gqa_softcap.tflite`` / ``.npz``: the same with 4 query heads over 2 KV
+heads and ``logit_softcap=3`` (the composite carries ``logit_cap``).
+``group_norm.tflite`` / ``.npz``: a conv net with ``nn.GroupNorm(2, 8)``
+converted by ``litert_torch.convert`` with ``ENABLE_GROUP_NORM_COMPOSITE``
+(keys ``in``, ``torch``, ``builtin``, ``xnnpack``). Usage:
+``generate.py [mqa|gqa_softcap|group_norm ...]`` (default: all).
+
+What the run printed for ``mqa`` (litert-torch 0.10.0, ai-edge-litert
+2.3.0): max |builtin - torch| logits 2.83 (prefill) and 3.04 (decode), max
+|xnnpack - torch| 1.7e-6 for both; for ``gqa_softcap`` every oracle agrees
+with PyTorch within 1.3e-6 and for ``group_norm`` within 3e-7. The converter's decomposition of the one-KV-head
 attention turns K [1, 32, 1, 16] into K^T [1, 1, 16, 32] with a RESHAPE
 (a transpose was meant), so the builtin kernels multiply scrambled keys.
 """
@@ -78,6 +86,21 @@ def mqa_config() -> cfg.ModelConfig:
                            block_configs=block, final_norm_config=rms, lm_head_share_weight_with_embedding=False)
 
 
+def gqa_softcap_config() -> cfg.ModelConfig:
+    """As :func:`mqa_config` with 4 query heads over 2 KV heads and attention logits soft-capped at
+    3 (``logit_softcap``: the composite carries ``logit_cap``)."""
+    config = mqa_config()
+    attn = cfg.AttentionConfig(num_heads=4, head_dim=16, num_query_groups=2, rotary_base=10000,
+                               rotary_percentage=1.0, logit_softcap=3.0)
+    block = config.block_config(0)
+    block = cfg.TransformerBlockConfig(attn_config=attn, ff_config=block.ff_config,
+                                       pre_attention_norm_config=block.pre_attention_norm_config,
+                                       post_attention_norm_config=block.post_attention_norm_config)
+    return cfg.ModelConfig(vocab_size=VOCAB, num_layers=1, max_seq_len=KV_LEN, embedding_dim=WIDTH,
+                           block_configs=block, final_norm_config=config.final_norm_config,
+                           lm_head_share_weight_with_embedding=False)
+
+
 def build(config: cfg.ModelConfig, seed: int) -> torch.nn.Module:
     torch.manual_seed(seed)
     model = model_builder.DecoderOnlyModel(config, mask_cache_size=KV_LEN).eval()
@@ -104,35 +127,35 @@ def torch_outputs(model, config, ins: dict, export_config: ExportConfig) -> dict
     return out
 
 
-def main() -> None:
-    config = mqa_config()
+def decoder(name: str, config: cfg.ModelConfig, seed: int) -> None:
+    """Convert a one-block decoder, record its oracles in ``<name>.npz`` (see the module docstring)."""
     export_config = ExportConfig(output_logits_on_prefill=True)
-    model = build(config, 7)
+    model = build(config, seed)
     with tempfile.TemporaryDirectory() as tmp:
-        path = converter.convert_to_tflite(model, tmp, "mqa", [PREFILL], KV_LEN, quantize="none", config=config,
+        path = converter.convert_to_tflite(model, tmp, name, [PREFILL], KV_LEN, quantize="none", config=config,
                                            export_config=export_config)
         data = open(path, "rb").read()
-    dst = os.path.join(HERE, "mqa.tflite")
+    dst = os.path.join(HERE, f"{name}.tflite")
     with open(dst, "wb") as f:
         f.write(data)
     builtin = litert.Interpreter(model_path=dst,
                                  experimental_op_resolver_type=litert.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
     xnnpack = litert.Interpreter(model_path=dst)  # the default resolver: XNNPACK delegate
-    rng = np.random.default_rng(2026)
+    rng = np.random.default_rng(2026 + seed)
     arrays = {}
     for key in builtin.get_signature_list():
         details = builtin.get_signature_runner(key).get_input_details()
         n = int(details["tokens"]["shape"][-1])
         start = 0 if key.startswith("prefill") else DECODE_POS
         ins = {}
-        for name, d in details.items():
+        for iname, d in details.items():
             shape, dtype = tuple(d["shape"]), d["dtype"]
-            if name == "tokens":
-                ins[name] = rng.integers(0, VOCAB, shape).astype(dtype)
-            elif name == "input_pos":
-                ins[name] = np.arange(start, start + n).reshape(shape).astype(dtype)
+            if iname == "tokens":
+                ins[iname] = rng.integers(0, VOCAB, shape).astype(dtype)
+            elif iname == "input_pos":
+                ins[iname] = np.arange(start, start + n).reshape(shape).astype(dtype)
             else:
-                ins[name] = rng.standard_normal(shape).astype(dtype)
+                ins[iname] = rng.standard_normal(shape).astype(dtype)
         arrays.update({f"{key}/in/{k}": v for k, v in ins.items()})
         for tag, interp in (("builtin", builtin), ("xnnpack", xnnpack)):
             res = interp.get_signature_runner(key)(**ins)
@@ -140,10 +163,62 @@ def main() -> None:
         arrays.update({f"{key}/torch/{k}": v for k, v in torch_outputs(model, config, ins, export_config).items()})
         for tag in ("builtin", "xnnpack"):
             d = np.abs(arrays[f"{key}/{tag}/logits"] - arrays[f"{key}/torch/logits"]).max()
-            print(f"{key}: max |{tag} - torch| logits {d:.3g}")
-    np.savez_compressed(os.path.join(HERE, "mqa.npz"), **arrays)
-    print(f"mqa.tflite: {len(data) / 1e3:.0f} kB; signatures {list(builtin.get_signature_list())}")
+            print(f"{name} {key}: max |{tag} - torch| logits {d:.3g}")
+    np.savez_compressed(os.path.join(HERE, f"{name}.npz"), **arrays)
+    print(f"{name}.tflite: {len(data) / 1e3:.0f} kB; signatures {list(builtin.get_signature_list())}")
+
+
+class GroupNormNet(torch.nn.Module):
+    """NCHW [1, 3, 8, 8] -> 3x3 conv to 8 channels -> GroupNorm(2 groups) -> SiLU -> 1x1 conv to 4."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.norm = torch.nn.GroupNorm(2, 8, eps=1e-5)
+        self.head = torch.nn.Conv2d(8, 4, 1)
+
+    def forward(self, x):
+        return self.head(torch.nn.functional.silu(self.norm(self.conv(x))))
+
+
+def group_norm() -> None:
+    """``group_norm.tflite`` / ``.npz``: :class:`GroupNormNet` converted by ``litert_torch.convert``
+    with ``ENABLE_GROUP_NORM_COMPOSITE`` (the NHWC ``odml.group_norm`` composite with
+    ``reduction_axes``); keys ``in``, ``torch``, ``builtin``, ``xnnpack``."""
+    import litert_torch
+
+    litert_torch.config.enable_group_norm_composite = True
+    torch.manual_seed(11)
+    net = GroupNormNet().eval()
+    with torch.no_grad():
+        net.norm.weight.uniform_(0.5, 1.5)
+        net.norm.bias.normal_(0.0, 0.5)
+    x = np.random.default_rng(5).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    dst = os.path.join(HERE, "group_norm.tflite")
+    litert_torch.convert(net, (torch.from_numpy(x),)).export(dst)
+    arrays = {"in": x}
+    with torch.no_grad():
+        arrays["torch"] = net(torch.from_numpy(x)).numpy()
+    for tag, kw in (("builtin", dict(experimental_op_resolver_type=litert.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)),
+                    ("xnnpack", {})):
+        interp = litert.Interpreter(model_path=dst, **kw)
+        interp.allocate_tensors()
+        interp.set_tensor(interp.get_input_details()[0]["index"], x)
+        interp.invoke()
+        arrays[tag] = interp.get_tensor(interp.get_output_details()[0]["index"])
+        print(f"group_norm: max |{tag} - torch| {np.abs(arrays[tag] - arrays['torch']).max():.3g}")
+    np.savez_compressed(os.path.join(HERE, "group_norm.npz"), **arrays)
+    print(f"group_norm.tflite: {os.path.getsize(dst) / 1e3:.0f} kB")
+
+
+def main(only=()) -> None:
+    jobs = {"mqa": lambda: decoder("mqa", mqa_config(), 7),
+            "gqa_softcap": lambda: decoder("gqa_softcap", gqa_softcap_config(), 8),
+            "group_norm": group_norm}
+    for name, job in jobs.items():
+        if not only or name in only:
+            job()
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])  # optional fixture names: only those
