@@ -105,7 +105,8 @@ class OpDef:
             LiteRT's default CPU delegate (XNNPACK) runs this composite as
             one kernel instead of its decomposition, so
             ``fbjax.load(..., composites="litert")`` (the default) runs it
-            fused too.
+            fused too: a bool, or ``fn(node) -> bool`` when XNNPACK takes
+            only some nodes (float32 ones...).
     """
 
     op_set: str
@@ -132,7 +133,7 @@ class OpDef:
     hybrid_eligible: Optional[Callable] = None
     squashing: bool = False
     bias_scale: Optional[tuple] = None
-    xnnpack_kernel: bool = False
+    xnnpack_kernel: object = False
 
     @property
     def key(self) -> tuple[str, str]:

@@ -112,10 +112,34 @@ def test_registry_and_reference_mirror_each_other():
     ref = {od.name: od for od in ref_composites.COMPOSITES}
     assert set(low) == set(ref) == {"odml.scaled_dot_product_attention", "odml.rms_norm", "odml.group_norm"}
     for name in low:
-        assert low[name].xnnpack_kernel == ref[name].xnnpack_kernel, name
+        assert callable(low[name].xnnpack_kernel) == callable(ref[name].xnnpack_kernel), name
         assert low[name].attr_names == ref[name].attr_names, name
     # XNNPACK's delegate fuses the attention composite only (LiteRT tflite/delegates/xnnpack)
     assert {n for n, od in low.items() if od.xnnpack_kernel} == {"odml.scaled_dot_product_attention"}
+
+
+def test_litert_mode_fuses_what_xnnpack_takes():
+    """XNNPACK takes a float32 attention composite (the fixtures'); float16 tensors, a mask whose
+    last dimension is not the keys' length, or heads that do not group stay with the builtin
+    kernel, i.e. the decomposition; the numpy twin's rule agrees on each."""
+    from fbjax.formats import read_model
+
+    ir = read_model(MQA)
+    node = next(n for n in ir.iter_nodes() if n.op_name == "stablehlo.composite"
+                and n.attrs["name"] == "odml.scaled_dot_product_attention")
+    rules = (lower_composites.COMPOSITES.get("composite", "odml.scaled_dot_product_attention").xnnpack_kernel,
+             ref_composites.COMPOSITES.get("composite", "odml.scaled_dot_product_attention").xnnpack_kernel)
+    q, k, v, m = node.inputs
+
+    def variant(**change):
+        ins = [dataclasses.replace(x, **change.get(name, {})) for x, name in zip((q, k, v, m), "qkvm")]
+        return dataclasses.replace(node, inputs=ins)
+
+    cases = [(node, True), (variant(q=dict(dtype=np.float16)), False),
+             (variant(m=dict(shape=(1, 1, m.shape[2], 16))), False),
+             (variant(k=dict(shape=(1, 32, 3, 16)), v=dict(shape=(1, 32, 3, 16))), False)]  # 4 heads over 3
+    for n, want in cases:
+        assert [bool(r(n)) for r in rules] == [want, want]
 
 
 def test_option_validated_and_keyed():

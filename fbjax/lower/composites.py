@@ -64,13 +64,15 @@ __all__ = ["COMPOSITES", "OP_SET", "register", "choose", "scaled_dot_product_att
            "group_norm"]
 
 
-def fuses(opdef, mode: str) -> bool:
+def fuses(opdef, mode: str, node) -> bool:
     """Whether ``mode`` (``"litert"``, ``"fused"``, ``"decomposed"``; see
-    :func:`fbjax.load`) runs the composite registered as ``opdef`` fused."""
+    :func:`fbjax.load`) runs ``node``, a composite registered as ``opdef``,
+    fused."""
     if mode == "fused":
         return True
     if mode == "litert":
-        return bool(opdef.xnnpack_kernel)
+        x = opdef.xnnpack_kernel
+        return bool(x(node) if callable(x) else x)
     return False
 
 
@@ -84,7 +86,7 @@ def choose(ctx, name: str, blob, mode: str):
         ModelFormatError: the attributes are not a FlexBuffer map.
     """
     opdef = COMPOSITES.get(OP_SET, name)
-    if opdef is None or not fuses(opdef, mode):
+    if opdef is None or not fuses(opdef, mode, ctx.node):
         return None
     attrs = composite_attrs(blob, ctx.node.location)
     unknown = sorted(set(attrs) - set(opdef.attr_names))
@@ -121,7 +123,23 @@ def _sdpa_check(node):
     return None
 
 
-@register("odml.scaled_dot_product_attention", xnnpack_kernel=True, check=_sdpa_check)
+def _xnnpack_takes_sdpa(node) -> bool:
+    """What LiteRT's XNNPACK delegate checks before taking the attention
+    composite (``VisitDotAttentionNode``): float32 query, key, value, mask
+    and output; rank-4 query; one head size; the mask's last dimension the
+    keys' length; query heads a multiple of key heads. Other nodes stay
+    with LiteRT's builtin kernel, i.e. the decomposition."""
+    ins = [v for v in node.inputs if v is not None]
+    vals = ins + [v for v in node.outputs if v is not None]
+    if len(ins) not in (3, 4) or any(v.shape is None or np.dtype(v.dtype) != np.float32 for v in vals):
+        return False
+    q, k, v = (tuple(x.shape) for x in ins[:3])
+    if len(q) != 4 or len(k) != 4 or len(v) != 4 or not q[-1] == k[-1] == v[-1] or q[2] % k[2]:
+        return False
+    return len(ins) == 3 or ins[3].shape[-1] == k[1] == v[1]
+
+
+@register("odml.scaled_dot_product_attention", xnnpack_kernel=_xnnpack_takes_sdpa, check=_sdpa_check)
 def scaled_dot_product_attention(ctx, query, key, value, mask=None, *, scale=None, logit_cap=None):
     """``odml.scaled_dot_product_attention``: ``softmax(cap(scale * Q K^T) +
     mask) V`` per head, as LiteRT's XNNPACK delegate runs the composite.

@@ -31,7 +31,10 @@ def choose(ctx, name: str, blob, mode: str):
     composite with attributes the twin does not declare runs its
     decomposition (with a warning)."""
     opdef = COMPOSITES.get(OP_SET, name)
-    if opdef is None or mode == "decomposed" or (mode == "litert" and not opdef.xnnpack_kernel):
+    if opdef is None or mode == "decomposed":
+        return None
+    x = opdef.xnnpack_kernel
+    if mode == "litert" and not (x(ctx.node) if callable(x) else x):
         return None
     attrs = composite_attrs(blob, ctx.node.location)
     unknown = sorted(set(attrs) - set(opdef.attr_names))
@@ -48,7 +51,21 @@ def _softmax(x):
     return e / np.sum(e, axis=-1, keepdims=True)
 
 
-@register("odml.scaled_dot_product_attention", xnnpack_kernel=True)
+def _xnnpack_takes(node) -> bool:
+    """LiteRT's XNNPACK delegate takes the attention composite when every
+    tensor is float32, the query is rank 4 with the keys' head size, the
+    query heads are a multiple of the key heads and a mask's last dimension
+    is the keys' length."""
+    ins = [v for v in node.inputs if v is not None]
+    tensors = ins + [v for v in node.outputs if v is not None]
+    if not 3 <= len(ins) <= 4 or any(t.shape is None or np.dtype(t.dtype) != np.float32 for t in tensors):
+        return False
+    q, k, v = ins[0].shape, ins[1].shape, ins[2].shape
+    ok = len(q) == len(k) == len(v) == 4 and q[3] == k[3] == v[3] and q[2] % k[2] == 0
+    return ok and (len(ins) == 3 or ins[3].shape[-1] == k[1] == v[1])
+
+
+@register("odml.scaled_dot_product_attention", xnnpack_kernel=_xnnpack_takes)
 def scaled_dot_product_attention(ctx, query, key, value, mask=None, *, scale=None, logit_cap=None):
     """Per query head ``n`` (BTNH) and its key/value head ``n // (N / K)``
     (BSKH): ``softmax(cap(scale * q . k) + mask) . v``."""
