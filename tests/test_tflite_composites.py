@@ -448,3 +448,59 @@ def test_group_norm_composite_attributes_and_gradient():
     for k, g in grads["decomposed"].items():
         if k not in only_decomposed:
             assert float(jnp.max(jnp.abs(grads["fused"][k] - g))) <= 2 * GN_TOL * scale, k
+
+
+# --- what each mode runs, and bad attributes --------------------------------------------------------
+
+
+def _rms_composite(attributes: bytes) -> bytes:
+    """One ``odml.rms_norm`` composite on x, w [2, 3] whose decomposition is deliberately x * w (not
+    an RMS norm), so the result shows which of the two ran."""
+    from fbjax.testing import stablehlo_op_model
+
+    def decomposition(b):
+        x, w = b.add_input((2, 3), np.float32), b.add_input((2, 3), np.float32)
+        o = b.add_tensor((2, 3), np.float32)
+        b.add_op("STABLEHLO_MULTIPLY", [x, w], [o])
+        b.add_output(o)
+
+    return stablehlo_op_model("STABLEHLO_COMPOSITE", [((2, 3), np.float32), ((2, 3), np.float32)],
+                              [((2, 3), np.float32)],
+                              options=dict(name="odml.rms_norm", version=0, composite_attributes=list(attributes)),
+                              bodies={"decomposition_subgraph_index": decomposition})
+
+
+def _flex(obj) -> bytes:
+    from flatbuffers import flexbuffers
+
+    return bytes(flexbuffers.Dumps(obj))
+
+
+def test_each_mode_runs_what_it_says():
+    """RMS norm: fused only in "fused" mode (XNNPACK does not take it); the float64 formula within
+    3 u x 3 terms; the decomposition (here x * w) exactly otherwise."""
+    x = np.array([[1.0, -2.0, 3.0], [0.5, 0.25, -4.0]], np.float32)
+    w = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], np.float32)
+    data = _rms_composite(_flex({"epsilon": 1e-6}))
+    rms = x / np.sqrt(np.mean(x.astype(np.float64) ** 2, axis=-1, keepdims=True) + 1e-6) * w
+    for mode, want, tol in (("fused", rms, 16 * U), ("litert", x * w, 0.0), ("decomposed", x * w, 0.0)):
+        got = np.asarray(fbjax.load(data, composites=mode)(x, w))
+        assert _err(got, want) <= tol, mode
+        from fbjax import reference
+
+        assert _err(reference.run(data, x, w, composites=mode)[0], want) <= tol, mode
+
+
+def test_unknown_attribute_runs_the_decomposition_with_a_warning():
+    data = _rms_composite(_flex({"epsilon": 1e-6, "with_scale": True}))
+    x = np.ones((2, 3), np.float32)
+    with pytest.warns(UserWarning, match="runs its decomposition: attributes \\['with_scale'\\] not known"):
+        m = fbjax.load(data, composites="fused")
+    np.testing.assert_array_equal(np.asarray(m(x, 2 * x)), 2 * x)
+
+
+def test_attributes_that_are_not_a_flexbuffer_map_fail_at_load():
+    data = _rms_composite(_flex([1, 2, 3]))  # a vector, not a map
+    with pytest.raises(fbjax.ModelFormatError, match="composite_attributes is a FlexBuffer list, not a map"):
+        fbjax.load(data, composites="fused")
+    fbjax.load(data, composites="decomposed")  # never read there

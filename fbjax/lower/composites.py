@@ -13,7 +13,7 @@ Registry: :data:`COMPOSITES`, keyed ``("composite", name)`` with the name as
 litert-torch writes it; the numpy twins are :mod:`fbjax.reference.composites`.
 Facts declared at registration: ``check(node) -> reason or None`` (a
 composite this lowering cannot take, e.g. an attribute it does not know,
-runs its decomposition instead, with a warning) and ``xnnpack_kernel``
+runs its decomposition instead; ``fbjax.load`` warns, :func:`refused`) and ``xnnpack_kernel``
 (LiteRT's default CPU delegate runs the composite as one kernel, so the
 default mode ``"litert"`` fuses it too).
 
@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import functools
 import math
-import warnings
 
 import jax
 import jax.numpy as jnp
@@ -60,8 +59,8 @@ OP_SET = "composite"
 COMPOSITES = Registry("composite lowering")
 register = functools.partial(COMPOSITES.register, OP_SET)
 
-__all__ = ["COMPOSITES", "OP_SET", "register", "choose", "scaled_dot_product_attention", "rms_norm",
-           "group_norm"]
+__all__ = ["COMPOSITES", "OP_SET", "register", "choose", "refused", "fuses", "scaled_dot_product_attention",
+           "rms_norm", "group_norm"]
 
 
 def fuses(opdef, mode: str, node) -> bool:
@@ -76,25 +75,52 @@ def fuses(opdef, mode: str, node) -> bool:
     return False
 
 
+def _decide(node, mode: str):
+    """``(fn, attributes, None)`` to run the composite ``node`` fused under
+    ``mode``; ``(None, None, reason)`` when ``mode`` would fuse it but its
+    lowering refuses it; ``(None, None, None)`` when ``mode`` keeps its
+    decomposition."""
+    opdef = COMPOSITES.get(OP_SET, str(node.attrs.get("name", "")))
+    if opdef is None or not fuses(opdef, mode, node):
+        return None, None, None
+    attrs = composite_attrs(node.attrs.get("composite_attributes", b""), node.location)
+    unknown = sorted(set(attrs) - set(opdef.attr_names))
+    reason = f"attributes {unknown} not known to fbjax" if unknown else (opdef.check(node) if opdef.check else None)
+    if reason:
+        return None, None, reason
+    return opdef.fn, attrs, None
+
+
 def choose(ctx, name: str, blob, mode: str):
-    """``(fn, attributes)`` when the composite ``name`` runs fused under
-    ``mode``, else None (run the decomposition). A composite whose
-    registered ``check`` refuses it runs its decomposition, with a warning
-    saying why.
+    """``(fn, attributes)`` when the composite node ``ctx.node`` (named
+    ``name``, attributes ``blob``) runs fused under ``mode``, else None (run
+    the decomposition: the mode keeps it, or the registered ``check`` or an
+    attribute the lowering does not know refuses it; :func:`refused` lists
+    those for load's warning).
 
     Raises:
         ModelFormatError: the attributes are not a FlexBuffer map.
     """
-    opdef = COMPOSITES.get(OP_SET, name)
-    if opdef is None or not fuses(opdef, mode, ctx.node):
-        return None
-    attrs = composite_attrs(blob, ctx.node.location)
-    unknown = sorted(set(attrs) - set(opdef.attr_names))
-    reason = f"attributes {unknown} not known to fbjax" if unknown else (opdef.check(ctx.node) if opdef.check else None)
-    if reason:
-        warnings.warn(f"{ctx.node.location}: composite {name!r} runs its decomposition: {reason}", stacklevel=2)
-        return None
-    return opdef.fn, attrs
+    fn, attrs, _ = _decide(ctx.node, mode)
+    return None if fn is None else (fn, attrs)
+
+
+def refused(ir, mode: str) -> list:
+    """``[(node, reason)]``: the composite nodes of ``ir`` that ``mode``
+    would fuse but that run their decomposition because their lowering
+    refuses them (an unknown attribute, shapes it does not take);
+    :func:`fbjax.pipeline.lower` warns about each at load.
+
+    Raises:
+        ModelFormatError: a composite's attributes are not a FlexBuffer map.
+    """
+    out = []
+    for node in ir.iter_nodes():
+        if node.op_name == "stablehlo.composite":
+            _, _, reason = _decide(node, mode)
+            if reason:
+                out.append((node, reason))
+    return out
 
 
 def _shape(v):
