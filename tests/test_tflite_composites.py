@@ -55,10 +55,16 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from flatbuffers import flexbuffers
+
 import fbjax
+from fbjax import reference
+from fbjax.formats import read_model
+from fbjax.formats.tflite_stablehlo import composite_attrs
 from fbjax.lower import composites as lower_composites
 from fbjax.options import COMPOSITE_MODES, LoadOptions
 from fbjax.reference import composites as ref_composites
+from fbjax.testing import stablehlo_op_model
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LLM = os.path.join(HERE, "data", "llm")
@@ -98,8 +104,6 @@ def _io(npz: str, key: str, tag: str = "in") -> dict:
 
 
 def _composite_names(path: str) -> set:
-    from fbjax.formats import read_model
-
     return {n.attrs.get("name") for n in read_model(path).iter_nodes() if n.op_name == "stablehlo.composite"}
 
 
@@ -122,8 +126,6 @@ def test_litert_mode_fuses_what_xnnpack_takes():
     """XNNPACK takes a float32 attention composite (the fixtures'); float16 tensors, a mask whose
     last dimension is not the keys' length, or heads that do not group stay with the builtin
     kernel, i.e. the decomposition; the numpy twin's rule agrees on each."""
-    from fbjax.formats import read_model
-
     ir = read_model(MQA)
     node = next(n for n in ir.iter_nodes() if n.op_name == "stablehlo.composite"
                 and n.attrs["name"] == "odml.scaled_dot_product_attention")
@@ -305,8 +307,6 @@ def test_mqa_fixture_shows_the_converter_bug():
     file: the decomposition makes K^T from K [1, 32, 1, 16] with a RESHAPE to [1, 1, 16, 32] (which
     reorders nothing) where a TRANSPOSE was meant, so the logits multiply scrambled keys."""
     assert _composite_names(MQA) == {"odml.scaled_dot_product_attention", "odml.rms_norm", "odml.group_norm"}
-    from fbjax.formats import read_model
-
     ir = read_model(MQA)
     sdpa = next(n for n in ir.graphs[0].nodes if n.op_name == "stablehlo.composite"
                 and n.attrs["name"] == "odml.scaled_dot_product_attention")
@@ -371,8 +371,6 @@ def test_mqa_gradient_through_composite_path():
 def test_numpy_reference_takes_the_same_modes(mode, oracle):
     """fbjax.reference.run(..., composites=mode) on the main graph (prefill_8): the numpy twins
     (float64) where the mode fuses, float32 decomposition ops otherwise; same oracles and bound."""
-    from fbjax import reference
-
     npz = MQA.replace(".tflite", ".npz")
     ins = _io(npz, "prefill_8")
     logits = reference.run(MQA, *(ins[n] for n in ("tokens", "input_pos", "kv_cache_k_0", "kv_cache_v_0")),
@@ -401,9 +399,6 @@ def test_softcapped_gqa_every_path_matches_pytorch_and_litert(mode, key):
 
 
 def test_softcapped_gqa_composite_carries_the_cap():
-    from fbjax.formats import read_model
-    from fbjax.formats.tflite_stablehlo import composite_attrs
-
     ir = read_model(os.path.join(COMPOSITES_DIR, "gqa_softcap.tflite"))
     attrs = [composite_attrs(n.attrs["composite_attributes"]) for n in ir.iter_nodes()
              if n.op_name == "stablehlo.composite" and n.attrs["name"] == "odml.scaled_dot_product_attention"]
@@ -424,9 +419,6 @@ def test_group_norm_composite_attributes_and_gradient():
     """The converter writes reduction_axes as a tensor attribute (``_TENSOR_V1_reduction_axes``),
     decoded to an array; jax.grad through the fused group norm equals the decomposition's within
     twice the forward bound, relative to the largest entry."""
-    from fbjax.formats import read_model
-    from fbjax.formats.tflite_stablehlo import composite_attrs
-
     path = os.path.join(COMPOSITES_DIR, "group_norm.tflite")
     (node,) = [n for n in read_model(path).iter_nodes() if n.op_name == "stablehlo.composite"]
     attrs = composite_attrs(node.attrs["composite_attributes"])
@@ -456,8 +448,6 @@ def test_group_norm_composite_attributes_and_gradient():
 def _rms_composite(attributes: bytes) -> bytes:
     """One ``odml.rms_norm`` composite on x, w [2, 3] whose decomposition is deliberately x * w (not
     an RMS norm), so the result shows which of the two ran."""
-    from fbjax.testing import stablehlo_op_model
-
     def decomposition(b):
         x, w = b.add_input((2, 3), np.float32), b.add_input((2, 3), np.float32)
         o = b.add_tensor((2, 3), np.float32)
@@ -471,8 +461,6 @@ def _rms_composite(attributes: bytes) -> bytes:
 
 
 def _flex(obj) -> bytes:
-    from flatbuffers import flexbuffers
-
     return bytes(flexbuffers.Dumps(obj))
 
 
@@ -486,8 +474,6 @@ def test_each_mode_runs_what_it_says():
     for mode, want, tol in (("fused", rms, 16 * U), ("litert", x * w, 0.0), ("decomposed", x * w, 0.0)):
         got = np.asarray(fbjax.load(data, composites=mode)(x, w))
         assert _err(got, want) <= tol, mode
-        from fbjax import reference
-
         assert _err(reference.run(data, x, w, composites=mode)[0], want) <= tol, mode
 
 
