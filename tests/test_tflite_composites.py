@@ -490,3 +490,18 @@ def test_attributes_that_are_not_a_flexbuffer_map_fail_at_load():
     with pytest.raises(fbjax.ModelFormatError, match="composite_attributes is a FlexBuffer list, not a map"):
         fbjax.load(data, composites="fused")
     fbjax.load(data, composites="decomposed")  # never read there
+
+
+@pytest.mark.parametrize("compute_dtype,p", [("float16", 11), ("bfloat16", 8)])
+def test_mqa_composite_path_under_reduced_precision(compute_dtype, p):
+    """compute_dtype rounds every stage's operands to a p-bit significand (u = 2**-p; float32
+    accumulation adds little): about 2u per stage (two rounded operands) over the 13 stages, with
+    order-1 gains: bound 26u (float16 0.013, bfloat16 0.10). The default mode still fuses the
+    attention (float16 is widened to float32 on CPU, whose XLA has no float16 dot with a float32
+    result) and still matches PyTorch."""
+    npz = MQA.replace(".tflite", ".npz")
+    m = fbjax.load(MQA, compute_dtype=compute_dtype)
+    got = m.signature("prefill_8")(**_io(npz, "prefill_8"))
+    want = _io(npz, "prefill_8", "torch")
+    for k in want:
+        assert _err(got[k], want[k]) <= 26 * 2.0 ** -p, k

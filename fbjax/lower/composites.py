@@ -187,8 +187,9 @@ def scaled_dot_product_attention(ctx, query, key, value, mask=None, *, scale=Non
     Returns:
         ``[B, T, N, H]`` in the query's dtype. Without ``logit_cap`` this is
         ``jax.nn.dot_product_attention`` (its native grouped-query support,
-        float32 logits and softmax); with it, the same computation written
-        out with the cap.
+        float32 logits and softmax; float16 operands are widened to float32
+        on CPU, whose XLA has no float16 dot with a float32 result); with
+        it, the same computation written out in float32 with the cap.
     """
     q, k, v = jnp.asarray(query), jnp.asarray(key), jnp.asarray(value)
     dt = q.dtype
@@ -196,7 +197,9 @@ def scaled_dot_product_attention(ctx, query, key, value, mask=None, *, scale=Non
     s = float(np.float32(1.0 / math.sqrt(h) if scale is None else scale))
     bias = None if mask is None else jnp.asarray(mask, jnp.float32)
     if logit_cap is None:
-        k, v = k.astype(dt), v.astype(dt)
+        # XLA:CPU has no float16 x float16 -> float32 dot, which jax.nn.dot_product_attention asks for
+        cdt = jnp.float32 if dt == jnp.float16 and str(getattr(ctx, "backend", "cpu")).startswith("cpu") else dt
+        q, k, v = q.astype(cdt), k.astype(cdt), v.astype(cdt)
         return jax.nn.dot_product_attention(q, k, v, bias=bias, scale=s).astype(dt)
     b, t, n, _ = q.shape
     kh = k.shape[2]
