@@ -101,6 +101,12 @@ class OpDef:
             TFLite ops whose int32 bias scale is activation scale times
             weight scale: when the weights are re-quantized the bias is too
             (:meth:`fbjax.Model.save`, :mod:`fbjax.formats.tflite_writer`).
+        xnnpack_kernel: for composite lowerings (:mod:`fbjax.lower.composites`):
+            LiteRT's default CPU delegate (XNNPACK) runs this composite as
+            one kernel instead of its decomposition, so
+            ``fbjax.load(..., composites="litert")`` (the default) runs it
+            fused too: a bool, or ``fn(node) -> bool`` when XNNPACK takes
+            only some nodes (float32 ones...).
     """
 
     op_set: str
@@ -127,6 +133,7 @@ class OpDef:
     hybrid_eligible: Optional[Callable] = None
     squashing: bool = False
     bias_scale: Optional[tuple] = None
+    xnnpack_kernel: object = False
 
     @property
     def key(self) -> tuple[str, str]:
@@ -136,7 +143,7 @@ class OpDef:
 _FACTS = frozenset({"batch", "foldable", "weights", "int_passthrough", "fq_rounding", "reads_input_twice",
                     "scalar_regions", "check", "stateful", "init_state", "full_precision",
                     "traced_weights", "bounded_inputs", "static_bound", "hybrid_eligible", "squashing",
-                    "bias_scale"})
+                    "bias_scale", "xnnpack_kernel"})
 
 
 class Registry:

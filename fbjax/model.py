@@ -845,7 +845,8 @@ def _open_container(source, load_kwargs: dict):
 def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, str] = _FILE,
          quantized: str = "exact", while_max_iterations: Optional[int] = None,
          constant_inputs: Optional[Mapping] = None, static_bounds: bool = False,
-         compute_dtype: str = "float32", max_value_bytes: int = MAX_VALUE_BYTES) -> Union[Model, TaskBundle]:
+         compute_dtype: str = "float32", composites: str = "litert",
+         max_value_bytes: int = MAX_VALUE_BYTES) -> Union[Model, TaskBundle]:
     """Load a model file as a :class:`Model`.
 
     Args:
@@ -922,6 +923,23 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
             Expect relative errors of about 1e-2 (bfloat16) / 1e-3
             (float16) on the shared MediaPipe models
             (``tests/test_compute_dtype.py``).
+        composites: how ``stablehlo.composite`` ops (TFLite
+            ``STABLEHLO_COMPOSITE``; litert-torch writes attention and
+            normalisations as ``odml.*`` composites) run: ``"litert"``
+            (default) as LiteRT's default CPU path runs them: its XNNPACK
+            delegate runs ``odml.scaled_dot_product_attention`` as one
+            attention kernel, so fbjax lowers it to
+            ``jax.nn.dot_product_attention``, and every other composite runs
+            its decomposition (as LiteRT's builtin kernel does);
+            ``"fused"``: every composite fbjax has a lowering for
+            (:mod:`fbjax.lower.composites`: attention, RMS norm, group and
+            layer norm) runs as that lowering; ``"decomposed"``: every
+            composite runs the decomposition graph written in the file, op
+            by op (what LiteRT's builtin kernels without a delegate do).
+            The decomposition and the composite's meaning can differ: a
+            litert-torch export whose attention heads share one KV head has
+            a decomposition off by about 3 from PyTorch, while the
+            composite matches it (``tests/test_tflite_composites.py``).
         max_value_bytes: the largest value, in bytes, the model may compute
             (one op's output, a constant computed at load, a range or fill
             whose size the file's values decide); default 4 GiB
@@ -960,18 +978,20 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
             message names the operator); ``quantized`` is not ``"exact"`` or
             ``"float"``; a ``constant_inputs`` name that is not an input (the
             message lists the inputs), or an array of another shape or dtype;
-            ``compute_dtype`` is not one of the three names.
+            ``compute_dtype`` is not one of the three names; ``composites``
+            is not ``"litert"``, ``"fused"`` or ``"decomposed"``.
     """
     cache.enable()  # JAX's persistent compilation cache (fbjax/cache.py)
     options = LoadOptions(format, batch_size, quantized, while_max_iterations, static_bounds, compute_dtype,
-                          max_value_bytes)
+                          composites, max_value_bytes)
     if isinstance(source, (str, os.PathLike)):
         source = os.path.expanduser(source)  # "~/models/x.tflite", as a shell would expand it
     if format is None:
         container = _open_container(source, dict(batch_size=batch_size, quantized=quantized,
                                                  while_max_iterations=while_max_iterations,
                                                  constant_inputs=constant_inputs, static_bounds=static_bounds,
-                                                 compute_dtype=compute_dtype, max_value_bytes=max_value_bytes))
+                                                 compute_dtype=compute_dtype, composites=composites,
+                                                 max_value_bytes=max_value_bytes))
         if container is not None:
             return container
     ir = read_model(source, options.format)

@@ -17,7 +17,7 @@ import numpy as np
 from .errors import InputError
 from .ir import MAX_VALUE_BYTES
 
-__all__ = ["LoadOptions", "FILE_BATCH", "QUANTIZED_MODES", "COMPUTE_DTYPES"]
+__all__ = ["LoadOptions", "FILE_BATCH", "QUANTIZED_MODES", "COMPUTE_DTYPES", "COMPOSITE_MODES"]
 
 #: ``batch_size`` value meaning "the shapes stored in the file".
 FILE_BATCH = "file"
@@ -25,6 +25,8 @@ FILE_BATCH = "file"
 QUANTIZED_MODES = ("exact", "float")
 #: ``compute_dtype`` values (see :func:`fbjax.load`).
 COMPUTE_DTYPES = ("float32", "bfloat16", "float16")
+#: ``composites`` values (see :func:`fbjax.load` and :mod:`fbjax.lower.composites`).
+COMPOSITE_MODES = ("litert", "fused", "decomposed")
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,9 @@ class LoadOptions:
             (:func:`fbjax.passes.add_valid_counts`).
         compute_dtype: ``"float32"``, ``"bfloat16"`` or ``"float16"`` (a
             numpy/JAX dtype is stored as its name).
+        composites: ``"litert"``, ``"fused"`` or ``"decomposed"``: which
+            ``stablehlo.composite`` ops run as fbjax's own lowering of the
+            composite instead of their decomposition.
         max_value_bytes: the byte budget of one value the model computes
             (:data:`fbjax.ir.MAX_VALUE_BYTES`, 4 GiB, by default); a
             check, not a change of the computed program.
@@ -51,6 +56,7 @@ class LoadOptions:
             ``quantized`` is not a known mode, ``batch_size`` is not
             ``"file"``, None/``"dynamic"`` or a positive int, or
             ``compute_dtype`` is not one of :data:`COMPUTE_DTYPES`, or
+            ``composites`` not one of :data:`COMPOSITE_MODES`, or
             ``max_value_bytes`` is not a positive int.
     """
 
@@ -60,6 +66,7 @@ class LoadOptions:
     while_max_iterations: Optional[int] = None
     static_bounds: bool = False
     compute_dtype: str = "float32"
+    composites: str = "litert"
     max_value_bytes: int = MAX_VALUE_BYTES
 
     def __post_init__(self):
@@ -81,6 +88,8 @@ class LoadOptions:
         if cd not in COMPUTE_DTYPES:
             raise InputError(f"compute_dtype must be one of {list(COMPUTE_DTYPES)}, got {self.compute_dtype!r}")
         object.__setattr__(self, "compute_dtype", cd)
+        if self.composites not in COMPOSITE_MODES:
+            raise InputError(f"composites must be one of {list(COMPOSITE_MODES)}, got {self.composites!r}")
         m = self.max_value_bytes
         if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 1:
             raise InputError(f"max_value_bytes must be a positive int, got {m!r}")
@@ -95,6 +104,7 @@ class LoadOptions:
         """The lowering options (``ctx.options`` of the lowerings)."""
         return {"while_max_iterations": self.while_max_iterations,
                 "compute_dtype": None if self.compute_dtype == "float32" else self.compute_dtype,
+                "composites": self.composites,
                 "max_value_bytes": self.max_value_bytes}
 
     def replace(self, **changes) -> "LoadOptions":

@@ -9,9 +9,12 @@ each op from the lowering registry handed to them here.
 
 from __future__ import annotations
 
+import warnings
+
 import jax
 
 from .ir import ModelIR
+from .lower import composites
 from .lower.build import Program, build
 from .lower.registry import LOWERINGS
 from .options import LoadOptions
@@ -47,7 +50,15 @@ def lower(ir: ModelIR, options: LoadOptions, *, x64: bool = False) -> Program:
     Raises:
         UnsupportedOperatorError: ops without a lowering (every one listed).
         InputError: an output does not follow the batch.
+        ModelFormatError: a composite's attributes are not a FlexBuffer map.
+
+    Warns:
+        UserWarning: per composite that ``options.composites`` would fuse
+            but whose lowering refuses it (it runs its decomposition).
     """
+    for node, reason in composites.refused(ir, options.composites):
+        warnings.warn(f"{node.location}: composite {node.attrs.get('name')!r} runs its decomposition: {reason}",
+                      stacklevel=3)
     # no separate static-input trace: load's trace of the first call (fbjax.model._trace_at_load) raises it
     program = build(ir, options=options.lowering(), check_static=False)
     if options.rewrites_batch:

@@ -84,7 +84,7 @@ def test_load_options_validate_once():
     assert not LoadOptions().rewrites_batch and LoadOptions(batch_size=None).rewrites_batch
     assert LoadOptions(batch_size=4).replace(batch_size=2).as_kwargs() == dict(
         format=None, batch_size=2, quantized="exact", while_max_iterations=None, static_bounds=False,
-        compute_dtype="float32")
+        compute_dtype="float32", composites="litert", max_value_bytes=2 ** 32)
     assert LoadOptions(compute_dtype=np.dtype("float16")).compute_dtype == "float16"
     with pytest.raises(InputError, match="compute_dtype must be one of"):
         LoadOptions(compute_dtype="float64")
@@ -94,6 +94,8 @@ def test_load_options_validate_once():
         LoadOptions(quantized="int")
     with pytest.raises(InputError, match="while_max_iterations"):
         LoadOptions(while_max_iterations=-1)
+    with pytest.raises(InputError, match="composites must be one of"):
+        LoadOptions(composites="fast")
     with pytest.raises(Exception):  # frozen: the cache key cannot change under the model
         LoadOptions().batch_size = 3
 

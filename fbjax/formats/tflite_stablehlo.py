@@ -33,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+from flatbuffers import flexbuffers
 
 from ..errors import ModelFormatError
 from ..ir import Node
@@ -112,6 +113,51 @@ def translate_attrs(name: str, attrs: dict, loc: str) -> dict:
     if name == "STABLEHLO_COMPOSITE":
         out.pop("composite_attributes_format", None)
     return out
+
+
+def composite_attrs(blob, loc: str = "composite") -> dict:
+    """A ``STABLEHLO_COMPOSITE``'s ``composite_attributes``: the FlexBuffer
+    map LiteRT stores them in (``composite_attributes_format`` FLEXBUFFERS,
+    the only format the schema names) as a ``dict``; empty bytes: ``{}``.
+
+    Values as :mod:`flatbuffers.flexbuffers` decodes them: floats as Python
+    floats (the float32 the converter wrote, widened exactly), ints, bools,
+    strings and lists of them. Tensor-valued attributes, which the converter
+    writes as ``_TENSOR_V1_<name>: {TENSOR_DATA, TENSOR_SHAPE, TENSOR_TYPE}``
+    (litert-torch's group norm ``reduction_axes``), come back as ``<name>``:
+    a numpy array of that shape and TFLite ``TensorType``.
+
+    Raises:
+        ModelFormatError: the bytes are not a FlexBuffer map, or a tensor
+            attribute's data does not fill its shape.
+    """
+    if isinstance(blob, dict):  # already decoded
+        return dict(blob)
+    blob = bytes(blob or b"")
+    if not blob:
+        return {}
+    try:
+        out = flexbuffers.Loads(blob)
+    except Exception as e:  # flexbuffers raises bare IndexError/struct.error on bad bytes
+        raise ModelFormatError(f"{loc}: composite_attributes is not a FlexBuffer map ({e})") from None
+    if not isinstance(out, dict):
+        raise ModelFormatError(f"{loc}: composite_attributes is a FlexBuffer {type(out).__name__}, not a map")
+    for k in [k for k in out if k.startswith(_TENSOR_ATTR)]:
+        v = out.pop(k)
+        name = k[len(_TENSOR_ATTR):]
+        try:
+            dt = _TENSOR_TYPES.get(int(v["TENSOR_TYPE"]))
+            out[name] = np.asarray(v["TENSOR_DATA"], dt).reshape([int(d) for d in v["TENSOR_SHAPE"]])
+        except (KeyError, TypeError, ValueError) as e:
+            raise ModelFormatError(f"{loc}: composite attribute {k!r} is not a tensor ({e})") from None
+    return out
+
+
+#: the converter's prefix of a tensor-valued composite attribute.
+_TENSOR_ATTR = "_TENSOR_V1_"
+#: TFLite ``TensorType`` codes of tensor-valued attributes (others: numpy's own choice).
+_TENSOR_TYPES = {0: np.float32, 1: np.float16, 2: np.int32, 3: np.uint8, 4: np.int64, 6: np.bool_, 7: np.int16,
+                 9: np.int8, 10: np.float64}
 
 
 def translate(node: Node) -> Node:

@@ -25,6 +25,7 @@ from .._registry import call_op, gap_detail, kernel_gaps
 from ..errors import InputError, UnsupportedOperatorError
 from ..formats import read_model
 from ..ir import ModelIR, Node, OpContext, Value
+from ..options import COMPOSITE_MODES
 from .registry import REFERENCE, register
 
 # Family modules, imported for their registrations (explicitly, never by discovery).
@@ -41,9 +42,10 @@ class ReferenceRun:
     (``state``: variable name -> array) and its VAR_HANDLE handles
     (``var_names``, in evaluation order). Kept here, never on the model."""
 
-    def __init__(self):
+    def __init__(self, composites: str = "litert"):
         self.state: dict = {}
         self.var_names: list = []
+        self.composites = composites
 
 
 class ReferenceContext(OpContext):
@@ -204,7 +206,7 @@ def _run_graph(model: ModelIR, index: int, args: list, run: ReferenceRun) -> lis
     return [_lookup(env, v, None) for v in graph.outputs]
 
 
-def run(model_or_path: Any, *inputs) -> list:
+def run(model_or_path: Any, *inputs, composites: str = "litert") -> list:
     """Evaluate a model's main graph with numpy.
 
     Args:
@@ -213,6 +215,10 @@ def run(model_or_path: Any, *inputs) -> list:
             attribute holding one (such as a loaded fbjax model).
         *inputs: one array per graph input, in graph input order. Arrays of
             another dtype of the same kind (float64 for float32) are cast.
+        composites: which ``stablehlo.composite`` ops run as their numpy
+            twin (:mod:`fbjax.reference.composites`) instead of their
+            decomposition: ``"litert"`` (default), ``"fused"`` or
+            ``"decomposed"``, as :func:`fbjax.load`'s option of that name.
 
     Returns:
         One numpy array per graph output, in graph output order.
@@ -221,17 +227,20 @@ def run(model_or_path: Any, *inputs) -> list:
         UnsupportedOperatorError: the model uses ops the reference lacks
             (all of them are listed, before anything runs).
         InputError: wrong number of inputs, or a shape/dtype that does not
-            match the graph's input specs (``None`` dims accept any size).
+            match the graph's input specs (``None`` dims accept any size), or
+            an unknown ``composites`` mode.
         ModelFormatError: a node has invalid attributes or shapes.
 
     Warns:
         UserWarning: once per output whose computed shape differs from the
             shape the file declares (the computed array is returned).
     """
+    if composites not in COMPOSITE_MODES:
+        raise InputError(f"composites must be one of {list(COMPOSITE_MODES)}, got {composites!r}")
     model = _as_model(model_or_path)
     _check_supported(model)
     args = _check_inputs(model.main_graph, inputs)
-    outputs = _run_graph(model, model.main, args, ReferenceRun())
+    outputs = _run_graph(model, model.main, args, ReferenceRun(composites))
     # Constants pass through as read-only views on the model file: hand out copies.
     return [o if isinstance(o, list) or o.flags.writeable else o.copy() for o in outputs]
 from . import tflite_int  # noqa: E402,F401  (registers the "tflite.int" and "fbjax" quantization ops)

@@ -16,6 +16,7 @@ from jax import lax
 
 from ... import batch_rules
 from ...formats.regions import scalar_regions
+from .. import composites
 from ._util import ints, register
 
 OP_SET = "stablehlo"
@@ -116,9 +117,18 @@ def case(ctx, index, *operands, branches=()):
 
 @register(OP_SET, "stablehlo.composite", batch=batch_rules.hlo_not_followed)
 def composite(ctx, *inputs, name="", decomposition=-1, composite_attributes=b"", version=0):
-    """``stablehlo.composite``: runs its ``decomposition`` graph on the
-    inputs (the composite's ``name`` and attributes only describe it)."""
+    """``stablehlo.composite``: the composite lowering registered under
+    ``name`` (:mod:`fbjax.lower.composites`) when the load option
+    ``composites`` fuses it (``ctx.options["composites"]``: ``"litert"``,
+    the default, fuses what LiteRT's default CPU delegate fuses;
+    ``"fused"`` every registered one; ``"decomposed"`` none), else its
+    ``decomposition`` graph on the inputs."""
     g = _graph(ctx, decomposition, f"composite {name!r} decomposition")
+    chosen = composites.choose(ctx, name, composite_attributes, ctx.options.get("composites", "litert"))
+    if chosen is not None:
+        fn, attrs = chosen
+        out = fn(ctx, *inputs, **attrs)
+        return list(out) if isinstance(out, (list, tuple)) else [out]
     return list(ctx.call_graph(g, *inputs))
 
 

@@ -7,6 +7,7 @@ import functools
 
 import numpy as np
 
+from .. import composites
 from ..registry import register
 from ._util import ints
 
@@ -60,7 +61,13 @@ def case(ctx, index, *operands, branches=()):
 
 @register(OP_SET, "stablehlo.composite")
 def composite(ctx, *inputs, name="", decomposition=-1, composite_attributes=b"", version=0):
-    """The decomposition graph on the inputs."""
+    """The numpy twin registered under ``name`` (:mod:`fbjax.reference.composites`)
+    when the run's ``composites`` mode fuses it, else the decomposition graph
+    on the inputs."""
+    chosen = composites.choose(ctx, name, composite_attributes, getattr(ctx.run, "composites", "litert"))
+    if chosen is not None:
+        fn, attrs = chosen
+        return [np.asarray(fn(ctx, *inputs, **attrs))]
     return [np.asarray(v) for v in ctx.call_graph(int(decomposition), *inputs)]
 
 
