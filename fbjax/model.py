@@ -13,6 +13,8 @@ import numpy as np
 
 from .errors import FbjaxError, InputError, ModelFormatError
 from .formats import read_model, write_model
+from .formats.llm_bundle import bundle_kind
+from .llm_bundle import open_bundle
 from .ir import ModelIR, Value
 from . import cache
 from .cache import compiler_options
@@ -888,7 +890,10 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
             (``tests/test_compute_dtype.py``).
 
     Returns:
-        a :class:`Model`, callable and jitted.
+        a :class:`Model`, callable and jitted; for an LLM bundle (a
+        LiteRT-LM ``.litertlm`` or a MediaPipe LLM ``.task``, recognised by
+        its bytes) an :class:`fbjax.llm_bundle.LlmBundle` wrapping the
+        bundle's model (loaded with these options) and its tokenizer.
 
     Raises:
         FileNotFoundError: no such file.
@@ -918,6 +923,10 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
     options = LoadOptions(format, batch_size, quantized, while_max_iterations, static_bounds, compute_dtype)
     if isinstance(source, (str, os.PathLike)):
         source = os.path.expanduser(source)  # "~/models/x.tflite", as a shell would expand it
+    if format is None and bundle_kind(source):  # .litertlm / LLM .task: the model inside, with its tokenizer
+        return open_bundle(source, load, batch_size=batch_size, quantized=quantized,
+                           while_max_iterations=while_max_iterations, constant_inputs=constant_inputs,
+                           static_bounds=static_bounds, compute_dtype=compute_dtype)
     ir = read_model(source, options.format)
     if constant_inputs:
         bind_inputs(ir, constant_inputs)

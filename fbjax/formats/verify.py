@@ -123,6 +123,7 @@ SCHEMAS = {
     "gpu_cl_tf25": "gpu_cl_tf25_schema_desc",
     "gpu_cl_tf27": "gpu_cl_tf27_schema_desc",
     "gpu_cl_litert": "gpu_cl_litert_schema_desc",
+    "litertlm_header": "litertlm_header_schema_desc",
 }
 
 # field kinds of the compiled plan
