@@ -377,27 +377,31 @@ def _read_task(raw: bytes, label: str) -> BundleFile:
 
 # --- writing -------------------------------------------------------------------
 
-def write_bundle(b: BundleFile, model: bytes) -> bytes:
-    """The bundle's bytes with its model section's payload replaced by ``model``.
+def write_bundle(b: BundleFile, model: Optional[bytes] = None, sections: Optional[dict] = None) -> bytes:
+    """The bundle's bytes with its model section's payload replaced by ``model``
+    (and any section ``i`` by ``sections[i]``, :attr:`Section.index`).
 
-    ``.litertlm``: every other byte as in the file; sections after the model
-    move by a multiple of :data:`BLOCK_SIZE` when the model's padded size
+    ``.litertlm``: every other byte as in the file; sections after a replaced
+    one move by a multiple of :data:`BLOCK_SIZE` when its padded size
     changes, and the header's offsets are patched in place (same header
     size). ``.task``: the zip rewritten with each member's name, date, order,
-    compression and bytes, the model member's bytes replaced.
+    compression and bytes, replaced members' bytes swapped.
     """
+    new = dict(sections or {})
+    if model is not None:
+        new[b.model.index] = model
     if b.container == "task":
         src = zipfile.ZipFile(io.BytesIO(b.raw))
         out = io.BytesIO()
         with zipfile.ZipFile(out, "w") as z:
-            for info in src.infolist():
-                data = model if info.filename == TASK_MODEL else src.read(info)
+            for i, info in enumerate(src.infolist()):
+                data = new[i] if i in new else src.read(info)
                 z.writestr(info, data, compress_type=info.compress_type)
         return out.getvalue()
-    return _write_litertlm(b, model)
+    return _write_litertlm(b, new)
 
 
-def _write_litertlm(b: BundleFile, model: bytes) -> bytes:
+def _write_litertlm(b: BundleFile, new: dict) -> bytes:
     from ._generated import litertlm_header_generated as S
 
     raw = b.raw
@@ -416,10 +420,10 @@ def _write_litertlm(b: BundleFile, model: bytes) -> bytes:
     for k, (begin, end, i, o) in enumerate(objs):
         body += raw[pos:begin]  # the padding before the section, as the file has it
         new_begin = begin + shift
-        data = model if i == b.model.index else raw[begin:end]
+        data = new[i] if i in new else raw[begin:end]
         body += data
         pos = end
-        if i == b.model.index and k + 1 < len(objs):  # pad the new model to a block; later sections move by blocks
+        if i in new and k + 1 < len(objs):  # pad the new payload to a block; later sections move by blocks
             new_end = new_begin + len(data)
             body += b"\0" * (pad_to(new_end) - new_end)
             shift += pad_to(new_end) - pad_to(end)
