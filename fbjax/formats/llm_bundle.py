@@ -218,7 +218,8 @@ def _read_litertlm(raw: bytes, label: str) -> BundleFile:
     if not 40 <= header_end <= n:
         raise ModelFormatError(f"{label}: header: header_end {header_end} is outside 40..{n} (the file has {n} "
                                "bytes: truncated?)")
-    _verify.verify(raw, "litertlm_header", start=32, size=header_end - 32, label=f"{label}: header")
+    _verify.verify(raw, "litertlm_header", start=32, size=header_end - 32, label=f"{label}: header",
+                   unchecked_enums=[("SectionObject", "data_type")])  # newer section types: skipped below
     root = S.LiteRTLMMetaData.GetRootAs(raw, 32)
     system = {}
     if root.SystemMetadata() is not None:

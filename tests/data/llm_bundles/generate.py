@@ -224,11 +224,16 @@ def main() -> None:
 
 
 def tuned(path: str) -> None:
-    """Record the runtime's greedy text from a bundle fbjax wrote back (tests/test_llm_bundles.py's
-    tuned bundle, saved with ``python -m tests.test_llm_bundles --save-tuned PATH``)."""
+    """Record the runtime's greedy text from a bundle fbjax wrote back: tests/test_llm_bundles.py's tuned
+    gemma_hf bundle (token embedding x 1.5), saved with ``python tests/test_llm_bundles.py --save-tuned PATH``
+    (fbjax's environment)."""
+    import hashlib
+
     rec = json.load(open(os.path.join(HERE, "runtime_text.json")))
     out = run_runtime(path, chat=False)
-    rec["tuned"] = {"bundle": os.path.basename(path), "size": os.path.getsize(path),
+    data = open(path, "rb").read()
+    rec["tuned"] = {"bundle": os.path.basename(path), "source": "gemma_hf.litertlm", "size": len(data),
+                    "sha256": hashlib.sha256(data).hexdigest(),
                     "session_no_template": out["session_no_template"], "tokens": out["tokens"]}
     json.dump(rec, open(os.path.join(HERE, "runtime_text.json"), "w"), indent=1, ensure_ascii=False)
     print(json.dumps(rec["tuned"])[:1000])
