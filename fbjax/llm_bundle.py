@@ -33,8 +33,6 @@ to the smallest set whose probability reaches ``top_p``, drawn with
 from __future__ import annotations
 
 import dataclasses
-import functools
-import json
 import os
 from typing import Iterator, Optional, Sequence, Union
 
@@ -346,12 +344,10 @@ class LlmBundle:
         import jinja2.sandbox
 
         env = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-        bos = "" if self.start_token is None else self.tokenizer.decode([self.start_token])
         eos = self.tokenizer.decode(self.stop_tokens[0]) if self.stop_tokens else ""
-        try:
+        try:  # bos_token "": the start token is prepended as an id (as LiteRT-LM does), not as text
             return env.from_string(self.chat_template).render(
-                messages=list(messages), add_generation_prompt=add_generation_prompt, bos_token="", eos_token=eos,
-                _bos_text=bos)
+                messages=list(messages), add_generation_prompt=add_generation_prompt, bos_token="", eos_token=eos)
         except jinja2.TemplateError as e:
             raise InputError(f"chat template: {type(e).__name__}: {e}") from None
 
@@ -468,11 +464,6 @@ class ChatSession:
         ids = self.bundle.encode(new, add_start=not self.tokens)
         self._rendered = rendered
         pieces = self._turn_stream([ids], max_new_tokens)
-
-        def finish():
-            reply = "".join(pieces)
-            return reply
-
         if stream:
             def gen():
                 acc = []
@@ -481,7 +472,7 @@ class ChatSession:
                     yield p
                 self._close_turn("".join(acc))
             return gen()
-        reply = finish()
+        reply = "".join(pieces)
         self._close_turn(reply)
         return reply
 
@@ -527,12 +518,7 @@ class ChatSession:
     def _decode_rows(self, rows: list, max_new_tokens: Optional[int]):
         """Generator over decode steps: yields the ``[B]`` new ids; stops rows on stop tokens / capacity."""
         r = self.bundle._runner
-        last = self._prefill(rows)
-        b = len(rows)
-        tok = np.asarray(last, np.int32)
-        limit = r.capacity
-        if self.bundle.max_num_tokens > 0:
-            limit = min(limit, self.bundle.max_num_tokens)
+        tok = np.asarray(self._prefill(rows), np.int32)
         while True:
             pos = np.asarray([len(h) for h in self._hist], np.int32)
             self._key, sub = jax.random.split(self._key)
@@ -545,8 +531,8 @@ class ChatSession:
             tok = nxt
 
     def _run(self, rows: list, max_new_tokens: Optional[int]):
-        """Per row (ids, why stopped), calling ``on_token(row, id)`` as ids arrive: a generator of
-        (row, id) events, then the results via StopIteration value."""
+        """A generator of ``(row, id)`` events as ids arrive (``id`` None: the row hit a stop token);
+        returns (StopIteration value) each row's ``(ids, why stopped)``."""
         r = self.bundle._runner
         stops = self.bundle.stop_tokens
         limit = r.capacity if self.bundle.max_num_tokens <= 0 else min(r.capacity, self.bundle.max_num_tokens)
