@@ -458,11 +458,15 @@ class ChatSession:
 
     def send(self, text: str, *, stream: bool = False, max_new_tokens: Optional[int] = None):
         """One user turn; returns the reply text (an iterator of pieces with ``stream=True``)."""
-        self.messages.append({"role": "user", "content": text})
-        rendered = self.bundle.apply_chat_template(self.messages, add_generation_prompt=True)
+        messages = self.messages + [{"role": "user", "content": text}]
+        rendered = self.bundle.apply_chat_template(messages, add_generation_prompt=True)
         new = rendered[len(self._rendered):] if rendered.startswith(self._rendered) else rendered
         ids = self.bundle.encode(new, add_start=not self.tokens)
-        self._rendered = rendered
+        pending = 1 if self._pending and self._pending[0] is not None else 0
+        if len(self.tokens) + pending + len(ids) > self.bundle.capacity:
+            raise InputError(f"this turn needs {len(self.tokens) + pending + len(ids)} positions with the "
+                             f"conversation so far; the KV cache holds {self.bundle.capacity}: start a new chat")
+        self.messages, self._rendered = messages, rendered
         pieces = self._turn_stream([ids], max_new_tokens)
         if stream:
             def gen():

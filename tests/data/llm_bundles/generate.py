@@ -5,7 +5,7 @@ Run in a separate generator environment (the tests need none of these packages):
     python3 -m venv /work/genenv-llm
     /work/genenv-llm/bin/pip install litert-lm-api litert-lm-builder litert-lm sentencepiece tokenizers
     # litert-lm-api / litert-lm-builder / litert-lm 0.18.1, sentencepiece 0.2.3, tokenizers 0.23.3
-    /work/genenv-llm/bin/python tests/data/llm_bundles/generate.py
+    /work/genenv-llm/bin/python tests/data/llm_bundles/generate.py [BUNDLE ...]   # default: every bundle
 
 Models: the float litert-torch exports of tests/data/llm (``llama_f32.tflite``:
 default KV layout ``[1, 64, 2, 32]`` and no mask input, so the runtime needs
@@ -34,6 +34,11 @@ uncompressed zip written with :mod:`zipfile`):
 * ``gemma_sp.task``: gemma + SentencePiece + LlmMetadata with prompt
   templates, as MediaPipe's LLM ``.task`` (``TF_LITE_PREFILL_DECODE``,
   ``TOKENIZER_MODEL``, ``METADATA``).
+* ``llama_q8_sp.litertlm``: ``llama_q8.tflite`` (litert-torch
+  ``dynamic_int8``: int8 weights, hybrid FULLY_CONNECTED) packed like
+  ``llama_sp``. The runtime runs it with XNNPACK's int8 kernels, not TFLite's
+  builtin hybrid kernels that fbjax's exact mode reproduces: its text is
+  recorded for the comparison tests/test_llm_bundles.py states.
 
 ``runtime_text.json`` holds, per bundle, what ``litert_lm`` 0.18.1 (CPU
 backend, XNNPACK, greedy: the top-p sampler with ``top_k=1``) answers:
@@ -190,7 +195,7 @@ def run_runtime(bundle: str, chat: bool) -> dict:
     return rec
 
 
-def main() -> None:
+def main(only=()) -> None:
     work = tempfile.mkdtemp()
     sp, hf = os.path.join(work, "sp"), os.path.join(work, "tokenizer.json")
     train_sentencepiece(sp)
@@ -208,18 +213,22 @@ def main() -> None:
                                                            os.path.join(work, "exec.pb"), jinja),
         "gemma_hf.litertlm": lambda o: build_litertlm(o, gemma, ("hf", hf), os.path.join(work, "tmpl.pb")),
         "gemma_sp.task": lambda o: build_task(o, gemma, sp + ".model", os.path.join(work, "tmpl.pb")),
+        "llama_q8_sp.litertlm": lambda o: build_litertlm(o, os.path.join(LLM, "llama_q8.tflite"), ("sp", sp + ".model"),
+                                                         os.path.join(work, "plain.pb"), os.path.join(work, "exec.pb")),
     }
-    record = {"litert_lm": _version("litert-lm-api"), "prompts": PROMPTS, "chat": CHAT, "bundles": {}}
+    old = os.path.join(HERE, "runtime_text.json")
+    prev = json.load(open(old)) if os.path.exists(old) else {}
+    record = {"litert_lm": _version("litert-lm-api"), "prompts": PROMPTS, "chat": CHAT,
+              "bundles": dict(prev.get("bundles", {})) if only else {}}
     for name, make in bundles.items():
+        if only and name not in only:
+            continue
         out = os.path.join(HERE, name)
         make(out)
         record["bundles"][name] = run_runtime(out, chat=name == "llama_hf_chat.litertlm")
         print(name, os.path.getsize(out), json.dumps(record["bundles"][name]["session_no_template"])[:300], flush=True)
-    old = os.path.join(HERE, "runtime_text.json")
-    if os.path.exists(old):
-        prev = json.load(open(old))
-        if "tuned" in prev:
-            record["tuned"] = prev["tuned"]
+    if "tuned" in prev:
+        record["tuned"] = prev["tuned"]
     json.dump(record, open(old, "w"), indent=1, ensure_ascii=False)
 
 
@@ -249,4 +258,4 @@ if __name__ == "__main__":
     if sys.argv[1:2] == ["--tuned"]:
         tuned(sys.argv[2])
     else:
-        main()
+        main(tuple(sys.argv[1:]))
