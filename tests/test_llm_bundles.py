@@ -15,7 +15,6 @@ import io
 import json
 import random
 import struct
-import subprocess
 import sys
 import warnings
 import zipfile
@@ -349,28 +348,26 @@ def test_input_pos_past_kv_cache(bundles):
     assert np.isfinite(np.asarray(dec(**ins)["logits"])).all()
 
 
-# --- CLI -----------------------------------------------------------------------------------
+# --- CLI ---------------------------------------------------------------------------------
 
-def _cli(*args, stdin=None):
-    return subprocess.run([sys.executable, "-m", "fbjax", *args], capture_output=True, text=True, input=stdin,
-                          timeout=300, cwd=ROOT)
+def test_cli_generate_inspect_chat(capsys, monkeypatch):
+    from fbjax.cli import main
 
-
-def test_cli_generate_inspect_chat():
     p = RECORD["prompts"][1]
-    r = _cli("generate", str(DATA / "gemma_sp.task"), "--prompt", p, "--no-template")
-    assert r.returncode == 0, r.stderr
-    assert r.stdout == "".join(RECORD["bundles"]["gemma_sp.task"]["session_no_template"][p]) + "\n"
-    r = _cli("inspect", str(DATA / "llama_hf_chat.litertlm"))
-    assert r.returncode == 0, r.stderr
+    assert main(["generate", str(DATA / "gemma_sp.task"), "--prompt", p, "--no-template"]) == 0
+    assert capsys.readouterr().out == "".join(RECORD["bundles"]["gemma_sp.task"]["session_no_template"][p]) + "\n"
+    assert main(["inspect", str(DATA / "llama_hf_chat.litertlm")]) == 0
+    out = capsys.readouterr().out
     for text in ("HF_Tokenizer_Zlib", "tokenizer:  hf, vocabulary 256", "start token: 1 '<s>'",
                  "stop tokens: 2 '</s>'; 4 '<end_of_turn>'", "64 positions (ExecutorMetadata", "template user",
                  "chat template (Jinja", "decode: (", "prefill_16: ("):
-        assert text in r.stdout, text
+        assert text in out, text
     chat = RECORD["bundles"]["llama_hf_chat.litertlm"]["chat"][0]
-    r = _cli("chat", str(DATA / "llama_hf_chat.litertlm"), stdin=chat["user"] + "\n\n")
-    assert r.returncode == 0, r.stderr
-    assert "> " + chat["reply"]["content"][0]["text"] + "\n" in r.stdout
+    monkeypatch.setattr("sys.stdin", io.StringIO(chat["user"] + "\n\n"))
+    assert main(["chat", str(DATA / "llama_hf_chat.litertlm")]) == 0
+    assert "> " + chat["reply"]["content"][0]["text"] + "\n" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="a bundle takes text"):
+        main(["generate", str(DATA / "gemma_sp.task"), "--prompt-tokens", "1,2"])
 
 
 if __name__ == "__main__":  # python tests/test_llm_bundles.py --save-tuned OUT: the bundle generate.py --tuned runs
