@@ -723,6 +723,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if not getattr(args, "command", None):
         parser.print_help()
         return 2
+    if args.command in ("run", "infer", "export") and is_bundle(getattr(args, "model", None)):
+        print(f"fbjax {args.command}: {args.model} is an LLM bundle (text in, text out): use `fbjax generate "
+              f"{args.model} --prompt TEXT`, `fbjax chat` or `fbjax inspect`; in Python, fbjax.load(...).model is "
+              "its prefill/decode model", file=sys.stderr)
+        return 1
     try:
         formatwarning = warnings.formatwarning  # one line each, not Python's "file:line: UserWarning" + source
         warnings.formatwarning = lambda message, *_a, **_k: _warn_line(args.command, message)

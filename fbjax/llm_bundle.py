@@ -177,7 +177,7 @@ class _Runner:
         if fn is None:
             fn = self._jit["prefill"] = jax.jit(jax.vmap(self._prefill_row, in_axes=(None, 0, 0, 0)))
         with jax.enable_x64(self.model._x64):
-            return fn(params, kv, jnp.asarray(tokens, jnp.int32), jnp.asarray(start, jnp.int32))
+            return fn(params, kv, np.asarray(tokens, np.int32), np.asarray(start, np.int32))
 
     def decode(self, params, kv, token, pos, key, sampler: Sampler):
         """Feed ``token`` ``[B]`` at ``pos`` ``[B]``; returns (next token ``[B]``, caches)."""
@@ -189,7 +189,7 @@ class _Runner:
                 return _sample(logits, key, sampler.temperature, sampler.top_k, sampler.top_p), kv
             fn = self._jit[ck] = jax.jit(step)
         with jax.enable_x64(self.model._x64):
-            return fn(params, kv, jnp.asarray(token, jnp.int32), jnp.asarray(pos, jnp.int32), key)
+            return fn(params, kv, np.asarray(token, np.int32), np.asarray(pos, np.int32), key)  # numpy: no extra dispatch
 
 
 @dataclasses.dataclass
@@ -525,7 +525,10 @@ class ChatSession:
         tok = np.asarray(self._prefill(rows), np.int32)
         while True:
             pos = np.asarray([len(h) for h in self._hist], np.int32)
-            self._key, sub = jax.random.split(self._key)
+            if self.sampler.greedy:  # no key to draw: one dispatch per step
+                sub = self._key
+            else:
+                self._key, sub = jax.random.split(self._key)
             nxt, self._kv = r.decode(self.params, self._kv, tok, pos, sub, self.sampler)
             for h, t in zip(self._hist, tok):
                 h.append(int(t))
