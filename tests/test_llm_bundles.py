@@ -101,6 +101,17 @@ def test_chat_equals_runtime(bundles):
         c.send(chat[1]["user"])
 
 
+def test_multi_turn_chat_equals_runtime(bundles):
+    """Three turns with replies cut at 6 tokens (the runtime's max_output_tokens), all in one 64-position
+    cache: every reply equals the runtime's, so the cache kept between turns, the template's new text per
+    turn and the last token fed at the next turn's prefill are as the runtime has them."""
+    b = bundles("llama_hf_chat.litertlm")
+    c = b.chat()
+    for turn in RECORD["bundles"]["llama_hf_chat.litertlm"]["chat_short"]:
+        assert c.send(turn["user"], max_new_tokens=6) == turn["reply"]["content"][0]["text"]
+    assert len(c.tokens) > 48  # the third turn ran on the first two turns' cache entries
+
+
 def test_chat_keeps_kv_cache_between_turns(bundles):
     """The second turn's tokens equal a fresh generation from every token the chat fed (so the cache the
     first turn left was right and kept)."""

@@ -46,7 +46,8 @@ backend, XNNPACK, greedy: the top-p sampler with ``top_k=1``) answers:
 session with and without the prompt template (``session`` /
 ``session_no_template``: ``run_prefill([prompt])`` then
 ``run_decode_async()``, the chunks kept as a list), and for chat bundles a
-two-turn ``Conversation`` (``send_message``). ``tuned`` records the runtime
+two-turn ``Conversation`` (``send_message``; the second turn no longer fits the cache) and a
+three-turn one with ``max_output_tokens=6`` (``chat_short``). ``tuned`` records the runtime
 loading a bundle written back by fbjax (``python generate.py --tuned
 PATH``).
 """
@@ -66,6 +67,8 @@ LLM = os.path.join(os.path.dirname(HERE), "llm")
 PROMPTS = ["Hello there", "The quick brown fox jumps over the lazy dog", "a",
            "Models run on phones and in the cloud, and people tune them for their own tasks every day."]
 CHAT = ["Hi! Who are you?", "Tell me more."]
+#: a three-turn conversation whose replies are cut at CHAT_SHORT_TOKENS tokens, so that every turn fits the cache
+CHAT_SHORT, CHAT_SHORT_TOKENS = ["Hi!", "Who?", "Ok."], 6
 SPECIALS = ["<unk>", "<s>", "</s>", "<start_of_turn>", "<end_of_turn>"]
 LLAMA_STOP = 7  # a second stop token id (ids: the tokenizers' 8th entry)
 
@@ -192,6 +195,10 @@ def run_runtime(bundle: str, chat: bool) -> dict:
                 for m in CHAT:
                     reply = conv.send_message(m)
                     rec["chat"].append({"user": m, "reply": reply})
+            with eng.create_conversation(sampler_config=greedy, max_output_tokens=CHAT_SHORT_TOKENS) as conv:
+                rec["chat_short"] = []
+                for m in CHAT_SHORT:
+                    rec["chat_short"].append({"user": m, "reply": conv.send_message(m)})
     return rec
 
 
