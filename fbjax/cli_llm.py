@@ -24,7 +24,7 @@ def is_bundle(path) -> bool:
 
 
 def _token_text(bundle, ids) -> str:
-    return ", ".join(f"{i} {bundle.tokenizer.decode([i])!r}" for i in ids)
+    return ", ".join(f"{i} {bundle.tokenizer.piece(i)!r}" for i in ids)
 
 
 def inspect_bundle(path) -> int:

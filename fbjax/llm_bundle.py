@@ -23,6 +23,18 @@ the runtime's:
 * text streams one piece per token (special tokens included, as the
   tokenizer decodes them), the first piece without its leading space.
 
+Chat (:meth:`LlmBundle.chat`): each turn renders the conversation with the
+bundle's Jinja chat template (``bos_token`` empty: the start token goes in as
+an id) and feeds only the text new since the previous render (the new user
+turn and the generation prompt; the last reply's closing text is not fed),
+after the previous turn's last token; checked over three turns against the
+runtime's Conversation.
+
+Fine-tuning: full parameters. Train :attr:`LlmBundle.params` through any
+signature of :attr:`LlmBundle.model` and write them back with
+:meth:`LlmBundle.save` (low-rank adapters are not implemented: a LoRA's
+product ``W + A @ B`` can be saved as full weights the same way).
+
 Sampling: greedy when ``top_k == 1`` or ``temperature == 0`` (the runtime's
 CPU sampler is top-p after top-k, and ``k=1`` is greedy); otherwise
 ``softmax(logits / temperature)`` restricted to the ``top_k`` largest and then
@@ -88,6 +100,12 @@ class Tokenizer:
         if self.kind == "sentencepiece":
             return self._sp.DecodeIds(ids)
         return self._hf.decode(ids, skip_special_tokens=False)
+
+    def piece(self, token: int) -> str:
+        """How the vocabulary spells ``token`` (control tokens included, unlike :meth:`decode`)."""
+        if self.kind == "sentencepiece":
+            return self._sp.IdToPiece(int(token))
+        return self._hf.id_to_token(int(token)) or ""
 
     def token_id(self, text: str) -> Optional[int]:
         """The id of a token spelled ``text``, or ``None``."""

@@ -351,7 +351,10 @@ def _read_task(raw: bytes, label: str) -> BundleFile:
             if len(data) != info.file_size:
                 raise ModelFormatError(f"{label}: member {info.filename}: {len(data)} bytes, the zip says "
                                        f"{info.file_size}")
-            begin = info.header_offset  # the member's local header; its data follow
+            lh = info.header_offset  # the member's local header (30 bytes + name + extra field), then its data
+            if lh + 30 > len(raw):
+                raise ModelFormatError(f"{label}: member {info.filename}: its local header is past the end of the file")
+            begin = lh + 30 + sum(struct.unpack_from("<HH", raw, lh + 26))
             sections.append(Section(i, info.filename, begin, begin + info.compress_size, {}, data))
     except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, NotImplementedError) as e:
         raise ModelFormatError(f"{label}: a corrupt or truncated .task zip ({type(e).__name__}: {e})") from None
