@@ -89,6 +89,17 @@ def test_greedy_text_equals_runtime(name, bundles):
         assert list(b.stream(p)) == rec["session"][p], (name, p)
 
 
+def test_stop_token_ends_generation_as_runtime(bundles):
+    """llama_hf_chat's second prompt without template meets stop token 4 (<end_of_turn>) after a few
+    tokens: the runtime's text stops there too, the stop token's own text left out."""
+    b = bundles("llama_hf_chat.litertlm")
+    p = RECORD["prompts"][1]
+    g = b.generate(p, template=False, return_tokens=True)
+    runtime = RECORD["bundles"]["llama_hf_chat.litertlm"]["session_no_template"][p]
+    assert g.stopped == "stop_token" and len(g.prompt_tokens) + len(g.tokens) < b.capacity
+    assert g.text == "".join(runtime) and "<end_of_turn>" not in g.text
+
+
 def test_chat_equals_runtime(bundles):
     """A Conversation through the Jinja chat template: the first reply equals the runtime's; the second
     turn does not fit the 64-position KV cache (the runtime answers an empty text, fbjax raises)."""
