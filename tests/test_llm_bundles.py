@@ -240,9 +240,10 @@ def test_save_tuned_bundle(name, bundles, tmp_path):
     assert tuned_text != "".join(RECORD["bundles"][name]["session_no_template"][p])
 
 
-def test_tuned_bundle_runs_in_runtime(bundles, tmp_path):
+@pytest.mark.parametrize("key", ["tuned", "tuned_task"])
+def test_tuned_bundle_runs_in_runtime(key, bundles, tmp_path):
     """The runtime loaded fbjax's saved tuned bundle (recorded: same bytes, sha256) and generated fbjax's text."""
-    rec = RECORD["tuned"]
+    rec = RECORD[key]
     b = bundles(rec["source"])
     data = b.save(tmp_path / rec["bundle"], _tuned(b))
     assert hashlib.sha256(data).hexdigest() == rec["sha256"]
@@ -393,7 +394,7 @@ def test_cli_generate_inspect_chat(capsys, monkeypatch):
 
 
 if __name__ == "__main__":  # python tests/test_llm_bundles.py --save-tuned OUT: the bundle generate.py --tuned runs
-    src = "gemma_hf.litertlm"
+    src = "gemma_sp.task" if sys.argv[2].endswith(".task") else "gemma_hf.litertlm"
     b = fbjax.load(DATA / src)
     data = b.save(sys.argv[2], _tuned(b))
     print(sys.argv[2], src, hashlib.sha256(data).hexdigest())

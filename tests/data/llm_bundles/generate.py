@@ -234,25 +234,29 @@ def main(only=()) -> None:
         make(out)
         record["bundles"][name] = run_runtime(out, chat=name == "llama_hf_chat.litertlm")
         print(name, os.path.getsize(out), json.dumps(record["bundles"][name]["session_no_template"])[:300], flush=True)
-    if "tuned" in prev:
-        record["tuned"] = prev["tuned"]
+    for key in ("tuned", "tuned_task"):  # records of fbjax-written bundles (tuned() below) stay
+        if key in prev:
+            record[key] = prev[key]
     json.dump(record, open(old, "w"), indent=1, ensure_ascii=False)
 
 
 def tuned(path: str) -> None:
     """Record the runtime's greedy text from a bundle fbjax wrote back: tests/test_llm_bundles.py's tuned
-    gemma_hf bundle (token embedding x 1.5), saved with ``python tests/test_llm_bundles.py --save-tuned PATH``
-    (fbjax's environment)."""
+    gemma_hf.litertlm or gemma_sp.task (token embedding x 1.5; by PATH's extension), saved with
+    ``python tests/test_llm_bundles.py --save-tuned PATH`` (fbjax's environment)."""
     import hashlib
 
     rec = json.load(open(os.path.join(HERE, "runtime_text.json")))
     out = run_runtime(path, chat=False)
     data = open(path, "rb").read()
-    rec["tuned"] = {"bundle": os.path.basename(path), "source": "gemma_hf.litertlm", "size": len(data),
+    task = path.endswith(".task")
+    rec["tuned_task" if task else "tuned"] = {
+                    "bundle": os.path.basename(path), "source": "gemma_sp.task" if task else "gemma_hf.litertlm",
+                    "size": len(data),
                     "sha256": hashlib.sha256(data).hexdigest(),
                     "session_no_template": out["session_no_template"], "tokens": out["tokens"]}
     json.dump(rec, open(os.path.join(HERE, "runtime_text.json"), "w"), indent=1, ensure_ascii=False)
-    print(json.dumps(rec["tuned"])[:1000])
+    print(json.dumps(rec["tuned_task" if task else "tuned"])[:1000])
 
 
 def _version(dist: str) -> str:
