@@ -18,6 +18,7 @@ from .model import Model, SignatureSpec, TensorSpec, load
 from .train import trainable
 from .infer import infer  # the function; the module stays importable as fbjax.infer
 from .generate import generate  # the function; the module stays importable as fbjax.generate
+from .llm_bundle import LlmBundle  # what fbjax.load returns for a .litertlm / LLM .task bundle
 from .lower.stablehlo.custom import register_custom_call
 from .custom import register_custom_op
 from .formats.task_bundle import TaskBundle  # what fbjax.load returns for a MediaPipe Tasks vision .task
@@ -54,5 +55,5 @@ __all__ = [
     "load", "Model", "TensorSpec", "SignatureSpec", "supported_ops",
     "FbjaxError", "ModelFormatError", "UnsupportedOperatorError", "InputError",
     "register_custom_call", "trainable", "infer", "generate",
-    "register_custom_op", "TaskBundle",
+    "register_custom_op", "TaskBundle", "LlmBundle",
 ]

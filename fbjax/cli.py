@@ -4,6 +4,8 @@
     fbjax run [MODEL] [--input NAME=FILE.npy ...] [--output OUT.npz]
     fbjax infer MODEL --input-dir DIR --step-size N --out FILE.npz
     fbjax generate MODEL --prompt-tokens 1,2,3 --max-new-tokens 32
+    fbjax generate BUNDLE --prompt "..."     (a .litertlm or LLM .task: text in, text out)
+    fbjax chat BUNDLE
     fbjax export MODEL --to stablehlo|mlir OUT
     fbjax bench MODEL... [--runs N] [--batch N] [--json OUT]
 """
@@ -21,6 +23,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from .cli_llm import add_chat_parser, add_sampler_options, generate_bundle, inspect_bundle, is_bundle
 from .formats._text import format_bytes
 
 
@@ -99,6 +102,8 @@ def cmd_inspect(args) -> int:
 
         args.model = DEFAULT_MODEL
         print("no model given: inspecting the bundled default model")
+    if is_bundle(args.model):  # an LLM bundle (.litertlm, LLM .task): sections, tokenizer, templates
+        return inspect_bundle(args.model)
     from .formats.task_bundle import TaskBundle, is_vision_task
 
     if getattr(args, "metadata_json", False):
@@ -689,6 +694,14 @@ def cmd_generate(args) -> int:
     from .errors import InputError
     from .generate import generate
 
+    if is_bundle(args.model):
+        return generate_bundle(args)
+    if not args.prompt_tokens:
+        raise SystemExit("fbjax generate: a .tflite takes token ids: --prompt-tokens 1,2,3 (--prompt TEXT needs a "
+                         ".litertlm or LLM .task bundle, which holds a tokenizer)")
+    args.temperature = 0.0 if args.temperature is None else args.temperature
+    args.seed = 0 if args.seed is None else args.seed
+    args.max_new_tokens = 32 if args.max_new_tokens is None else args.max_new_tokens
     if args.top_k is not None and args.temperature <= 0:  # (checked before loading; fbjax.generate checks too)
         raise SystemExit("fbjax generate: --top-k K samples among the K best tokens, so it needs --temperature > 0 "
                          "(e.g. --temperature 0.8); without --temperature decoding is greedy")
@@ -804,21 +817,27 @@ def build_parser() -> argparse.ArgumentParser:
 
     pg = sub.add_parser(
         "generate",
-        help="generate tokens with an LLM file (litert-torch prefill/decode signatures)",
-        description="Prefill the prompt(s), then decode --max-new-tokens tokens in one jitted loop "
-        "(fbjax.generate): greedy by default, or sampled with --temperature/--top-k. Prints the new token ids "
-        "(no tokenizer: ids in, ids out).",
+        help="generate text with an LLM bundle (.litertlm, LLM .task), or tokens with a prefill/decode .tflite",
+        description="A bundle (.litertlm or MediaPipe LLM .task): --prompt TEXT is templated, tokenized and the "
+        "generated text streamed, with the bundle's start/stop tokens and sampler (as the LiteRT-LM runtime). "
+        "A .tflite (litert-torch prefill/decode signatures): prefill the prompt(s), then decode --max-new-tokens "
+        "tokens in one jitted loop (fbjax.generate), greedy by default; prints the new token ids (ids in, ids out).",
     )
-    pg.add_argument("model", help=".tflite with prefill_N and decode signatures (e.g. from litert-torch)")
-    pg.add_argument("--prompt-tokens", "-p", dest="prompt_tokens", type=_token_list, action="append", required=True,
-                    metavar="1,2,3", help="a prompt's token ids; repeat for a batch of prompts")
-    pg.add_argument("--max-new-tokens", "-n", type=_positive_int, default=32, metavar="N", help="decode steps (32)")
-    pg.add_argument("--temperature", type=float, default=0.0, help="0 (default): greedy; > 0: sample")
-    pg.add_argument("--top-k", type=_positive_int, default=None, metavar="K", help="sample among the K best")
-    pg.add_argument("--seed", type=int, default=0, help="PRNG seed for sampling")
+    pg.add_argument("model", help="a .litertlm or LLM .task bundle, or a .tflite with prefill_N and decode "
+                    "signatures (e.g. from litert-torch)")
+    pg.add_argument("--prompt", action="append", metavar="TEXT", help="bundles: a prompt; repeat for several")
+    pg.add_argument("--no-template", action="store_true", help="bundles: feed the prompt without the bundle's "
+                    "prompt template (LiteRT-LM's --no-template)")
+    pg.add_argument("--verbose", "-v", action="store_true", help="bundles: print timings to stderr")
+    pg.add_argument("--prompt-tokens", "-p", dest="prompt_tokens", type=_token_list, action="append",
+                    metavar="1,2,3", help=".tflite: a prompt's token ids; repeat for a batch of prompts")
+    pg.add_argument("--max-new-tokens", "-n", type=_positive_int, default=None, metavar="N",
+                    help="decode steps (.tflite: 32; bundles: until a stop token or the KV cache is full)")
+    add_sampler_options(pg)
     pg.add_argument("--prefill", default=None, metavar="KEY", help="prefill signature (default: the longest)")
     _add_quantized(pg)
     pg.set_defaults(func=cmd_generate)
+    add_chat_parser(sub, _add_quantized)
     pf = sub.add_parser(
         "infer",
         help="batch inference over every device on a directory of .npy/.npz samples",
@@ -904,6 +923,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if not getattr(args, "command", None):
         parser.print_help()
         return 2
+    if args.command in ("run", "infer", "export") and is_bundle(getattr(args, "model", None)):
+        print(f"fbjax {args.command}: {args.model} is an LLM bundle (text in, text out): use `fbjax generate "
+              f"{args.model} --prompt TEXT`, `fbjax chat` or `fbjax inspect`; in Python, fbjax.load(...).model is "
+              "its prefill/decode model", file=sys.stderr)
+        return 1
     try:
         formatwarning = warnings.formatwarning  # one line each, not Python's "file:line: UserWarning" + source
         warnings.formatwarning = lambda message, *_a, **_k: _warn_line(args.command, message)

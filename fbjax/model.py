@@ -13,8 +13,10 @@ import numpy as np
 
 from .errors import FbjaxError, InputError, ModelFormatError
 from .formats import read_model, write_model
+from .formats.llm_bundle import bundle_kind
 from .formats.task_bundle import TaskBundle, is_vision_task
 from .ir import MAX_VALUE_BYTES, ModelIR, Value
+from .llm_bundle import LlmBundle, open_bundle
 from . import cache
 from .cache import compiler_options
 from .lower import state as _st
@@ -833,10 +835,15 @@ def _inferred_outputs(model: "Model") -> list:
 
 def _open_container(source, load_kwargs: dict):
     """What :func:`load` returns for a file holding several models, or None for
-    a model file: a MediaPipe Tasks vision bundle (``.task``, a zip of
-    ``.tflite`` members: :class:`~fbjax.formats.task_bundle.TaskBundle`, whose
-    members load with ``load_kwargs``). One function, so other containers
-    (LLM bundles) join here."""
+    a model file (the one dispatch of containers): an LLM bundle (LiteRT-LM
+    ``.litertlm``, or a ``.task`` holding ``TF_LITE_PREFILL_DECODE``) as an
+    :class:`~fbjax.llm_bundle.LlmBundle`, its model loaded with
+    ``load_kwargs``, with its tokenizer; a MediaPipe Tasks vision bundle
+    (``.task``, a zip of ``.tflite`` members) as a
+    :class:`~fbjax.formats.task_bundle.TaskBundle`, whose members load with
+    ``load_kwargs``."""
+    if bundle_kind(source):
+        return open_bundle(source, load, **load_kwargs)
     if is_vision_task(source):
         return TaskBundle(source, loader=lambda data: load(data, **load_kwargs))
     return None
@@ -846,7 +853,7 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
          quantized: str = "exact", while_max_iterations: Optional[int] = None,
          constant_inputs: Optional[Mapping] = None, static_bounds: bool = False,
          compute_dtype: str = "float32", composites: str = "litert",
-         max_value_bytes: int = MAX_VALUE_BYTES) -> Union[Model, TaskBundle]:
+         max_value_bytes: int = MAX_VALUE_BYTES) -> Union[Model, TaskBundle, LlmBundle]:
     """Load a model file as a :class:`Model`.
 
     Args:
@@ -950,11 +957,15 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
             that needs more.
 
     Returns:
-        a :class:`Model`, callable and jitted. For a MediaPipe Tasks vision
-        bundle (``.task``: a zip of ``.tflite`` models) a
-        :class:`~fbjax.formats.task_bundle.TaskBundle`: ``bundle.names``
-        lists its members, ``bundle[name]`` loads one as a Model (with these
-        options), ``bundle.save(path, {name: model})`` writes it back.
+        a :class:`Model`, callable and jitted. For an LLM bundle (a
+        LiteRT-LM ``.litertlm`` or a MediaPipe LLM ``.task``, recognised by
+        its bytes) an :class:`fbjax.llm_bundle.LlmBundle` wrapping the
+        bundle's model (loaded with these options) and its tokenizer. For a
+        MediaPipe Tasks vision bundle (``.task``: a zip of ``.tflite``
+        models) a :class:`~fbjax.formats.task_bundle.TaskBundle`:
+        ``bundle.names`` lists its members, ``bundle[name]`` loads one as a
+        Model (with these options), ``bundle.save(path, {name: model})``
+        writes it back.
 
     Raises:
         FileNotFoundError: no such file.

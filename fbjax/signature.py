@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .errors import InputError
+from .generate import _CACHE_PREFIX, _cache_positions
 
 
 class SignatureRunner:
@@ -186,9 +187,23 @@ class SignatureRunner:
             raise InputError(f"signature {self.key!r}: models with resource variables run only through "
                              "Model.apply(..., state=...) for now")
         vals = self._check(vals, cast=True)
+        self._check_positions(vals)
         with jax.enable_x64(self._x64):
             outs = self._jitted(self.model.params, *vals)
         return dict(zip(self._out_names, outs))
+
+    def _check_positions(self, vals) -> None:
+        """An LLM signature's concrete ``input_pos`` must index its KV cache: LiteRT refuses positions past
+        the cache, and the graph would read and write outside it (NaN logits)."""
+        if "input_pos" not in self._in_names or not any(n.startswith(_CACHE_PREFIX) for n in self._in_names):
+            return
+        capacity = _cache_positions(self)
+        if capacity is None:
+            return
+        pos = np.asarray(vals[self._in_names.index("input_pos")])
+        if pos.size and (pos.min() < 0 or pos.max() >= capacity):
+            raise InputError(f"signature {self.key!r}: input_pos runs from {pos.min()} to {pos.max()}, outside the "
+                             f"KV cache's {capacity} positions (0..{capacity - 1})")
 
     # -- over a stack of examples (fbjax.infer) ------------------------------
     def has_fixed_shapes(self) -> bool:

@@ -198,11 +198,17 @@ def test_run_nan_outputs_on_random_integer_inputs_name_them(tmp_path, capsys, mo
     integer inputs may be the cause; with in-range inputs from a file (token
     5 at position 0, empty cache) there is no such line."""
     import fbjax.cli
+    import fbjax.signature
 
     assert main(["run", str(LLAMA), "--signature", "decode", "--repeat", "0"]) == 0
     out = capsys.readouterr().out
     assert "random integers in [0, 8)" in out and "nan" not in out and "may be out of range" not in out
     monkeypatch.setattr(fbjax.cli, "_RANDOM_INDEX_BOUND", 1000)
+    # a concrete input_pos past the KV cache is refused (issue 26 item 7) ...
+    assert main(["run", str(LLAMA), "--signature", "decode", "--repeat", "0"]) == 1
+    assert "input_pos runs from" in capsys.readouterr().err
+    # ... and where that check does not apply (a cache fbjax cannot measure), the NaN hint names the inputs
+    monkeypatch.setattr(fbjax.signature.SignatureRunner, "_check_positions", lambda self, vals: None)
     assert main(["run", str(LLAMA), "--signature", "decode", "--repeat", "0"]) == 0
     out = capsys.readouterr().out
     nan_lines = [ln for ln in out.splitlines() if "min nan" in ln]

@@ -20,7 +20,10 @@ What fbjax does now, and what is tested here:
 
 Each file is loaded in a fresh process (an abort would end it: the test
 sees the exit status), timed from the start of ``fbjax.load`` after JAX has
-started (a one-op model loaded first), against the issue's 2 s bound.
+started (a one-op model loaded first), against the issue's 2 s bound: on
+the CPU time the process spent (the work the refusal took), and the wall
+time is reported with it -- on a machine shared with other jobs wall time
+measures the neighbours too (measured alone: 0.06-0.87 s wall).
 """
 
 from __future__ import annotations
@@ -58,13 +61,14 @@ _CHILD = textwrap.dedent("""
     from fbjax.testing import single_op_model
     fbjax.load(single_op_model("RELU", [(1, 4)]))   # JAX started: time the file's load alone
     kwargs = json.loads(sys.argv[2])
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     try:
         fbjax.load(sys.argv[1], **kwargs)
         out = {"error": None}
     except Exception as e:
         out = {"error": type(e).__name__, "message": str(e)}
     out["seconds"] = time.perf_counter() - t0
+    out["cpu_seconds"] = time.process_time() - c0
     print("RESULT " + json.dumps(out), flush=True)
 """)
 
@@ -92,7 +96,8 @@ def test_fuzz_repro_refused_in_a_surviving_process(name):
     res = _load_in_child(_repro(name))
     assert res["error"] == "ModelFormatError", res
     assert node in res["message"] and words in res["message"], res["message"]
-    assert res["seconds"] < REFUSAL_S, f"{name}: refused after {res['seconds']:.2f} s (bound {REFUSAL_S} s)"
+    assert res["cpu_seconds"] < REFUSAL_S, (f"{name}: refused after {res['cpu_seconds']:.2f} s of CPU time "
+                                            f"({res['seconds']:.2f} s wall; bound {REFUSAL_S} s)")
 
 
 def test_shapes_are_checked_before_constants_are_computed():
@@ -102,7 +107,8 @@ def test_shapes_are_checked_before_constants_are_computed():
     res = _load_in_child(_repro("densenet121_light_mutated.rten"), max_value_bytes=1 << 40)
     assert res["error"] == "ModelFormatError", res
     assert "Concat" in res["message"] and "[1, 32, 56, 0]" in res["message"], res["message"]
-    assert res["seconds"] < REFUSAL_S, f"refused after {res['seconds']:.2f} s (bound {REFUSAL_S} s)"
+    assert res["cpu_seconds"] < REFUSAL_S, (f"refused after {res['cpu_seconds']:.2f} s of CPU time "
+                                            f"({res['seconds']:.2f} s wall; bound {REFUSAL_S} s)")
 
 
 def test_value_size_problem():

@@ -11,6 +11,10 @@
   prototype flatbuffer, probed); writer :mod:`fbjax.formats.stablehlo_writer`
 * :mod:`fbjax.formats.gpu_cl` -- TFLite GPU delegate (OpenCL) serialized
   ``.bin`` (probed per schema generation); writer :mod:`fbjax.formats.gpu_cl_writer`
+* :mod:`fbjax.formats.llm_bundle` -- LLM bundles: LiteRT-LM ``.litertlm``
+  and MediaPipe LLM ``.task`` (containers around a ``.tflite``: ``fbjax.load``
+  dispatches on :func:`fbjax.formats.llm_bundle.bundle_kind` before
+  :func:`read_model`); written back by ``write_bundle``
 
 ``_generated/`` holds the Python bindings ``flatc`` generated from
 ``schemas/*.fbs`` (regenerate with ``nox -s schemas``; do not edit by hand).

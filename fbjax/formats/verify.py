@@ -124,6 +124,7 @@ SCHEMAS = {
     "gpu_cl_tf27": "gpu_cl_tf27_schema_desc",
     "gpu_cl_litert": "gpu_cl_litert_schema_desc",
     "tflite_metadata": "tflite_metadata_schema_desc",
+    "litertlm_header": "litertlm_header_schema_desc",
 }
 
 # field kinds of the compiled plan
