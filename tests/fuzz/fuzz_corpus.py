@@ -10,7 +10,8 @@ it (whole networks whose weights are constant subgraphs --
 ``ConstantOfShape``, ``Expand``, ``Tile`` -- computed at load: a flipped bit
 there asks for terabytes); StableHLO flatbuffers (a REDUCE body, a
 convolution, and programs written by ``fbjax.export.to_stablehlo_flatbuffer``);
-TFLite GPU delegate ``.bin`` files (the seed, TF 2.5 and TF 2.7 generations).
+TFLite GPU delegate ``.bin`` files (the seed, TF 2.5 and TF 2.7 generations);
+bundles (``.litertlm``, LLM and vision ``.task``).
 """
 
 from __future__ import annotations
@@ -464,6 +465,11 @@ def gpu_cl_as_tf27(buf: bytes) -> tuple[bytes, list]:
 
 # --- the corpus ---------------------------------------------------------------
 
+#: container files (tests/data): the smaller LLM bundles (a q8 .litertlm with a SentencePiece tokenizer,
+#: an LLM .task) and MediaPipe's vision .task bundles (one nested)
+BUNDLES = ("llm_bundles/llama_q8_sp.litertlm", "llm_bundles/gemma_sp.task", "tasks/tiny_vision.task",
+           "tasks/nested.task")
+
 @functools.lru_cache(maxsize=None)
 def seeds() -> tuple[tuple[str, str, bytes], ...]:
     """All seeds as ``(name, format, bytes)``; real TFLite files where present."""
@@ -487,6 +493,11 @@ def seeds() -> tuple[tuple[str, str, bytes], ...]:
     if p.is_file():
         out.append(("tflm_sine_float.F32.BUFFER.tf27.bin", "gpu_cl", gpu_cl_as_tf27(p.read_bytes())[0]))
     out.append(("synthetic_conv", "stablehlo", stablehlo_conv()))
+    data_dir = Path(__file__).resolve().parents[1] / "data"
+    for f in BUNDLES:
+        p = data_dir / f
+        if p.is_file():
+            out.append((p.name, "bundle", p.read_bytes()))
     extra = os.environ.get("FBJAX_FUZZ_SEEDS")  # more files: path[:format],...
     for item in filter(None, (extra or "").split(",")):
         path, _, fmt = item.partition(":")

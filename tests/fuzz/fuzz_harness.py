@@ -54,7 +54,9 @@ for p in (str(ROOT), str(HERE)):
     if p not in sys.path:
         sys.path.insert(0, p)
 
-FORMATS = ("tflite", "rten", "stablehlo", "gpu_cl")
+#: ``bundle``: the containers fbjax.load opens (LiteRT-LM .litertlm, MediaPipe LLM and vision .task),
+#: loaded with the format detected (a vision bundle's members are each loaded too)
+FORMATS = ("tflite", "rten", "stablehlo", "gpu_cl", "bundle")
 CASE_TIMEOUT = 10.0
 
 INTERESTING32 = [0, 1, 2, 3, 4, 8, 0x7F, 0x80, 0xFF, 0x100, 0x7FFF, 0x8000, 0xFFFF, 0x10000,
@@ -243,8 +245,11 @@ class Runner:
             pass
 
     def _load(self, data, fmt):
-        if self.load_mode == "full":
-            return self.fbjax_load(data, format=fmt).ir
+        if self.load_mode == "full" or fmt == "bundle":
+            m = self.fbjax_load(data, format=None if fmt == "bundle" else fmt)
+            for name in getattr(m, "names", ()):  # a vision .task: every member, as bundle[name] loads it
+                m[name]
+            return getattr(m, "ir", None)  # (an LLM bundle's model: m.model.ir, not rewritten in place)
         ir = self.read_model(data, fmt)
         self.build(ir)
         return ir
