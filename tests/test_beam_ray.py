@@ -176,6 +176,42 @@ def test_beam_handler_options():
         h.load_model()
 
 
+def test_beam_handler_reads_a_model_through_beam_filesystems():
+    """A model path with a scheme (gs://, s3://...) is read with Beam's FileSystems on the
+    worker: here a file system registered for the scheme ``fbjaxtest`` serving the bundled
+    model's bytes; the handler's results equal those of the local file."""
+    import io
+
+    from apache_beam.io.filesystem import FileSystem
+
+    from fbjax.beam import FbjaxModelHandler
+
+    data = Path(fbjax.data.DEFAULT_MODEL).read_bytes()
+    opened = []
+
+    def _unused(*a, **k):
+        raise NotImplementedError
+
+    def _open(self, path, mime_type="application/octet-stream", compression_type=None):
+        opened.append(path)
+        return io.BytesIO(data)
+
+    # Beam finds file systems among FileSystem's subclasses, by scheme() (the scheme is this
+    # test's own, so the class left registered in the process serves no other path)
+    fs = type("FbjaxTestFileSystem", (FileSystem,), {
+        **{name: _unused for name in FileSystem.__abstractmethods__},
+        "scheme": classmethod(lambda cls: "fbjaxtest"), "open": _open})
+    h = FbjaxModelHandler("fbjaxtest://models/selfie.tflite")
+    m = h.load_model()
+    x = np.stack([_image(i) for i in range(2)])
+    res = list(h.run_inference(list(x), m))
+    assert fs in FileSystem.get_all_subclasses()  # (also keeps the class alive until here)
+    assert opened == ["fbjaxtest://models/selfie.tflite"]
+    ref = fbjax.infer(fbjax.data.DEFAULT_MODEL, x, step_size=STEP, progress=False)
+    assert all(np.array_equal(r.inference, ref[i]) for i, r in enumerate(res))
+    assert res[0].model_id == "fbjaxtest://models/selfie.tflite"
+
+
 def test_import_fbjax_imports_neither_beam_nor_ray():
     code = "import sys, fbjax; bad = [m for m in ('apache_beam', 'ray') if m in sys.modules]; assert not bad, bad"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
