@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib.util
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -231,7 +232,11 @@ def ray_example():
     spec.loader.exec_module(mod)
     # the module is not importable on Ray's workers: its classes and functions travel by value
     ray.cloudpickle.register_pickle_by_value(mod)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    with warnings.catch_warnings():
+        # ray.init starts its processes with subprocess (fork, then exec at once), which
+        # JAX's warning about os.fork in a multithreaded process does not tell apart
+        warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called", category=RuntimeWarning)
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         yield mod
     finally:
