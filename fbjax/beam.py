@@ -14,8 +14,7 @@
 
 Beam's ``RunInference`` (``apache_beam.ml.inference.base``, Beam's "About
 Beam ML" guide) batches the elements of a bundle with ``BatchElements``,
-loads the model once per worker process (``shared.Shared``; across the
-processes of a worker with ``large_model=True``) and calls
+loads the model once per worker process (``shared.Shared``) and calls
 :meth:`FbjaxModelHandler.run_inference` per batch, which runs the batch
 through :func:`fbjax.infer` -- the same steps, padding and programs as
 ``fbjax.infer(model, examples, step_size=step_size)`` on the whole dataset,
@@ -104,12 +103,13 @@ class FbjaxModelHandler(_beam.ModelHandler[Example, _beam.PredictionResult, Mode
         load_options: other keyword arguments of :func:`fbjax.load`
             (``quantized``, ``compute_dtype``, ``constant_inputs``,
             ``static_bounds``, ...); not ``batch_size``.
-        large_model, model_copies, env_vars: Beam's ``ModelHandler``
-            options: one model per worker machine shared by its processes
-            instead of one per process; how many copies; environment
-            variables set before the model loads (e.g.
-            ``{"XLA_PYTHON_CLIENT_MEM_FRACTION": "0.3"}`` when several
-            processes share a GPU).
+        env_vars: environment variables set before the model loads
+            (Beam's ``ModelHandler`` option), e.g.
+            ``{"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}`` when several
+            worker processes share a GPU. (Beam's ``large_model`` /
+            ``model_copies``, one model served to several processes through
+            a proxy, are not offered: :func:`fbjax.infer` needs the
+            :class:`~fbjax.Model` itself in the calling process.)
 
     Raises:
         InputError: ``step_size`` or a batch bound that is not a positive
@@ -120,7 +120,6 @@ class FbjaxModelHandler(_beam.ModelHandler[Example, _beam.PredictionResult, Mode
     def __init__(self, model_path: Union[str, os.PathLike], *, step_size: Optional[int] = None,
                  min_batch_size: Optional[int] = None, max_batch_size: Optional[int] = None,
                  max_batch_duration_secs: Optional[int] = None, load_options: Optional[Mapping[str, Any]] = None,
-                 large_model: bool = False, model_copies: Optional[int] = None,
                  env_vars: Optional[Mapping[str, str]] = None):
         step = DEFAULT_STEP_SIZE if step_size is None else step_size
         _check_positive(step, "step_size")
@@ -135,7 +134,7 @@ class FbjaxModelHandler(_beam.ModelHandler[Example, _beam.PredictionResult, Mode
             raise InputError("FbjaxModelHandler loads the model with batch_size=None (any batch); give the "
                              "examples per call as step_size=... instead of load_options['batch_size']")
         super().__init__(min_batch_size=lo, max_batch_size=hi, max_batch_duration_secs=max_batch_duration_secs,
-                         large_model=large_model, model_copies=model_copies, env_vars=dict(env_vars or {}))
+                         env_vars=dict(env_vars or {}))
         self._model_path = os.fspath(model_path)
         self._step_size = int(step)
         self._load_options = load_options
@@ -148,7 +147,7 @@ class FbjaxModelHandler(_beam.ModelHandler[Example, _beam.PredictionResult, Mode
     def load_model(self) -> Model:
         """Load the model batch-polymorphic (``fbjax.load(path,
         batch_size=None, **load_options)``); Beam calls this once per worker
-        process (or per machine with ``large_model=True``) and shares it.
+        process and shares it between the process's threads.
 
         Raises:
             FileNotFoundError, ModelFormatError, UnsupportedOperatorError:

@@ -14,6 +14,7 @@ call, not the program or its shapes.
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 import warnings
@@ -139,6 +140,26 @@ def test_beam_handler_direct_calls(dense_path):
         h.run_inference(list(x), m, {"foo": 1})
 
 
+@pytest.mark.parametrize("which", ["dense", "default"])
+def test_beam_handler_from_several_threads(which, dense_path):
+    """A Beam worker process shares its model between its threads (Dataflow runs several
+    per process): batches run concurrently from 4 threads give fbjax.infer's bits."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from fbjax.beam import FbjaxModelHandler
+
+    path = dense_path if which == "dense" else fbjax.data.DEFAULT_MODEL
+    h = FbjaxModelHandler(path)
+    m = h.load_model()
+    x = np.random.default_rng(2).random((20, *m.inputs[0].shape[1:]), dtype=np.float32)
+    ref = fbjax.infer(path, x, step_size=STEP, progress=False)
+    batches = [list(x[i:i + 5]) for i in range(0, len(x), 5)] * 2
+    with ThreadPoolExecutor(4) as pool:
+        outs = list(pool.map(lambda b: h.run_inference(b, m), batches))
+    ys = np.stack([r.inference for res in outs for r in res])
+    assert np.array_equal(ys, np.concatenate([ref, ref]))
+
+
 def test_beam_handler_multi_output(tmp_path):
     """A two-output model (SPLIT of a (1, 6) input in two (1, 3)): inference is a tuple
     in Model.outputs order, each equal to fbjax.infer's."""
@@ -172,6 +193,9 @@ def test_beam_handler_options():
         FbjaxModelHandler("m.tflite", min_batch_size=9, max_batch_size=4)
     with pytest.raises(InputError, match="step_size"):
         FbjaxModelHandler("m.tflite", load_options={"batch_size": 4})
+    e = FbjaxModelHandler("m.tflite", env_vars={"FBJAX_TEST_BEAM_ENV": "1"})
+    e.set_environment_vars()  # what RunInference does before load_model
+    assert os.environ.pop("FBJAX_TEST_BEAM_ENV") == "1"
     h.update_model_path("other.tflite")
     with pytest.raises(FileNotFoundError):
         h.load_model()
