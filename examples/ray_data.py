@@ -131,7 +131,8 @@ def main(argv=None) -> int:
     ap.add_argument("--examples", type=int, default=64, help="number of synthetic example images (default 64)")
     ap.add_argument("--step-size", type=int, default=8, help="examples per compiled call, fbjax.infer's step_size")
     ap.add_argument("--batch-size", type=int, default=32, help="rows per map_batches call (default 32)")
-    ap.add_argument("--actors", type=int, default=1, help="actors in the pool, one model each (default 1)")
+    ap.add_argument("--actors", type=int, default=1, help="actors in the pool, one model each (default 1); each holds a CPU, so leave "
+                         "one free for the read tasks (2 actors on a 2-CPU machine wait forever)")
     ap.add_argument("--num-gpus", type=float, default=0,
                     help="GPUs per actor: 1 for one model per GPU (default 0: CPU)")
     ap.add_argument("--address", default=None,
