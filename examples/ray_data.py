@@ -7,7 +7,7 @@ the batch through ``fbjax.infer``, so results equal ``fbjax.infer`` on the
 whole dataset at the same ``step_size``.
 
     python examples/ray_data.py                     # local Ray, MediaPipe selfie segmentation, 64 images
-    python examples/ray_data.py --examples 256 --actors 2 --check
+    python examples/ray_data.py --examples 256 --check          # compare with fbjax.infer
     python examples/ray_data.py --address auto --num-gpus 1 --actors 4 --step-size 64   # a GPU cluster
 
 On a cluster: ``--address auto`` joins the running Ray cluster; ``--num-gpus
