@@ -13,7 +13,7 @@ each import is resolved to the fbjax module it names. Layers, lowest first:
    ``lower.inference``, ``custom``;
 4. the executors: ``run`` (how a Model runs when called);
 5. ``model``, and the entry points above it: ``infer``, ``export``,
-   ``train``, ``flax``, ``bench``, ``testing``, ``cli``, the package root.
+   ``train``, ``flax``, ``bench``, ``beam``, ``testing``, ``cli``, the package root.
 
 A module may import from its own layer or below. A module-level import from
 a higher layer is an error. A function-local import from a higher layer is
@@ -39,7 +39,7 @@ LAYERS = {
     "fbjax.lower.inference": 3, "fbjax.cache": 3, "fbjax.custom": 3, "fbjax.pipeline": 3,
     "fbjax.run": 4,
     "fbjax.model": 5, "fbjax.infer": 5, "fbjax.export": 5, "fbjax.train": 5, "fbjax.flax": 5,
-    "fbjax.bench": 5, "fbjax.testing": 5, "fbjax.vision": 5, "fbjax.convert": 5, "fbjax.cli": 5, "fbjax.__main__": 5, "fbjax": 5,
+    "fbjax.bench": 5, "fbjax.beam": 5, "fbjax.testing": 5, "fbjax.vision": 5, "fbjax.convert": 5, "fbjax.cli": 5, "fbjax.__main__": 5, "fbjax": 5,
 }
 
 #: (importing module, imported module) -> why the function-local upward import stays.

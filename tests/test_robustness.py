@@ -10,7 +10,7 @@
   (nothing fbjax returns keeps a mapping of the file: no SIGBUS);
 * no code from model files is executed;
 * a bounded mutation-fuzzing run over every format (``FBJAX_FUZZ_SECONDS``,
-  default 40 including worker start-up; the long run is ``nox -s fuzz``).
+  default 60 including worker start-ups; the long run is ``nox -s fuzz``).
 """
 
 from __future__ import annotations
@@ -148,6 +148,8 @@ def test_parse_fbs_features():
 
 def test_verifier_accepts_every_seed():
     for name, fmt, data in C.seeds():
+        if fmt == "bundle":  # containers (a header flatbuffer plus sections, or a zip): not one flatbuffer
+            continue
         if fmt == "gpu_cl":  # one schema per generation: detect_generation verifies against each
             from fbjax.formats.gpu_cl import detect_generation
 
@@ -581,9 +583,13 @@ def test_fuzz_watchdogs_report_hangs_and_crashes(tmp_path):
 
 
 def test_fuzz_every_format(tmp_path):
-    """Mutated files of every format: each outcome is a load, ModelFormatError
-    or UnsupportedOperatorError within 10 s (hangs are caught by watchdogs)."""
-    seconds = float(os.environ.get("FBJAX_FUZZ_SECONDS", "40"))
+    """Mutated files of every format, bundles included, loaded with
+    ``fbjax.load``: each outcome is a load, ModelFormatError,
+    UnsupportedOperatorError or InputError within 10 s (hangs are caught by
+    watchdogs). At least 20 cases per format: a worker's start-up (JAX, the
+    corpus) takes seconds of each format's share, and a case that loads a
+    light ONNX model whole takes up to a second or two."""
+    seconds = float(os.environ.get("FBJAX_FUZZ_SECONDS", "60"))
     out = tmp_path / "fuzz.json"
     cmd = [sys.executable, str(FUZZ / "fuzz_harness.py"), "--seconds", str(seconds), "--json", str(out),
            "--crash-dir", str(tmp_path / "crashes")]
@@ -595,7 +601,7 @@ def test_fuzz_every_format(tmp_path):
     problems = [(f, c) for f, r in rep["formats"].items() for c in r["crashes"]]
     assert rep["crashes_and_hangs"] == 0 and not problems, json.dumps(problems, indent=1)[:4000]
     for f, r in rep["formats"].items():
-        assert r["cases"] >= 50, (f, r)
+        assert r["cases"] >= 20, (f, r)
         assert r["max_case_s"] < 10, (f, r["max_case_s"])
 
 
