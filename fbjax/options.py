@@ -9,6 +9,7 @@ path), so no option is threaded by hand.
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
 from typing import Optional, Union
 
@@ -16,7 +17,33 @@ import numpy as np
 
 from .errors import InputError
 
-__all__ = ["LoadOptions", "FILE_BATCH", "QUANTIZED_MODES", "COMPUTE_DTYPES"]
+__all__ = ["LoadOptions", "FILE_BATCH", "QUANTIZED_MODES", "COMPUTE_DTYPES", "ENV", "ENV_FLAGS", "env_flag"]
+
+#: fbjax's on/off environment variables: ``{name: (default, what it does)}``
+#: (README "Environment variables" has the same table). Each is read once,
+#: at import, into :data:`ENV` by :func:`env_flag`'s one rule.
+ENV_FLAGS = {
+    "FBJAX_TIERED_COMPILE": (False, "default of ``fbjax.load(tiered_compile=...)``: on CPU a quickly compiled "
+                                    "first tier (faster cold first call, not bit-reproducible before "
+                                    "``Model.wait_optimised()``)"),
+}
+
+_FALSE = ("", "0", "false", "no", "off")
+
+
+def env_flag(name: str, default: bool = False, environ=None) -> bool:
+    """The one rule fbjax reads its on/off environment variables with:
+    unset -> ``default``; ``""``, ``0``, ``false``, ``no``, ``off`` (any case,
+    surrounding blanks ignored) -> False; any other value -> True.
+    ``environ``: default ``os.environ``."""
+    v = (os.environ if environ is None else environ).get(name)
+    if v is None:
+        return default
+    return v.strip().lower() not in _FALSE
+
+
+#: :data:`ENV_FLAGS` as read at import (``{name: bool}``).
+ENV = {name: env_flag(name, default) for name, (default, _) in ENV_FLAGS.items()}
 
 #: ``batch_size`` value meaning "the shapes stored in the file".
 FILE_BATCH = "file"
@@ -41,6 +68,19 @@ class LoadOptions:
             (:func:`fbjax.passes.add_valid_counts`).
         compute_dtype: ``"float32"``, ``"bfloat16"`` or ``"float16"`` (a
             numpy/JAX dtype is stored as its name).
+        tiered_compile: on CPU, compile a quick program for the first call
+            and swap the optimised one in when a background thread has
+            compiled it (:mod:`fbjax.run.tiered`). It trades bit
+            reproducibility for a faster cold first call: the quick
+            program is lowered and compiled differently (``-O0`` alone
+            changes float results), so calls before
+            :meth:`fbjax.Model.wait_optimised` may differ from later ones
+            and from another process's in the last bits (measured up to
+            1.2e-4 relative on mediapipe_selfie_segmentation). Default
+            False: every call runs the optimised program, the same bits
+            whatever ran before and whatever the cache held. ``None`` is
+            stored as the ``FBJAX_TIERED_COMPILE`` environment default
+            (:data:`ENV`).
 
     Raises:
         InputError: ``while_max_iterations`` is not None or an int >= 0,
@@ -55,6 +95,7 @@ class LoadOptions:
     while_max_iterations: Optional[int] = None
     static_bounds: bool = False
     compute_dtype: str = "float32"
+    tiered_compile: Optional[bool] = None
 
     def __post_init__(self):
         w = self.while_max_iterations
@@ -75,6 +116,13 @@ class LoadOptions:
         if cd not in COMPUTE_DTYPES:
             raise InputError(f"compute_dtype must be one of {list(COMPUTE_DTYPES)}, got {self.compute_dtype!r}")
         object.__setattr__(self, "compute_dtype", cd)
+        t = self.tiered_compile
+        if t is None:
+            object.__setattr__(self, "tiered_compile", ENV["FBJAX_TIERED_COMPILE"])
+        elif not isinstance(t, (bool, np.bool_)):
+            raise InputError(f"tiered_compile must be True, False or None (the environment's default), got {t!r}")
+        else:
+            object.__setattr__(self, "tiered_compile", bool(t))
 
     @property
     def rewrites_batch(self) -> bool:

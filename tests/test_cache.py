@@ -128,8 +128,9 @@ def _trace_child(model, **env):
     e = {k: v for k, v in os.environ.items()
          if k not in ("FBJAX_NO_CACHE", "FBJAX_CACHE_DIR", "JAX_COMPILATION_CACHE_DIR")}
     e.update(env, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    # one compiled program (no quick first tier, fbjax.run.tiered), so "diff" compares identical programs
-    e["FBJAX_TIERED_COMPILE"] = "0"
+    # one compiled program (no quick first tier: tiered_compile is off by default), so "diff" compares
+    # identical programs
+    e.pop("FBJAX_TIERED_COMPILE", None)
     p = subprocess.run([sys.executable, "-c", _TRACE_CHILD, model], env=e, capture_output=True, text=True,
                        timeout=300)
     assert p.returncode == 0, p.stderr

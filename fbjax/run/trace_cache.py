@@ -40,8 +40,8 @@ class TraceCached(CpuPrepared):
 
     name = "trace_cache"
 
-    def __init__(self, program, compiler_options=None, *, trace_base: tuple):
-        super().__init__(program, compiler_options)
+    def __init__(self, program, compiler_options=None, *, trace_base: tuple, tiered: bool = False):
+        super().__init__(program, compiler_options, tiered=tiered)
         self.trace_base = trace_base
         self.exported = None
         self._call = None  # what __call__ runs: self.jitted, or a jit of the Exported
