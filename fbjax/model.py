@@ -22,6 +22,7 @@ from .lower.registry import LOWERINGS
 from . import run
 from . import pipeline
 from .options import FILE_BATCH as _FILE
+from .options import KernelOptions, kernel_options
 from .options import LoadOptions
 from .passes import bind_inputs
 from .signature import SignatureRunner
@@ -184,7 +185,8 @@ class Model:
         #: how calls run, chosen once here (:func:`fbjax.run.select`): its ``name`` says which
         self.executor = run.select(
             program, self.apply, self._apply_leaves, stateful=self._stateful,
-            compiler_options=compiler_options(program.backend), trace_base=trace_base,
+            compiler_options=compiler_options(program.backend, kernel_options(program).xla_defaults),
+            trace_base=trace_base,
             chunks=None if chunks is None else (lambda: chunks(self)), tiered=tiered)
         self._unchecked = self.executor.unchecked  # __call__ may try executor.jitted_leaves before any check
 
@@ -811,7 +813,8 @@ def _inferred_outputs(model: "Model") -> list:
 def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, str] = _FILE,
          quantized: str = "exact", while_max_iterations: Optional[int] = None,
          constant_inputs: Optional[Mapping] = None, static_bounds: bool = False,
-         compute_dtype: str = "float32", tiered_compile: Optional[bool] = None) -> Model:
+         compute_dtype: str = "float32", tiered_compile: Optional[bool] = None,
+         kernel_options: Optional[KernelOptions] = None) -> Model:
     """Load a model file as a :class:`Model`.
 
     Args:
@@ -901,6 +904,10 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
             (:meth:`Model.wait_optimised`). The two programs' float results
             differ in the last bits (up to ~1e-4 relative measured), so
             which one a call ran depends on timing: not reproducible.
+        kernel_options: a :class:`~fbjax.options.KernelOptions` (None: its
+            defaults): the kernel choices, thresholds, precision and chunk
+            sizes that change the computed program (for experiments and
+            benchmarks; the defaults are the measured fastest).
 
     Returns:
         a :class:`Model`, callable and jitted.
@@ -928,11 +935,12 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
             ``"float"``; a ``constant_inputs`` name that is not an input (the
             message lists the inputs), or an array of another shape or dtype;
             ``compute_dtype`` is not one of the three names;
-            ``tiered_compile`` is not True, False or None.
+            ``tiered_compile`` is not True, False or None; a
+            ``kernel_options`` field out of range.
     """
     cache.enable()  # JAX's persistent compilation cache (fbjax/cache.py)
     options = LoadOptions(format, batch_size, quantized, while_max_iterations, static_bounds, compute_dtype,
-                          tiered_compile)
+                          tiered_compile, kernel_options)
     if isinstance(source, (str, os.PathLike)):
         source = os.path.expanduser(source)  # "~/models/x.tflite", as a shell would expand it
     ir = read_model(source, options.format)

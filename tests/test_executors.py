@@ -74,14 +74,12 @@ def test_program_apply_without_state_refuses_stateful_ops():
 
 
 @pytest.mark.skipif(jax.default_backend() != "cpu", reason="chunks are for XLA:CPU")
-def test_fixed_large_batch_runs_in_chunks(monkeypatch):
-    import fbjax.run.chunked
-
+def test_fixed_large_batch_runs_in_chunks():
     rng = np.random.default_rng(1)
     w = rng.standard_normal((4, 3, 3, 4)).astype(F32)
     data = single_op_model("CONV_2D", [(1, 6, 6, 4), w, None], options=dict(padding="SAME", stride_h=1, stride_w=1),
                            output_shapes=[(1, 6, 6, 4)])
     assert fbjax.load(data, batch_size=4).executor.name != "chunked"  # 4 tiny images fit in the default budget
-    monkeypatch.setattr(fbjax.run.chunked, "CHUNK_BYTES", 2 * 2 * 6 * 6 * 4 * 4)  # two images' in + out
-    m = fbjax.load(data, batch_size=4)
+    two_images = fbjax.KernelOptions(chunk_bytes=2 * 2 * 6 * 6 * 4 * 4)  # two images' in + out
+    m = fbjax.load(data, batch_size=4, kernel_options=two_images)
     assert m.executor.name == "chunked" and m.executor.k == 2 and m.executor.batch == 4

@@ -539,19 +539,16 @@ DEPTHWISE_STRATEGY_CASES = [c for c in DEPTHWISE_CASES if "s2-k3-7x7" in c.id or
 
 
 @pytest.mark.parametrize("case", DEPTHWISE_STRATEGY_CASES, ids=lambda c: c.id)
-def test_depthwise_strategies_agree(case, monkeypatch):
+def test_depthwise_strategies_agree(case):
     """The two depthwise lowerings ("conv": a feature-grouped convolution;
     "shifted": multiply-adds of shifted slices) give the same result, and both
     match LiteRT."""
-    from fbjax.lower import kernels
-
     import jax
 
     model, inputs, expected = _oracle(case)
     results = {}
     for strategy in ("conv", "shifted"):
-        monkeypatch.setattr(kernels, "DEPTHWISE_STRATEGY", strategy)
-        m = fbjax.load(model)  # fresh load: traced under this strategy
+        m = fbjax.load(model, kernel_options=fbjax.KernelOptions(depthwise_strategy=strategy))
         jaxpr = str(jax.make_jaxpr(m.apply)(m.params, *inputs))
         grouped = any(int(g) > 1 for g in re.findall(r"feature_group_count=(\d+)", jaxpr))
         # the strategy really switched: only "conv" emits a grouped convolution
@@ -566,22 +563,18 @@ SMALL_CONV_CASES = [c for c in CONV_CASES if "grouped" not in c.id and "k1" not 
 
 
 @pytest.mark.parametrize("case", SMALL_CONV_CASES, ids=lambda c: c.id)
-def test_small_conv_strategies_agree(case, monkeypatch):
+def test_small_conv_strategies_agree(case):
     """CONV_2D with few input channels: XLA's convolution
-    (``kernels.SMALL_CONV_TAPS = 0``, every backend but CPU) and the CPU
+    (``KernelOptions(small_conv_taps=0)``, every backend but CPU) and the CPU
     sum over kernel taps (:func:`fbjax.lower.kernels._taps_conv`, the CPU
     default for these 3-channel cases, 5x5 included at a raised limit) both
     match LiteRT and each other."""
-    from fbjax.lower import kernels
-
     import jax
 
     model, inputs, expected = _oracle(case)
     results = {}
-    monkeypatch.setattr(kernels, "SMALL_CONV_MAX_OUT", 16)
     for taps in (0, 75):
-        monkeypatch.setattr(kernels, "SMALL_CONV_TAPS", taps)
-        m = fbjax.load(model)  # fresh load: traced under this setting
+        m = fbjax.load(model, kernel_options=fbjax.KernelOptions(small_conv_taps=taps, small_conv_max_out=16))
         jaxpr = str(jax.make_jaxpr(m.apply)(m.params, *inputs))
         convs = "conv_general_dilated" in jaxpr
         # the setting really switched (on CPU): only taps=0 emits a convolution

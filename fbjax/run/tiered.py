@@ -69,8 +69,9 @@ import jax
 
 from .. import cache
 from ..cache import NO_YNN_FUSION
+from ..options import kernel_options
 
-__all__ = ["CHEAP_OPTIONS", "MIN_NODES", "TieredCall", "worth_tiering", "mark_optimised", "wait_optimised",
+__all__ = ["CHEAP_OPTIONS", "TieredCall", "worth_tiering", "mark_optimised", "wait_optimised",
            "optimised_marked", "quick_options"]
 
 #: XLA:CPU options of the quick first tier (see the module docstring for
@@ -79,12 +80,6 @@ __all__ = ["CHEAP_OPTIONS", "MIN_NODES", "TieredCall", "worth_tiering", "mark_op
 #: -50 to -75 %, not enough for palm_detection_lite), and
 #: ``xla_cpu_parallel_codegen_split_count=1`` (no change within the noise).
 CHEAP_OPTIONS = {"xla_backend_optimization_level": 0, "xla_cpu_use_fusion_emitters": False}
-
-#: Programs of fewer graph nodes compile in well under a second anyway and
-#: are not tiered: the compiled executable's call costs ~6 us more than the
-#: jit's dispatch (tflm_sine_float: 17 vs 11 us per call), which matters
-#: only for such tiny models.
-MIN_NODES = 32
 
 _threads: list = []
 _threads_lock = threading.Lock()
@@ -104,13 +99,18 @@ def worth_tiering(program, tiered: bool) -> bool:
     """Whether the executors of ``program`` (a lowered
     :class:`~fbjax.lower.build.Program`) compile in tiers: ``tiered`` (the
     ``tiered_compile`` load option), its backend is ``"cpu"`` (on GPU/TPU the
-    plain jit) and its graphs have at least :data:`MIN_NODES` nodes."""
+    plain jit) and its graphs have at least ``KernelOptions.tiered_min_nodes``
+    nodes (32: smaller programs compile in well under a second anyway, and
+    the compiled executable's call costs ~6 us more than the jit's
+    dispatch, tflm_sine_float 17 vs 11 us per call, which matters only for
+    such tiny models)."""
     if not tiered or program.backend != "cpu":
         return False
+    least = kernel_options(program).tiered_min_nodes
     n = 0
     for _ in program.model.iter_nodes():
         n += 1
-        if n >= MIN_NODES:
+        if n >= least:
             return True
     return False
 
@@ -146,7 +146,7 @@ def quick_options() -> dict:
     (the executor's, e.g. :func:`fbjax.cache.compiler_options`):
     :data:`CHEAP_OPTIONS` with XLA:CPU's YNNPACK fusion off whatever the
     environment says, as the quick program's grouped convolutions need
-    (:data:`fbjax.lower.kernels.DEPTHWISE_STRATEGY`)."""
+    (``KernelOptions.depthwise_strategy``)."""
     return dict(NO_YNN_FUSION, **CHEAP_OPTIONS)
 
 

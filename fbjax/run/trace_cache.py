@@ -8,7 +8,6 @@ exports it and stores it there; later processes skip tracing the graph.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 from typing import Optional
 
@@ -168,7 +167,7 @@ def trace_base(program, source, options, constant_inputs=None) -> Optional[tuple
     digest = cache.source_digest(source)
     if digest is None:
         return None
-    key = tuple(map(repr, dataclasses.astuple(options)))
+    key = options.cache_key()  # every load option, KernelOptions field by field
     if constant_inputs:  # the bound values key the trace too
         bound = tuple((k, np.asarray(v).dtype.str, np.shape(v),
                        hashlib.sha256(np.ascontiguousarray(v).tobytes()).hexdigest())
