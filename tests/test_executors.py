@@ -51,9 +51,16 @@ def test_relayable_conv_runs_the_prepared_program_on_cpu():
     assert isinstance(m.executor, run.CpuPrepared)
 
 
-@pytest.mark.skipif(not (CONTROL / "resource_variables.tflite").exists(), reason="fixture missing")
+def _fixture(name: str) -> Path:
+    """A committed fixture in :data:`CONTROL`: the test fails, not
+    skips, when it is missing."""
+    path = CONTROL / name
+    assert path.is_file(), f"committed fixture {path} missing"
+    return path
+
+
 def test_model_with_variables_runs_the_stateful_executor_and_state_stays_in_the_run():
-    m = fbjax.load(CONTROL / "resource_variables.tflite")
+    m = fbjax.load(_fixture("resource_variables.tflite"))
     assert m.executor.name == "stateful" and m.executor.stateful and m.state
     before = {k: np.asarray(v) for k, v in m.state.items()}
     m(np.ones((2, 3), F32))
@@ -65,10 +72,7 @@ def test_model_with_variables_runs_the_stateful_executor_and_state_stays_in_the_
 
 
 def test_program_apply_without_state_refuses_stateful_ops():
-    path = CONTROL / "resource_variables.tflite"
-    if not path.exists():
-        pytest.skip("fixture missing")
-    m = fbjax.load(path)
+    m = fbjax.load(_fixture("resource_variables.tflite"))
     with pytest.raises(fbjax.ModelFormatError, match="resource variables"):
         m.program.apply(m.params, None, np.ones((2, 3), F32))
 
