@@ -3,7 +3,10 @@
 :class:`LoadOptions` is validated once, at construction; it is what the load
 pipeline (:mod:`fbjax.pipeline`) reads, the key of the CPU trace cache, and
 how a model is loaded again with another batch (the chunked large-batch
-path), so no option is threaded by hand.
+path), so no option is threaded by hand. Its :class:`KernelOptions` field
+holds every kernel choice and threshold that changes the computed program
+(no module global does), and :data:`ENV` fbjax's environment variables,
+read once with one rule (:func:`env_flag`), which supply defaults.
 """
 
 from __future__ import annotations
