@@ -8,7 +8,9 @@ The first process starts with an empty ``FBJAX_CACHE_DIR`` (JAX's
 persistent compilation cache and fbjax's trace cache empty: everything is
 traced and compiled), the second with the cache the first one filled (the
 traced program and its executable read from disk). Every call of every
-process must return the same bytes, output by output: tiered compilation
+process must return the same bytes, output by output, and so must a third
+process run with ``FBJAX_NO_CACHE=1`` (no cache at all: the prepared
+program jitted directly instead of the cached export): tiered compilation
 (``tiered_compile=True``, whose quick first tier computes differently
 rounded floats) is off by default, so no call depends on timing or on what
 the cache held. Bit equality is the claim under test here, not a tolerance:
@@ -78,9 +80,15 @@ print(json.dumps({"cache": fbjax.cache.trace_cache_dir(), "models": recs}))
 
 
 def _child(paths, cache_dir) -> dict:
+    """One process loading and calling ``paths`` in sequence, fbjax's cache
+    in ``cache_dir`` (None: ``FBJAX_NO_CACHE=1``, no cache at all)."""
     env = {k: v for k, v in os.environ.items()
-           if k not in ("FBJAX_NO_CACHE", "FBJAX_TIERED_COMPILE", "JAX_COMPILATION_CACHE_DIR")}
-    env.update(FBJAX_CACHE_DIR=str(cache_dir), PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""))
+           if k not in ("FBJAX_NO_CACHE", "FBJAX_CACHE_DIR", "FBJAX_TIERED_COMPILE", "JAX_COMPILATION_CACHE_DIR")}
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    if cache_dir is None:
+        env["FBJAX_NO_CACHE"] = "1"
+    else:
+        env["FBJAX_CACHE_DIR"] = str(cache_dir)
     p = subprocess.run([sys.executable, "-c", _CHILD, *map(str, paths)], env=env, capture_output=True, text=True,
                        timeout=1800, cwd=str(ROOT))
     assert p.returncode == 0, p.stderr[-3000:]
@@ -95,13 +103,14 @@ def _check(paths, tmp_path):
     assert cold["cache"] is not None, "the child ran without fbjax's trace cache"
     traces = list((tmp_path / "cache" / "traces").glob("*.exported"))
     warm = _child(paths, cache)
+    none = _child(paths, None)  # no cache: the prepared program jitted directly, not the cached export
+    assert none["cache"] is None
     bad = []
     for p in map(str, paths):
-        a, b = cold["models"][p], warm["models"][p]
-        calls = a["calls"] + b["calls"]
-        if len(set(calls)) != 1:
-            bad.append(f"{os.path.basename(p)} ({a['executor']}): cold process {a['calls']}, "
-                       f"warm process {b['calls']}")
+        a, b, c = cold["models"][p], warm["models"][p], none["models"][p]
+        if len(set(a["calls"] + b["calls"] + c["calls"])) != 1:
+            bad.append(f"{os.path.basename(p)} ({a['executor']} / {c['executor']}): cold process {a['calls']}, "
+                       f"warm process {b['calls']}, no-cache process {c['calls']}")
     assert not bad, "calls on one input returned different bits:\n" + "\n".join(bad)
     return cold, warm, traces
 
