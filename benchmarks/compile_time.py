@@ -45,11 +45,11 @@ def listen(event, secs, **kw):
 mon.register_event_duration_secs_listener(listen)
 t_import = time.perf_counter() - t0
 path, kind = sys.argv[1], sys.argv[2]
+ko = None
 if kind.startswith("grad_plain"):  # the floor: the plain jax.lax lowering a hand-written JAX model would be
-    import fbjax.lower.kernels as K
-    K.DEPTHWISE_STRATEGY, K.SMALL_CONV_TAPS = "conv", 0
+    ko = fbjax.KernelOptions(depthwise_strategy="conv", small_conv_taps=0)
 t1 = time.perf_counter()
-m = fbjax.load(path)
+m = fbjax.load(path, kernel_options=ko)
 t_load = time.perf_counter() - t1
 xs = _inputs(m.inputs)
 t2 = time.perf_counter()

@@ -15,6 +15,7 @@ Layout: ``fbjax/formats`` parses files into the IR (``fbjax/ir.py``);
 
 from .errors import FbjaxError, InputError, ModelFormatError, UnsupportedOperatorError
 from .model import Model, SignatureSpec, TensorSpec, load
+from .options import KernelOptions  # fbjax.load(..., kernel_options=KernelOptions(...))
 from .train import trainable
 from .infer import infer  # the function; the module stays importable as fbjax.infer
 from .generate import generate  # the function; the module stays importable as fbjax.generate
@@ -55,5 +56,5 @@ __all__ = [
     "load", "Model", "TensorSpec", "SignatureSpec", "supported_ops",
     "FbjaxError", "ModelFormatError", "UnsupportedOperatorError", "InputError",
     "register_custom_call", "trainable", "infer", "generate",
-    "register_custom_op", "TaskBundle", "LlmBundle",
+    "register_custom_op", "TaskBundle", "LlmBundle", "KernelOptions",
 ]

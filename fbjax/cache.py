@@ -8,8 +8,9 @@ loading the same model can read it from disk instead. :func:`enable` points
 JAX's persistent compilation cache at a user cache directory the first time a
 model is loaded, unless the user decided otherwise:
 
-* ``FBJAX_NO_CACHE=1`` (any non-empty value but ``0``): fbjax leaves JAX's
-  configuration alone;
+* ``FBJAX_NO_CACHE=1`` (read once, at import, by
+  :func:`fbjax.options.env_flag`'s rule): fbjax leaves JAX's configuration
+  alone;
 * a cache directory already configured for JAX (``jax.config.update(
   "jax_compilation_cache_dir", ...)`` or ``JAX_COMPILATION_CACHE_DIR``) is
   kept as it is, thresholds included;
@@ -27,9 +28,10 @@ objects) of a model's CPU inference path (:class:`fbjax.run.trace_cache.TraceCac
 second process skips tracing and lowering the graph too (about 0.6 s of a
 0.9 s warm first call on the shared MediaPipe models). Its key
 (:func:`trace_key`) covers the model file's bytes, the ``fbjax.load``
-options, fbjax's own source code and module-level settings (such as
-``fbjax.lower.kernels.DEPTHWISE_STRATEGY``), the jax/jaxlib versions, the backend and
-the argument shapes and dtypes; models with user-registered (custom)
+options (:meth:`fbjax.options.LoadOptions.cache_key`, the
+:class:`~fbjax.options.KernelOptions` included: no module-level setting
+changes a program), fbjax's own source code, the jax/jaxlib versions, the
+backend and XLA options and the argument shapes and dtypes; models with user-registered (custom)
 lowerings are never cached this way. Only used when fbjax chose the cache
 directory (not under ``FBJAX_NO_CACHE`` or a user's own JAX cache setting).
 """
@@ -42,6 +44,8 @@ import os
 from typing import Optional
 
 import jax
+
+from .options import ENV
 
 __all__ = ["enable", "default_cache_dir", "cache_dir", "compiler_options", "trace_cache_dir", "trace_key",
            "load_exported", "save_exported", "lapack_init_skipped", "NO_YNN_FUSION"]
@@ -59,8 +63,7 @@ def default_cache_dir() -> str:
 
 
 def _disabled() -> bool:
-    v = os.environ.get("FBJAX_NO_CACHE", "")
-    return v not in ("", "0")
+    return ENV["FBJAX_NO_CACHE"]
 
 
 def cache_dir() -> Optional[str]:
@@ -110,7 +113,7 @@ def enable(path: Optional[str] = None, *, force: bool = False) -> Optional[str]:
 NO_YNN_FUSION = {"xla_cpu_experimental_ynn_fusion_type": ""}
 
 
-def compiler_options(backend: Optional[str] = None) -> Optional[dict]:
+def compiler_options(backend: Optional[str] = None, xla_defaults: Optional[bool] = None) -> Optional[dict]:
     """XLA compile options for :class:`fbjax.Model`'s ``jax.jit`` (``None``: XLA's defaults).
 
     On the CPU backend fbjax turns off XLA's YNNPACK library fusion
@@ -119,16 +122,20 @@ def compiler_options(backend: Optional[str] = None) -> Optional[dict]:
     own emitters on the shared models (1x1 convolutions at batch 32 ~10x;
     batch-1 latency of mediapipe_face_detection_short_range ~2x) and it
     miscompiles chains of grouped convolutions under ``jit``
-    (:data:`fbjax.lower.kernels.DEPTHWISE_STRATEGY`). Measured and checked
+    (``KernelOptions.depthwise_strategy``). Measured and checked
     against LiteRT on every shared model with ``benchmarks/run.py``.
 
     Left to XLA when ``XLA_FLAGS`` already names ``ynn_fusion_type`` (the
-    user's choice wins) or ``FBJAX_XLA_DEFAULTS=1``. A ``jax.jit`` of
+    user's choice wins) or ``xla_defaults`` (the model's
+    ``KernelOptions.xla_defaults``; None: ``FBJAX_XLA_DEFAULTS``, read once
+    at import into :data:`fbjax.options.ENV`). A ``jax.jit`` of
     ``model.apply`` written by the user gets XLA's defaults unless it passes
     ``compiler_options=fbjax.cache.compiler_options()``.
     """
     backend = backend or jax.default_backend()
-    if backend != "cpu" or os.environ.get("FBJAX_XLA_DEFAULTS", "") not in ("", "0"):
+    if xla_defaults is None:
+        xla_defaults = ENV["FBJAX_XLA_DEFAULTS"]
+    if backend != "cpu" or xla_defaults:
         return None
     if "ynn_fusion_type" in os.environ.get("XLA_FLAGS", ""):
         return None
@@ -184,34 +191,16 @@ def source_digest(source) -> Optional[str]:
     return h.hexdigest()
 
 
-def _knobs() -> str:
-    """The module-level settings of the loaded fbjax modules (UPPER_CASE
-    names holding str/int/float/bool/None or tuples of them, e.g.
-    ``fbjax.lower.kernels.DEPTHWISE_STRATEGY``): a program traced under one
-    setting must not be reused under another."""
-    import sys
-
-    simple = (str, int, float, bool, type(None))
-    out = []
-    for name in sorted(n for n in sys.modules if n == "fbjax" or n.startswith("fbjax.")):
-        mod = sys.modules[name]
-        for attr, val in sorted(getattr(mod, "__dict__", {}).items()):
-            if attr.isupper() and (isinstance(val, simple) or (isinstance(val, tuple)
-                                                               and all(isinstance(v, simple) for v in val))):
-                out.append(f"{name}.{attr}={val!r}")
-    return "\n".join(out)
-
-
 def trace_key(model_digest: str, load_options: tuple, args: tuple, extra: str = "") -> str:
     """The trace-cache key of a model's inference program: ``model_digest``
     (:func:`source_digest`), the ``fbjax.load`` options, the shapes, dtypes and
     tree structure of the jit arguments ``args``, ``extra`` (backend, compile
-    options), fbjax's code, its module-level settings (:func:`_knobs`) and the
-    jax versions."""
+    options), fbjax's code and the jax versions. ``load_options`` carries every
+    choice that changes the program (:meth:`fbjax.options.LoadOptions.cache_key`)."""
     leaves, tree = jax.tree_util.tree_flatten(args)
     avals = ";".join(f"{tuple(getattr(x, 'shape', ()))}:{getattr(x, 'dtype', type(x).__name__)}" for x in leaves)
     h = hashlib.blake2b(digest_size=20)
-    for part in (model_digest, repr(load_options), str(tree), avals, extra, _code_fingerprint(), _knobs(),
+    for part in (model_digest, repr(load_options), str(tree), avals, extra, _code_fingerprint(),
                  str(bool(jax.config.jax_enable_x64))):
         h.update(part.encode())
         h.update(b"\0")

@@ -15,7 +15,7 @@ order are loaded and checked the general way). On one CPU device each batch
 runs as calls of the prepared program ``Model.__call__`` uses
 (:mod:`fbjax.run.cpu_prepared`: weights relaid once, values read twice
 materialized) on chunks of examples whose activations fit in cache (the
-largest divisor of the batch under ``fbjax.run.chunked.CHUNK_BYTES``; 1 for the
+largest divisor of the batch under ``KernelOptions.chunk_bytes``; 1 for the
 MediaPipe detectors, whose batched program is slower per example than
 batch-1 calls); for the MediaPipe detectors that is, per example, the
 program of a loop of ``model(x)`` with less host work per call
@@ -57,7 +57,7 @@ from typing import Iterable, Iterator, Mapping, Optional, Sequence, Union
 import numpy as np
 
 from .errors import InputError
-from .run import chunked as _chunked
+from .options import kernel_options
 
 __all__ = ["infer", "iter_examples", "FILE_NAMES_KEY"]
 
@@ -500,9 +500,9 @@ def _plan(model, batch: int) -> tuple:
     whose activations do not fit in cache streams each from memory and runs
     slower per example than smaller calls: ``k`` is the largest divisor of
     ``batch`` whose ``streams * k`` examples' activations fit within
-    :data:`fbjax.run.chunked.CHUNK_BYTES` (about what stays in cache from one
-    layer to the next), at least 1. ``streams`` is always
-    :data:`~fbjax.run.chunked.CHUNK_THREADS`: two independent executions at
+    the model's ``KernelOptions.chunk_bytes`` (about what stays in cache from one
+    layer to the next), at least 1. ``streams`` is always its
+    ``KernelOptions.chunk_threads``: two independent executions at
     once fill the gaps between one stream's small per-layer kernels, even
     when one example's activations already fill the cache (MediaPipe palm
     detection, 3.5 MB per example, batch-1 steps on the 2-core machine: one
@@ -514,8 +514,9 @@ def _plan(model, batch: int) -> tuple:
     if not cache:
         cache.append(max(_example_bytes(model), 1))
     per = cache[0]
-    budget = _chunked.CHUNK_BYTES
-    streams = max(1, _chunked.CHUNK_THREADS)
+    ko = kernel_options(model.program)
+    budget = ko.chunk_bytes
+    streams = max(1, ko.chunk_threads)
     best = 1
     for k in range(1, batch + 1):
         if batch % k == 0 and streams * k * per <= budget:

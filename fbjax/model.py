@@ -25,6 +25,7 @@ from .lower.registry import LOWERINGS
 from . import run
 from . import pipeline
 from .options import FILE_BATCH as _FILE
+from .options import KernelOptions, kernel_options
 from .options import LoadOptions
 from .passes import bind_inputs
 from .signature import SignatureRunner
@@ -168,7 +169,7 @@ class Model:
     """
 
     def __init__(self, ir: ModelIR, program: Program, path: Optional[str] = None, *,
-                 trace_base=None, chunks=None, load_kwargs: Optional[dict] = None):
+                 trace_base=None, chunks=None, load_kwargs: Optional[dict] = None, tiered: bool = False):
         self.ir = ir
         self.path = path
         self.format = ir.format
@@ -211,8 +212,9 @@ class Model:
         #: how calls run, chosen once here (:func:`fbjax.run.select`): its ``name`` says which
         self.executor = run.select(
             program, self.apply, self._apply_leaves, stateful=self._stateful,
-            compiler_options=compiler_options(program.backend), trace_base=trace_base,
-            chunks=None if chunks is None else (lambda: chunks(self)))
+            compiler_options=compiler_options(program.backend, kernel_options(program).xla_defaults),
+            trace_base=trace_base,
+            chunks=None if chunks is None else (lambda: chunks(self)), tiered=tiered)
         self._unchecked = self.executor.unchecked  # __call__ may try executor.jitted_leaves before any check
 
     @property
@@ -238,13 +240,14 @@ class Model:
     def skip_quick_tier(self) -> None:
         """Make the first call compile the fully optimised program directly.
 
-        On CPU a model of 32 nodes or more compiles in tiers (see
+        Only for a model loaded with ``tiered_compile=True``: on CPU a model
+        of 32 nodes or more then compiles in tiers (see
         :meth:`wait_optimised`): a quick program for the first call, the
         optimised one in the background. For a batch job that runs the model
         many times at once, the quick tier's compile and its slower calls
         only add to the total: call this before the first call
         (:func:`fbjax.infer` does). Nothing happens once the model was
-        called, on GPU/TPU, or with ``FBJAX_TIERED_COMPILE=0``.
+        called, on GPU/TPU, or without ``tiered_compile``.
         """
         skip = getattr(self.executor, "skip_quick_tier", None)
         if skip is not None:
@@ -253,15 +256,16 @@ class Model:
     def wait_optimised(self, timeout: Optional[float] = None) -> None:
         """Block until calls run the fully optimised program.
 
-        On CPU, a model of 32 nodes or more compiles in tiers
-        (:mod:`fbjax.run.tiered`): its first call compiles and runs a
-        quickly compiled program (several times slower per call), and a
-        background thread compiles the optimised one, which later calls run
-        from the moment it is ready (in a later process, at once from the
-        persistent cache). Call this after the first call before timing
-        calls or starting a long batch job (:func:`fbjax.infer` does). It
-        returns at once when no tiered compile is under way: before the
-        first call, on GPU/TPU, with ``FBJAX_TIERED_COMPILE=0``, or when the
+        Only for a model loaded with ``tiered_compile=True`` (CPU, 32 nodes
+        or more; :mod:`fbjax.run.tiered`): its first call compiles and runs
+        a quickly compiled program (several times slower per call, and not
+        bit-identical to the optimised one), and a background thread
+        compiles the optimised one, which later calls run from the moment
+        it is ready (in a later process, at once from the persistent
+        cache). Call this after the first call before timing calls or
+        starting a long batch job (:func:`fbjax.infer` does). It returns at
+        once when no tiered compile is under way: before the first call, on
+        GPU/TPU, without ``tiered_compile`` (the default), or when the
         optimised program is already running.
 
         Args:
@@ -853,7 +857,8 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
          quantized: str = "exact", while_max_iterations: Optional[int] = None,
          constant_inputs: Optional[Mapping] = None, static_bounds: bool = False,
          compute_dtype: str = "float32", composites: str = "litert",
-         max_value_bytes: int = MAX_VALUE_BYTES) -> Union[Model, TaskBundle, LlmBundle]:
+         max_value_bytes: int = MAX_VALUE_BYTES, tiered_compile: Optional[bool] = None,
+         kernel_options: Optional[KernelOptions] = None) -> Union[Model, TaskBundle, LlmBundle]:
     """Load a model file as a :class:`Model`.
 
     Args:
@@ -955,6 +960,23 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
             terabytes gets a ModelFormatError naming the node and the bytes,
             not an out-of-memory error or an abort. Raise it for a real model
             that needs more.
+        tiered_compile: ``None`` (default): the ``FBJAX_TIERED_COMPILE``
+            environment variable (off when unset). ``False``: every call
+            runs the one optimised program, so one input gives the same
+            bits on every call and in every process whatever the caches
+            hold (the first call compiles it: about 1-3 s cold for the
+            shared MediaPipe models on 2 cores, 0.3-0.6 s warm).
+            ``True`` (CPU, models of 32 nodes or more): the first call
+            compiles and runs a quick program (plain kernel choices, XLA
+            at ``-O0``; typically 2-3x faster to compile, 5-20x slower per
+            call) and a background thread swaps the optimised program in
+            (:meth:`Model.wait_optimised`). The two programs' float results
+            differ in the last bits (up to ~1e-4 relative measured), so
+            which one a call ran depends on timing: not reproducible.
+        kernel_options: a :class:`~fbjax.options.KernelOptions` (None: its
+            defaults): the kernel choices, thresholds, precision and chunk
+            sizes that change the computed program (for experiments and
+            benchmarks; the defaults are the measured fastest).
 
     Returns:
         a :class:`Model`, callable and jitted. For an LLM bundle (a
@@ -990,11 +1012,16 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
             ``"float"``; a ``constant_inputs`` name that is not an input (the
             message lists the inputs), or an array of another shape or dtype;
             ``compute_dtype`` is not one of the three names; ``composites``
-            is not ``"litert"``, ``"fused"`` or ``"decomposed"``.
+            is not ``"litert"``, ``"fused"`` or ``"decomposed"``;
+            ``max_value_bytes`` is not a positive int; ``tiered_compile``
+            is not True, False or None; a ``kernel_options`` field out of
+            range.
     """
     cache.enable()  # JAX's persistent compilation cache (fbjax/cache.py)
-    options = LoadOptions(format, batch_size, quantized, while_max_iterations, static_bounds, compute_dtype,
-                          composites, max_value_bytes)
+    options = LoadOptions(format=format, batch_size=batch_size, quantized=quantized,
+                          while_max_iterations=while_max_iterations, static_bounds=static_bounds,
+                          compute_dtype=compute_dtype, composites=composites, max_value_bytes=max_value_bytes,
+                          tiered_compile=tiered_compile, kernel_options=kernel_options)
     if isinstance(source, (str, os.PathLike)):
         source = os.path.expanduser(source)  # "~/models/x.tflite", as a shell would expand it
     if format is None:
@@ -1002,7 +1029,8 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
                                                  while_max_iterations=while_max_iterations,
                                                  constant_inputs=constant_inputs, static_bounds=static_bounds,
                                                  compute_dtype=compute_dtype, composites=composites,
-                                                 max_value_bytes=max_value_bytes))
+                                                 max_value_bytes=max_value_bytes, tiered_compile=tiered_compile,
+                                                 kernel_options=kernel_options))
         if container is not None:
             return container
     ir = read_model(source, options.format)
@@ -1022,7 +1050,8 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
 
     fixed_batch = options.rewrites_batch and options.batch_size is not None
     model = Model(ir, program, path, chunks=chunks if fixed_batch else None, load_kwargs=load_kwargs,
-                  trace_base=lambda prog: run.trace_base(prog, source, options, constant_inputs))
+                  trace_base=lambda prog: run.trace_base(prog, source, options, constant_inputs),
+                  tiered=options.tiered_compile)
     model.input_quantization, model.output_quantization = file_quant
     _trace_at_load(model)  # every lowering error raised here, not at the first call (which reuses the trace)
     return model

@@ -19,11 +19,6 @@ from typing import Sequence, Union
 import numpy as np
 import pytest
 
-# Tiered compilation (fbjax.run.tiered) compiles each large program twice (a quick tier, then
-# the optimised one in a background thread): off for the suite (CI time on 2 cores);
-# tests/test_tiered.py turns it on where it tests it.
-os.environ.setdefault("FBJAX_TIERED_COMPILE", "0")
-
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
 TFLITE_MODELS = SHARED / "models" / "tflite"

@@ -10,6 +10,8 @@ from pathlib import Path
 import jax
 import pytest
 
+import fbjax
+import fbjax.options
 from fbjax import cache
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -80,15 +82,18 @@ def test_enable_force_in_process(tmp_path, monkeypatch):
 
 
 def test_compiler_options(monkeypatch):
-    monkeypatch.delenv("FBJAX_XLA_DEFAULTS", raising=False)
     monkeypatch.setenv("XLA_FLAGS", "")
-    assert cache.compiler_options("cpu") == {"xla_cpu_experimental_ynn_fusion_type": ""}
-    assert cache.compiler_options("gpu") is None
+    assert cache.compiler_options("cpu", False) == {"xla_cpu_experimental_ynn_fusion_type": ""}
+    assert cache.compiler_options("gpu", False) is None
     monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_experimental_ynn_fusion_type=LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT")
-    assert cache.compiler_options("cpu") is None  # the user's flag wins
+    assert cache.compiler_options("cpu", False) is None  # the user's flag wins
     monkeypatch.setenv("XLA_FLAGS", "")
-    monkeypatch.setenv("FBJAX_XLA_DEFAULTS", "1")
-    assert cache.compiler_options("cpu") is None
+    assert cache.compiler_options("cpu", True) is None  # KernelOptions(xla_defaults=True)
+    # FBJAX_XLA_DEFAULTS is the option's default, read once at import (options.ENV)
+    monkeypatch.setitem(fbjax.options.ENV, "FBJAX_XLA_DEFAULTS", True)
+    assert cache.compiler_options("cpu") is None and fbjax.KernelOptions().xla_defaults is True
+    monkeypatch.setitem(fbjax.options.ENV, "FBJAX_XLA_DEFAULTS", False)
+    assert cache.compiler_options("cpu") == {"xla_cpu_experimental_ynn_fusion_type": ""}
 
 
 def test_compiler_options_accepted_by_xla():
@@ -128,8 +133,9 @@ def _trace_child(model, **env):
     e = {k: v for k, v in os.environ.items()
          if k not in ("FBJAX_NO_CACHE", "FBJAX_CACHE_DIR", "JAX_COMPILATION_CACHE_DIR")}
     e.update(env, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    # one compiled program (no quick first tier, fbjax.run.tiered), so "diff" compares identical programs
-    e["FBJAX_TIERED_COMPILE"] = "0"
+    # one compiled program (no quick first tier: tiered_compile is off by default), so "diff" compares
+    # identical programs
+    e.pop("FBJAX_TIERED_COMPILE", None)
     p = subprocess.run([sys.executable, "-c", _TRACE_CHILD, model], env=e, capture_output=True, text=True,
                        timeout=300)
     assert p.returncode == 0, p.stderr
@@ -215,14 +221,19 @@ def test_no_trace_cache_without_fbjax_cache_dir(shared_models_dir, tmp_path):
     assert out["traces"] is None and not out["cached"] and out["diff"] == 0.0
 
 
-def test_trace_key_follows_module_settings(monkeypatch):
-    """A program traced under one fbjax setting is not reused under another."""
+def test_trace_key_follows_kernel_options():
+    """A program traced under one kernel option is not reused under another:
+    the options are part of the load options every trace key hashes, field
+    by field (no module-level setting is read)."""
     import numpy as np
 
-    from fbjax.lower import kernels
+    from fbjax.options import KernelOptions, LoadOptions
 
     args = (np.zeros((1, 4), np.float32),)
-    monkeypatch.setattr(kernels, "DEPTHWISE_STRATEGY", "shifted")
-    k1 = cache.trace_key("m", (), args)
-    monkeypatch.setattr(kernels, "DEPTHWISE_STRATEGY", "conv")
-    assert cache.trace_key("m", (), args) != k1
+    keys = {cache.trace_key("m", LoadOptions(kernel_options=KernelOptions(**kw)).cache_key(), args)
+            for kw in ({}, {"depthwise_strategy": "conv"}, {"depthwise_strategy": "shifted"}, {"precision": "high"},
+                       {"small_conv_taps": 0}, {"compact_backward": False}, {"chunk_bytes": 1 << 20},
+                       {"xla_defaults": True}, {"conv_weight_layout": "OHWI"})}
+    assert len(keys) == 9
+    default = LoadOptions().cache_key()
+    assert cache.trace_key("m", default, args) == cache.trace_key("m", LoadOptions().cache_key(), args)

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from fbjax.cli import main
+from helpers import relu_model as _relu_model
 
 try:
     import ai_edge_litert.interpreter as litert
@@ -63,20 +64,6 @@ def test_cli_run_quantized_float_and_dynamic_batch_alias(tmp_path, capsys):
 
 
 # --- argument checks and messages (fbjax run / export) -------------------------
-
-def _relu_model(tmp_path) -> Path:
-    """x[1,4] -> RELU -> out[1,4], written to tmp_path/relu.tflite."""
-    from fbjax.testing import TFLiteBuilder
-
-    b = TFLiteBuilder()
-    x = b.add_input((1, 4), name="x")
-    y = b.add_tensor((1, 4), name="out")
-    b.add_op("RELU", [x], [y])
-    b.add_output(y)
-    path = tmp_path / "relu.tflite"
-    path.write_bytes(b.build())
-    return path
-
 
 def _usage_error(capsys, argv) -> str:
     """main(argv) must exit with argparse's status 2; returns its stderr."""

@@ -20,9 +20,7 @@ import fbjax
 import fbjax.data
 from fbjax.cli import main
 from fbjax.testing import single_op_model
-from test_cli import _relu_model  # x[1,4] -> RELU -> out[1,4], written to tmp_path/relu.tflite
-from test_tflite_static_bounds import _where_model  # GREATER(x[3,4], 0.5) -> WHERE -> coords
-from test_llm import TOL, _rel_err  # the LLM fixtures' float32 bound and its relative error
+from helpers import TOL, relu_model as _relu_model, rel_err as _rel_err, where_model as _where_model
 from conftest import require  # noqa: E402
 
 LLAMA = Path(__file__).parent / "data" / "llm" / "llama_f32.tflite"

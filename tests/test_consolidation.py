@@ -12,7 +12,7 @@ from fbjax._registry import Registry
 from fbjax.errors import InputError
 from fbjax.formats import read_model, write_model
 from fbjax.lower import LOWERINGS
-from fbjax.options import LoadOptions
+from fbjax.options import KernelOptions, LoadOptions
 from fbjax.testing import single_op_model
 
 F32 = np.float32
@@ -84,7 +84,8 @@ def test_load_options_validate_once():
     assert not LoadOptions().rewrites_batch and LoadOptions(batch_size=None).rewrites_batch
     assert LoadOptions(batch_size=4).replace(batch_size=2).as_kwargs() == dict(
         format=None, batch_size=2, quantized="exact", while_max_iterations=None, static_bounds=False,
-        compute_dtype="float32", composites="litert", max_value_bytes=2 ** 32)
+        compute_dtype="float32", composites="litert", max_value_bytes=2 ** 32, tiered_compile=False,
+        kernel_options=KernelOptions())
     assert LoadOptions(compute_dtype=np.dtype("float16")).compute_dtype == "float16"
     with pytest.raises(InputError, match="compute_dtype must be one of"):
         LoadOptions(compute_dtype="float64")

@@ -25,6 +25,7 @@ import pytest
 from conftest import assert_within, gamma
 from fbjax.lower import kernels
 from fbjax.lower import depthwise_vjp
+from fbjax.options import KernelOptions
 
 
 def _pads(in_sp, ksz, strides, dilation, padding):
@@ -89,9 +90,9 @@ def _case(case, seed=0):
     return x, w, ct, pads
 
 
-def _conv(x, w, strides, dil, pads, lhs_spec):
+def _conv(x, w, strides, dil, pads, lhs_spec, options=None):
     return kernels.depthwise_conv(x, w, window_strides=strides, padding=pads, rhs_dilation=dil, lhs_spec=lhs_spec,
-                                  strategy="shifted")
+                                  strategy="shifted", options=options)
 
 
 def _to_spec(a, lhs_spec):
@@ -218,9 +219,9 @@ def test_linearized_only_sees_the_modes():
     assert depthwise_vjp.linearized_only is linearized_only
 
 
-def test_linearize_needs_jax_autodiff(monkeypatch):
+def test_linearize_needs_jax_autodiff():
     """jax.linearize runs the linearized function in forward mode, which a
-    custom_vjp refuses (JAX's TypeError); COMPACT_BACKWARD = False gives
+    custom_vjp refuses (JAX's TypeError); KernelOptions(compact_backward=False) gives
     JAX's own derivative, whose linear map is the oracle's."""
     case = CASES[1]
     x, w, _, pads = _case(case, seed=7)
@@ -229,7 +230,8 @@ def test_linearize_needs_jax_autodiff(monkeypatch):
     _, lin = jax.linearize(f, x, w)
     with pytest.raises(TypeError, match="custom_vjp"):
         lin(x, w)
-    monkeypatch.setattr(depthwise_vjp, "COMPACT_BACKWARD", False)
+    plain = KernelOptions(compact_backward=False)
+    f = lambda a, b: _conv(a, b, strides, dil, pads, "NHWC", options=plain)  # noqa: E731
     _, lin = jax.linearize(f, x, w)
     k = int(np.prod(w.shape[:-1]))
     # f is bilinear: f'(x, w)(x, w) = 2 f(x, w)

@@ -51,9 +51,16 @@ def test_relayable_conv_runs_the_prepared_program_on_cpu():
     assert isinstance(m.executor, run.CpuPrepared)
 
 
-@pytest.mark.skipif(not (CONTROL / "resource_variables.tflite").exists(), reason="fixture missing")
+def _fixture(name: str) -> Path:
+    """A committed fixture in :data:`CONTROL`: the test fails, not
+    skips, when it is missing."""
+    path = CONTROL / name
+    assert path.is_file(), f"committed fixture {path} missing"
+    return path
+
+
 def test_model_with_variables_runs_the_stateful_executor_and_state_stays_in_the_run():
-    m = fbjax.load(CONTROL / "resource_variables.tflite")
+    m = fbjax.load(_fixture("resource_variables.tflite"))
     assert m.executor.name == "stateful" and m.executor.stateful and m.state
     before = {k: np.asarray(v) for k, v in m.state.items()}
     m(np.ones((2, 3), F32))
@@ -65,23 +72,18 @@ def test_model_with_variables_runs_the_stateful_executor_and_state_stays_in_the_
 
 
 def test_program_apply_without_state_refuses_stateful_ops():
-    path = CONTROL / "resource_variables.tflite"
-    if not path.exists():
-        pytest.skip("fixture missing")
-    m = fbjax.load(path)
+    m = fbjax.load(_fixture("resource_variables.tflite"))
     with pytest.raises(fbjax.ModelFormatError, match="resource variables"):
         m.program.apply(m.params, None, np.ones((2, 3), F32))
 
 
 @pytest.mark.skipif(jax.default_backend() != "cpu", reason="chunks are for XLA:CPU")
-def test_fixed_large_batch_runs_in_chunks(monkeypatch):
-    import fbjax.run.chunked
-
+def test_fixed_large_batch_runs_in_chunks():
     rng = np.random.default_rng(1)
     w = rng.standard_normal((4, 3, 3, 4)).astype(F32)
     data = single_op_model("CONV_2D", [(1, 6, 6, 4), w, None], options=dict(padding="SAME", stride_h=1, stride_w=1),
                            output_shapes=[(1, 6, 6, 4)])
     assert fbjax.load(data, batch_size=4).executor.name != "chunked"  # 4 tiny images fit in the default budget
-    monkeypatch.setattr(fbjax.run.chunked, "CHUNK_BYTES", 2 * 2 * 6 * 6 * 4 * 4)  # two images' in + out
-    m = fbjax.load(data, batch_size=4)
+    two_images = fbjax.KernelOptions(chunk_bytes=2 * 2 * 6 * 6 * 4 * 4)  # two images' in + out
+    m = fbjax.load(data, batch_size=4, kernel_options=two_images)
     assert m.executor.name == "chunked" and m.executor.k == 2 and m.executor.batch == 4

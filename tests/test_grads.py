@@ -33,7 +33,8 @@ from fbjax.formats._generated import tflite_generated as T
 from fbjax.lower import LOWERINGS
 from fbjax.testing import TFLiteBuilder, single_op_model
 
-import test_tflite_ops as op_tests
+import tflite_op_cases as op_tests
+from helpers import COVERED_CUSTOM_OPS
 
 F32 = np.float32
 
@@ -123,7 +124,7 @@ FAST = _select(ALL)
 
 # The converter-made one-op models of tests/test_tflite_builtins.py
 # (tests/data/tflite_builtins): one per builtin in the default run, the rest slow.
-import test_tflite_builtins as builtin_tests  # noqa: E402
+import tflite_builtin_cases as builtin_tests  # noqa: E402
 
 # (the "state" suite's resource-variable models keep state between calls:
 # not a pure function of params and inputs, so not checked here)
@@ -268,9 +269,7 @@ def test_every_differentiable_op_has_a_gradient_check():
     # resource variables keep state between calls; they are not functions to differentiate
     covered |= {("tflite", op) for op in STATE_OPS}
     # MediaPipe geometry ops: checked by tests/test_tflite_mediapipe_ops.py::test_gradients
-    import test_tflite_mediapipe_ops as mp_tests
-
-    covered |= {("tflite.custom", op) for op in mp_tests.COVERED_CUSTOM_OPS}
+    covered |= {("tflite.custom", op) for op in COVERED_CUSTOM_OPS}
     registered = {d.key for d in LOWERINGS if d.op_set in FLOAT_OP_SETS}
     missing = sorted(f"{s}:{n}" for s, n in registered - covered
                      if LOWERINGS.get(s, n).differentiable)

@@ -255,7 +255,7 @@ def test_cli_export_stablehlo_stays_differentiable(tmp_path):
     assert main(["export", str(tmp_path / "m.tflite"), "--to", "mlir", str(tmp_path / "m.mlir")]) == 0
     text = (tmp_path / "m.mlir").read_text()
     # the 3x3, 3-channel convolution: stablehlo.convolution, or on CPU the sum
-    # over its 9 kernel taps of strided slices (fbjax.lower.kernels.SMALL_CONV_TAPS)
+    # over its 9 kernel taps of strided slices (KernelOptions.small_conv_taps)
     assert "stablehlo.convolution" in text or (jax.default_backend() == "cpu"
                                                and text.count("stablehlo.slice") >= 9)
     assert "stablehlo.dot_general" in text  # the FULLY_CONNECTED
@@ -518,7 +518,7 @@ def test_infer_empty_examples_match_the_nonempty_return_type():
 @pytest.mark.skipif(not TFLITE_MODELS.is_dir(), reason="needs ../shared/models/tflite")
 def test_infer_runs_cache_sized_chunks_of_the_prepared_program_on_cpu():
     """Issue 15 item 4: on one CPU device infer runs the prepared program of
-    model(x) on chunks whose activations fit inference.CHUNK_BYTES (one
+    model(x) on chunks whose activations fit KernelOptions.chunk_bytes (one
     example for palm detection, 3.5 MB per example), padding the last batch:
     results within the shared-model bound of per-example calls."""
     from fbjax.infer import _chunk, _plan
@@ -648,7 +648,6 @@ def test_infer_results_do_not_depend_on_the_streams_chosen(monkeypatch):
     """Whatever _StreamChooser picks, each step is the same program on the
     same examples: identical results to one stream throughout (an identical
     program), within the per-sample bound of batch-1 calls."""
-    import fbjax.run.chunked as chunked
     inf = sys.modules["fbjax.infer"]  # (fbjax.infer, the attribute, is the function)
 
     made = []
@@ -667,9 +666,9 @@ def test_infer_results_do_not_depend_on_the_streams_chosen(monkeypatch):
     assert inf._plan(model, 1) == (1, 2)
     got = fbjax.infer(model, xs, step_size=1, progress=False)
     assert {m for m, _ in made[-1].history} == {1, 2}  # both ways ran
-    monkeypatch.setattr(chunked, "CHUNK_THREADS", 1)
-    assert inf._plan(model, 1) == (1, 1)
-    np.testing.assert_array_equal(got, fbjax.infer(model, xs, step_size=1, progress=False))
+    one = fbjax.load(src, batch_size=None, kernel_options=fbjax.KernelOptions(chunk_threads=1))  # one stream
+    assert inf._plan(one, 1) == (1, 1)
+    np.testing.assert_array_equal(got, fbjax.infer(one, xs, step_size=1, progress=False))
     assert_per_sample(got, src, xs, "infer with streams chosen by timing")
 
 

@@ -199,7 +199,7 @@ def _residual_chain_bound(m, x) -> np.ndarray:
 @cpu_only
 def test_values_read_twice_are_materialized_with_equal_results():
     rng = np.random.default_rng(11)
-    shape = (2, 32, 32, 8)  # 64 KiB activations: smaller ones are left to XLA (SMALL_ACTIVATION_BYTES)
+    shape = (2, 32, 32, 8)  # 64 KiB activations: smaller ones are left to XLA (KernelOptions.small_activation_bytes)
     m = fbjax.load(_residual_chain_model(rng, shape=shape))
     assert m.executor.name in _PREPARED and not m.executor.layouts
     x = rng.standard_normal(shape).astype(F32)
@@ -239,8 +239,7 @@ def test_large_batch_runs_in_chunks_with_equal_results(monkeypatch):
         loads.append(kw["batch_size"])
         return load(source, **kw)
 
-    monkeypatch.setattr(fbjax.run.chunked, "CHUNK_BYTES", 2 * 5 * 6 * 4 * 4 * 3)  # ~2 images per chunk
-    m = fbjax.load(data, batch_size=8)
+    m = fbjax.load(data, batch_size=8, kernel_options=fbjax.KernelOptions(chunk_bytes=2 * 5 * 6 * 4 * 4 * 3))  # ~2/chunk
     monkeypatch.setattr(fbjax.model, "load", make)  # counts the loads of the chunk model
     assert m.executor.name == "chunked" and m.executor.k == 2
     x = rng.standard_normal((8, 5, 6, 4)).astype(F32)

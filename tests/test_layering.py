@@ -12,8 +12,14 @@ each import is resolved to the fbjax module it names. Layers, lowest first:
 3. the load pipeline and the CPU inference planner: ``pipeline``, ``cache``,
    ``lower.inference``, ``custom``;
 4. the executors: ``run`` (how a Model runs when called);
-5. ``model``, and the entry points above it: ``infer``, ``export``,
-   ``train``, ``flax``, ``bench``, ``beam``, ``testing``, ``cli``, the package root.
+5. ``model`` (with ``signature``, its entry points' runner), and the entry
+   points above it: ``infer``, ``generate``, ``llm_bundle``, ``export``,
+   ``train``, ``flax``, ``bench``, ``beam``, ``precision``, ``vision``,
+   ``convert``, ``testing``, ``cli``, the package root.
+
+Every module must be in the table: a new module that matches no entry is an
+error (the package root's entry matches ``fbjax/__init__.py`` only, not its
+submodules).
 
 A module may import from its own layer or below. A module-level import from
 a higher layer is an error. A function-local import from a higher layer is
@@ -38,16 +44,22 @@ LAYERS = {
     "fbjax.lower": 2, "fbjax.reference": 2,
     "fbjax.lower.inference": 3, "fbjax.cache": 3, "fbjax.custom": 3, "fbjax.pipeline": 3,
     "fbjax.run": 4,
-    "fbjax.model": 5, "fbjax.infer": 5, "fbjax.export": 5, "fbjax.train": 5, "fbjax.flax": 5,
-    "fbjax.bench": 5, "fbjax.beam": 5, "fbjax.testing": 5, "fbjax.vision": 5, "fbjax.convert": 5, "fbjax.cli": 5, "fbjax.__main__": 5, "fbjax": 5,
+    "fbjax.model": 5, "fbjax.signature": 5, "fbjax.infer": 5, "fbjax.generate": 5, "fbjax.llm_bundle": 5,
+    "fbjax.export": 5, "fbjax.train": 5, "fbjax.flax": 5, "fbjax.bench": 5, "fbjax.beam": 5, "fbjax.precision": 5,
+    "fbjax.vision": 5, "fbjax.convert": 5, "fbjax.testing": 5, "fbjax.cli": 5, "fbjax.cli_llm": 5,
+    "fbjax.__main__": 5, "fbjax": 5,
 }
+
+#: entries of :data:`LAYERS` that name one module only, not its submodules
+EXACT = frozenset({"fbjax"})
 
 #: (importing module, imported module) -> why the function-local upward import stays.
 ALLOWED_UPWARD: dict = {}
 
 
 def _layer(mod: str) -> int:
-    best = max((p for p in LAYERS if mod == p or mod.startswith(p + ".")), key=len, default=None)
+    best = max((p for p in LAYERS if mod == p or (p not in EXACT and mod.startswith(p + "."))), key=len,
+               default=None)
     if best is None:
         raise AssertionError(f"module {mod} is in no layer: add it to tests/test_layering.py LAYERS")
     return LAYERS[best]
@@ -131,3 +143,15 @@ def test_reference_never_imports_the_lowering():
                                        ("fbjax", 5)])
 def test_layer_table(mod, layer):
     assert _layer(mod) == layer
+
+
+def test_a_module_in_no_layer_is_an_error():
+    """The package root's entry does not catch its submodules: a module the
+    table does not name fails :func:`test_no_import_points_up`."""
+    with pytest.raises(AssertionError, match="is in no layer"):
+        _layer("fbjax.some_new_module")
+    with pytest.raises(AssertionError, match="is in no layer"):
+        _layer("numpy")
+    assert {m for m, _, _ in _modules()} >= {"fbjax", "fbjax.signature", "fbjax.run.tiered"}
+    for mod, _, _ in _modules():  # every module of the package is placed
+        _layer(mod)

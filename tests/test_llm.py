@@ -20,6 +20,7 @@ import pytest
 
 import fbjax
 from conftest import require  # noqa: E402
+from helpers import TOL, rel_err as _rel_err
 
 HERE = os.path.join(os.path.dirname(__file__), "data", "llm")
 ARCHS = ("llama", "gemma")
@@ -46,16 +47,6 @@ def _io(name: str, key: str):
     return ins, outs
 
 
-def _rel_err(got, want) -> float:
-    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
-    assert got.shape == want.shape
-    return float(np.max(np.abs(got - want) / np.maximum(1.0, np.abs(want))))
-
-
-#: float32 through 2 blocks of width 128 (sums of 128-256 products of order-1 values, softmax over
-#: up to 64 keys, RMS norms), computed in a different order than LiteRT's kernels: the issue's bound,
-#: about 100x the errors seen (2e-6 to 7e-6)
-TOL = 1e-4
 
 
 @pytest.mark.parametrize("key", SIGNATURES)

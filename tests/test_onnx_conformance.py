@@ -471,14 +471,36 @@ def test_reference_subset(name):
 
 
 def _all_converted() -> list:
-    try:
-        return sorted(n for n, c in node_cases().items() if c.rten is not None)
-    except Exception:  # noqa: BLE001 - onnx/rten-convert missing: collected as one skip
-        return []
+    """Every node case rten-convert converted (raises what the conversion
+    raises: a broken toolchain fails the run instead of collecting no case)."""
+    return sorted(n for n, c in node_cases().items() if c.rten is not None)
 
 
-# The full parametrisation converts all ~1,880 cases at collection (~15 s): only
-# done when slow tests are selected, so the default run stays fast.
+def _all_changed() -> list:
+    """The converted cases the explicit-defaults pre-pass changes."""
+    return [n for n in _all_converted() if node_cases()[n].explicit_changed]
+
+
+def _slow_selected(config) -> bool:
+    """Whether this run selects ``slow`` tests (``-m slow``, ``nox -s slow``):
+    read from pytest's own marker expression, not from ``sys.argv``."""
+    expr = " ".join((config.getoption("markexpr", "") or "").split())
+    return "slow" in expr and expr != "not slow"
+
+
+#: slow tests parametrized over every converted case, and how to list them
+_FULL = {"test_node_full": _all_converted, "test_node_full_explicit_defaults": _all_changed}
+
+
+def pytest_generate_tests(metafunc):
+    """The full parametrisation converts all ~1,880 cases at collection
+    (~15 s): only done when slow tests are selected, so the default run
+    stays fast (the empty parameter set is deselected with its marker)."""
+    make = _FULL.get(metafunc.function.__name__)
+    if make is not None:
+        metafunc.parametrize("name", make() if _slow_selected(metafunc.config) else [])
+
+
 def test_softmax_lowering_values_and_grads():
     """The Softmax/LogSoftmax lowerings (exponent clamped at 0 against XLA
     recomputation, see fbjax.lower.onnx.norm) equal jax.nn's values and
@@ -550,7 +572,6 @@ def test_make_defaults_explicit_subgraphs():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", _all_converted() if "slow" in " ".join(sys.argv) else [])
 def test_node_full(name):
     if excluded(name, AS_CONVERTED):
         pytest.xfail(EXCLUDES[name])
@@ -558,15 +579,7 @@ def test_node_full(name):
     assert msg is None, f"{name}: {msg}"
 
 
-def _all_changed() -> list:
-    try:
-        return [n for n in _all_converted() if node_cases()[n].explicit_changed]
-    except Exception:  # noqa: BLE001 - onnx/rten-convert missing
-        return []
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("name", _all_changed() if "slow" in " ".join(sys.argv) else [])
 def test_node_full_explicit_defaults(name):
     """The cases the pre-pass changes, converted with explicit ONNX defaults."""
     if excluded(name, EXPLICIT):

@@ -32,6 +32,7 @@ import fbjax.reference.onnx  # noqa: E402,F401
 from fbjax.formats import detect_format, rten  # noqa: E402
 from fbjax.formats._generated import rten_generated as R  # noqa: E402
 from rten_convert_tools import convert  # noqa: E402
+from rten_builders import const_node as _const, op_node as _op, rten_file as _file, value_node as _value  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -154,66 +155,6 @@ def test_truncated_tensor_data_names_the_node():
 
 
 # --- hand-built files: unknown values, schema defaults ------------------------------
-
-def _value(name, shape, dtype=R.DataType.Float):
-    node = R.NodeT()
-    node.name = name
-    node.dataType = R.NodeKind.ValueNode
-    v = R.ValueNodeT()
-    dims = []
-    for d in shape:
-        dim = R.DimT()
-        if isinstance(d, str):
-            dim.name = d
-        else:
-            dim.value = d
-        dims.append(dim)
-    v.shape = dims
-    v.dtype = dtype
-    node.data = v
-    return node
-
-
-def _const(name, arr):
-    node = R.NodeT()
-    node.name = name
-    node.dataType = R.NodeKind.ConstantNode
-    c = R.ConstantNodeT()
-    c.shape = list(arr.shape)
-    c.dtype = R.ConstantDataType.Float32
-    c.dataType = R.ConstantData.FloatData
-    fd = R.FloatDataT()
-    fd.data = arr.reshape(-1).tolist()
-    c.data = fd
-    node.data = c
-    return node
-
-
-def _op(op_type, inputs, outputs, attrs_type=R.OperatorAttrs.NONE, attrs=None):
-    node = R.NodeT()
-    node.dataType = R.NodeKind.OperatorNode
-    op = R.OperatorNodeT()
-    op.type = op_type
-    op.attrsType = attrs_type
-    op.attrs = attrs
-    op.inputs = inputs
-    op.outputs = outputs
-    node.data = op
-    return node
-
-
-def _file(nodes, inputs, outputs):
-    import flatbuffers
-
-    g = R.GraphT()
-    g.nodes, g.inputs, g.outputs = nodes, inputs, outputs
-    m = R.ModelT()
-    m.schemaVersion = 1
-    m.graph = g
-    b = flatbuffers.Builder(1024)
-    b.Finish(m.Pack(b))
-    return bytes(b.Output())
-
 
 def test_unknown_operator_value_is_named():
     data = _file([_value("x", [2]), _value("y", [2]), _op(200, [0], [1])], [0], [1])

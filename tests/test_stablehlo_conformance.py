@@ -500,7 +500,7 @@ def test_conformance_subset_tflite(name):
 
 @pytest.mark.skipif(not TESTDATA.is_dir(), reason=MISSING)
 @pytest.mark.parametrize("strategy", ["shifted", "conv"])
-def test_excluded_depthwise_case_differs_only_by_summation_order(monkeypatch, strategy):
+def test_excluded_depthwise_case_differs_only_by_summation_order(strategy):
     """Keeps the depthwise exclusion honest: only the summation order differs.
 
     Each output of this grouped 1-D convolution is a float32 sum of k = 3
@@ -512,7 +512,7 @@ def test_excluded_depthwise_case_differs_only_by_summation_order(monkeypatch, st
     and the test data's own expectation must lie within it; a wrong tap or
     channel mapping would be off by whole products.
     """
-    from fbjax.lower import kernels
+    from fbjax.options import KernelOptions
 
     name = "conv_general_dilated_float32_2_3_9_float32_12_1_3.mlir"
     assert excluded(TESTDATA / name)
@@ -528,17 +528,16 @@ def test_excluded_depthwise_case_differs_only_by_summation_order(monkeypatch, st
     bound = k * u / (1 - k * u) * magnitude + u * np.abs(exact)
     expected = np.asarray(case.expected[0], np.float64)
     assert np.all(np.abs(expected - exact) <= bound), "the bound does not hold for the test data's own values"
-    monkeypatch.setattr(kernels, "DEPTHWISE_STRATEGY", strategy)
-    got = np.asarray(fbjax_load_and_run(case), np.float64)
+    got = np.asarray(fbjax_load_and_run(case, kernel_options=KernelOptions(depthwise_strategy=strategy)), np.float64)
     err = np.abs(got - exact)
     assert np.all(err <= bound), f"{strategy}: max error {err.max():.3g}, {(err > bound).sum()} elements over the bound"
 
 
-def fbjax_load_and_run(case: Case):
-    """The first output of a case run through ``fbjax.load``."""
+def fbjax_load_and_run(case: Case, **load_options):
+    """The first output of a case run through ``fbjax.load`` (with ``load_options``)."""
     import fbjax
 
-    outs = fbjax.load(case.data)(*case.inputs)
+    outs = fbjax.load(case.data, **load_options)(*case.inputs)
     return outs[0] if isinstance(outs, (tuple, list)) else outs
 
 

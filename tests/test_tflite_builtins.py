@@ -17,10 +17,6 @@ case's largest err/bound. Integer and bool outputs must match exactly.
 
 from __future__ import annotations
 
-import json
-import zlib
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -29,9 +25,8 @@ from fbjax import reference
 
 from conftest import U32, assert_within, litert_run
 from op_bounds import TRANS_ULPS, fixture_bound
+from tflite_builtin_cases import DATA, MANIFEST, _as_list, case_inputs, make_input
 
-DATA = Path(__file__).parent / "data" / "tflite_builtins"
-MANIFEST = json.loads((DATA / "manifest.json").read_text()) if (DATA / "manifest.json").exists() else {}
 
 #: (case, side) -> reason, for cases that are known not to work yet.
 KNOWN_FAILURES: dict = {
@@ -39,50 +34,6 @@ KNOWN_FAILURES: dict = {
         "the converter stores the unknown-rank output of SQUEEZE on a dynamic batch as shape [] "
         "and the reference interpreter's declared-shape check rejects the rank-2 result"),
 }
-
-
-def make_input(shape, dtype, kind, rng):
-    """Deterministic test input of one ``(shape, dtype, kind)`` spec."""
-    shape = tuple(shape)
-    if kind == "normal":
-        x = rng.standard_normal(shape)
-    elif kind == "pos":
-        x = rng.uniform(0.5, 2.0, shape)
-    elif kind == "uniform":
-        x = rng.uniform(0.0, 1.0, shape)
-    elif kind == "nonzero":
-        x = rng.choice([-1, 1], shape) * rng.uniform(0.5, 2.0, shape)
-    elif kind == "halves":  # exact .5 ties for ROUND
-        x = np.round(rng.standard_normal(shape) * 4) / 2
-    elif kind == "int":
-        x = rng.integers(-8, 9, shape)
-    elif kind == "nonzero_int":
-        x = rng.choice([-1, 1], shape) * rng.integers(1, 6, shape)
-    elif kind == "smallpos":
-        x = rng.integers(0, 4, shape)
-    elif kind == "bool":
-        x = rng.integers(0, 2, shape).astype(bool)
-    elif kind.startswith("idx"):
-        x = rng.integers(0, int(kind[3:]), shape)
-    elif kind.startswith("perm"):
-        x = rng.permutation(int(kind[4:]))[:int(np.prod(shape))].reshape(shape)
-    elif kind.startswith("winidx"):  # uint32 window index in float32 bits (MediaPipe/XNNPACK argmax)
-        return rng.integers(0, int(kind[6:]), shape).astype(np.uint32).view(np.float32)
-    elif kind == "boxes":  # [y1, x1, y2, x2], overlapping on purpose
-        lo = rng.uniform(0, 0.6, shape[:-1] + (2,))
-        x = np.concatenate([lo, lo + rng.uniform(0.2, 0.5, shape[:-1] + (2,))], -1)
-    else:
-        raise ValueError(f"unknown input kind {kind!r}")
-    return np.asarray(x).astype(dtype)
-
-
-def case_inputs(name):
-    rng = np.random.default_rng(zlib.crc32(name.encode()))
-    return [make_input(s, d, k, rng) for s, d, k in MANIFEST[name]["inputs"]]
-
-
-def _as_list(out):
-    return [np.asarray(o) for o in (out if isinstance(out, (list, tuple)) else [out])]
 
 
 def _check(name, impl, label):

@@ -22,7 +22,7 @@ import fbjax
 from fbjax import reference
 
 from conftest import assert_close, litert_run
-from test_tflite_builtins import DATA, MANIFEST, _as_list
+from tflite_builtin_cases import DATA, MANIFEST, _as_list
 
 RTOL = 1e-5
 

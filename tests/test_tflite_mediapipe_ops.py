@@ -37,11 +37,6 @@ from fbjax.testing import TFLiteBuilder
 
 from conftest import assert_within, bilinear_bound, gamma
 
-#: Custom codes this file tests (read by scripts/coverage_table.py).
-COVERED_CUSTOM_OPS = ("Landmarks2TransformMatrix", "TransformLandmarks", "TransformTensorBilinear",
-                      "TransformTensor")
-
-
 def _as_list(y):
     return [np.asarray(v) for v in (y if isinstance(y, (list, tuple)) else [y])]
 

@@ -142,6 +142,26 @@ def _unsupported_reason(path, quantized="exact"):
     return None
 
 
+#: whole models fbjax does not lower yet, ``{(stem, quantized mode): reason}``:
+#: their tests check the refusal is fbjax's own error, then xfail. Any other
+#: model that stops loading fails its test (an op that stops being supported
+#: is a regression, not a skip).
+MODEL_UNSUPPORTED: dict = {}
+
+
+def _require_supported(path, quantized="exact"):
+    """Fail when ``path`` (a whole-model fixture) does not load in mode
+    ``quantized``; for a :data:`MODEL_UNSUPPORTED` entry, check that it still
+    raises :class:`UnsupportedOperatorError` and xfail with its reason."""
+    stem = _stem(path)
+    why = _unsupported_reason(path, quantized)
+    reason = MODEL_UNSUPPORTED.get((stem, quantized))
+    if reason is not None:
+        assert why, f"{stem} loads in {quantized!r} mode now: remove it from MODEL_UNSUPPORTED"
+        pytest.xfail(reason)
+    assert why is None, f"{stem} ({quantized!r} mode) no longer loads: {why}"
+
+
 # --- fixed-point primitives ------------------------------------------------------
 
 def _edge_int32():
@@ -362,9 +382,7 @@ def test_model_exact(path):
     stem = _stem(path)
     _skip_if_no_oracle(stem)
     try:  # (fbjax.load raises the integer kernels' own ModelFormatErrors too, from its abstract trace)
-        why = _unsupported_reason(path)
-        if why:
-            pytest.skip(f"ops missing: {why.splitlines()[0]}")
+        _require_supported(path)
         frac, out_frac = all_tensors_exact(path)
     except ModelFormatError as e:
         if "is not supported yet" in str(e):
@@ -416,9 +434,7 @@ def test_model_float_mode(path):
     within one step, follows)."""
     stem = _stem(path)
     _skip_if_no_oracle(stem)
-    why = _unsupported_reason(path, "float")
-    if why:
-        pytest.skip(f"float lowerings missing: {why.splitlines()[0]}")
+    _require_supported(path, "float")
     frac = float_within_one_step(path, steps=0)
     assert frac == 1.0, f"{stem}: only {frac * 100:.2f}% equal to the dequantized oracle"
 
@@ -430,9 +446,7 @@ def test_model_hybrid_and_float16(path):
     quantize activations to int8 on the fly, so agreement is only to the
     input quantization noise: 5% of the output range (float16: 1e-4)."""
     stem = _stem(path)
-    why = _unsupported_reason(path)
-    if why:
-        pytest.skip(f"float lowerings missing: {why.splitlines()[0]}")
+    _require_supported(path)
     m = fbjax.load(path)
     for seed in SEEDS[:1]:
         xs = random_inputs(m.inputs, seed)
@@ -565,10 +579,7 @@ def test_model_reference_twin(name):
     m = fbjax.load(path)
     xs = random_inputs(m.inputs, 4)
     exp, _ = oracle(path, xs)
-    try:
-        got = reference_run(m, *xs)
-    except UnsupportedOperatorError as e:
-        pytest.skip(f"the numpy reference lacks an op: {str(e).splitlines()[0]}")
+    got = reference_run(m, *xs)  # every lowering has its numpy twin: a missing one fails here
     for e, g in zip(exp, got):
         assert np.array_equal(e, g)
 
@@ -868,8 +879,7 @@ def test_float_mode_forward_follows_fine_tuned_weights(exact_step):
     written in by ``Model.save`` (which re-quantizes with the file's scales
     and float mode's rounding)."""
     path = DATA / "ops" / "conv_2d_fint8.tflite"
-    if not path.exists():
-        pytest.skip(f"{path} missing")
+    assert path.is_file(), f"committed fixture {path} missing (tests/data/quant/generate.py makes it)"
     m = fbjax.load(path, quantized="float")
     name = next(k for k, v in m.params.items() if np.ndim(v) == 4)
     mi = fbjax.load(path)

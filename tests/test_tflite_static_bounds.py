@@ -25,18 +25,7 @@ import fbjax  # noqa: E402
 from fbjax import reference  # noqa: E402
 from fbjax.testing import TFLiteBuilder  # noqa: E402
 from conftest import require  # noqa: E402
-
-
-def _where_model() -> bytes:
-    b = TFLiteBuilder()
-    x = b.add_input((3, 4), np.float32, name="x")
-    t = b.add_constant(np.array(0.5, np.float32), name="t")
-    m = b.add_tensor((3, 4), np.bool_, name="m")
-    out = b.add_tensor((1, 2), np.int64, name="coords", shape_signature=(-1, 2))
-    b.add_op("GREATER", [x, t], [m])
-    b.add_op("WHERE", [m], [out])
-    b.add_output(out)
-    return b.build()
+from helpers import where_model as _where_model  # noqa: E402
 
 
 def _unique_model(idx_dtype=np.int32) -> bytes:

@@ -10,11 +10,13 @@ held to the float32 summation bound, never to the other's bits; for the
 tiers, the tier attribute and the persistent-cache marker a second process
 reads.
 
-The rest of the suite runs with ``FBJAX_TIERED_COMPILE=0`` (tests/conftest.py).
+Tiering is the ``tiered_compile=True`` load option (off by default: the
+rest of the suite, and tests/test_determinism.py, run without it).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -28,13 +30,14 @@ import pytest
 import fbjax
 import fbjax.reference
 from fbjax import run
-from fbjax.lower import kernels
 from fbjax.run import tiered, trace_cache
 from fbjax.testing import TFLiteBuilder, single_op_model
 
 from conftest import ROOT, abs_magnitude, assert_within, gamma
 
 F32 = np.float32
+#: single-op models stand in for large ones: tiered from one node on
+SMALL = fbjax.KernelOptions(tiered_min_nodes=1)
 
 pytestmark = pytest.mark.skipif(jax.default_backend() != "cpu", reason="tiered compilation is CPU-only")
 
@@ -59,8 +62,6 @@ def _conv_ref(x, w, b):
 
 @pytest.fixture
 def tiering(monkeypatch):
-    monkeypatch.setenv("FBJAX_TIERED_COMPILE", "1")
-    monkeypatch.setattr(tiered, "MIN_NODES", 1)  # single-op models stand in for large ones
     # the user cache may hold the optimised program from an earlier run (the marker test is below)
     monkeypatch.setattr(trace_cache, "optimised_marked", lambda key: False)
 
@@ -71,14 +72,14 @@ def test_first_call_runs_a_tier_then_the_optimised_program(tiering, kind):
     if kind == "conv":  # the prepared CPU executor
         w = rng.standard_normal((8, 3, 3, 4)).astype(F32)
         b = rng.standard_normal(8).astype(F32)
-        m = fbjax.load(_conv(w, b))
+        m = fbjax.load(_conv(w, b), tiered_compile=True, kernel_options=SMALL)
         x = rng.standard_normal((1, 6, 6, 4)).astype(F32)
         ref, mag = _conv_ref(x, w, b)
         bound = gamma(37) * mag  # 36 products and the bias per output
         xs = (x,)
         call = None  # known after the first call: the trace cache's program or the prepared jit
     else:  # the plain jit executor (its unchecked fast path)
-        m = fbjax.load(single_op_model("ADD", [(2, 3), (2, 3)]))
+        m = fbjax.load(single_op_model("ADD", [(2, 3), (2, 3)]), tiered_compile=True, kernel_options=SMALL)
         xs = tuple(rng.standard_normal((2, 3)).astype(F32) for _ in range(2))
         ref = xs[0].astype(np.float64) + xs[1]
         bound = gamma(1) * (np.abs(xs[0]) + np.abs(xs[1]))  # one rounding
@@ -109,12 +110,12 @@ def test_skip_quick_tier_compiles_the_optimised_program_first(tiering, kind, mon
     if kind == "conv":
         w = rng.standard_normal((8, 3, 3, 4)).astype(F32)
         b = rng.standard_normal(8).astype(F32)
-        m = fbjax.load(_conv(w, b))
+        m = fbjax.load(_conv(w, b), tiered_compile=True, kernel_options=SMALL)
         x = rng.standard_normal((1, 6, 6, 4)).astype(F32)
         ref, mag = _conv_ref(x, w, b)
         bound, xs = gamma(37) * mag, (x,)
     else:
-        m = fbjax.load(single_op_model("ADD", [(2, 3), (2, 3)]))
+        m = fbjax.load(single_op_model("ADD", [(2, 3), (2, 3)]), tiered_compile=True, kernel_options=SMALL)
         xs = tuple(rng.standard_normal((2, 3)).astype(F32) for _ in range(2))
         ref = xs[0].astype(np.float64) + xs[1]
         bound = gamma(1) * (np.abs(xs[0]) + np.abs(xs[1]))
@@ -127,21 +128,20 @@ def test_skip_quick_tier_compiles_the_optimised_program_first(tiering, kind, mon
     m.skip_quick_tier()  # after a call: nothing changes
     assert_within(m(*xs), ref, bound, "second call")
     # a model called before skip_quick_tier keeps its tiers
-    m2 = fbjax.load(single_op_model("ADD", [(2, 3), (2, 3)]))
+    m2 = fbjax.load(single_op_model("ADD", [(2, 3), (2, 3)]), tiered_compile=True, kernel_options=SMALL)
     m2(*[np.ones((2, 3), F32)] * 2)
     m2.skip_quick_tier()
     assert quick_compiles and m2.executor.jitted_leaves.tier in ("cheap", "optimised")
     m2.wait_optimised(timeout=120)
 
 
-def test_wait_optimised_returns_at_once_before_any_call_and_untiered(tiering, monkeypatch):
+def test_wait_optimised_returns_at_once_before_any_call_and_untiered(tiering):
     """Model.wait_optimised starts nothing: before the first call there is no
     compile to wait for; without tiering it is a no-op."""
-    m = fbjax.load(single_op_model("ADD", [(2, 3), (2, 3)]))
+    m = fbjax.load(single_op_model("ADD", [(2, 3), (2, 3)]), tiered_compile=True, kernel_options=SMALL)
     m.wait_optimised(timeout=0)
     assert m.executor.jitted_leaves.tier is None  # no compile was started by waiting
-    monkeypatch.setenv("FBJAX_TIERED_COMPILE", "0")
-    m2 = fbjax.load(single_op_model("ADD", [(2, 3), (2, 3)]))
+    m2 = fbjax.load(single_op_model("ADD", [(2, 3), (2, 3)]))  # tiered_compile off: the default
     assert not isinstance(m2.executor.jitted_leaves, run.TieredCall)
     x = np.ones((2, 3), F32)
     np.testing.assert_array_equal(np.asarray(m2(x, x)), 2 * x)  # one exact rounding: 1 + 1
@@ -179,16 +179,16 @@ def _grouped_chain():
     return b.build(), (9 + 1) + (9 + 1) + (36 + 1) + (8 + 1)
 
 
-def test_quick_tier_runs_the_plain_kernel_choices(tiering, monkeypatch):
+def test_quick_tier_runs_the_plain_kernel_choices(tiering):
     """The quick program lowers depthwise and grouped convolutions as one
     grouped ``conv_general_dilated`` each (depthwise ones up to
-    ``QUICK_SHIFTED_MIN_OUTPUT`` outputs); the optimised program takes the
+    ``KernelOptions.quick_shifted_min_output`` outputs); the optimised program takes the
     CPU paths (shifted depthwise, one convolution per group). Both tiers' values are held to
     the numpy reference (float64 sums) within the float32 rounding of the
     chain's sums (``abs_magnitude``: |weights| times |inputs|), plus one
     float32 rounding per op on the reference's side."""
     src, n_sum = _grouped_chain()
-    m = fbjax.load(src)
+    m = fbjax.load(src, tiered_compile=True, kernel_options=SMALL)
     ex = m.executor
     assert ex.name == "trace_cache" and ex.quick is not None
     x = np.random.default_rng(8).standard_normal((1, 8, 8, 4)).astype(F32)
@@ -198,11 +198,10 @@ def test_quick_tier_runs_the_plain_kernel_choices(tiering, monkeypatch):
     grouped = lambda text: sorted(int(g) for g in re.findall(r"feature_group_count=(\d+)", text) if g != "1")
     assert grouped(quick) == [2, 4, 4], grouped(quick)  # the 2-group conv, both depthwise
     assert grouped(best) == [], grouped(best)  # per-group convolutions, shifted depthwise
-    with monkeypatch.context() as mp:  # the first depthwise (256 outputs) large enough to stay shifted
-        mp.setattr(kernels, "QUICK_SHIFTED_MIN_OUTPUT", 200)
-        m2 = fbjax.load(src)
-        ex2 = m2.executor
-        assert grouped(str(ex2.quick.trace(*ex2.args(m2.params), spec).jaxpr)) == [2, 4]
+    # the first depthwise (256 outputs) large enough to stay shifted
+    m2 = fbjax.load(src, tiered_compile=True, kernel_options=SMALL.replace(quick_shifted_min_output=200))
+    ex2 = m2.executor
+    assert grouped(str(ex2.quick.trace(*ex2.args(m2.params), spec).jaxpr)) == [2, 4]
 
     ref = fbjax.reference.run(src, x)[0]
     bound = (gamma(n_sum) + gamma(5)) * abs_magnitude(m, x)
@@ -226,27 +225,44 @@ def test_kernels_option_is_checked():
 
 
 def test_other_signature_falls_back_to_the_jit(tiering):
-    m = fbjax.load(single_op_model("ADD", [(1, 3), (1, 3)]), batch_size=None)  # any batch
+    m = fbjax.load(single_op_model("ADD", [(1, 3), (1, 3)]), batch_size=None,  # any batch
+                   tiered_compile=True, kernel_options=SMALL)
     a = np.ones((2, 3), F32)
     np.testing.assert_array_equal(np.asarray(m(a, a)), 2 * a)  # exact: 1 + 1
     b = np.full((5, 3), 0.5, F32)
     np.testing.assert_array_equal(np.asarray(m(b, b)), 2 * b)  # another batch: the plain jit traces it
 
 
-def test_when_tiering_applies(monkeypatch):
-    monkeypatch.setenv("FBJAX_TIERED_COMPILE", "1")
+def test_when_tiering_applies():
     # the quick tier keeps YNNPACK fusion off (it miscompiles grouped-convolution chains) whatever XLA_FLAGS says
     assert tiered.quick_options() == dict(tiered.CHEAP_OPTIONS, xla_cpu_experimental_ynn_fusion_type="")
-    assert tiered.enabled("cpu") and not tiered.enabled("gpu") and not tiered.enabled("tpu")
-    m = fbjax.load(single_op_model("ADD", [(2, 3), (2, 3)]))
-    assert not tiered.worth_tiering(m.program)  # one node: compiles fast, keeps the jit's faster dispatch
+    m = fbjax.load(single_op_model("ADD", [(2, 3), (2, 3)]), tiered_compile=True)
+    assert m.program.backend == "cpu"
+    assert not tiered.worth_tiering(m.program, True)  # one node: compiles fast, keeps the jit's faster dispatch
     assert not isinstance(m.executor.jitted_leaves, run.TieredCall)
-    monkeypatch.setattr(tiered, "MIN_NODES", 1)
-    assert tiered.worth_tiering(m.program)
-    monkeypatch.setenv("FBJAX_TIERED_COMPILE", "0")
-    assert not tiered.enabled("cpu") and not tiered.worth_tiering(m.program)
-    m = fbjax.load(single_op_model("ADD", [(2, 3), (2, 3)]))
-    assert not isinstance(m.executor.jitted_leaves, run.TieredCall)
+    m = fbjax.load(single_op_model("ADD", [(2, 3), (2, 3)]), tiered_compile=True, kernel_options=SMALL)
+    assert tiered.worth_tiering(m.program, True)
+    assert not tiered.worth_tiering(m.program, False)  # the option off (the default)
+    assert not tiered.worth_tiering(dataclasses.replace(m.program, backend="gpu"), True)  # CPU only
+    assert not isinstance(fbjax.load(single_op_model("ADD", [(2, 3), (2, 3)])).executor.jitted_leaves,
+                          run.TieredCall)
+    assert isinstance(fbjax.load(single_op_model("ADD", [(2, 3), (2, 3)]), tiered_compile=True, kernel_options=SMALL)
+                      .executor.jitted_leaves, run.TieredCall)
+
+
+def test_tiered_compile_option_is_checked_and_keys_the_trace_cache():
+    from fbjax.options import ENV, ENV_FLAGS, LoadOptions, env_flag
+    assert ENV_FLAGS["FBJAX_TIERED_COMPILE"][0] is False  # off unless the environment says so
+    assert LoadOptions().tiered_compile is ENV["FBJAX_TIERED_COMPILE"]
+    assert LoadOptions(tiered_compile=True, kernel_options=SMALL).tiered_compile is True
+    with pytest.raises(fbjax.InputError, match="tiered_compile"):
+        LoadOptions(tiered_compile="yes")
+    # part of the options every cache key is made of
+    assert LoadOptions(tiered_compile=True).cache_key() != LoadOptions().cache_key()
+    for v, want in [("1", True), ("yes", True), ("on", True), ("0", False), ("false", False), (" No ", False),
+                    ("off", False), ("", False)]:
+        assert env_flag("X", default=not want, environ={"X": v}) is want, v
+    assert env_flag("X", default=True, environ={}) is True
 
 
 _CHILD = """
@@ -254,13 +270,13 @@ import json, sys
 import numpy as np
 import fbjax
 from fbjax.run import tiered, trace_cache
-tiered.MIN_NODES = 1
 from fbjax.testing import single_op_model
 rng = np.random.default_rng(0)
 w = rng.standard_normal((8, 3, 3, 4)).astype(np.float32)
 b = rng.standard_normal(8).astype(np.float32)
 m = fbjax.load(single_op_model("CONV_2D", [(1, 6, 6, 4), w, b], options=dict(padding="SAME", stride_h=1,
-               stride_w=1), output_shapes=[(1, 6, 6, 8)]))
+               stride_w=1), output_shapes=[(1, 6, 6, 8)]), tiered_compile=True,
+               kernel_options=fbjax.KernelOptions(tiered_min_nodes=1))
 x = np.ones((1, 6, 6, 4), np.float32)
 m(x)
 call = m.executor._call
@@ -273,7 +289,7 @@ print(json.dumps({"executor": m.executor.name, "tier": tier}))
 
 def test_second_process_compiles_the_optimised_program_directly(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("FBJAX_NO_CACHE", "JAX_COMPILATION_CACHE_DIR")}
-    env.update(FBJAX_CACHE_DIR=str(tmp_path / "c" / "jax"), FBJAX_TIERED_COMPILE="1", PYTHONPATH=str(ROOT))
+    env.update(FBJAX_CACHE_DIR=str(tmp_path / "c" / "jax"), PYTHONPATH=str(ROOT))
     recs = []
     for _ in range(2):
         p = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True, text=True, timeout=300)
@@ -295,7 +311,7 @@ def test_infer_runs_its_steps_on_the_optimised_program(tiering, called_before):
     rng = np.random.default_rng(3)
     w = rng.standard_normal((8, 3, 3, 4)).astype(F32)
     b = rng.standard_normal(8).astype(F32)
-    m = fbjax.load(_conv(w, b), batch_size=None)
+    m = fbjax.load(_conv(w, b), batch_size=None, tiered_compile=True, kernel_options=SMALL)
     xs = rng.standard_normal((5, 6, 6, 4)).astype(F32)
     if called_before:
         m(xs[:1])

@@ -111,16 +111,16 @@ def test_rten_zero_size_constant_without_data():
     """An RTen ConstantNode of shape [0, 3] that carries no data at all (neither inline nor an offset)."""
     require("onnx")
     from fbjax.formats._generated import rten_generated as R
-    import test_rten_format as T
+    import rten_builders as T
 
-    empty = T._const("empty_rows", np.zeros((0, 3), np.float32))
+    empty = T.const_node("empty_rows", np.zeros((0, 3), np.float32))
     empty.data.data = None  # no inline table: zero elements need no bytes
     empty.data.dataType = R.ConstantData.NONE
     attrs = R.ConcatAttrsT()
     attrs.axis = 0
-    data = T._file([T._value("x", [2, 3]), empty, T._value("y", [2, 3]),
-                    T._op(R.OperatorType.Concat, [0, 1], [2], R.OperatorAttrs.ConcatAttrs, attrs)],
-                   [0], [2])
+    data = T.rten_file([T.value_node("x", [2, 3]), empty, T.value_node("y", [2, 3]),
+                        T.op_node(R.OperatorType.Concat, [0, 1], [2], R.OperatorAttrs.ConcatAttrs, attrs)],
+                       [0], [2])
     model = fbjax.load(data, format="rten")
     x = np.arange(6, dtype=np.float32).reshape(2, 3)
     np.testing.assert_array_equal(np.asarray(model(x)), x)

@@ -161,7 +161,7 @@ def _concrete(x):
 #: backends use (one grouped ``conv_general_dilated`` per depthwise or
 #: grouped convolution, no kernel taps, ``reduce_window`` pools), except
 #: depthwise convolutions with large outputs, which stay shifted
-#: (:data:`fbjax.lower.kernels.QUICK_SHIFTED_MIN_OUTPUT`); on other
+#: (``KernelOptions.quick_shifted_min_output``); on other
 #: backends the same as ``"backend"``. Integer kernels keep their exact
 #: arithmetic either way.
 KERNEL_CHOICES = ("backend", "quick")

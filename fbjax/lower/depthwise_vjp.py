@@ -40,8 +40,8 @@ JAX (0.10) has no public ``custom_transpose`` that would let a
 choice is made per call at trace time from the operands
 (:func:`fbjax.lower.autodiff.linearized_only`). ``jax.linearize`` also
 linearizes, and its linear function then runs forward mode through the
-custom rule, which JAX refuses; :data:`COMPACT_BACKWARD` ``= False`` gives
-JAX's own derivative everywhere.
+custom rule, which JAX refuses; ``KernelOptions(compact_backward=False)``
+(``compact=False`` here) gives JAX's own derivative everywhere.
 """
 
 from __future__ import annotations
@@ -54,12 +54,6 @@ import numpy as np
 from jax import lax
 
 from .autodiff import linearized_only
-
-#: Whether ``jax.grad`` / ``jax.vjp`` through :func:`shifted_depthwise` use
-#: the loops and hand-written backward of this module (``False``: JAX's
-#: autodiff of the unrolled sum, larger and slower to compile, but
-#: ``jax.linearize`` works through it).
-COMPACT_BACKWARD = True
 
 
 def _taps(xp, wk, ksz, strides, dilation, out_shape, sp_axes, c_axis, direct):
@@ -205,7 +199,8 @@ def _dim(d):
 
 
 def shifted_depthwise(xp, wk, *, kernel_size: Sequence[int], strides: Sequence[int], dilation: Sequence[int],
-                      out_shape: Sequence[int], spatial_axes: Sequence[int], channel_axis: int, direct: bool):
+                      out_shape: Sequence[int], spatial_axes: Sequence[int], channel_axis: int, direct: bool,
+                      compact: bool = True):
     """Depthwise convolution of an already padded input as shifted multiply-adds.
 
     Args:
@@ -224,11 +219,12 @@ def shifted_depthwise(xp, wk, *, kernel_size: Sequence[int], strides: Sequence[i
         ``out[..] = sum_taps xp[strided slice at tap * dilation] * wk[tap]``,
         shape ``out_shape``, dtype of ``xp``. Under ``jax.grad``/``jax.vjp``
         (operands being linearized, no forward mode around them) and
-        :data:`COMPACT_BACKWARD`: the same sum through a ``jax.custom_vjp``
-        with the loops and backward of this module's docstring.
+        ``compact`` (``KernelOptions.compact_backward``): the same sum
+        through a ``jax.custom_vjp`` with the loops and backward of this
+        module's docstring.
     """
     args = (tuple(int(k) for k in kernel_size), tuple(int(s) for s in strides), tuple(int(d) for d in dilation),
             tuple(_dim(o) for o in out_shape), tuple(int(a) for a in spatial_axes), int(channel_axis), bool(direct))
-    if COMPACT_BACKWARD and linearized_only(xp, wk):
+    if compact and linearized_only(xp, wk):
         return _taps_vjp(xp, wk, *args)
     return _taps(xp, wk, *args)

@@ -42,14 +42,14 @@ from typing import Optional
 
 import numpy as np
 
-__all__ = ["plan", "constant_nodes", "fan_out_values", "matrix_operands", "worth_preparing",
-           "image_activation_bytes", "CPU_CONV_WEIGHT_LAYOUT", "SMALL_ACTIVATION_BYTES"]
+from ..options import kernel_options
 
-#: Kernel layout XLA:CPU's convolution emitter reads without a copy.
-CPU_CONV_WEIGHT_LAYOUT = "HWIO"
+__all__ = ["plan", "constant_nodes", "fan_out_values", "matrix_operands", "worth_preparing",
+           "image_activation_bytes"]
 
 #: File layouts of convolution kernels the lowerings can read in
-#: :data:`CPU_CONV_WEIGHT_LAYOUT` instead (:func:`fbjax.lower.kernels.weight_layout`);
+#: ``KernelOptions.conv_weight_layout`` (``"HWIO"``: the layout XLA:CPU's
+#: convolution emitter reads without a copy) instead (:func:`fbjax.lower.kernels.weight_layout`);
 #: an op's kernel is the ``weights`` entry of its registration in one of them.
 _RELAYABLE = frozenset({"OHWI", "OIHW"})
 
@@ -141,7 +141,8 @@ def plan(program, backend: Optional[str] = None, constants: frozenset = frozense
     :func:`constant_nodes`), or the DEQUANTIZE (float16 -> float32 cast) of
     a param, that nothing else reads (no other node, no graph output).
     Nothing is relaid unless ``backend`` (default ``program.backend``) is
-    ``"cpu"``.
+    ``"cpu"``. The prepared layout is the program's
+    ``KernelOptions.conv_weight_layout``.
 
     Returns:
         ``(sources, values)``: ``{param name or id(Value): (file layout,
@@ -152,6 +153,7 @@ def plan(program, backend: Optional[str] = None, constants: frozenset = frozense
     if backend != "cpu":
         return {}, {}
     sources, values = {}, {}
+    layout = kernel_options(program).conv_weight_layout
     for g in program.model.graphs:
         uses = _uses(g)
         producer = {id(o): n for n in g.nodes for o in n.outputs if o is not None}
@@ -175,8 +177,8 @@ def plan(program, backend: Optional[str] = None, constants: frozenset = frozense
             if src is None or tuple(src.shape or ()) != tuple(w.shape):
                 continue
             key = program.param_of.get(id(src), id(src))
-            sources[key] = (native, CPU_CONV_WEIGHT_LAYOUT)
-            values[id(w)] = CPU_CONV_WEIGHT_LAYOUT
+            sources[key] = (native, layout)
+            values[id(w)] = layout
     return sources, values
 
 
@@ -207,11 +209,6 @@ def fan_out_values(program) -> set:
     return out
 
 
-#: Largest per-node activation bytes under which materializing values read
-#: twice cannot pay for the extra call arguments (tflm_sine_float: 16 floats).
-SMALL_ACTIVATION_BYTES = 64 << 10
-
-
 def image_activation_bytes(program, batch: int) -> int:
     """The largest per-node activation bytes (inputs plus outputs that are
     not constants, static shapes only) of the main graph, per image of a
@@ -232,9 +229,12 @@ def worth_preparing(program, backend: Optional[str] = None, *, stateful: bool = 
     ``"cpu"`` (``backend``, default ``program.backend``), never for models
     with run state (their apply threads state), and only when there is
     something to relay or compute ahead, or values read twice whose
-    activations do not stay in cache anyway (:data:`SMALL_ACTIVATION_BYTES`)."""
+    activations do not stay in cache anyway (``KernelOptions.small_activation_bytes``
+    of the program: the largest per-node activation bytes under which
+    materializing values read twice cannot pay for the extra call arguments;
+    tflm_sine_float: 16 floats)."""
     backend = backend or program.backend
     if stateful or backend != "cpu":
         return False
     return bool(plan(program, backend)[0] or constant_nodes(program) or (
-        fan_out_values(program) and image_activation_bytes(program, 1) >= SMALL_ACTIVATION_BYTES))
+        fan_out_values(program) and image_activation_bytes(program, 1) >= kernel_options(program).small_activation_bytes))

@@ -11,7 +11,7 @@ Contents:
   ``SAME``/``VALID``);
 * convolution: :func:`conv` (any ``dimension_numbers``),
   :func:`conv_transpose`, :func:`depthwise_conv` (two strategies, see
-  :data:`DEPTHWISE_STRATEGY`);
+  ``KernelOptions.depthwise_strategy``);
 * pooling: :func:`max_pool`, :func:`avg_pool` (``lax.reduce_window``);
 * resize coordinate maps: :func:`linear_resize_coords`,
   :func:`nearest_resize_indices`, and :func:`resize_linear` /
@@ -27,7 +27,12 @@ for ``"cpu_quick"``, which a CPU program built with the ``kernels="quick"``
 lowering option passes (``ctx.backend``, see
 :data:`fbjax.lower.build.KERNEL_CHOICES`: the quick tier of
 :mod:`fbjax.run.tiered`): the plain kernels except large depthwise
-convolutions (:data:`QUICK_SHIFTED_MIN_OUTPUT`).
+convolutions (``KernelOptions.quick_shifted_min_output``).
+
+Every choice and threshold that changes the computed program comes from the
+program's :class:`fbjax.options.KernelOptions` (``options``: the lowerings
+pass :func:`kernel_options` of their ``ctx``; None: the defaults), never from
+a module global: it is part of every cache key.
 """
 
 from __future__ import annotations
@@ -40,50 +45,15 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from ..options import KernelOptions, kernel_options
 from .depthwise_vjp import shifted_depthwise
 
-#: Precision of convolutions and matrix products. ``HIGHEST`` keeps float32
-#: accuracy on accelerators (the default may use bf16/tf32 passes there); on
-#: CPU it costs nothing.
-PRECISION = lax.Precision.HIGHEST
+def precision(ctx=None):
+    """The ``jax.lax.Precision`` of convolutions and matrix products of the
+    program ``ctx`` (a lowering context) belongs to
+    (``KernelOptions.precision``; default ``HIGHEST``)."""
+    return kernel_options(ctx).lax_precision
 
-#: How :func:`depthwise_conv` computes: ``None`` picks by backend (``"cpu"``:
-#: shifted multiply-adds, which XLA:CPU runs ~70x faster than a grouped
-#: convolution; elsewhere: ``lax.conv_general_dilated`` with
-#: ``feature_group_count``), ``"conv"`` or ``"shifted"`` force one.
-#: Note: with jax/jaxlib 0.10.2, XLA:CPU's YNNPACK library fusion
-#: miscompiles chains of grouped convolutions under ``jit`` (wrong values,
-#: deterministic; ``XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type=``
-#: avoids it) -- one more reason for the shifted default on CPU.
-DEPTHWISE_STRATEGY: Optional[str] = None
-
-#: Ungrouped NHWC convolutions with ``C_in * KH * KW`` at most this many
-#: multiply-adds per output value (the 3-channel first layers of image
-#: models, 3x3) are computed on CPU as a sum over kernel taps and input
-#: channels of a strided slice times a weight row (:func:`_taps_conv`):
-#: XLA:CPU's convolution runs them at ~8 GFLOP/s (hand_recrop's 256x256x3
-#: -> 128x128x8 layer: 0.87 ms of a 1.4 ms model, 0.29 ms as taps; 4x faster
-#: at batch 32), when they have at most :data:`SMALL_CONV_MAX_OUT` output
-#: channels. Measured on the shared models (interleaved A/B, batch 1 / 32):
-#: hand_recrop (8 outputs) 0.69x / 0.62x the time, face_landmark (16) 0.86x,
-#: selfie_segmentation (16) 0.90x / 0.90x; with 24 (pose_detection,
-#: hand_landmark_lite) or 64 (iris_landmark) outputs 1.02-1.11x, and 5x5
-#: kernels (75 taps) are slower too, so those stay convolutions. ``0``
-#: disables; other backends always use ``lax.conv_general_dilated``.
-SMALL_CONV_TAPS = 27
-SMALL_CONV_MAX_OUT = 16
-
-#: The ``"cpu_quick"`` kernel choices (the CPU quick tier,
-#: :mod:`fbjax.run.tiered`) compute a depthwise convolution with more than
-#: this many output elements (``N * H * W * C``) as shifted multiply-adds,
-#: smaller ones as one grouped convolution. XLA:CPU runs a grouped
-#: convolution at ~0.1-0.3 GFLOP/s, a cost per kernel tap that grows with
-#: the output; the shifted form costs ~1 ms of trace + lowering + ``-O0``
-#: compile per kernel tap (5 StableHLO ops) whatever the output size
-#: (measured on the 2-core machine, one layer per program: 96x96x32 5x5
-#: grouped 85 ms per call vs shifted 15 ms; 14x14x384 5x5 18 vs 3 ms;
-#: 128x128x24 3x3 51 vs 5 ms), so the break-even is an output size.
-QUICK_SHIFTED_MIN_OUTPUT = 150_000
 
 _ACTIVATIONS = ("NONE", "RELU", "RELU_N1_TO_1", "RELU6", "TANH", "SIGN_BIT")
 
@@ -168,8 +138,9 @@ def conv(
     rhs_dilation: Optional[Sequence[int]] = None,
     lhs_dilation: Optional[Sequence[int]] = None,
     feature_group_count: int = 1,
-    precision=PRECISION,
+    precision=None,
     backend: Optional[str] = None,
+    options: Optional[KernelOptions] = None,
 ):
     """N-d convolution in the operands' own layouts (``lax.conv_general_dilated``).
 
@@ -180,21 +151,32 @@ def conv(
 
     On the CPU backend a grouped convolution never reaches XLA's grouped
     path, which is both slow there and, with jaxlib 0.10.2's YNNPACK fusion,
-    miscompiled under ``jit`` (see :data:`DEPTHWISE_STRATEGY`): depthwise
-    cases (one input channel per group) go through :func:`depthwise_conv`,
-    other groupings through one convolution per group, concatenated; small
-    ungrouped first layers go through kernel taps (:data:`SMALL_CONV_TAPS`).
+    miscompiled under ``jit`` (see ``KernelOptions.depthwise_strategy``):
+    depthwise cases (one input channel per group) go through
+    :func:`depthwise_conv`, other groupings through one convolution per
+    group, concatenated; small ungrouped first layers go through kernel taps
+    (``KernelOptions.small_conv_taps``: XLA:CPU's convolution runs them at
+    ~8 GFLOP/s; hand_recrop's 256x256x3 -> 128x128x8 layer: 0.87 ms of a
+    1.4 ms model, 0.29 ms as taps; 4x faster at batch 32; measured on the
+    shared models, interleaved A/B, batch 1 / 32: hand_recrop (8 outputs)
+    0.69x / 0.62x the time, face_landmark (16) 0.86x, selfie_segmentation
+    (16) 0.90x / 0.90x; with 24 or 64 outputs 1.02-1.11x, and 5x5 kernels
+    slower too, hence ``small_conv_max_out`` 16).
     Any other ``backend`` (``"cpu_quick"`` included: the CPU quick tier,
     compiled without YNNPACK fusion) gets one ``lax.conv_general_dilated``.
+    ``options``: the program's :class:`~fbjax.options.KernelOptions` (None:
+    defaults); ``precision`` None: its ``precision``.
     """
+    options = kernel_options(options)
+    precision = options.lax_precision if precision is None else precision
     groups = int(feature_group_count)
     lhs_spec, rhs_spec, out_spec = dimension_numbers
     undilated = lhs_dilation is None or all(int(d) == 1 for d in lhs_dilation)
     cpu = (backend or jax.default_backend()) == "cpu"
     if groups > 1 and undilated and cpu:
         return _grouped_conv_cpu(x, w, groups, window_strides, padding, dimension_numbers,
-                                 rhs_dilation, precision)
-    if cpu and groups == 1 and undilated and _taps_conv_applies(x, w, padding, dimension_numbers):
+                                 rhs_dilation, precision, options)
+    if cpu and groups == 1 and undilated and _taps_conv_applies(x, w, padding, dimension_numbers, options):
         return _taps_conv(x, w, window_strides, padding, rhs_dilation, rhs_spec)
     return lax.conv_general_dilated(
         x,
@@ -210,12 +192,12 @@ def conv(
     )
 
 
-def _taps_conv_applies(x, w, padding, dimension_numbers) -> bool:
+def _taps_conv_applies(x, w, padding, dimension_numbers, options: KernelOptions) -> bool:
     lhs_spec, rhs_spec, out_spec = dimension_numbers
     if lhs_spec != "NHWC" or out_spec != "NHWC" or sorted(rhs_spec) != sorted("OHWI") or w.ndim != 4:
         return False
     kh, kw, ci, co = (w.shape[rhs_spec.index(c)] for c in "HWIO")
-    return (0 < ci * kh * kw <= SMALL_CONV_TAPS and co <= SMALL_CONV_MAX_OUT
+    return (0 < ci * kh * kw <= options.small_conv_taps and co <= options.small_conv_max_out
             and all(int(a) >= 0 and int(b) >= 0 for a, b in padding))
 
 
@@ -246,7 +228,7 @@ def _taps_conv(x, w, window_strides, padding, rhs_dilation, rhs_spec):
     return acc
 
 
-def _grouped_conv_cpu(x, w, groups, window_strides, padding, dimension_numbers, rhs_dilation, precision):
+def _grouped_conv_cpu(x, w, groups, window_strides, padding, dimension_numbers, rhs_dilation, precision, options):
     lhs_spec, rhs_spec, out_spec = dimension_numbers
     c_axis, o_axis, i_axis = lhs_spec.index("C"), rhs_spec.index("O"), rhs_spec.index("I")
     spatial = [c for c in lhs_spec if c not in "NC"]
@@ -255,7 +237,7 @@ def _grouped_conv_cpu(x, w, groups, window_strides, padding, dimension_numbers, 
         order = [rhs_spec.index(c) for c in spatial] + [o_axis]
         wd = jnp.transpose(jnp.squeeze(w, i_axis), [a - (a > i_axis) for a in order])
         return depthwise_conv(x, wd, window_strides=window_strides, padding=padding,
-                              rhs_dilation=rhs_dilation, lhs_spec=lhs_spec, strategy="shifted")
+                              rhs_dilation=rhs_dilation, lhs_spec=lhs_spec, strategy="shifted", options=options)
     pointwise = all(w.shape[rhs_spec.index(c)] == 1 for c in spatial) and all(
         int(s) == 1 for s in window_strides) and not any(int(a) or int(b) for a, b in padding)
     if pointwise and out_spec == lhs_spec:
@@ -315,8 +297,9 @@ def conv_transpose(
     dimension_numbers: tuple[str, str, str],
     rhs_dilation: Optional[Sequence[int]] = None,
     feature_group_count: int = 1,
-    precision=PRECISION,
+    precision=None,
     backend: Optional[str] = None,
+    options: Optional[KernelOptions] = None,
 ):
     """Transposed (fractionally strided) convolution, scatter semantics.
 
@@ -327,7 +310,8 @@ def conv_transpose(
     of this op (no channel swap is done here); ``padding`` is the forward
     convolution's ``(before, after)`` per spatial dimension (only ``before``
     matters: ``output_sizes`` fixes the extent). Computed as a convolution
-    of the stride-dilated input with the spatially flipped kernel.
+    of the stride-dilated input with the spatially flipped kernel
+    (:func:`conv`; ``precision``, ``backend``, ``options`` as there).
     """
     rhs_spec = dimension_numbers[1]
     lhs_spec = dimension_numbers[0]
@@ -354,6 +338,7 @@ def conv_transpose(
         feature_group_count=feature_group_count,
         precision=precision,
         backend=backend,
+        options=options,
     )
     out_spec = dimension_numbers[2]
     for c, (start, n) in zip(spatial, crops):
@@ -374,19 +359,20 @@ def _output_size(x, w, lhs_spec, window_strides, rhs_dilation, padding) -> Optio
         return None
 
 
-def _depthwise_strategy(backend: Optional[str], strategy: Optional[str], out_size=None) -> str:
-    """``strategy``, else :data:`DEPTHWISE_STRATEGY`, else by backend
+def _depthwise_strategy(backend: Optional[str], strategy: Optional[str], options: KernelOptions,
+                        out_size=None) -> str:
+    """``strategy``, else ``options.depthwise_strategy``, else by backend
     (``out_size``: ``f() -> int or None``, the output's elements, for ``"cpu_quick"``)."""
-    strategy = strategy or DEPTHWISE_STRATEGY
+    strategy = strategy or options.depthwise_strategy
     if strategy is None:
         backend = backend or jax.default_backend()
         if backend == "cpu_quick":
             n = out_size() if out_size is not None else None
-            strategy = "shifted" if n is None or n > QUICK_SHIFTED_MIN_OUTPUT else "conv"
+            strategy = "shifted" if n is None or n > options.quick_shifted_min_output else "conv"
         else:
             strategy = "shifted" if backend == "cpu" else "conv"
     if strategy not in ("conv", "shifted"):
-        raise ValueError(f"DEPTHWISE_STRATEGY must be None, 'conv' or 'shifted', not {strategy!r}")
+        raise ValueError(f"depthwise strategy must be None, 'conv' or 'shifted', not {strategy!r}")
     return strategy
 
 
@@ -400,6 +386,7 @@ def depthwise_conv(
     lhs_spec: str = "NHWC",
     backend: Optional[str] = None,
     strategy: Optional[str] = None,
+    options: Optional[KernelOptions] = None,
 ):
     """Depthwise convolution with any depth multiplier.
 
@@ -412,12 +399,20 @@ def depthwise_conv(
         window_strides, padding, rhs_dilation: per spatial dimension;
             ``padding`` is explicit ``(before, after)`` pairs.
         backend: ``"cpu"`` (shifted), ``"gpu"``, ... (conv),
-            ``"cpu_quick"`` (by output size, :data:`QUICK_SHIFTED_MIN_OUTPUT`):
-            selects the strategy (see the module docstring).
+            ``"cpu_quick"`` (by output size, ``options.quick_shifted_min_output``:
+            XLA:CPU runs a grouped convolution at ~0.1-0.3 GFLOP/s, a cost per
+            kernel tap that grows with the output, while the shifted form
+            costs ~1 ms of trace + lowering + ``-O0`` compile per tap
+            whatever the output size; measured one layer per program:
+            96x96x32 5x5 grouped 85 ms per call vs shifted 15 ms, 14x14x384
+            5x5 18 vs 3 ms, 128x128x24 3x3 51 vs 5 ms): selects the strategy
+            (see the module docstring).
         strategy: ``"conv"`` (``lax.conv_general_dilated`` with
             ``feature_group_count = C``) or ``"shifted"`` (sum over kernel
             taps of strided slices of the padded input times the tap's
-            weights); default :data:`DEPTHWISE_STRATEGY`, then by backend.
+            weights); default ``options.depthwise_strategy``, then by backend.
+        options: the program's :class:`~fbjax.options.KernelOptions` (None:
+            the defaults); also its ``precision`` and ``compact_backward``.
 
     Returns:
         output laid out as ``lhs_spec`` with ``C * M`` channels.
@@ -434,8 +429,9 @@ def depthwise_conv(
     mult = out_ch // in_ch
     window_strides = [int(s) for s in window_strides]
     rhs_dilation = [int(d) for d in (rhs_dilation or [1] * n_sp)]
-    if _depthwise_strategy(backend, strategy, lambda: _output_size(x, w, lhs_spec, window_strides, rhs_dilation,
-                                                                   padding)) == "conv":
+    options = kernel_options(options)
+    if _depthwise_strategy(backend, strategy, options,
+                           lambda: _output_size(x, w, lhs_spec, window_strides, rhs_dilation, padding)) == "conv":
         rhs_spec = "I" + "".join(spatial) + "O"
         return lax.conv_general_dilated(  # XLA's grouped path, on purpose
             x,
@@ -445,7 +441,7 @@ def depthwise_conv(
             rhs_dilation=tuple(rhs_dilation),
             dimension_numbers=(lhs_spec, rhs_spec, lhs_spec),
             feature_group_count=in_ch,
-            precision=PRECISION,
+            precision=options.lax_precision,
             preferred_element_type=accumulation_dtype(x, w),
         )
     # Shifted multiply-add: out = sum_taps slice(pad(x), tap) * w[tap].
@@ -478,7 +474,8 @@ def depthwise_conv(
         wk = wk.reshape((-1, out_ch))
     # the taps' sum, with a compact custom backward under jax.grad (depthwise_vjp)
     return shifted_depthwise(xp, wk, kernel_size=ksz, strides=window_strides, dilation=rhs_dilation,
-                             out_shape=out_shape, spatial_axes=sp_axes, channel_axis=c_axis, direct=direct)
+                             out_shape=out_shape, spatial_axes=sp_axes, channel_axis=c_axis, direct=direct,
+                             compact=options.compact_backward)
 
 
 # --- pooling -----------------------------------------------------------------
@@ -678,17 +675,13 @@ def quantized_inputs(ctx, positions: Optional[Sequence[int]] = None) -> list[int
 
 # --- pools as shifted strided slices (no reduce_window) -------------------------
 
-#: Largest window (taps) :func:`shifted_window_reduce` unrolls; larger windows
-#: keep ``lax.reduce_window``.
-SHIFTED_MAX_TAPS = 16
-
-
-def use_shifted_window(backend: Optional[str], window: Sequence[int]) -> bool:
+def use_shifted_window(backend: Optional[str], window: Sequence[int], options: Optional[KernelOptions] = None) -> bool:
     """Whether a pool of ``window`` runs as :func:`shifted_window_reduce`
-    (CPU, at most :data:`SHIFTED_MAX_TAPS` taps) rather than
-    ``lax.reduce_window`` (other backends pick their own layouts)."""
+    (CPU, at most ``options.shifted_max_taps`` taps; ``options``: the
+    program's :class:`~fbjax.options.KernelOptions`, None: defaults) rather
+    than ``lax.reduce_window`` (other backends pick their own layouts)."""
     backend = backend or jax.default_backend()
-    return backend == "cpu" and int(np.prod([int(w) for w in window])) <= SHIFTED_MAX_TAPS
+    return backend == "cpu" and int(np.prod([int(w) for w in window])) <= kernel_options(options).shifted_max_taps
 
 
 def shifted_window_reduce(x, init, op, *, window: Sequence[int], strides: Sequence[int], padding,

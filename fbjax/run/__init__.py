@@ -45,7 +45,7 @@ KINDS = ("stateful", "chunked", "trace_cache", "cpu_prepared", "jit")
 
 
 def select(program, apply: Callable, apply_leaves: Callable, *, stateful: bool, compiler_options=None,
-           trace_base: Optional[Callable] = None, chunks: Optional[Callable] = None):
+           trace_base: Optional[Callable] = None, chunks: Optional[Callable] = None, tiered: bool = False):
     """The one executor of a model (see the module docstring).
 
     Args:
@@ -59,6 +59,8 @@ def select(program, apply: Callable, apply_leaves: Callable, *, stateful: bool, 
             cache key when the prepared program may be cached.
         chunks: ``f() -> ChunkedCall or None`` (:func:`fbjax.run.chunked.select_chunks`
             for a model loaded with a fixed batch).
+        tiered: the ``tiered_compile`` load option (:mod:`fbjax.run.tiered`;
+            it takes effect where :func:`worth_tiering` says so).
     """
     if stateful:
         return Stateful(apply, compiler_options)
@@ -69,7 +71,7 @@ def select(program, apply: Callable, apply_leaves: Callable, *, stateful: bool, 
     if worth_preparing(program):
         base = trace_base(program) if trace_base is not None else None
         if base is not None:
-            return TraceCached(program, compiler_options, trace_base=base)
-        return CpuPrepared(program, compiler_options)
+            return TraceCached(program, compiler_options, trace_base=base, tiered=tiered)
+        return CpuPrepared(program, compiler_options, tiered=tiered)
     return Jit(apply, apply_leaves, tuple(program.params), compiler_options,
-               tiered=worth_tiering(program))
+               tiered=worth_tiering(program, tiered))

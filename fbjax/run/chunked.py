@@ -10,24 +10,20 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..lower.inference import image_activation_bytes
+from ..options import kernel_options
 
-__all__ = ["ChunkedCall", "select_chunks", "chunk_size", "CHUNK_BYTES", "CHUNK_THREADS"]
-
-#: Activation bytes per chunk (the largest per-node input + output set of one
-#: image times the chunk's images) that :func:`chunk_size` aims under: about
-#: what stays in a CPU's L2/L3 cache between one layer and the next.
-CHUNK_BYTES = 4 << 20
-
-#: Streams of chunks :class:`ChunkedCall` runs at once (Python threads; the
-#: executions run in XLA without the GIL). 2: measured 1.2x the images/s of
-#: one stream on 2 cores (mediapipe_face_detection_short_range, _face_landmark).
-CHUNK_THREADS = 2
+__all__ = ["ChunkedCall", "select_chunks", "chunk_size"]
 
 
-def chunk_size(program, batch: int, budget: int = CHUNK_BYTES) -> int:
+def chunk_size(program, batch: int, budget: Optional[int] = None) -> int:
     """Images per call when running a batch of ``batch`` on CPU: the largest
-    divisor of ``batch`` whose activations (:data:`CHUNK_BYTES`) fit, at
-    least 1; ``batch`` itself when they all fit."""
+    divisor of ``batch`` whose activations fit ``budget`` bytes (default the
+    program's ``KernelOptions.chunk_bytes``, 4 MiB: the largest per-node
+    input + output set of one image times the chunk's images, about what
+    stays in a CPU's L2/L3 cache between one layer and the next), at least
+    1; ``batch`` itself when they all fit."""
+    if budget is None:
+        budget = kernel_options(program).chunk_bytes
     per = max(image_activation_bytes(program, batch), 1)
     best = 1
     for k in range(1, batch + 1):
@@ -46,7 +42,10 @@ class ChunkedCall:
     streams it from memory, and per image the batch-32 executable is slower
     than 32 batch-1 calls (which LiteRT's figure is made of too). Chunks of
     :func:`chunk_size` images keep each layer's working set in cache; after
-    the first call, :data:`CHUNK_THREADS` streams of chunks run at once.
+    the first call, ``threads`` streams of chunks run at once (Python
+    threads; the executions run in XLA without the GIL; the program's
+    ``KernelOptions.chunk_threads``, 2: measured 1.2x the images/s of one
+    stream on 2 cores, mediapipe_face_detection_short_range, _face_landmark).
     ``params`` are the batch-N model's (same names and shapes: weights do not
     depend on the batch).
 
@@ -59,8 +58,9 @@ class ChunkedCall:
     stateful = False
     unchecked = False
 
-    def __init__(self, make_chunk_model, batch: int, k: int, params_spec: dict):
+    def __init__(self, make_chunk_model, batch: int, k: int, params_spec: dict, threads: int = 2):
         self._make = make_chunk_model
+        self.threads = int(threads)
         self.batch, self.k = batch, k
         self._spec = params_spec
         self._chunk = None
@@ -85,15 +85,15 @@ class ChunkedCall:
         m = self._model()
         fn = m.executor
         starts = list(range(0, self.batch, self.k))
-        if not self._warm or CHUNK_THREADS < 2 or len(starts) < 2:
+        if not self._warm or self.threads < 2 or len(starts) < 2:
             outs = self._run(fn, params, inputs, starts)  # the first call compiles, in this thread
             self._warm = True
         else:
             # two streams of chunks at once: XLA:CPU runs independent executions concurrently,
             # which fills the gaps between the small per-layer kernels of one stream
             if self._pool is None:
-                self._pool = ThreadPoolExecutor(CHUNK_THREADS, thread_name_prefix="fbjax-chunks")
-            parts = [starts[j::CHUNK_THREADS] for j in range(CHUNK_THREADS)]
+                self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="fbjax-chunks")
+            parts = [starts[j::self.threads] for j in range(self.threads)]
             futs = [self._pool.submit(self._run, fn, params, inputs, part) for part in parts if part]
             done = {}
             for part, f in zip([p for p in parts if p], futs):
@@ -108,8 +108,8 @@ def select_chunks(program, inputs, outputs, make_chunk_model, batch, *,
             budget: Optional[int] = None) -> Optional[ChunkedCall]:
     """The chunked executor of a model loaded with ``batch_size=batch``
     (``inputs`` / ``outputs``: its :class:`~fbjax.model.TensorSpec` lists)
-    when on CPU the batch's activations exceed ``budget`` (default
-    :data:`CHUNK_BYTES`); ``make_chunk_model(k)`` loads the same file with
+    when on CPU the batch's activations exceed ``budget`` (default the
+    program's ``KernelOptions.chunk_bytes``); ``make_chunk_model(k)`` loads the same file with
     ``batch_size=k``. None for other backends, models whose inputs or
     outputs do not lead with the batch, or a batch that fits."""
     if (program.backend != "cpu" or isinstance(batch, bool)
@@ -117,8 +117,8 @@ def select_chunks(program, inputs, outputs, make_chunk_model, batch, *,
         return None
     if any(s.shape is None or not s.shape or s.shape[0] != batch for s in list(inputs) + list(outputs)):
         return None
-    k = chunk_size(program, int(batch), CHUNK_BYTES if budget is None else budget)
+    k = chunk_size(program, int(batch), budget)
     if k >= batch:
         return None
     spec = {n: tuple(np.shape(v)) for n, v in program.params.items()}
-    return ChunkedCall(make_chunk_model, int(batch), k, spec)
+    return ChunkedCall(make_chunk_model, int(batch), k, spec, threads=kernel_options(program).chunk_threads)

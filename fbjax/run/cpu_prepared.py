@@ -87,11 +87,11 @@ class CpuPrepared:
         name: ``"cpu_prepared"``.
         layouts: ``{param name: (file layout, prepared layout)}`` of the relaid params.
         jitted: the jit of the prepared program, ``jitted(*args(params), *inputs)``.
-        quick: on CPU (:func:`~fbjax.run.tiered.worth_tiering`), the jit of
+        quick: with ``tiered`` on CPU (:func:`~fbjax.run.tiered.worth_tiering`), the jit of
             the same prepared program lowered with the plain kernel choices
             (``kernels="quick"``, :data:`fbjax.lower.build.KERNEL_CHOICES`),
             taking the same arguments; else None.
-        run: what calls run: :attr:`jitted`, or on CPU a
+        run: what calls run: :attr:`jitted`, or with ``tiered`` on CPU a
             :class:`~fbjax.run.tiered.TieredCall` of it (:attr:`quick`
             compiled quickly for the first call, the optimised program
             swapped in when ready).
@@ -102,7 +102,7 @@ class CpuPrepared:
     unchecked = False
 
     def __init__(self, program, compiler_options=None, *, relay: bool = True, materialize: bool = True,
-                 ahead: bool = True):
+                 ahead: bool = True, tiered: bool = False):
         self.base = program
         consts = constant_nodes(program) if ahead else []
         graph = program.model.graphs[program.model.main]
@@ -151,7 +151,7 @@ class CpuPrepared:
         self._compiler_options = compiler_options
         self.quick = None
         self.run = self.jitted
-        if worth_tiering(program):
+        if worth_tiering(program, tiered):
             # the quick tier: the same prepared program lowered with the plain kernel choices (its own
             # registry view: the optimised program may be traced in the background thread meanwhile)
             quick = dataclasses.replace(program, options=dict(opts, kernels="quick"),
@@ -332,7 +332,8 @@ class CpuPrepared:
         return self.run.trace(*self.abstract_args(params), *specs).out_info
 
 
-def prepared(program, compiler_options=None) -> CpuPrepared:
+def prepared(program, compiler_options=None, *, tiered: bool = False) -> CpuPrepared:
     """The prepared program of ``program`` (see :func:`fbjax.lower.inference.worth_preparing`
-    for when :class:`fbjax.Model` uses it)."""
-    return CpuPrepared(program, compiler_options)
+    for when :class:`fbjax.Model` uses it); ``tiered``: the ``tiered_compile``
+    load option."""
+    return CpuPrepared(program, compiler_options, tiered=tiered)

@@ -35,7 +35,15 @@ program's first signature in two tiers:
 The two tiers compute the same operations through differently lowered and
 fused programs: float results agree within float32 rounding of the same
 sums (``tests/test_tiered.py`` holds both to a float64 oracle), not bit for
-bit; integer kernels compute exactly in either tier.
+bit; integer kernels compute exactly in either tier. Compiling the
+optimised program's own lowering with the quick options would not make them
+agree either: ``xla_backend_optimization_level=0`` alone changes float
+results (measured: mediapipe_selfie_segmentation 6.1e-5 relative,
+palm_detection_lite 9.2e-7; ``xla_cpu_use_fusion_emitters=False`` alone
+kept the bits but compiled no faster). Which tier a call lands on depends
+on timing and on the cache, hence tiering is an explicit load option,
+``fbjax.load(..., tiered_compile=True)`` (:class:`fbjax.options.LoadOptions`),
+off by default: without it every call runs the optimised program.
 
 When the optimised executable of a program is known to be in the
 persistent cache (:func:`mark_optimised` left a marker for its trace-cache
@@ -43,9 +51,9 @@ key after an earlier process compiled it), there is nothing to tier: the
 cached ``Exported`` program is read and the plain jit reads its executable
 from the cache.
 
-On by default for fbjax's CPU executors; ``FBJAX_TIERED_COMPILE=0`` turns it
-off (every first call compiles the optimised program directly).
-Interpreter exit waits for a background compile still running (an XLA
+Off by default (every first call compiles the optimised program
+directly); ``tiered_compile=True``, or ``FBJAX_TIERED_COMPILE=1`` as its
+default, turns it on for fbjax's CPU executors. Interpreter exit waits for a background compile still running (an XLA
 compile cannot be interrupted safely, and its result fills the cache for the
 next process).
 """
@@ -61,8 +69,9 @@ import jax
 
 from .. import cache
 from ..cache import NO_YNN_FUSION
+from ..options import kernel_options
 
-__all__ = ["CHEAP_OPTIONS", "MIN_NODES", "TieredCall", "enabled", "worth_tiering", "mark_optimised", "wait_optimised",
+__all__ = ["CHEAP_OPTIONS", "TieredCall", "worth_tiering", "mark_optimised", "wait_optimised",
            "optimised_marked", "quick_options"]
 
 #: XLA:CPU options of the quick first tier (see the module docstring for
@@ -71,12 +80,6 @@ __all__ = ["CHEAP_OPTIONS", "MIN_NODES", "TieredCall", "enabled", "worth_tiering
 #: -50 to -75 %, not enough for palm_detection_lite), and
 #: ``xla_cpu_parallel_codegen_split_count=1`` (no change within the noise).
 CHEAP_OPTIONS = {"xla_backend_optimization_level": 0, "xla_cpu_use_fusion_emitters": False}
-
-#: Programs of fewer graph nodes compile in well under a second anyway and
-#: are not tiered: the compiled executable's call costs ~6 us more than the
-#: jit's dispatch (tflm_sine_float: 17 vs 11 us per call), which matters
-#: only for such tiny models.
-MIN_NODES = 32
 
 _threads: list = []
 _threads_lock = threading.Lock()
@@ -92,22 +95,22 @@ def _join_all():
 atexit.register(_join_all)
 
 
-def enabled(backend: Optional[str]) -> bool:
-    """Whether fbjax's executors on ``backend`` compile in tiers: only
-    ``"cpu"``, unless ``FBJAX_TIERED_COMPILE=0`` (on GPU/TPU the plain jit)."""
-    return backend == "cpu" and os.environ.get("FBJAX_TIERED_COMPILE", "1").strip() not in ("0", "false", "no")
-
-
-def worth_tiering(program) -> bool:
+def worth_tiering(program, tiered: bool) -> bool:
     """Whether the executors of ``program`` (a lowered
-    :class:`~fbjax.lower.build.Program`) compile in tiers: :func:`enabled`
-    for its backend and at least :data:`MIN_NODES` nodes in its graphs."""
-    if not enabled(program.backend):
+    :class:`~fbjax.lower.build.Program`) compile in tiers: ``tiered`` (the
+    ``tiered_compile`` load option), its backend is ``"cpu"`` (on GPU/TPU the
+    plain jit) and its graphs have at least ``KernelOptions.tiered_min_nodes``
+    nodes (32: smaller programs compile in well under a second anyway, and
+    the compiled executable's call costs ~6 us more than the jit's
+    dispatch, tflm_sine_float 17 vs 11 us per call, which matters only for
+    such tiny models)."""
+    if not tiered or program.backend != "cpu":
         return False
+    least = kernel_options(program).tiered_min_nodes
     n = 0
     for _ in program.model.iter_nodes():
         n += 1
-        if n >= MIN_NODES:
+        if n >= least:
             return True
     return False
 
@@ -143,7 +146,7 @@ def quick_options() -> dict:
     (the executor's, e.g. :func:`fbjax.cache.compiler_options`):
     :data:`CHEAP_OPTIONS` with XLA:CPU's YNNPACK fusion off whatever the
     environment says, as the quick program's grouped convolutions need
-    (:data:`fbjax.lower.kernels.DEPTHWISE_STRATEGY`)."""
+    (``KernelOptions.depthwise_strategy``)."""
     return dict(NO_YNN_FUSION, **CHEAP_OPTIONS)
 
 

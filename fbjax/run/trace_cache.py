@@ -8,7 +8,6 @@ exports it and stores it there; later processes skip tracing the graph.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 from typing import Optional
 
@@ -40,8 +39,8 @@ class TraceCached(CpuPrepared):
 
     name = "trace_cache"
 
-    def __init__(self, program, compiler_options=None, *, trace_base: tuple):
-        super().__init__(program, compiler_options)
+    def __init__(self, program, compiler_options=None, *, trace_base: tuple, tiered: bool = False):
+        super().__init__(program, compiler_options, tiered=tiered)
         self.trace_base = trace_base
         self.exported = None
         self._call = None  # what __call__ runs: self.jitted, or a jit of the Exported
@@ -168,7 +167,7 @@ def trace_base(program, source, options, constant_inputs=None) -> Optional[tuple
     digest = cache.source_digest(source)
     if digest is None:
         return None
-    key = tuple(map(repr, dataclasses.astuple(options)))
+    key = options.cache_key()  # every load option, KernelOptions field by field
     if constant_inputs:  # the bound values key the trace too
         bound = tuple((k, np.asarray(v).dtype.str, np.shape(v),
                        hashlib.sha256(np.ascontiguousarray(v).tobytes()).hexdigest())

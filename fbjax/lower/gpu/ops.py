@@ -52,7 +52,8 @@ def convolution_2d(ctx, x, w=None, b=None, *, kernel=(1, 1), strides=(1, 1), dil
     out = ctx.outputs[0].shape
     pads = _pads(x.shape[1:3], out[1:3], kernel, strides, dilations, padding)
     y = kernels.conv(x, w, window_strides=tuple(strides), padding=pads, rhs_dilation=tuple(dilations),
-                     dimension_numbers=("NHWC", "OHWI", "NHWC"), backend=ctx.backend)
+                     dimension_numbers=("NHWC", "OHWI", "NHWC"), backend=ctx.backend,
+                     options=kernels.kernel_options(ctx))
     return _crop(y, out) + b
 
 
@@ -63,14 +64,14 @@ def depthwise_convolution(ctx, x, w, b, *, kernel=(3, 3), strides=(1, 1), dilati
     out = ctx.outputs[0].shape
     pads = _pads(x.shape[1:3], out[1:3], kernel, strides, dilations, padding)
     y = kernels.depthwise_conv(x, w[0], window_strides=tuple(strides), padding=pads, rhs_dilation=tuple(dilations),
-                               backend=ctx.backend)
+                               backend=ctx.backend, options=kernels.kernel_options(ctx))
     return _crop(y, out) + b
 
 
 @register(OP_SET, "fully_connected")
 def fully_connected(ctx, x, w, b):
     """``FullyConnected``: ``x [B,1,1,I]`` (flattened), ``w [O,I]``, ``b [O]`` -> ``[B,1,1,O]``."""
-    y = jnp.dot(x.reshape(x.shape[0], -1), w.T, precision=kernels.PRECISION) + b
+    y = jnp.dot(x.reshape(x.shape[0], -1), w.T, precision=kernels.precision(ctx)) + b
     return y.reshape(x.shape[0], *ctx.outputs[0].shape[1:])
 
 
@@ -80,7 +81,7 @@ def convolution_transposed(ctx, x, w, b, *, kernel=(2, 2), strides=(2, 2), varia
     ``KH x KW`` output block, ``out[ky + s*y, kx + s*x, o] = sum_i x[y, x, i] w[o, ky, kx, i] + b[o]``."""
     kh, kw = kernel
     bsz, h, wd, _ = x.shape
-    y = jnp.einsum("bhwi,oyxi->bhywxo", x, w, precision=kernels.PRECISION)
+    y = jnp.einsum("bhwi,oyxi->bhywxo", x, w, precision=kernels.precision(ctx))
     y = y.reshape(bsz, h * kh, wd * kw, w.shape[0]) + b
     out = ctx.outputs[0].shape
     return y[:, :out[1], :out[2], :]

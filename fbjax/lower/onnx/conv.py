@@ -68,13 +68,15 @@ def _conv(ctx, X, W, *, auto_pad, pads, groups, strides, dilations, preferred=No
         # Depthwise: the shared kernel picks the fast strategy per backend.
         w = jnp.transpose(jnp.asarray(W)[:, 0], (1, 2, 0))  # [kh, kw, C*M]
         return kernels.depthwise_conv(X, w, window_strides=strides, padding=pad, rhs_dilation=dilations,
-                                      lhs_spec="NC" + sp, backend=getattr(ctx, "backend", None))
+                                      lhs_spec="NC" + sp, backend=getattr(ctx, "backend", None),
+                                      options=kernels.kernel_options(ctx))
     dn = ("NC" + sp, rhs, "NC" + sp)
     if preferred is not None:
         return lax.conv_general_dilated(X, W, strides, pad, rhs_dilation=dilations, dimension_numbers=dn,
                                         feature_group_count=groups, preferred_element_type=preferred)
     return kernels.conv(X, W, window_strides=strides, padding=pad, dimension_numbers=dn,
-                        rhs_dilation=dilations, feature_group_count=groups, backend=getattr(ctx, "backend", None))
+                        rhs_dilation=dilations, feature_group_count=groups, backend=getattr(ctx, "backend", None),
+                        options=kernels.kernel_options(ctx))
 
 
 def _bias(y, B):
@@ -165,14 +167,15 @@ def ConvTranspose(ctx, X, W, B=None, *, strides=None, auto_pad="NotSet", pads=No
         W = W.reshape((groups, cg, mg) + tuple(ksz)).transpose((1, 0, 2) + tuple(range(3, 3 + n)))
         W = W.reshape((cg, groups * mg) + tuple(ksz))
     y = kernels.conv_transpose(X, W, strides=strides, padding=pad, output_sizes=outs,
-                               dimension_numbers=("NC" + sp, "IO" + sp, "NC" + sp), feature_group_count=groups, backend=getattr(ctx, "backend", None))
+                               dimension_numbers=("NC" + sp, "IO" + sp, "NC" + sp), feature_group_count=groups, backend=getattr(ctx, "backend", None),
+                               options=kernels.kernel_options(ctx))
     return _bias(y, B)
 
 
 @register(OP_SET, "MatMul", weights=((0, "MK"), (1, "KN")), batch=batch_rules.onnx_matmul)
 def MatMul(ctx, A, B):
     """ONNX ``MatMul`` (numpy ``matmul`` semantics, float32 accumulation at full precision)."""
-    return jnp.matmul(A, B, precision=kernels.PRECISION, preferred_element_type=kernels.accumulation_dtype(A, B))
+    return jnp.matmul(A, B, precision=kernels.precision(ctx), preferred_element_type=kernels.accumulation_dtype(A, B))
 
 
 @register(OP_SET, "MatMulInteger", differentiable=False)
@@ -202,7 +205,7 @@ def Gemm(ctx, A, B, C=None, *, alpha=0.0, beta=0.0, transpose_a=False, transpose
         raise ctx.error(f"A{'^T' if transpose_a else ''} {tuple(A.shape)} and B{'^T' if transpose_b else ''} "
                         f"{tuple(B.shape)} do not multiply")
     # contraction dims named, not transposes: XLA:CPU copies a transposed operand per call
-    y = lax.dot_general(A, B, (((ka,), (kb,)), ((), ())), precision=kernels.PRECISION,
+    y = lax.dot_general(A, B, (((ka,), (kb,)), ((), ())), precision=kernels.precision(ctx),
                         preferred_element_type=kernels.accumulation_dtype(A, B))
     y = y * jnp.asarray(alpha, y.dtype)
     if C is not None:
@@ -215,5 +218,5 @@ def Einsum(ctx, *Inputs, equation=""):
     """ONNX ``Einsum`` (numpy einsum equation, full precision)."""
     if not equation:
         raise ctx.error("Einsum has no equation")
-    return jnp.einsum(equation.replace(" ", ""), *Inputs, precision=kernels.PRECISION,
+    return jnp.einsum(equation.replace(" ", ""), *Inputs, precision=kernels.precision(ctx),
                       preferred_element_type=kernels.accumulation_dtype(*Inputs))

@@ -46,7 +46,7 @@ def STFT(ctx, signal, frame_step, window=None, frame_length=None, *, onesided=Tr
     cos, sin = np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
     re_in = fr[..., 0]
     im_in = fr[..., 1] if x.shape[-1] == 2 else None
-    mm = lambda a, b: jnp.matmul(a, b, precision=kernels.PRECISION)
+    mm = lambda a, b: jnp.matmul(a, b, precision=kernels.precision(ctx))
     re = mm(re_in, cos)
     im = mm(re_in, sin)
     if im_in is not None:

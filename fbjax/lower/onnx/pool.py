@@ -6,7 +6,7 @@ by the in-bounds tap count, or with ``count_include_pad`` by the taps inside
 the explicitly padded extent (ceil-mode extra padding is never counted).
 
 On CPU (:func:`fbjax.lower.kernels.use_shifted_window`), windows of up to
-:data:`fbjax.lower.kernels.SHIFTED_MAX_TAPS` taps are computed as max/sum over strided slices of the padded input
+``KernelOptions.shifted_max_taps`` (16) taps are computed as max/sum over strided slices of the padded input
 (:func:`fbjax.lower.kernels.shifted_window_reduce`), not ``reduce_window``:
 XLA:CPU gives a reduce-window the row-major layout of its NCHW shape, so
 between its channels-last convolutions each pool copied its input and output
@@ -60,7 +60,7 @@ def MaxPool(ctx, X, *, kernel_size=(), auto_pad="Same", pads=None, strides=None,
     k, s, pad, extra = pool_geometry(ctx, X.shape, kernel_size, auto_pad, pads, strides, ceil_mode)
     full = [(a, b + e) for (a, b), e in zip(pad, extra)]
     if not (len(ctx.outputs) > 1 and ctx.outputs[1] is not None):
-        if kernels.use_shifted_window(getattr(ctx, "backend", None), k):
+        if kernels.use_shifted_window(getattr(ctx, "backend", None), k, kernels.kernel_options(ctx)):
             dt = np.dtype(X.dtype)
             lowest = np.array(-np.inf if jnp.issubdtype(dt, jnp.floating) else np.iinfo(dt).min, dt)
             return kernels.shifted_window_reduce(X, lowest, jnp.maximum, window=k, strides=s, padding=full,
@@ -88,7 +88,7 @@ def AveragePool(ctx, X, *, kernel_size=(), auto_pad="Same", pads=None, strides=N
     k, s, pad, extra = pool_geometry(ctx, X.shape, kernel_size, auto_pad, pads, strides, ceil_mode)
     full = [(a, b + e) for (a, b), e in zip(pad, extra)]
     dt = X.dtype
-    if kernels.use_shifted_window(getattr(ctx, "backend", None), k):
+    if kernels.use_shifted_window(getattr(ctx, "backend", None), k, kernels.kernel_options(ctx)):
         total = kernels.shifted_window_reduce(X, np.array(0, dt), jnp.add, window=k, strides=s, padding=full,
                                               spatial_axes=range(2, X.ndim))
     else:

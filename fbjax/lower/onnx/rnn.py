@@ -50,8 +50,8 @@ def _scan(step, carry0, xw, reverse, lens):
     return carry, ys
 
 
-def _mm(a, b):
-    return jnp.matmul(a, b, precision=kernels.PRECISION)
+def _mm(ctx, a, b):
+    return jnp.matmul(a, b, precision=kernels.precision(ctx))
 
 
 @register(OP_SET, "LSTM")
@@ -69,11 +69,11 @@ def LSTM(ctx, X, W, R, B=None, sequence_lens=None, initial_h=None, initial_c=Non
         p = P[d] if P is not None else jnp.zeros((3 * H,), X.dtype)
         h0 = initial_h[d] if initial_h is not None else jnp.zeros((batch, H), X.dtype)
         c0 = initial_c[d] if initial_c is not None else jnp.zeros((batch, H), X.dtype)
-        xw = _mm(X, w.T) + b  # [seq, batch, 4H]
+        xw = _mm(ctx, X, w.T) + b  # [seq, batch, 4H]
 
         def step(carry, xt, r=r, p=p):
             h, c = carry
-            g = xt + _mm(h, r.T)
+            g = xt + _mm(ctx, h, r.T)
             i, o, f, cc = jnp.split(g, 4, axis=-1)
             i = jax.nn.sigmoid(i + p[:H] * c)
             f = jax.nn.sigmoid(f + p[2 * H:] * c)
@@ -104,17 +104,17 @@ def GRU(ctx, X, W, R, B=None, sequence_lens=None, initial_h=None, *, direction="
         bw = B[d][:3 * H] if B is not None else jnp.zeros((3 * H,), X.dtype)
         br = B[d][3 * H:] if B is not None else jnp.zeros((3 * H,), X.dtype)
         h0 = initial_h[d] if initial_h is not None else jnp.zeros((batch, H), X.dtype)
-        xw = _mm(X, w.T) + bw
+        xw = _mm(ctx, X, w.T) + bw
 
         def step(h, xt, r=r, br=br):
             xz, xr, xh = jnp.split(xt, 3, axis=-1)
             rz, rr, rh = r[:H], r[H:2 * H], r[2 * H:]
-            z = jax.nn.sigmoid(xz + _mm(h, rz.T) + br[:H])
-            rg = jax.nn.sigmoid(xr + _mm(h, rr.T) + br[H:2 * H])
+            z = jax.nn.sigmoid(xz + _mm(ctx, h, rz.T) + br[:H])
+            rg = jax.nn.sigmoid(xr + _mm(ctx, h, rr.T) + br[H:2 * H])
             if linear_before_reset:
-                hh = jnp.tanh(xh + rg * (_mm(h, rh.T) + br[2 * H:]))
+                hh = jnp.tanh(xh + rg * (_mm(ctx, h, rh.T) + br[2 * H:]))
             else:
-                hh = jnp.tanh(xh + _mm(rg * h, rh.T) + br[2 * H:])
+                hh = jnp.tanh(xh + _mm(ctx, rg * h, rh.T) + br[2 * H:])
             h2 = (1 - z) * hh + z * h
             return h2, h2
 

@@ -74,6 +74,7 @@ def convolution(ctx, lhs, rhs, *, window_strides=None, padding=None, lhs_dilatio
             return kernels.depthwise_conv(
                 lhs, w, window_strides=[ws[i] for i in order], padding=[pads[i] for i in order],
                 rhs_dilation=[rd[i] for i in order], lhs_spec="".join(spec), backend=ctx.backend,
+                options=kernels.kernel_options(ctx),
             )
     return lax.conv_general_dilated(
         lhs, rhs, window_strides=ws, padding=pairs(padding, n), lhs_dilation=ld, rhs_dilation=rd,

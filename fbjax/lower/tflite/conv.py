@@ -69,7 +69,8 @@ def CONV_2D(ctx, x, w, b=None, *, padding="SAME", stride_w=1, stride_h=1,
     k_hw = (w.shape[rhs.index("H")], w.shape[rhs.index("W")])
     pads = _padding(ctx, padding, x.shape[1:3], k_hw, strides, dil)
     y = kernels.conv(x, w, window_strides=strides, padding=pads, rhs_dilation=dil,
-                     dimension_numbers=("NHWC", rhs, "NHWC"), feature_group_count=groups, backend=getattr(ctx, "backend", None))
+                     dimension_numbers=("NHWC", rhs, "NHWC"), feature_group_count=groups, backend=getattr(ctx, "backend", None),
+                     options=kernels.kernel_options(ctx))
     return apply_fused(ctx, _add_bias(y, b), fused_activation_function)
 
 
@@ -100,7 +101,7 @@ def DEPTHWISE_CONV_2D(ctx, x, w, b=None, *, padding="SAME", stride_w=1, stride_h
     pads = _padding(ctx, padding, x.shape[1:3], w.shape[1:3], strides, dil)
     y = kernels.depthwise_conv(
         x, w[0], window_strides=strides, padding=pads, rhs_dilation=dil, lhs_spec="NHWC",
-        backend=getattr(ctx, "backend", None),
+        backend=getattr(ctx, "backend", None), options=kernels.kernel_options(ctx),
     )
     return apply_fused(ctx, _add_bias(y, b), fused_activation_function)
 
@@ -133,7 +134,7 @@ def FULLY_CONNECTED(ctx, x, w, b=None, *, fused_activation_function="NONE", weig
         x2 = x.reshape(lead[0], i)
     if b is not None and tuple(b.shape) != (o,):
         raise ctx.error(f"bias shape {tuple(b.shape)} does not match {o} output units")
-    y = lax.dot_general(x2, w, (((1,), (1,)), ((), ())), precision=kernels.PRECISION,
+    y = lax.dot_general(x2, w, (((1,), (1,)), ((), ())), precision=kernels.precision(ctx),
                         preferred_element_type=kernels.accumulation_dtype(x2, w))
     y = _add_bias(y, b).reshape(tuple(lead) + (o,))
     return apply_fused(ctx, y, fused_activation_function, allowed=_FC_ACTIVATIONS)

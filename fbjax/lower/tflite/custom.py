@@ -47,7 +47,8 @@ def Convolution2DTransposeBias(ctx, x, w, b=None, *, padding="SAME", stride_w=1,
     # Padding of the forward convolution that maps the output back to x.
     pads = kernels.explicit_padding(padding, out, ks, strides)
     y = kernels.conv_transpose(x, w, strides=strides, padding=pads, output_sizes=out,
-                               dimension_numbers=("NHWC", "OHWI", "NHWC"), backend=getattr(ctx, "backend", None))
+                               dimension_numbers=("NHWC", "OHWI", "NHWC"), backend=getattr(ctx, "backend", None),
+                               options=kernels.kernel_options(ctx))
     if b is not None:
         if tuple(b.shape) != (w.shape[0],):
             raise ctx.error(f"bias shape {tuple(b.shape)} does not match {w.shape[0]} output channels")

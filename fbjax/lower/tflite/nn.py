@@ -37,7 +37,7 @@ def BATCH_MATMUL(ctx, x, y, *, adj_x=False, adj_y=False, asymmetric_quantize_inp
         x = jnp.swapaxes(x, -1, -2)
     if adj_y:
         y = jnp.swapaxes(y, -1, -2)
-    return jnp.matmul(x, y, precision=kernels.PRECISION, preferred_element_type=kernels.accumulation_dtype(x, y))
+    return jnp.matmul(x, y, precision=kernels.precision(ctx), preferred_element_type=kernels.accumulation_dtype(x, y))
 
 
 @register("tflite", "L2_NORMALIZATION", full_precision=True)
@@ -87,7 +87,8 @@ def _transpose_conv(ctx, output_shape, w, x, b, padding, strides, spec, act):
     ks = [w.shape[spec[1].index(c)] for c in spec[0][1:1 + nsp]]
     pads = _pads(ctx, padding, osp, ks, strides)
     y = kernels.conv_transpose(x, w, strides=strides, padding=pads, output_sizes=osp,
-                               dimension_numbers=spec, backend=getattr(ctx, "backend", None))
+                               dimension_numbers=spec, backend=getattr(ctx, "backend", None),
+                               options=kernels.kernel_options(ctx))
     if b is not None:
         y = y + b
     return apply_fused(ctx, y, act)
@@ -128,7 +129,8 @@ def CONV_3D(ctx, x, w, b=None, *, padding="SAME", stride_d=1, stride_w=1, stride
     dil = (int(dilation_d_factor), int(dilation_h_factor), int(dilation_w_factor))
     pads = _pads(ctx, padding, x.shape[1:4], w.shape[:3], strides, dil)
     y = kernels.conv(x, w, window_strides=strides, padding=pads, rhs_dilation=dil,
-                     dimension_numbers=("NDHWC", "DHWIO", "NDHWC"), backend=ctx.backend)
+                     dimension_numbers=("NDHWC", "DHWIO", "NDHWC"), backend=ctx.backend,
+                     options=kernels.kernel_options(ctx))
     if b is not None:
         y = y + b
     return apply_fused(ctx, y, fused_activation_function)

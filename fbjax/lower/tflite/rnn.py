@@ -48,8 +48,8 @@ def activation(ctx, x, name):
     raise ctx.error(f"unsupported fused_activation_function {name!r}")
 
 
-def _mm(x, w):  # x [B, K] @ w[N, K]^T
-    return lax.dot_general(x, w, (((1,), (1,)), ((), ())), precision=kernels.PRECISION,
+def _mm(ctx, x, w):  # x [B, K] @ w[N, K]^T
+    return lax.dot_general(x, w, (((1,), (1,)), ((), ())), precision=kernels.precision(ctx),
                            preferred_element_type=kernels.accumulation_dtype(x, w))
 
 
@@ -65,7 +65,7 @@ def lstm_cell(ctx, w, act, cell_clip, proj_clip):
      lni, lnf, lnc, lno) = w
 
     def gate(x, h, wx, wh, peep, c, ln, b):
-        z = _mm(x, wx) + _mm(h, wh)
+        z = _mm(ctx, x, wx) + _mm(ctx, h, wh)
         if peep is not None:
             z = z + peep * c
         if ln is not None:
@@ -83,7 +83,7 @@ def lstm_cell(ctx, w, act, cell_clip, proj_clip):
         o = jax.nn.sigmoid(gate(x, h, wxo, who, wco, c2, lno, bo))
         h2 = o * activation(ctx, c2, act)
         if pw is not None:
-            h2 = _mm(h2, pw)
+            h2 = _mm(ctx, h2, pw)
             if pb is not None:
                 h2 = h2 + pb
             if proj_clip > 0:
@@ -135,7 +135,7 @@ def LSTM(ctx, *ins, fused_activation_function="TANH", cell_clip=0.0, proj_clip=0
 
 def _rnn_step(ctx, w, r, b, act):
     def step(h, x):
-        h2 = activation(ctx, _mm(x, w) + _mm(h, r) + b, act)
+        h2 = activation(ctx, _mm(ctx, x, w) + _mm(ctx, h, r) + b, act)
         return h2, h2
     return step
 
@@ -200,7 +200,7 @@ def SVDF(ctx, x, weights_feature, weights_time, bias=None, state=None, *, rank=1
     if r < 1 or f % r:
         raise ctx.error(f"rank {rank} does not divide {f} filters")
     s = jnp.asarray(state, x.dtype).reshape(x.shape[0], f, m)
-    s = jnp.concatenate([s[:, :, 1:], _mm(x, weights_feature)[:, :, None]], axis=2)
+    s = jnp.concatenate([s[:, :, 1:], _mm(ctx, x, weights_feature)[:, :, None]], axis=2)
     scratch = jnp.sum(s * weights_time[None], axis=2)
     out = scratch.reshape(x.shape[0], f // r, r).sum(-1)
     if bias is not None:

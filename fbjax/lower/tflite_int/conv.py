@@ -160,7 +160,8 @@ def DEPTHWISE_CONV_2D(ctx, x, w, b=None, *, padding="SAME", stride_w=1, stride_h
     xc = _centered(ctx, x, ctx.inputs[0], acc_t, "input")
     wc = _weights(ctx, w, ctx.inputs[1], acc_t)
     acc = kernels.depthwise_conv(xc, wc[0], window_strides=strides, padding=pads, rhs_dilation=dil,
-                                 lhs_spec="NHWC", backend=getattr(ctx, "backend", None))
+                                 lhs_spec="NHWC", backend=getattr(ctx, "backend", None),
+                                 options=kernels.kernel_options(ctx))
     acc = acc.astype(acc_t)
     acc = _add_bias(acc, _bias(ctx, b, acc_t))
     # the 8-channel vector body rounds the final shift's ties up, the scalar

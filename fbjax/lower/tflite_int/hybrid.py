@@ -317,7 +317,8 @@ def DEPTHWISE_CONV_2D(ctx, x, w, b=None, *, padding="SAME", stride_w=1, stride_h
     pads = _padding(ctx, padding, q.shape[1:3], np.shape(w)[1:3], strides, dil)
     acc = kernels.depthwise_conv(q, _ints(w)[0], window_strides=strides,
                                  padding=pads, rhs_dilation=dil, lhs_spec="NHWC",
-                                 backend=getattr(ctx, "backend", None)).astype(jnp.int32)
+                                 backend=getattr(ctx, "backend", None),
+                                 options=kernels.kernel_options(ctx)).astype(jnp.int32)
     y = _rounded(acc.astype(jnp.float32) * jnp.asarray(_weight_scales(ctx, oc))) * s[:, None, None, None]
     if b is not None:
         y = _rounded(y) + jnp.asarray(b, jnp.float32)
