@@ -45,7 +45,6 @@ to the smallest set whose probability reaches ``top_p``, drawn with
 from __future__ import annotations
 
 import dataclasses
-import os
 from typing import Iterator, Optional, Sequence, Union
 
 import jax
@@ -54,6 +53,7 @@ import numpy as np
 
 from .errors import InputError, ModelFormatError
 from .formats import llm_bundle as _fmt
+from .formats._writing import write_file
 from .generate import _cache_positions, _causal_mask, _CACHE_PREFIX, llm_signatures
 
 __all__ = ["LlmBundle", "Tokenizer", "Sampler", "ChatSession", "open_bundle"]
@@ -446,10 +446,7 @@ class LlmBundle:
         model_bytes = self.model.save(None, params)
         data = _fmt.write_bundle(self.file, model_bytes)
         if path is not None:
-            tmp = os.fspath(path) + ".tmp"
-            with open(tmp, "wb") as f:
-                f.write(data)
-            os.replace(tmp, path)
+            write_file(path, data)
         return data
 
 

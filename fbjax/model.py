@@ -13,6 +13,7 @@ import numpy as np
 
 from .errors import FbjaxError, InputError, ModelFormatError
 from .formats import read_model, write_model
+from .formats._writing import write_file
 from .formats.llm_bundle import bundle_kind
 from .formats.task_bundle import TaskBundle, is_vision_task
 from .ir import MAX_VALUE_BYTES, ModelIR, Value
@@ -687,14 +688,7 @@ class Model:
                 updates[u] = x
         data = write_model(self.ir, updates, requantize=requantize, registry=LOWERINGS)
         if path is not None:
-            path = os.fspath(path)
-            folder = os.path.dirname(os.path.abspath(path))
-            if not os.path.isdir(folder):
-                raise InputError(f"save: folder {folder!r} does not exist (create it first)")
-            tmp = f"{path}.tmp{os.getpid()}"
-            with open(tmp, "wb") as f:
-                f.write(data)
-            os.replace(tmp, path)
+            write_file(path, data)
         return data
 
     def __repr__(self) -> str:

@@ -4,6 +4,8 @@ bytes are still held, and ``requantize`` is a known mode."""
 
 from __future__ import annotations
 
+import os
+
 from ..errors import InputError
 from ..ir import ModelIR
 
@@ -23,3 +25,20 @@ def check_writable(ir: ModelIR, fmt: str, writer: str, requantize: str, *, needs
         raise InputError("the model's file contents are no longer available; load it again to save it")
     if requantize not in REQUANTIZE_MODES:
         raise InputError(f"requantize must be one of {REQUANTIZE_MODES}, got {requantize!r}")
+
+
+def write_file(path, data: bytes) -> None:
+    """Write ``data`` to ``path`` whole or not at all: into a temporary file
+    beside it, then renamed over it (a reader never sees half a model).
+
+    Raises:
+        InputError: ``path``'s folder does not exist.
+    """
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise InputError(f"save: folder {folder!r} does not exist (create it first)")
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)

@@ -25,6 +25,7 @@ from typing import Callable, Mapping, Optional
 
 from ..errors import InputError, ModelFormatError
 from . import tflite
+from ._writing import write_file
 from .tflite_metadata import ZIP_ERRORS
 
 __all__ = ["TaskBundle", "is_vision_task", "write_bundle", "LLM_MEMBER"]
@@ -204,14 +205,7 @@ class TaskBundle:
             members.append((info, data))
         out = write_bundle(members)
         if path is not None:
-            path = os.fspath(path)
-            folder = os.path.dirname(os.path.abspath(path))
-            if not os.path.isdir(folder):
-                raise InputError(f"save: folder {folder!r} does not exist (create it first)")
-            tmp = f"{path}.tmp{os.getpid()}"
-            with open(tmp, "wb") as f:
-                f.write(out)
-            os.replace(tmp, path)
+            write_file(path, out)
         return out
 
     def __repr__(self) -> str:
