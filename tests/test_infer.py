@@ -693,3 +693,110 @@ def test_infer_calls_on_one_model_continue_the_stream_choice(monkeypatch):
     assert {m for m, _ in ch.history[n:]} == {best}  # only the kept way ran: no probing
     assert_per_sample(got, src, xs, "infer resuming the stream choice")
 
+
+
+
+class _Recorder:
+    """What infer runs per step (``fbjax.infer._own_call``), recording the
+    input shapes of every call."""
+
+    def __init__(self, call):
+        self.call, self.shapes = call, []
+
+    def __call__(self, params, *xs):
+        self.shapes.append(tuple(np.shape(x) for x in xs))
+        return self.call(params, *xs)
+
+
+def _recording(monkeypatch, model) -> _Recorder:
+    inf = sys.modules["fbjax.infer"]
+    rec = _Recorder(inf._own_call(model))
+    monkeypatch.setattr(inf, "_own_call", lambda m: rec if m is model else inf._own_call(m))
+    return rec
+
+
+def _counting_loads(monkeypatch) -> list:
+    """fbjax.load's keyword arguments of every call infer makes from now on."""
+    import fbjax.model as fmodel
+
+    loads = []
+    real_load = fmodel.load
+    monkeypatch.setattr(fmodel, "load", lambda *a, **k: loads.append(k) or real_load(*a, **k))
+    return loads
+
+
+def test_infer_runs_a_fixed_batch_model_as_its_own_calls(monkeypatch):
+    """Issue 28 item 6: a model loaded the default way (the file's batch of
+    1) runs on one CPU device as its own batch-1 calls, the program of a loop
+    of model(x): never loaded again (infer used to load it again
+    batch-polymorphic on every call, parsing, lowering and compiling it each
+    time: 0.2-0.4x a loop on palm detection), also when it came from bytes
+    (no path: refused before); results identical to the loop's (the same
+    compiled program on the same examples)."""
+    model = fbjax.load(conv_reshape_fc())  # bytes: model.path is None
+    assert model.path is None and model.inputs[0].shape == (1, 6, 6, 3)
+    xs = np.random.default_rng(16).standard_normal((9, 6, 6, 3)).astype(F32)
+    loop = np.concatenate([np.asarray(model(x[None])) for x in xs])
+    loads = _counting_loads(monkeypatch)
+    rec = _recording(monkeypatch, model)
+    for _ in range(2):
+        np.testing.assert_array_equal(fbjax.infer(model, xs, step_size=4, progress=False), loop)
+    assert rec.shapes == [((1, 6, 6, 3),)] * 18  # one call per example, none padded to the step size
+    assert loads == [] and "_infer_poly" not in model.__dict__
+
+
+def test_infer_runs_a_fixed_batch_of_4_in_calls_of_4(monkeypatch, tmp_path):
+    """fbjax.load(path, batch_size=4): infer runs calls of 4 examples, the
+    last padded, results those of the model's own calls on the stacked
+    examples (the same program), from arrays and from a directory."""
+    src = conv_reshape_fc()
+    model = fbjax.load(src, batch_size=4)
+    xs = np.random.default_rng(17).standard_normal((9, 6, 6, 3)).astype(F32)
+    padded = np.concatenate([xs, np.zeros((3, 6, 6, 3), F32)])
+    calls = np.concatenate([np.asarray(model(padded[i:i + 4])) for i in range(0, 12, 4)])[:9]
+    rec = _recording(monkeypatch, model)
+    np.testing.assert_array_equal(fbjax.infer(model, xs, step_size=8, progress=False), calls)
+    assert rec.shapes == [((4, 6, 6, 3),)] * 3
+    d = tmp_path / "in"
+    d.mkdir()
+    for i, x in enumerate(xs):
+        np.save(d / f"{i:02d}.npy", x)
+    np.testing.assert_array_equal(fbjax.infer(model, d, step_size=8, progress=False), calls)
+    assert_per_sample(calls, src, xs, "batch-4 calls")
+
+
+def test_infer_runs_a_model_that_cannot_take_another_batch():
+    """litert-torch's ViT reduces over its batch dimension (a MEAN the batch
+    rewrite cannot prove per example): fbjax.load(path, batch_size=None)
+    refuses it, and infer, which loaded it so, did too. Loaded the default
+    way it runs as its own batch-1 calls: the loop's results."""
+    path = ROOT / "tests" / "data" / "litert_torch" / "vit_f32.tflite"
+    with pytest.raises(InputError, match="batch"):
+        fbjax.load(path, batch_size=None)
+    model = fbjax.load(path)
+    xs = np.random.default_rng(18).standard_normal((5, 3, 32, 32)).astype(F32)
+    loop = np.concatenate([np.asarray(model(x[None])) for x in xs])
+    np.testing.assert_array_equal(fbjax.infer(model, xs, step_size=2, progress=False), loop)
+
+
+def test_infer_loads_a_fixed_batch_model_again_once_per_model(monkeypatch, tmp_path):
+    """Where a fixed batch model does not run as its own calls (several
+    devices or an accelerator; faked here), infer loads it again
+    batch-polymorphic once and keeps it on the model: a second call loads
+    nothing. From bytes there is no path to load again: InputError."""
+    inf = sys.modules["fbjax.infer"]
+    src = conv_reshape_fc()
+    from_bytes = fbjax.load(src)
+    path = tmp_path / "m.tflite"
+    path.write_bytes(src)
+    model = fbjax.load(path)
+    monkeypatch.setattr(inf, "_fixed_batch", lambda model: None)
+    loads = _counting_loads(monkeypatch)
+    xs = np.random.default_rng(19).standard_normal((5, 6, 6, 3)).astype(F32)
+    with pytest.raises(InputError, match="batch_size=None"):
+        fbjax.infer(from_bytes, xs, progress=False)
+    got = [fbjax.infer(model, xs, step_size=2, progress=False) for _ in range(2)]
+    assert [k.get("batch_size", "?") for k in loads] == [None]
+    assert model._infer_poly.inputs[0].shape == (None, 6, 6, 3)
+    for g in got:
+        assert_per_sample(g, src, xs, "batch-polymorphic model loaded again")
