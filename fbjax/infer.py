@@ -19,7 +19,11 @@ largest divisor of the batch under ``fbjax.run.chunked.CHUNK_BYTES``; 1 for the
 MediaPipe detectors, whose batched program is slower per example than
 batch-1 calls); for the MediaPipe detectors that is, per example, the
 program of a loop of ``model(x)`` with less host work per call
-(``benchmarks/infer.py``). The steps run either as one stream of asynchronous calls or two at a time in worker
+(``benchmarks/infer.py``). A model loaded with a fixed batch ``B``
+(``fbjax.load(path)``: the file's shapes, ``B = 1`` for most files) runs
+there as its own calls of ``B`` examples, the compiled program of a loop of
+``model(x)`` (compiled already when the model ran before; results
+identical to the loop's), not loaded again. The steps run either as one stream of asynchronous calls or two at a time in worker
 threads (as :class:`fbjax.run.chunked.ChunkedCall` does), whichever the
 first steps measure faster, measured again every
 :data:`STREAM_KEEP_STEPS` steps (:class:`_StreamChooser`). The chunk size
@@ -676,8 +680,14 @@ def infer(
     Args:
         model: a :class:`fbjax.Model` whose inputs have an unknown leading
             (batch) dimension (``fbjax.load(path, batch_size=None)``), or a
-            path, loaded that way. A model loaded with the file's batch-1
-            shapes is re-loaded batch-polymorphic from its path. Or a
+            path, loaded that way. A model loaded with a fixed batch ``B``
+            (the file's shapes, the default of :func:`fbjax.load`; or
+            ``batch_size=B``) runs on one CPU device as its own calls of
+            ``B`` examples, the last padded: the program and results of a
+            loop of ``model(x)``, also for graphs that cannot take another
+            batch. On several devices or an accelerator it is loaded again
+            batch-polymorphic from its path, once per model (kept on it for
+            later calls). Or a
             signature, ``model.signature(key)``: one whose inputs have an
             unknown leading dimension takes the batch there; one with fixed
             shapes (litert-torch's batch-1 ``prefill_N``/``decode`` and
@@ -720,7 +730,9 @@ def infer(
     Raises:
         InputError: examples that do not match the model's inputs (naming the
             file when they come from a directory), a model that cannot be
-            made batch-polymorphic, a non-positive ``step_size``, both
+            made batch-polymorphic where one is needed (several devices or an
+            accelerator; a fixed-batch model loaded from bytes there), a
+            non-positive ``step_size``, both
             ``step_size`` and ``batch_size`` given, a bad
             ``out`` path (wrong suffix, missing folder).
     """
