@@ -23,7 +23,10 @@ program of a loop of ``model(x)`` with less host work per call
 (``fbjax.load(path)``: the file's shapes, ``B = 1`` for most files) runs
 there as its own calls of ``B`` examples, the compiled program of a loop of
 ``model(x)`` (compiled already when the model ran before; results
-identical to the loop's), not loaded again. The steps run either as one stream of asynchronous calls or two at a time in worker
+identical to the loop's), not loaded again; except when several examples'
+activations fit in cache (small models, whose batch-1 calls cost mostly
+host work): then it is loaded again batch-polymorphic, once, when its graph
+allows. The steps run either as one stream of asynchronous calls or two at a time in worker
 threads (as :class:`fbjax.run.chunked.ChunkedCall` does), whichever the
 first steps measure faster, measured again every
 :data:`STREAM_KEEP_STEPS` steps (:class:`_StreamChooser`). The chunk size
@@ -571,24 +574,35 @@ def _own_call(model):
     return call
 
 
-def _batch_polymorphic(model, load):
+def _batch_polymorphic(model, load, quiet: bool = False):
     """``model`` loaded again with ``batch_size=None`` (its other load options
     kept), made once per model and kept on it, so repeated :func:`infer`
-    calls neither parse, lower nor compile it again.
+    calls neither parse, lower nor compile it again (a refusal is kept
+    too).
+
+    Args:
+        quiet: return ``None`` instead of raising.
 
     Raises:
         InputError: a model loaded from bytes (no path to load again), or one
             whose graph cannot take another batch (the rewrite's reason).
     """
     kept = model.__dict__.get("_infer_poly")
-    if kept is not None:
-        return kept
-    if model.path is None:
-        raise InputError("infer needs a batch-polymorphic model here (several devices or an accelerator): "
-                         "load it with fbjax.load(path, batch_size=None)")
-    poly = load(model.path, **dict(model._load_kwargs, batch_size=None))
-    model.__dict__["_infer_poly"] = poly
-    return poly
+    if kept is None:
+        if model.path is None:
+            kept = InputError("infer needs a batch-polymorphic model here (several devices or an accelerator): "
+                              "load it with fbjax.load(path, batch_size=None)")
+        else:
+            try:
+                kept = load(model.path, **dict(model._load_kwargs, batch_size=None))
+            except InputError as e:  # the batch rewrite refused the graph
+                kept = e
+        model.__dict__["_infer_poly"] = kept
+    if isinstance(kept, InputError):
+        if quiet:
+            return None
+        raise kept
+    return kept
 
 
 class _NpyFiles:
@@ -685,7 +699,10 @@ def infer(
             ``batch_size=B``) runs on one CPU device as its own calls of
             ``B`` examples, the last padded: the program and results of a
             loop of ``model(x)``, also for graphs that cannot take another
-            batch. On several devices or an accelerator it is loaded again
+            batch; except a batch-1 model whose several examples' activations
+            fit in cache (a small model: batch-1 calls cost mostly host work),
+            which is loaded again batch-polymorphic, once, when its graph
+            allows (else its own calls). On several devices or an accelerator it is loaded again
             batch-polymorphic from its path, once per model (kept on it for
             later calls). Or a
             signature, ``model.signature(key)``: one whose inputs have an
@@ -784,6 +801,13 @@ def infer(
     # model(x), compiled already if the model ran; elsewhere it is loaded again batch-polymorphic,
     # once per model (_batch_polymorphic)
     fixed = _fixed_batch(model) if isinstance(model, Model) and one_cpu else None
+    if fixed == 1 and _plan(model, effective_batch_size(batch_size, 1))[0] > 1:
+        # several examples' activations fit in cache (small models): one call of k examples
+        # beats k batch-1 calls, whose per-call host work dominates; so the batch-polymorphic
+        # model runs, loaded once, when the graph allows it
+        poly = _batch_polymorphic(model, load, quiet=True)
+        if poly is not None:
+            model, fixed = poly, None
     if fixed is None and any(s.shape is None or not s.shape or s.shape[0] is not None for s in model.inputs):
         if isinstance(model, SignatureRunner):
             raise InputError(f"infer needs a batch-polymorphic signature; {model.key!r} has inputs {model.inputs}")

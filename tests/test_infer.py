@@ -710,8 +710,9 @@ class _Recorder:
 
 def _recording(monkeypatch, model) -> _Recorder:
     inf = sys.modules["fbjax.infer"]
-    rec = _Recorder(inf._own_call(model))
-    monkeypatch.setattr(inf, "_own_call", lambda m: rec if m is model else inf._own_call(m))
+    own = inf._own_call
+    rec = _Recorder(own(model))
+    monkeypatch.setattr(inf, "_own_call", lambda m: rec if m is model else own(m))
     return rec
 
 
@@ -725,24 +726,48 @@ def _counting_loads(monkeypatch) -> list:
     return loads
 
 
-def test_infer_runs_a_fixed_batch_model_as_its_own_calls(monkeypatch):
+def test_infer_runs_a_fixed_batch_model_as_its_own_calls(monkeypatch, tmp_path):
     """Issue 28 item 6: a model loaded the default way (the file's batch of
-    1) runs on one CPU device as its own batch-1 calls, the program of a loop
-    of model(x): never loaded again (infer used to load it again
-    batch-polymorphic on every call, parsing, lowering and compiling it each
-    time: 0.2-0.4x a loop on palm detection), also when it came from bytes
-    (no path: refused before); results identical to the loop's (the same
-    compiled program on the same examples)."""
-    model = fbjax.load(conv_reshape_fc())  # bytes: model.path is None
-    assert model.path is None and model.inputs[0].shape == (1, 6, 6, 3)
+    1) whose example fills the cache (as the MediaPipe detectors' do: faked
+    here by a cache budget of 1 byte) runs on one CPU device as its own
+    batch-1 calls, the program of a loop of model(x): never loaded again
+    (infer used to load it batch-polymorphic on every call, parsing, lowering
+    and compiling it each time: 0.2-0.4x a loop on palm detection); results
+    identical to the loop's (the same compiled program on the same
+    examples). From bytes (no path, refused before) at any budget too."""
+    import fbjax.run.chunked as chunked
+
+    path = tmp_path / "m.tflite"
+    path.write_bytes(conv_reshape_fc())
     xs = np.random.default_rng(16).standard_normal((9, 6, 6, 3)).astype(F32)
-    loop = np.concatenate([np.asarray(model(x[None])) for x in xs])
+    for model, budget in ((fbjax.load(path), 1), (fbjax.load(conv_reshape_fc()), chunked.CHUNK_BYTES)):
+        monkeypatch.setattr(chunked, "CHUNK_BYTES", budget)
+        assert model.inputs[0].shape == (1, 6, 6, 3)
+        loop = np.concatenate([np.asarray(model(x[None])) for x in xs])
+        loads = _counting_loads(monkeypatch)
+        rec = _recording(monkeypatch, model)
+        for _ in range(2):
+            np.testing.assert_array_equal(fbjax.infer(model, xs, step_size=4, progress=False), loop)
+        assert rec.shapes == [((1, 6, 6, 3),)] * 18  # one call per example, none padded to the step size
+        assert loads == [] and not isinstance(model.__dict__.get("_infer_poly"), fbjax.Model)
+
+
+def test_infer_loads_a_small_fixed_batch_model_again_once(monkeypatch, tmp_path):
+    """A batch-1 model whose examples' activations fit in cache several at a
+    time (host work dominates its batch-1 calls): infer loads it again
+    batch-polymorphic, once for every call, and runs steps of several
+    examples; results within the per-sample bound of batch-1 calls."""
+    src = conv_reshape_fc()
+    path = tmp_path / "m.tflite"
+    path.write_bytes(src)
+    model = fbjax.load(path)
     loads = _counting_loads(monkeypatch)
-    rec = _recording(monkeypatch, model)
-    for _ in range(2):
-        np.testing.assert_array_equal(fbjax.infer(model, xs, step_size=4, progress=False), loop)
-    assert rec.shapes == [((1, 6, 6, 3),)] * 18  # one call per example, none padded to the step size
-    assert loads == [] and "_infer_poly" not in model.__dict__
+    xs = np.random.default_rng(20).standard_normal((9, 6, 6, 3)).astype(F32)
+    got = [fbjax.infer(model, xs, step_size=4, progress=False) for _ in range(2)]
+    assert [k.get("batch_size", "?") for k in loads] == [None]
+    assert model._infer_poly.inputs[0].shape == (None, 6, 6, 3)
+    for g in got:
+        assert_per_sample(g, src, xs, "small model loaded again batch-polymorphic")
 
 
 def test_infer_runs_a_fixed_batch_of_4_in_calls_of_4(monkeypatch, tmp_path):
