@@ -536,13 +536,15 @@ def _chunk(model, batch: int) -> int:
 
 
 def _fixed_batch(model) -> Optional[int]:
-    """The fixed batch ``B`` of a :class:`fbjax.Model` whose every input has
-    the same known leading dimension (``fbjax.load(path)``: the file's
-    shapes, ``B = 1`` for most files; ``batch_size=B``) and no run state:
-    :func:`infer` on one CPU device runs it as calls of ``B`` examples, the
-    calls a loop of ``model(x)`` makes. ``None`` for any other model
-    (batch-polymorphic, stateful, a rank-0 input, inputs of different
-    leading dimensions)."""
+    """The fixed batch ``B`` of a :class:`fbjax.Model` without run state whose
+    every input and output has the leading dimension ``B``: 1 (the file's
+    batch-1 shapes, ``fbjax.load(path)``; one example per call is the
+    batch whatever the graph does with it), or the ``batch_size=B`` it was
+    loaded with (the batch rewrite proved it the batch). :func:`infer` on
+    one CPU device runs it as calls of ``B`` examples, the calls a loop of
+    ``model(x)`` makes. ``None`` for any other model (batch-polymorphic,
+    stateful, a rank-0 input, a file's leading dimension other than 1,
+    inputs of different leading dimensions)."""
     if getattr(model, "_stateful", False):
         return None
     lead = {s.shape[0] if s.shape else None for s in model.inputs}
@@ -550,6 +552,10 @@ def _fixed_batch(model) -> Optional[int]:
         return None
     b = lead.pop()
     if not isinstance(b, (int, np.integer)) or b < 1:
+        return None
+    if b != 1 and getattr(model, "_load_kwargs", {}).get("batch_size") != b:
+        # a leading dimension of the file's other than 1 need not be a batch (a [2, 3] input);
+        # fbjax.load(path, batch_size=b) proved it is
         return None
     # each output's leading dimension must be the batch too, to split the results per example
     return b if all(o.shape and o.shape[0] == b for o in model.outputs) else None

@@ -825,3 +825,19 @@ def test_infer_loads_a_fixed_batch_model_again_once_per_model(monkeypatch, tmp_p
     assert model._infer_poly.inputs[0].shape == (None, 6, 6, 3)
     for g in got:
         assert_per_sample(g, src, xs, "batch-polymorphic model loaded again")
+
+
+def test_infer_does_not_take_a_files_leading_2_for_a_batch(tmp_path):
+    """A file's [2, 3] input need not be a batch of 2: infer does not split
+    examples of shape (3,) into calls of 2 (their results would mix two
+    examples wherever the graph mixes rows); it asks for the
+    batch-polymorphic load, which refuses naming the leading dimension."""
+    from fbjax.testing import single_op_model
+
+    path = tmp_path / "add.tflite"
+    path.write_bytes(single_op_model("ADD", [(2, 3), (2, 3)]))
+    model = fbjax.load(path)
+    assert sys.modules["fbjax.infer"]._fixed_batch(model) is None
+    with pytest.raises(InputError, match="leading batch dimension of 1"):
+        fbjax.infer(model, [(np.ones(3, F32), np.ones(3, F32))], progress=False)
+    assert sys.modules["fbjax.infer"]._fixed_batch(fbjax.load(conv_reshape_fc(), batch_size=3)) == 3
