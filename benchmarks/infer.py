@@ -1,36 +1,44 @@
-"""``fbjax.infer`` side by side with a loop of batch-1 calls and the batched
-program, interleaved in one process.
+"""``fbjax.infer`` side by side with a plain loop of the same model's calls,
+for both ways of loading a model, interleaved in one process.
 
-    python benchmarks/infer.py [--models NAME ...] [--batches 1 8 32 64] [--examples 64] [--runs 3]
-                               [--json out.json]
+    python benchmarks/infer.py [--models NAME_OR_PATH ...] [--steps 8 32] [--examples 64] [--runs 5]
+                               [--batched] [--json out.json]
 
-For each model (``.tflite`` files of ``../shared/models/tflite``, by name
-without the suffix) and batch size B, on the same ``--examples`` random
-examples (float32 normal, seed 0), images/s of:
+For each model (``.tflite`` files of ``../shared/models/tflite`` by name
+without the suffix, or paths; default: every file there) it loads
 
-* ``loop``: ``[model(x[None]) for x in examples]`` with the file's batch-1
-  model, then one ``jax.block_until_ready`` (the Python loop a user writes);
-* ``batched``: ``jax.jit(model.apply)`` of the batch-polymorphic model on
-  the examples stacked B at a time (the program ``fbjax.infer`` ran per step
-  before issue 15), arrays already in memory, one wait at the end;
-* ``infer``: ``fbjax.infer(model, examples_array, step_size=B)``;
-* ``infer dir``: ``fbjax.infer(model, directory, step_size=B)`` on one
-  ``.npy`` file per example (files read inside the timing).
+* ``fixed``: ``fbjax.load(path)``, the file's shapes (a fixed batch of 1 for
+  the MediaPipe models), the way a new user loads it;
+* ``poly``: ``fbjax.load(path, batch_size=None)``, batch-polymorphic (left
+  out, with the reason, when the graph cannot take another batch);
 
-Each round runs every variant once, in an order that alternates; the figure
-is the best (minimum-time) round, as the machine is shared. ``ratio`` =
-infer images/s / max(loop, batched) images/s (target: >= 1). ``paired`` is
-the median over rounds of the same ratio taken within each round (the
-variants of one round run back to back, so they see the same load from
-other processes: the fairer figure on a busy machine); ``load`` is the
-1-minute load average (``os.getloadavg``) when the row was measured. The results of
-``infer`` are checked against the loop's (max abs difference / max abs
-value).
+and times, on the same ``--examples`` random examples (float: normal, seed
+0; integer inputs: uniform over the dtype's range), the seconds of:
+
+* ``loop``: ``[model(x[None]) for x in examples]`` then one
+  ``jax.block_until_ready`` (the Python loop a user writes), per load mode;
+* ``loop dir``: the same loop reading each example with ``np.load`` from a
+  directory of one ``.npy`` per example;
+* ``infer`` / ``infer dir``: ``fbjax.infer(model, examples, step_size=S)``
+  on the in-memory array / on that directory, per load mode and step size;
+* ``batched`` (with ``--batched``): ``jax.jit(poly.apply)`` on the examples
+  stacked S at a time.
+
+Each round runs every variant once (loops once per round, whatever the step
+sizes), in an order that alternates between rounds; the machine is shared,
+so the ratios are *paired*: within each round, the loop's time over
+``infer``'s time (of the same load mode, the same source: ``infer dir``
+against ``loop dir``), then the median over rounds (target: >= 1).
+``vs mem loop`` is ``infer dir`` against the in-memory loop. ``load`` is the
+1-minute load average (``os.getloadavg``) at the row's end. Every variant's
+outputs are compared with the fixed model's loop (max abs difference / max
+abs value over all outputs).
 """
 
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
 import sys
@@ -43,107 +51,179 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 SHARED = os.path.join(ROOT, "..", "shared", "models", "tflite")
-DEFAULT_MODELS = ("mediapipe_palm_detection_lite", "mediapipe_face_detection_short_range")
 
 
-def _first(y):
-    return np.asarray(y[0] if isinstance(y, (tuple, list)) else y)
+def _outs(y) -> list:
+    return [np.asarray(o) for o in (y if isinstance(y, (tuple, list)) else (y,))]
 
 
-def bench_model(path: str, batches, n: int, runs: int) -> list:
+def _stack(per_example: list) -> list:
+    """Loop results (one tuple of outputs per call) as one array per output."""
+    outs = [_outs(y) for y in per_example]
+    return [np.concatenate([o[k] for o in outs]) for k in range(len(outs[0]))]
+
+
+def _rel_err(got, ref) -> float:
+    got = _outs(got)
+    worst = 0.0
+    for g, r in zip(got, ref):
+        g, r = np.asarray(g, np.float64), np.asarray(r, np.float64)
+        scale = float(np.max(np.abs(r))) or 1.0
+        worst = max(worst, float(np.max(np.abs(g - r))) / scale if r.size else 0.0)
+    return worst
+
+
+def _examples(spec, n: int) -> np.ndarray:
+    shape, dtype = tuple(spec.shape[1:]), np.dtype(spec.dtype)
+    rng = np.random.default_rng(0)
+    if np.issubdtype(dtype, np.integer):
+        info = np.iinfo(dtype)
+        return rng.integers(info.min, int(info.max) + 1, (n, *shape)).astype(dtype)
+    return rng.standard_normal((n, *shape)).astype(dtype)
+
+
+def bench_model(path: str, steps, n: int, runs: int, batched: bool = False):
+    """Records (one per load mode and step size) of one model, or ``(None, reason)``."""
     import jax
 
     import fbjax
 
+    name = os.path.basename(path)
+    t0 = time.perf_counter()
     m1 = fbjax.load(path)
-    mN = fbjax.load(path, batch_size=None)
-    shape, dtype = m1.inputs[0].shape[1:], m1.inputs[0].dtype
     if len(m1.inputs) != 1:
-        raise SystemExit(f"{path}: benchmarks/infer.py takes single-input models")
-    xs = np.random.default_rng(0).standard_normal((n, *shape)).astype(dtype)
-    jitted = jax.jit(mN.apply)
+        return None, "takes several inputs (benchmarks/infer.py times single-input models)"
+    if getattr(m1, "_stateful", False):
+        return None, "has run state (resource variables): infer runs stateless models only"
+    if any(d is None for d in m1.inputs[0].shape[1:]):
+        return None, f"input {m1.inputs[0]} has unknown non-batch dimensions"
+    models = {"fixed": m1}
+    skipped = {}
+    if m1.inputs[0].shape[0] is None:
+        skipped["poly"] = "the file's model is already batch-polymorphic (fixed = poly)"
+    else:
+        try:
+            models["poly"] = fbjax.load(path, batch_size=None)
+        except fbjax.InputError as e:
+            skipped["poly"] = str(e).splitlines()[0]
+    xs = _examples(m1.inputs[0], n)
     records = []
     with tempfile.TemporaryDirectory() as d:
+        files = []
         for i, x in enumerate(xs):
-            np.save(os.path.join(d, f"{i:06d}.npy"), x)
+            files.append(os.path.join(d, f"{i:06d}.npy"))
+            np.save(files[-1], x)
 
-        def loop():
-            return jax.block_until_ready([m1(x[None]) for x in xs])
+        fns = {}
+        for mode, m in models.items():
+            fns[f"loop {mode}"] = lambda m=m: jax.block_until_ready([m(x[None]) for x in xs])
+            fns[f"loop dir {mode}"] = lambda m=m: jax.block_until_ready([m(np.load(f)[None]) for f in files])
+            for s in steps:
+                fns[f"infer {mode} {s}"] = lambda m=m, s=s: fbjax.infer(m, xs, step_size=s, progress=False)
+                fns[f"infer dir {mode} {s}"] = lambda m=m, s=s: fbjax.infer(m, d, step_size=s, progress=False)
+        if batched and "poly" in models:
+            mN = models["poly"]
+            jitted = jax.jit(mN.apply)
+            for s in steps:
+                pad = -(-n // s) * s
+                stacked = np.concatenate([xs, np.zeros((pad - n, *xs.shape[1:]), xs.dtype)])
+                fns[f"batched {s}"] = lambda s=s, pad=pad, stacked=stacked: jax.block_until_ready(
+                    [jitted(mN.params, stacked[i:i + s]) for i in range(0, pad, s)])
 
-        ref = np.concatenate([_first(y) for y in loop()])
-        m1.wait_optimised()  # time the optimised program, not the quick first tier (fbjax.run.tiered)
-        scale = float(np.max(np.abs(ref))) or 1.0
-        for b in batches:
-            pad = -(-n // b) * b
-            stacked = np.concatenate([xs, np.zeros((pad - n, *shape), dtype)])
+        fns["loop fixed"]()  # compiles
+        for m in models.values():
+            m(xs[:1])
+            m.wait_optimised()  # time the optimised program, not a quick first tier (fbjax.run.tiered)
+        ref = _stack(fns["loop fixed"]())  # the user's loop: the reference of every variant
+        errs = {}
+        for k, f in fns.items():  # warm-up (compiles), results checked
+            got = f()
+            if k.startswith(("loop", "batched")):
+                got = _stack(got) if k.startswith("loop") else [np.concatenate(c)[:n] for c in
+                                                                  zip(*[_outs(y) for y in got])]
+            errs[k] = _rel_err(got, ref)
+        setup = time.perf_counter() - t0
+        ts = {k: [] for k in fns}
+        items = list(fns.items())
+        for r in range(runs):
+            for k, f in (items if r % 2 else items[::-1]):
+                t = time.perf_counter()
+                f()
+                ts[k].append(time.perf_counter() - t)
+    load = round(os.getloadavg()[0], 1)
 
-            def batched(b=b, stacked=stacked):
-                return jax.block_until_ready([jitted(mN.params, stacked[i:i + b]) for i in range(0, pad, b)])
+    def paired(num, den):
+        return round(float(np.median([a / b for a, b in zip(ts[num], ts[den])])), 2)
 
-            def inf(b=b):
-                return fbjax.infer(mN, xs, step_size=b, progress=False)
-
-            def inf_dir(b=b):
-                return fbjax.infer(mN, d, step_size=b, progress=False)
-
-            fns = {"loop": loop, "batched": batched, "infer": inf, "infer dir": inf_dir}
-            errs = {k: float(np.max(np.abs(_first(f()) - ref))) / scale for k, f in
-                    (("infer", inf), ("infer dir", inf_dir))}  # (also the warm-up: compiles)
-            jax.block_until_ready(batched())
-            ts = {k: [] for k in fns}
-            items = list(fns.items())
-            for r in range(runs):
-                for k, f in (items if r % 2 else items[::-1]):
-                    t = time.perf_counter()
-                    f()
-                    ts[k].append(time.perf_counter() - t)
-            rate = {k: n / min(v) for k, v in ts.items()}
-            best_other = [min(a, c) for a, c in zip(ts["loop"], ts["batched"])]
-
-            def paired(k):
-                return float(np.median([o / t for o, t in zip(best_other, ts[k])]))
-
-            rec = {"model": os.path.basename(path), "batch": b, "examples": n, "runs": runs,
-                   **{f"{k} ex/s": round(v, 1) for k, v in rate.items()},
-                   "ratio": round(rate["infer"] / max(rate["loop"], rate["batched"]), 2),
-                   "ratio dir": round(rate["infer dir"] / max(rate["loop"], rate["batched"]), 2),
-                   "paired": round(paired("infer"), 2), "paired dir": round(paired("infer dir"), 2),
-                   "load": round(os.getloadavg()[0], 1), "max rel err": max(errs.values())}
+    for mode in models:
+        for s in steps:
+            rec = {"model": name, "load mode": mode, "step": s, "examples": n, "runs": runs,
+                   "loop ex/s": round(n / np.median(ts[f"loop {mode}"]), 1),
+                   "loop dir ex/s": round(n / np.median(ts[f"loop dir {mode}"]), 1),
+                   "infer ex/s": round(n / np.median(ts[f"infer {mode} {s}"]), 1),
+                   "infer dir ex/s": round(n / np.median(ts[f"infer dir {mode} {s}"]), 1),
+                   "infer / loop": paired(f"loop {mode}", f"infer {mode} {s}"),
+                   "dir / loop dir": paired(f"loop dir {mode}", f"infer dir {mode} {s}"),
+                   "dir / mem loop": paired(f"loop {mode}", f"infer dir {mode} {s}"),
+                   "load": load,
+                   "max rel err": max(errs[f"infer {mode} {s}"], errs[f"infer dir {mode} {s}"]),
+                   "setup s": round(setup, 1)}
+            if f"batched {s}" in ts:
+                rec["batched ex/s"] = round(n / np.median(ts[f"batched {s}"]), 1)
             print(json.dumps(rec), flush=True)
             records.append(rec)
-    return records
+    for mode, why in skipped.items():
+        print(json.dumps({"model": name, "load mode": mode, "skipped": why}), flush=True)
+    return records, skipped
 
 
-def markdown(records) -> str:
-    head = ("| model | batch | loop ex/s | batched ex/s | infer ex/s | infer dir ex/s | infer / best | dir / best "
-            "| paired | paired dir | load | max rel err |")
+def markdown(records, skipped) -> str:
+    head = ("| model | load | step | loop ex/s | infer ex/s | infer / loop | loop dir ex/s | infer dir ex/s "
+            "| dir / loop dir | dir / mem loop | load avg | max rel err |")
     lines = [head, "|" + "---|" * 12]
     for r in records:
-        lines.append(f"| {r['model']} | {r['batch']} | {r['loop ex/s']:.0f} | {r['batched ex/s']:.0f} | "
-                     f"{r['infer ex/s']:.0f} | {r['infer dir ex/s']:.0f} | {r['ratio']:.2f} | {r['ratio dir']:.2f} | "
-                     f"{r['paired']:.2f} | {r['paired dir']:.2f} | {r['load']:.1f} | {r['max rel err']:.1e} |")
+        lines.append(f"| {r['model']} | {r['load mode']} | {r['step']} | {r['loop ex/s']:.0f} | "
+                     f"{r['infer ex/s']:.0f} | {r['infer / loop']:.2f} | {r['loop dir ex/s']:.0f} | "
+                     f"{r['infer dir ex/s']:.0f} | {r['dir / loop dir']:.2f} | {r['dir / mem loop']:.2f} | "
+                     f"{r['load']:.1f} | {r['max rel err']:.1e} |")
+    for name, why in skipped:
+        lines.append(f"\n{name}: not timed: {why}")
     return "\n".join(lines)
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--models", nargs="+", default=list(DEFAULT_MODELS),
-                   help="model names in ../shared/models/tflite (without .tflite), or paths")
-    p.add_argument("--batches", nargs="+", type=int, default=[1, 8, 32, 64])
+    p.add_argument("--models", nargs="+", help="model names in ../shared/models/tflite (without .tflite), "
+                   "or paths (default: every .tflite there)")
+    p.add_argument("--steps", nargs="+", type=int, default=[8, 32], help="infer step sizes")
     p.add_argument("--examples", type=int, default=64, help="examples per timed run")
-    p.add_argument("--runs", type=int, default=3, help="interleaved rounds (the best is reported)")
+    p.add_argument("--runs", type=int, default=5, help="interleaved rounds (medians are reported)")
+    p.add_argument("--batched", action="store_true", help="also time jax.jit(poly.apply) on stacked steps")
     p.add_argument("--json", help="also write the records here")
     args = p.parse_args(argv)
     from fbjax.bench import environment
 
-    recs = []
-    for name in args.models:
+    names = args.models or sorted(os.path.basename(f)[:-7] for f in glob.glob(os.path.join(SHARED, "*.tflite")))
+    recs, skipped = [], []
+    start = time.perf_counter()
+    load0 = os.getloadavg()[0]
+    for name in names:
         path = name if os.path.exists(name) else os.path.join(SHARED, name + ".tflite")
-        recs += bench_model(path, args.batches, args.examples, args.runs)
-    print(markdown(recs))
+        got, why = bench_model(path, args.steps, args.examples, args.runs, args.batched)
+        if got is None:
+            print(json.dumps({"model": os.path.basename(path), "skipped": why}), flush=True)
+            skipped.append((os.path.basename(path), why))
+            continue
+        recs += got
+        skipped += [(f"{os.path.basename(path)} ({mode})", w) for mode, w in why.items()]
+    print(markdown(recs, skipped))
+    wall = time.perf_counter() - start
+    print(f"wall {wall:.0f} s, load average {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"environment": environment(), "command": " ".join(sys.argv), "records": recs}, f, indent=1)
+            json.dump({"environment": environment(), "command": " ".join(["python"] + sys.argv),
+                       "wall s": round(wall), "records": recs,
+                       "skipped": [{"model": m, "reason": w} for m, w in skipped]}, f, indent=1)
     return 0
 
 

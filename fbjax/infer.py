@@ -19,7 +19,14 @@ largest divisor of the batch under ``KernelOptions.chunk_bytes``; 1 for the
 MediaPipe detectors, whose batched program is slower per example than
 batch-1 calls); for the MediaPipe detectors that is, per example, the
 program of a loop of ``model(x)`` with less host work per call
-(``benchmarks/infer.py``). The steps run either as one stream of asynchronous calls or two at a time in worker
+(``benchmarks/infer.py``). A model loaded with a fixed batch ``B``
+(``fbjax.load(path)``: the file's shapes, ``B = 1`` for most files) runs
+there as its own calls of ``B`` examples, the compiled program of a loop of
+``model(x)`` (compiled already when the model ran before; results
+identical to the loop's), not loaded again; except when several examples'
+activations fit in cache (small models, whose batch-1 calls cost mostly
+host work): then it is loaded again batch-polymorphic, once, when its graph
+allows. The steps run either as one stream of asynchronous calls or two at a time in worker
 threads (as :class:`fbjax.run.chunked.ChunkedCall` does), whichever the
 first steps measure faster, measured again every
 :data:`STREAM_KEEP_STEPS` steps (:class:`_StreamChooser`). The chunk size
@@ -529,6 +536,82 @@ def _chunk(model, batch: int) -> int:
     return _plan(model, batch)[0]
 
 
+def _fixed_batch(model) -> Optional[int]:
+    """The fixed batch ``B`` of a :class:`fbjax.Model` without run state whose
+    every input and output has the leading dimension ``B``: 1 (the file's
+    batch-1 shapes, ``fbjax.load(path)``; one example per call is the
+    batch whatever the graph does with it), or the ``batch_size=B`` it was
+    loaded with (the batch rewrite proved it the batch). :func:`infer` on
+    one CPU device runs it as calls of ``B`` examples, the calls a loop of
+    ``model(x)`` makes. ``None`` for any other model (batch-polymorphic,
+    stateful, a rank-0 input, a file's leading dimension other than 1,
+    inputs of different leading dimensions)."""
+    if getattr(model, "_stateful", False):
+        return None
+    lead = {s.shape[0] if s.shape else None for s in model.inputs}
+    if len(lead) != 1:
+        return None
+    b = lead.pop()
+    if not isinstance(b, (int, np.integer)) or b < 1:
+        return None
+    if b != 1 and getattr(model, "_load_kwargs", {}).get("batch_size") != b:
+        # a leading dimension of the file's other than 1 need not be a batch (a [2, 3] input);
+        # fbjax.load(path, batch_size=b) proved it is
+        return None
+    # each output's leading dimension must be the batch too, to split the results per example
+    return b if all(o.shape and o.shape[0] == b for o in model.outputs) else None
+
+
+def _own_call(model):
+    """``fn(params, *inputs)``: the compiled program :meth:`fbjax.Model.__call__`
+    runs on inputs of the model's shapes and dtypes, without its checks:
+    the Jit executor's fast path (``jitted_leaves``, the params as a tuple)
+    while the model takes unchecked calls, else the executor itself. So a
+    loop of ``model(x)`` before :func:`infer` compiled its steps' program
+    already, and both give the same bits."""
+    ex = model.executor
+    jl = getattr(ex, "jitted_leaves", None)
+    if jl is None or not getattr(model, "_unchecked", False):
+        return ex
+    leaves = ex.leaves
+
+    def call(params, *inputs):
+        return jl(leaves(params), *inputs)
+
+    return call
+
+
+def _batch_polymorphic(model, load, quiet: bool = False):
+    """``model`` loaded again with ``batch_size=None`` (its other load options
+    kept), made once per model and kept on it, so repeated :func:`infer`
+    calls neither parse, lower nor compile it again (a refusal is kept
+    too).
+
+    Args:
+        quiet: return ``None`` instead of raising.
+
+    Raises:
+        InputError: a model loaded from bytes (no path to load again), or one
+            whose graph cannot take another batch (the rewrite's reason).
+    """
+    kept = model.__dict__.get("_infer_poly")
+    if kept is None:
+        if model.path is None:
+            kept = InputError("infer needs a batch-polymorphic model here (several devices or an accelerator): "
+                              "load it with fbjax.load(path, batch_size=None)")
+        else:
+            try:
+                kept = load(model.path, **dict(model._load_kwargs, batch_size=None))
+            except InputError as e:  # the batch rewrite refused the graph
+                kept = e
+        model.__dict__["_infer_poly"] = kept
+    if isinstance(kept, InputError):
+        if quiet:
+            return None
+        raise kept
+    return kept
+
+
 class _NpyFiles:
     """Reads ``.npy`` example files of one input straight into a step's
     buffer: the header of each file is compared (as bytes) with the headers
@@ -618,8 +701,17 @@ def infer(
     Args:
         model: a :class:`fbjax.Model` whose inputs have an unknown leading
             (batch) dimension (``fbjax.load(path, batch_size=None)``), or a
-            path, loaded that way. A model loaded with the file's batch-1
-            shapes is re-loaded batch-polymorphic from its path. Or a
+            path, loaded that way. A model loaded with a fixed batch ``B``
+            (the file's shapes, the default of :func:`fbjax.load`; or
+            ``batch_size=B``) runs on one CPU device as its own calls of
+            ``B`` examples, the last padded: the program and results of a
+            loop of ``model(x)``, also for graphs that cannot take another
+            batch; except a batch-1 model whose several examples' activations
+            fit in cache (a small model: batch-1 calls cost mostly host work),
+            which is loaded again batch-polymorphic, once, when its graph
+            allows (else its own calls). On several devices or an accelerator it is loaded again
+            batch-polymorphic from its path, once per model (kept on it for
+            later calls). Or a
             signature, ``model.signature(key)``: one whose inputs have an
             unknown leading dimension takes the batch there; one with fixed
             shapes (litert-torch's batch-1 ``prefill_N``/``decode`` and
@@ -662,7 +754,9 @@ def infer(
     Raises:
         InputError: examples that do not match the model's inputs (naming the
             file when they come from a directory), a model that cannot be
-            made batch-polymorphic, a non-positive ``step_size``, both
+            made batch-polymorphic where one is needed (several devices or an
+            accelerator; a fixed-batch model loaded from bytes there), a
+            non-positive ``step_size``, both
             ``step_size`` and ``batch_size`` given, a bad
             ``out`` path (wrong suffix, missing folder).
     """
@@ -696,24 +790,6 @@ def infer(
 
     from .signature import ExamplesOf, SignatureRunner
 
-    if not isinstance(model, (Model, SignatureRunner, ExamplesOf)):
-        model = load(model, batch_size=None)
-    if isinstance(model, SignatureRunner) and model.has_fixed_shapes():
-        model = model.over_examples()  # a batch-1 signature: jax.vmap over the examples (fbjax.signature)
-    if any(s.shape is None or not s.shape or s.shape[0] is not None for s in model.inputs):
-        if isinstance(model, SignatureRunner):
-            raise InputError(f"infer needs a batch-polymorphic signature; {model.key!r} has inputs {model.inputs}")
-        if model.path is None:
-            raise InputError("infer needs a batch-polymorphic model: load it with fbjax.load(path, batch_size=None)")
-        model = load(model.path, **dict(model._load_kwargs, batch_size=None))
-    apply = model.apply_tuple if isinstance(model, SignatureRunner) else model.apply
-    specs = model.inputs
-    for s in specs:
-        if any(d is None for d in s.shape[1:]):
-            raise InputError(f"input {s.name!r} has unknown non-batch dimensions {s}; infer needs them fixed")
-    sample_shapes = [tuple(s.shape[1:]) for s in specs]
-    examples = _named_examples(examples, [s.name for s in specs])
-
     devs = list(devices) if devices is not None else list(jax.devices())
     devs.sort(key=lambda d: (d.process_index, d.id))
     mesh = Mesh(np.array(devs), ("batch",))
@@ -721,6 +797,35 @@ def infer(
     if n_local == 0:
         raise InputError(f"process {me} has no device in the mesh")
     n_proc = len({d.process_index for d in devs})
+    one_cpu = n_proc == 1 and n_local == 1 and devs[0].platform == "cpu"
+
+    if not isinstance(model, (Model, SignatureRunner, ExamplesOf)):
+        model = load(model, batch_size=None)
+    if isinstance(model, SignatureRunner) and model.has_fixed_shapes():
+        model = model.over_examples()  # a batch-1 signature: jax.vmap over the examples (fbjax.signature)
+    # A model loaded with a fixed batch B (fbjax.load's default: the file's shapes): on one CPU
+    # device its steps are its own calls of B examples (_fixed_batch), the program of a loop of
+    # model(x), compiled already if the model ran; elsewhere it is loaded again batch-polymorphic,
+    # once per model (_batch_polymorphic)
+    fixed = _fixed_batch(model) if isinstance(model, Model) and one_cpu else None
+    if fixed == 1 and _plan(model, effective_batch_size(batch_size, 1))[0] > 1:
+        # several examples' activations fit in cache (small models): one call of k examples
+        # beats k batch-1 calls, whose per-call host work dominates; so the batch-polymorphic
+        # model runs, loaded once, when the graph allows it
+        poly = _batch_polymorphic(model, load, quiet=True)
+        if poly is not None:
+            model, fixed = poly, None
+    if fixed is None and any(s.shape is None or not s.shape or s.shape[0] is not None for s in model.inputs):
+        if isinstance(model, SignatureRunner):
+            raise InputError(f"infer needs a batch-polymorphic signature; {model.key!r} has inputs {model.inputs}")
+        model = _batch_polymorphic(model, load)
+    apply = model.apply_tuple if isinstance(model, SignatureRunner) else model.apply
+    specs = model.inputs
+    for s in specs:
+        if any(d is None for d in s.shape[1:]):
+            raise InputError(f"input {s.name!r} has unknown non-batch dimensions {s}; infer needs them fixed")
+    sample_shapes = [tuple(s.shape[1:]) for s in specs]
+    examples = _named_examples(examples, [s.name for s in specs])
     local_batch = effective_batch_size(batch_size, n_local)
     batch_spec = P("batch")
     batch_sharding = NamedSharding(mesh, batch_spec)
@@ -748,9 +853,10 @@ def infer(
 
         # One CPU device: each step is one call of k examples (see below), the steps of a batch
         # dispatched as they are read; else a step is the batch, split over the mesh.
-        k, streams = _plan(model, local_batch) if (isinstance(model, Model) and n_proc == 1 and n_local == 1
-                                                   and devs[0].platform == "cpu"
+        k, streams = _plan(model, local_batch) if (isinstance(model, Model) and one_cpu
                                                    and not getattr(model, "_stateful", False)) else (None, 1)
+        if fixed is not None:
+            k = fixed  # the model's own calls: B examples each, whatever the step size
         per_step = local_batch if k is None else k
 
         def checked(x, i, src, k, shp, s):
@@ -844,7 +950,7 @@ def infer(
         # timing decides (_plan, _StreamChooser). Otherwise: one jitted model.apply of the whole batch
         # over the mesh.
         if k is not None:
-            run1 = model.executor  # the executor Model.__call__ runs (fbjax.run), without its input checks
+            run1 = _own_call(model)  # what Model.__call__ runs (fbjax.run), without its input checks
             # a batch job: the first step compiles the optimised program, no quick tier (fbjax.run.tiered),
             # whose compile and slower steps would only add to the total (nothing if the model ran before)
             model.skip_quick_tier()
@@ -970,7 +1076,7 @@ def infer(
 
         def empty_metas():
             # no examples: the per-sample output shapes and dtypes, traced (not run) at batch 1
-            ins = [jax.ShapeDtypeStruct((1, *shp), s.dtype) for shp, s in zip(sample_shapes, specs)]
+            ins = [jax.ShapeDtypeStruct((fixed or 1, *shp), s.dtype) for shp, s in zip(sample_shapes, specs)]
             try:
                 res = jax.eval_shape(apply, model.params if params is None else params, *ins)
                 res = res if isinstance(res, (tuple, list)) else (res,)

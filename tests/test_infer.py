@@ -692,3 +692,151 @@ def test_infer_calls_on_one_model_continue_the_stream_choice(monkeypatch):
     assert {m for m, _ in ch.history[n:]} == {best}  # only the kept way ran: no probing
     assert_per_sample(got, src, xs, "infer resuming the stream choice")
 
+
+
+
+class _Recorder:
+    """What infer runs per step (``fbjax.infer._own_call``), recording the
+    input shapes of every call."""
+
+    def __init__(self, call):
+        self.call, self.shapes = call, []
+
+    def __call__(self, params, *xs):
+        self.shapes.append(tuple(np.shape(x) for x in xs))
+        return self.call(params, *xs)
+
+
+def _recording(monkeypatch, model) -> _Recorder:
+    inf = sys.modules["fbjax.infer"]
+    own = inf._own_call
+    rec = _Recorder(own(model))
+    monkeypatch.setattr(inf, "_own_call", lambda m: rec if m is model else own(m))
+    return rec
+
+
+def _counting_loads(monkeypatch) -> list:
+    """fbjax.load's keyword arguments of every call infer makes from now on."""
+    import fbjax.model as fmodel
+
+    loads = []
+    real_load = fmodel.load
+    monkeypatch.setattr(fmodel, "load", lambda *a, **k: loads.append(k) or real_load(*a, **k))
+    return loads
+
+
+def test_infer_runs_a_fixed_batch_model_as_its_own_calls(monkeypatch, tmp_path):
+    """Issue 28 item 6: a model loaded the default way (the file's batch of
+    1) whose example fills the cache (as the MediaPipe detectors' do: faked
+    here by a cache budget of 1 byte) runs on one CPU device as its own
+    batch-1 calls, the program of a loop of model(x): never loaded again
+    (infer used to load it batch-polymorphic on every call, parsing, lowering
+    and compiling it each time: 0.2-0.4x a loop on palm detection); results
+    identical to the loop's (the same compiled program on the same
+    examples). From bytes (no path, refused before) at any budget too."""
+    import fbjax.run.chunked as chunked
+
+    path = tmp_path / "m.tflite"
+    path.write_bytes(conv_reshape_fc())
+    xs = np.random.default_rng(16).standard_normal((9, 6, 6, 3)).astype(F32)
+    for model, budget in ((fbjax.load(path), 1), (fbjax.load(conv_reshape_fc()), chunked.CHUNK_BYTES)):
+        monkeypatch.setattr(chunked, "CHUNK_BYTES", budget)
+        assert model.inputs[0].shape == (1, 6, 6, 3)
+        loop = np.concatenate([np.asarray(model(x[None])) for x in xs])
+        loads = _counting_loads(monkeypatch)
+        rec = _recording(monkeypatch, model)
+        for _ in range(2):
+            np.testing.assert_array_equal(fbjax.infer(model, xs, step_size=4, progress=False), loop)
+        assert rec.shapes == [((1, 6, 6, 3),)] * 18  # one call per example, none padded to the step size
+        assert loads == [] and not isinstance(model.__dict__.get("_infer_poly"), fbjax.Model)
+
+
+def test_infer_loads_a_small_fixed_batch_model_again_once(monkeypatch, tmp_path):
+    """A batch-1 model whose examples' activations fit in cache several at a
+    time (host work dominates its batch-1 calls): infer loads it again
+    batch-polymorphic, once for every call, and runs steps of several
+    examples; results within the per-sample bound of batch-1 calls."""
+    src = conv_reshape_fc()
+    path = tmp_path / "m.tflite"
+    path.write_bytes(src)
+    model = fbjax.load(path)
+    loads = _counting_loads(monkeypatch)
+    xs = np.random.default_rng(20).standard_normal((9, 6, 6, 3)).astype(F32)
+    got = [fbjax.infer(model, xs, step_size=4, progress=False) for _ in range(2)]
+    assert [k.get("batch_size", "?") for k in loads] == [None]
+    assert model._infer_poly.inputs[0].shape == (None, 6, 6, 3)
+    for g in got:
+        assert_per_sample(g, src, xs, "small model loaded again batch-polymorphic")
+
+
+def test_infer_runs_a_fixed_batch_of_4_in_calls_of_4(monkeypatch, tmp_path):
+    """fbjax.load(path, batch_size=4): infer runs calls of 4 examples, the
+    last padded, results those of the model's own calls on the stacked
+    examples (the same program), from arrays and from a directory."""
+    src = conv_reshape_fc()
+    model = fbjax.load(src, batch_size=4)
+    xs = np.random.default_rng(17).standard_normal((9, 6, 6, 3)).astype(F32)
+    padded = np.concatenate([xs, np.zeros((3, 6, 6, 3), F32)])
+    calls = np.concatenate([np.asarray(model(padded[i:i + 4])) for i in range(0, 12, 4)])[:9]
+    rec = _recording(monkeypatch, model)
+    np.testing.assert_array_equal(fbjax.infer(model, xs, step_size=8, progress=False), calls)
+    assert rec.shapes == [((4, 6, 6, 3),)] * 3
+    d = tmp_path / "in"
+    d.mkdir()
+    for i, x in enumerate(xs):
+        np.save(d / f"{i:02d}.npy", x)
+    np.testing.assert_array_equal(fbjax.infer(model, d, step_size=8, progress=False), calls)
+    assert_per_sample(calls, src, xs, "batch-4 calls")
+
+
+def test_infer_runs_a_model_that_cannot_take_another_batch():
+    """litert-torch's ViT reduces over its batch dimension (a MEAN the batch
+    rewrite cannot prove per example): fbjax.load(path, batch_size=None)
+    refuses it, and infer, which loaded it so, did too. Loaded the default
+    way it runs as its own batch-1 calls: the loop's results."""
+    path = ROOT / "tests" / "data" / "litert_torch" / "vit_f32.tflite"
+    with pytest.raises(InputError, match="batch"):
+        fbjax.load(path, batch_size=None)
+    model = fbjax.load(path)
+    xs = np.random.default_rng(18).standard_normal((5, 3, 32, 32)).astype(F32)
+    loop = np.concatenate([np.asarray(model(x[None])) for x in xs])
+    np.testing.assert_array_equal(fbjax.infer(model, xs, step_size=2, progress=False), loop)
+
+
+def test_infer_loads_a_fixed_batch_model_again_once_per_model(monkeypatch, tmp_path):
+    """Where a fixed batch model does not run as its own calls (several
+    devices or an accelerator; faked here), infer loads it again
+    batch-polymorphic once and keeps it on the model: a second call loads
+    nothing. From bytes there is no path to load again: InputError."""
+    inf = sys.modules["fbjax.infer"]
+    src = conv_reshape_fc()
+    from_bytes = fbjax.load(src)
+    path = tmp_path / "m.tflite"
+    path.write_bytes(src)
+    model = fbjax.load(path)
+    monkeypatch.setattr(inf, "_fixed_batch", lambda model: None)
+    loads = _counting_loads(monkeypatch)
+    xs = np.random.default_rng(19).standard_normal((5, 6, 6, 3)).astype(F32)
+    with pytest.raises(InputError, match="batch_size=None"):
+        fbjax.infer(from_bytes, xs, progress=False)
+    got = [fbjax.infer(model, xs, step_size=2, progress=False) for _ in range(2)]
+    assert [k.get("batch_size", "?") for k in loads] == [None]
+    assert model._infer_poly.inputs[0].shape == (None, 6, 6, 3)
+    for g in got:
+        assert_per_sample(g, src, xs, "batch-polymorphic model loaded again")
+
+
+def test_infer_does_not_take_a_files_leading_2_for_a_batch(tmp_path):
+    """A file's [2, 3] input need not be a batch of 2: infer does not split
+    examples of shape (3,) into calls of 2 (their results would mix two
+    examples wherever the graph mixes rows); it asks for the
+    batch-polymorphic load, which refuses naming the leading dimension."""
+    from fbjax.testing import single_op_model
+
+    path = tmp_path / "add.tflite"
+    path.write_bytes(single_op_model("ADD", [(2, 3), (2, 3)]))
+    model = fbjax.load(path)
+    assert sys.modules["fbjax.infer"]._fixed_batch(model) is None
+    with pytest.raises(InputError, match="leading batch dimension of 1"):
+        fbjax.infer(model, [(np.ones(3, F32), np.ones(3, F32))], progress=False)
+    assert sys.modules["fbjax.infer"]._fixed_batch(fbjax.load(conv_reshape_fc(), batch_size=3)) == 3

@@ -323,3 +323,30 @@ def test_infer_runs_its_steps_on_the_optimised_program(tiering, called_before):
     for i in range(len(xs)):
         ref, mag = _conv_ref(xs[i:i + 1], w, b)
         assert_within(got[i:i + 1], ref, gamma(37) * mag, f"example {i}")
+
+
+def test_another_signature_goes_to_the_plain_jit_without_trying_the_tier():
+    """Issue 28 item 6: a TieredCall whose first call had one signature runs
+    calls of another on the plain jit directly; asking the compiled tier
+    first cost ~1.3 ms per call in a raised and caught TypeError (a
+    batch-polymorphic model called at batch 1, then by fbjax.infer at batch
+    2: iris landmark at 0.8x its loop). The first signature still runs the
+    tier."""
+    from fbjax.run.tiered import TieredCall
+
+    call = TieredCall(jax.jit(lambda w, x: x * w[0]))
+    w = (np.float32(2.0),)
+    one, two = np.ones((1, 3), np.float32), np.ones((2, 3), np.float32)
+    np.testing.assert_array_equal(call(w, one), 2 * one)
+    call.wait()
+    tried = []
+    compiled = call._compiled
+
+    def counting(*args):
+        tried.append(np.shape(args[-1]))
+        return compiled(*args)
+
+    call._compiled = counting
+    np.testing.assert_array_equal(call(w, two), 2 * two)
+    np.testing.assert_array_equal(call(w, one), 2 * one)
+    assert tried == [(1, 3)]  # the batch-2 call never asked the tier's executable

@@ -190,6 +190,7 @@ class TieredCall:
         self.tier: Optional[str] = None
         self.thread: Optional[threading.Thread] = None
         self._direct = False  # skip_quick(): the first call compiles the optimised program itself
+        self._signature = None  # (shape, dtype) of the first call's array arguments
 
     def _start(self, args: tuple):
         lowered = self.quick.lower(*args)  # errors of tracing (bad inputs) propagate; the next call tries again
@@ -254,6 +255,8 @@ class TieredCall:
     def __call__(self, *args):
         if self.tier is None:
             with self._lock:
+                if self.tier is None:
+                    self._signature = _signature(args)
                 if self.tier is None and self._direct:
                     self._optimise(args)  # on failure (bad inputs too) tier "jit": the plain jit raises it below
                 elif self.tier is None:
@@ -264,12 +267,21 @@ class TieredCall:
                             return jax.block_until_ready(self._compiled(*args))
                         finally:
                             self._launch(args)
-        if self.tier != "jit":
+        # another signature than the first call's: the plain jit, without asking the compiled
+        # executable first (its refusal costs ~1 ms per call: a batch-polymorphic model called
+        # at batch 1, then by fbjax.infer at its step's batch)
+        if self.tier != "jit" and _signature(args) == self._signature:
             try:
                 return self._compiled(*args)
-            except (TypeError, ValueError):  # another signature than the first call's: the plain jit
+            except (TypeError, ValueError):  # (another pytree, weak types...): the plain jit
                 pass
         return self.jitted(*args)
+
+
+def _signature(args: tuple) -> tuple:
+    """``(shape, dtype)`` of each top-level array argument (the inputs; the
+    weights, passed as containers, are the same objects on every call)."""
+    return tuple((a.shape, a.dtype) for a in args if hasattr(a, "shape") and hasattr(a, "dtype"))
 
 
 def wait_optimised(*calls, timeout: Optional[float] = None) -> None:
