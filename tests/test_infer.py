@@ -733,14 +733,11 @@ def test_infer_runs_a_fixed_batch_model_as_its_own_calls(monkeypatch, tmp_path):
     (infer used to load it batch-polymorphic on every call, parsing, lowering
     and compiling it each time: 0.2-0.4x a loop on palm detection); results
     identical to the loop's (the same compiled program on the same
-    examples). From bytes (no path, refused before) at any budget too."""
-    import fbjax.run.chunked as chunked
-
+    examples). From bytes (no path, refused before) at the default budget too."""
     path = tmp_path / "m.tflite"
     path.write_bytes(conv_reshape_fc())
     xs = np.random.default_rng(16).standard_normal((9, 6, 6, 3)).astype(F32)
-    for model, budget in ((fbjax.load(path), 1), (fbjax.load(conv_reshape_fc()), chunked.CHUNK_BYTES)):
-        monkeypatch.setattr(chunked, "CHUNK_BYTES", budget)
+    for model in (fbjax.load(path, kernel_options={"chunk_bytes": 1}), fbjax.load(conv_reshape_fc())):
         assert model.inputs[0].shape == (1, 6, 6, 3)
         loop = np.concatenate([np.asarray(model(x[None])) for x in xs])
         loads = _counting_loads(monkeypatch)
