@@ -49,6 +49,8 @@ import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the other benchmark scripts
+from ab import _rounds  # noqa: E402
 
 SHARED = os.path.join(ROOT, "..", "shared", "models", "tflite")
 
@@ -143,13 +145,7 @@ def bench_model(path: str, steps, n: int, runs: int, batched: bool = False):
                                                                   zip(*[_outs(y) for y in got])]
             errs[k] = _rel_err(got, ref)
         setup = time.perf_counter() - t0
-        ts = {k: [] for k in fns}
-        items = list(fns.items())
-        for r in range(runs):
-            for k, f in (items if r % 2 else items[::-1]):
-                t = time.perf_counter()
-                f()
-                ts[k].append(time.perf_counter() - t)
+        ts = _rounds(fns, runs)  # alternating order, round by round (benchmarks/ab.py)
     load = round(os.getloadavg()[0], 1)
 
     def paired(num, den):

@@ -55,6 +55,21 @@ def env_flag(name: str, default: bool = False, environ=None) -> bool:
 #: :data:`ENV_FLAGS` as read at import (``{name: bool}``).
 ENV = {name: env_flag(name, default) for name, (default, _) in ENV_FLAGS.items()}
 
+def _set_flag(options, field: str, env: str) -> None:
+    """Validate the on/off field ``field`` of a frozen options object: None
+    becomes the environment's default (``ENV[env]``), True/False stay.
+
+    Raises:
+        InputError: anything else.
+    """
+    v = getattr(options, field)
+    if v is None:
+        v = ENV[env]
+    elif not isinstance(v, (bool, np.bool_)):
+        raise InputError(f"{field} must be True, False or None (the environment's default), got {v!r}")
+    object.__setattr__(options, field, bool(v))
+
+
 #: ``KernelOptions.precision`` values (``jax.lax.Precision`` names, lower case).
 PRECISIONS = ("default", "high", "highest")
 #: ``KernelOptions.depthwise_strategy`` values.
@@ -157,13 +172,7 @@ class KernelOptions:
         if not isinstance(self.compact_backward, (bool, np.bool_)):
             raise InputError(f"compact_backward must be True or False, got {self.compact_backward!r}")
         object.__setattr__(self, "compact_backward", bool(self.compact_backward))
-        x = self.xla_defaults
-        if x is None:
-            object.__setattr__(self, "xla_defaults", ENV["FBJAX_XLA_DEFAULTS"])
-        elif not isinstance(x, (bool, np.bool_)):
-            raise InputError(f"xla_defaults must be True, False or None (the environment's default), got {x!r}")
-        else:
-            object.__setattr__(self, "xla_defaults", bool(x))
+        _set_flag(self, "xla_defaults", "FBJAX_XLA_DEFAULTS")
 
     @property
     def lax_precision(self):
@@ -289,13 +298,7 @@ class LoadOptions:
         if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 1:
             raise InputError(f"max_value_bytes must be a positive int, got {m!r}")
         object.__setattr__(self, "max_value_bytes", int(m))
-        t = self.tiered_compile
-        if t is None:
-            object.__setattr__(self, "tiered_compile", ENV["FBJAX_TIERED_COMPILE"])
-        elif not isinstance(t, (bool, np.bool_)):
-            raise InputError(f"tiered_compile must be True, False or None (the environment's default), got {t!r}")
-        else:
-            object.__setattr__(self, "tiered_compile", bool(t))
+        _set_flag(self, "tiered_compile", "FBJAX_TIERED_COMPILE")
         k = self.kernel_options
         if k is None:
             object.__setattr__(self, "kernel_options", KernelOptions())
