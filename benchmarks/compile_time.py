@@ -116,7 +116,7 @@ def hlo_by_family(path: str, grad: bool = False) -> tuple:
     from fbjax.lower.build import build
     from fbjax.lower.registry import LOWERINGS
     from fbjax.model import _needs_x64
-    from fbjax.quantization import prepare
+    from fbjax.passes.quantization import prepare
 
     class Scoped:
         def get(self, op_set, name):

@@ -19,7 +19,7 @@ import pytest
 
 import fbjax
 from fbjax import run
-from fbjax.testing import single_op_model
+from fbjax.formats.tflite_builder import single_op_model
 
 F32 = np.float32
 CONTROL = Path(__file__).parent / "data" / "tflite_builtins"

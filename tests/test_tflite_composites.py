@@ -64,7 +64,7 @@ from fbjax.formats.tflite_stablehlo import composite_attrs
 from fbjax.lower import composites as lower_composites
 from fbjax.options import COMPOSITE_MODES, LoadOptions
 from fbjax.reference import composites as ref_composites
-from fbjax.testing import stablehlo_op_model
+from fbjax.formats.tflite_builder import stablehlo_op_model
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LLM = os.path.join(HERE, "data", "llm")

@@ -31,7 +31,7 @@ import fbjax
 import fbjax.reference
 from fbjax import run
 from fbjax.run import tiered, trace_cache
-from fbjax.testing import TFLiteBuilder, single_op_model
+from fbjax.formats.tflite_builder import TFLiteBuilder, single_op_model
 
 from conftest import ROOT, abs_magnitude, assert_within, gamma
 
@@ -270,7 +270,7 @@ import json, sys
 import numpy as np
 import fbjax
 from fbjax.run import tiered, trace_cache
-from fbjax.testing import single_op_model
+from fbjax.formats.tflite_builder import single_op_model
 rng = np.random.default_rng(0)
 w = rng.standard_normal((8, 3, 3, 4)).astype(np.float32)
 b = rng.standard_normal(8).astype(np.float32)

@@ -568,7 +568,7 @@ def _static_positions(opdef: OpDef, node: Node) -> tuple:
     """The input positions of ``node`` that must be known at load time: the
     op's ``static_inputs``, less its ``bounded_inputs`` for a node padded to
     a bound (static-bound mode gave it a valid-count output:
-    :func:`fbjax.passes.add_valid_counts`)."""
+    :func:`fbjax.passes.shapes.add_valid_counts`)."""
     if opdef.bounded_inputs and has_valid_count(node):
         return tuple(i for i in opdef.static_inputs if i not in opdef.bounded_inputs)
     return opdef.static_inputs

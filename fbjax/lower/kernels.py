@@ -119,7 +119,7 @@ def weight_layout(ctx, position: int, native: str) -> str:
 
     ``native`` (the file's layout) unless the program was built for
     inference with that weight relaid (``ctx.options["weight_layouts"]``:
-    ``{id(Value): layout}``, see :mod:`fbjax.lower.inference`); the lowering
+    ``{id(Value): layout}``, see :mod:`fbjax.run.planner`); the lowering
     then states the given layout in its ``dimension_numbers``.
     """
     layouts = (getattr(ctx, "options", None) or {}).get("weight_layouts")

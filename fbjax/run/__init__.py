@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
-from ..lower.inference import worth_preparing
+from .planner import worth_preparing
 from .chunked import ChunkedCall, select_chunks
 from .cpu_prepared import CpuPrepared
 from .jit import Jit, Stateful, leaves_getter

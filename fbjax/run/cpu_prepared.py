@@ -1,7 +1,7 @@
 """The prepared CPU executor: :class:`fbjax.Model`'s call on XLA:CPU.
 
 The program is the model's graph traced with the load-time preparations
-planned in :mod:`fbjax.lower.inference` (weights relaid, constant subgraphs
+planned in :mod:`fbjax.run.planner` (weights relaid, constant subgraphs
 computed once, values read twice written once); see there for why each one.
 """
 
@@ -17,7 +17,7 @@ import numpy as np
 
 from ..errors import ModelFormatError
 from ..lower.build import Run
-from ..lower.inference import constant_nodes, fan_out_values, matrix_operands, plan
+from .planner import constant_nodes, fan_out_values, matrix_operands, plan
 from .jit import leaves_getter
 from .tiered import TieredCall, wait_optimised, worth_tiering
 
@@ -75,7 +75,7 @@ class _Inference:
 
 class CpuPrepared:
     """``fn(params, *inputs) -> outputs``: the jitted forward pass of the
-    prepared program (see :mod:`fbjax.lower.inference`).
+    prepared program (see :mod:`fbjax.run.planner`).
 
     ``params`` is in the file's layout (``Model.params``, a mapping with at
     least the program's param names; other keys are ignored). The relaid
@@ -333,7 +333,7 @@ class CpuPrepared:
 
 
 def prepared(program, compiler_options=None, *, tiered: bool = False) -> CpuPrepared:
-    """The prepared program of ``program`` (see :func:`fbjax.lower.inference.worth_preparing`
+    """The prepared program of ``program`` (see :func:`fbjax.run.planner.worth_preparing`
     for when :class:`fbjax.Model` uses it); ``tiered``: the ``tiered_compile``
     load option."""
     return CpuPrepared(program, compiler_options, tiered=tiered)
