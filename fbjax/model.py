@@ -23,7 +23,7 @@ from .cache import compiler_options
 from .lower import state as _st
 from .lower.build import LOWERING_ERRORS, Program
 from .lower.registry import LOWERINGS
-from . import run
+from . import executors
 from .passes import pipeline
 from .options import FILE_BATCH as _FILE
 from .options import KernelOptions, kernel_options
@@ -210,8 +210,8 @@ class Model:
         #: (shape, dtype) per input of the calls check_inputs passed unchanged (bounded)
         self._accepted: dict = {}
         self._warned_int: set = set()  # inputs already warned about integer data for a float input
-        #: how calls run, chosen once here (:func:`fbjax.run.select`): its ``name`` says which
-        self.executor = run.select(
+        #: how calls run, chosen once here (:func:`fbjax.executors.select`): its ``name`` says which
+        self.executor = executors.select(
             program, self.apply, self._apply_leaves, stateful=self._stateful,
             compiler_options=compiler_options(program.backend, kernel_options(program).xla_defaults),
             trace_base=trace_base,
@@ -258,7 +258,7 @@ class Model:
         """Block until calls run the fully optimised program.
 
         Only for a model loaded with ``tiered_compile=True`` (CPU, 32 nodes
-        or more; :mod:`fbjax.run.tiered`): its first call compiles and runs
+        or more; :mod:`fbjax.executors.tiered`): its first call compiles and runs
         a quickly compiled program (several times slower per call, and not
         bit-identical to the optimised one), and a background thread
         compiles the optimised one, which later calls run from the moment
@@ -1038,13 +1038,13 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
     # what loading this file again with another batch needs (fbjax.infer, the chunks below)
     load_kwargs = dict(options.as_kwargs(), constant_inputs=constant_inputs)
 
-    def chunks(model):  # CPU: a large fixed batch runs in cache-sized chunks (fbjax.run.chunked)
-        return run.select_chunks(model.program, model.inputs, model.outputs,
+    def chunks(model):  # CPU: a large fixed batch runs in cache-sized chunks (fbjax.executors.chunked)
+        return executors.select_chunks(model.program, model.inputs, model.outputs,
                                  lambda k: load(source, **dict(load_kwargs, batch_size=k)), options.batch_size)
 
     fixed_batch = options.rewrites_batch and options.batch_size is not None
     model = Model(ir, program, path, chunks=chunks if fixed_batch else None, load_kwargs=load_kwargs,
-                  trace_base=lambda prog: run.trace_base(prog, source, options, constant_inputs),
+                  trace_base=lambda prog: executors.trace_base(prog, source, options, constant_inputs),
                   tiered=options.tiered_compile)
     model.input_quantization, model.output_quantization = file_quant
     _trace_at_load(model)  # every lowering error raised here, not at the first call (which reuses the trace)

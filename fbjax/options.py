@@ -119,7 +119,7 @@ class KernelOptions:
             ``jax.linearize`` works through it).
         conv_weight_layout: the layout the CPU inference path relays
             convolution weights to (``"HWIO"``: what XLA:CPU's convolution
-            emitter reads without a copy; :mod:`fbjax.run.planner`).
+            emitter reads without a copy; :mod:`fbjax.executors.planner`).
         small_activation_bytes: a model whose largest image activation set
             at batch 1 is below this many bytes (and reads no value twice)
             runs the plain jit instead of the prepared CPU program.
@@ -128,7 +128,7 @@ class KernelOptions:
             executable's call costs ~6 us more than the jit's dispatch).
         chunk_bytes: a CPU model loaded with a fixed ``batch_size`` runs its
             batch as calls of the largest divisor whose activations fit
-            this many bytes (:mod:`fbjax.run.chunked`, :func:`fbjax.infer`).
+            this many bytes (:mod:`fbjax.executors.chunked`, :func:`fbjax.infer`).
         chunk_threads: streams of chunks run at once after the first call
             (does not change results).
         xla_defaults: False (default): on CPU the Model's jit turns XLA's
@@ -239,7 +239,7 @@ class LoadOptions:
             check, not a change of the computed program.
         tiered_compile: on CPU, compile a quick program for the first call
             and swap the optimised one in when a background thread has
-            compiled it (:mod:`fbjax.run.tiered`). It trades bit
+            compiled it (:mod:`fbjax.executors.tiered`). It trades bit
             reproducibility for a faster cold first call: the quick
             program is lowered and compiled differently (``-O0`` alone
             changes float results), so calls before
@@ -332,5 +332,5 @@ class LoadOptions:
     def cache_key(self) -> tuple:
         """The options as a tuple of ``repr`` strings, nested
         :class:`KernelOptions` field by field: what every cache key of a
-        model's programs includes (:func:`fbjax.run.trace_cache.trace_base`)."""
+        model's programs includes (:func:`fbjax.executors.trace_cache.trace_base`)."""
         return tuple(map(repr, dataclasses.astuple(self)))

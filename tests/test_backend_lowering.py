@@ -32,8 +32,8 @@ from fbjax.formats import tflite_builder
 from fbjax.cache import compiler_options
 from fbjax.formats import read_model
 from fbjax.lower.build import build
-from fbjax.run.planner import plan, worth_preparing
-from fbjax.run.chunked import select_chunks
+from fbjax.executors.planner import plan, worth_preparing
+from fbjax.executors.chunked import select_chunks
 
 DATA = Path(__file__).parent / "data"
 BUILTINS = DATA / "tflite_builtins"
@@ -104,7 +104,7 @@ def test_accelerator_lowering_is_plain_lax_and_agrees_with_cpu(case, backend):
 
 
 def test_chunked_batches_are_cpu_only():
-    """The chunked executor (``fbjax.run.chunked.select_chunks``) leaves a
+    """The chunked executor (``fbjax.executors.chunked.select_chunks``) leaves a
     model built for another backend alone (its batch runs as one XLA call);
     on CPU it splits the same batch."""
     path = str(BUILTINS / "conv_2d.tflite")

@@ -16,7 +16,7 @@ What fbjax does now, and what is tested here:
   ``fbjax.load(max_value_bytes=...)`` (4 GiB by default) get a
   ``ModelFormatError`` naming the node and the bytes;
 * the load-time abstract trace runs before any constant is computed ahead
-  (:meth:`fbjax.run.cpu_prepared.CpuPrepared.trace`).
+  (:meth:`fbjax.executors.cpu_prepared.CpuPrepared.trace`).
 
 Each file is loaded in a fresh process (an abort would end it: the test
 sees the exit status), timed from the start of ``fbjax.load`` after JAX has

@@ -11,7 +11,7 @@ each import is resolved to the fbjax module it names. Layers, lowest first:
    (the numpy twins; separately checked never to import ``lower``);
 3. the load pipeline: ``passes.pipeline`` (it hands the lowering registry to
    the passes, so it sits above ``lower``), ``cache``, ``custom``;
-4. the executors: ``run`` (how a Model runs when called, with ``run.planner``,
+4. the executors: ``executors`` (how a Model runs when called, with ``executors.planner``,
    the CPU program's planner);
 5. ``model`` (with ``signature``, its entry points' runner), and the entry
    points above it: ``infer``, ``generate``, ``llm_bundle``, ``export``,
@@ -44,7 +44,7 @@ LAYERS = {
     "fbjax.passes": 1, "fbjax.batch_rules": 1, "fbjax.bound_rules": 1,
     "fbjax.lower": 2, "fbjax.reference": 2,
     "fbjax.passes.pipeline": 3, "fbjax.cache": 3, "fbjax.custom": 3,
-    "fbjax.run": 4,
+    "fbjax.executors": 4,
     "fbjax.model": 5, "fbjax.signature": 5, "fbjax.infer": 5, "fbjax.generate": 5, "fbjax.llm_bundle": 5,
     "fbjax.export": 5, "fbjax.train": 5, "fbjax.flax": 5, "fbjax.bench": 5, "fbjax.beam": 5, "fbjax.precision": 5,
     "fbjax.vision": 5, "fbjax.convert": 5, "fbjax.cli": 5, "fbjax.cli_llm": 5,
@@ -140,8 +140,8 @@ def test_reference_never_imports_the_lowering():
 
 
 @pytest.mark.parametrize("mod,layer", [("fbjax.passes.pipeline", 3), ("fbjax.passes.shapes", 1),
-                                       ("fbjax.run.planner", 4), ("fbjax.lower.tflite.conv", 2),
-                                       ("fbjax.formats.tflite_writer", 0), ("fbjax.formats.tflite_builder", 0), ("fbjax.run.chunked", 4),
+                                       ("fbjax.executors.planner", 4), ("fbjax.lower.tflite.conv", 2),
+                                       ("fbjax.formats.tflite_writer", 0), ("fbjax.formats.tflite_builder", 0), ("fbjax.executors.chunked", 4),
                                        ("fbjax", 5)])
 def test_layer_table(mod, layer):
     assert _layer(mod) == layer
@@ -154,6 +154,6 @@ def test_a_module_in_no_layer_is_an_error():
         _layer("fbjax.some_new_module")
     with pytest.raises(AssertionError, match="is in no layer"):
         _layer("numpy")
-    assert {m for m, _, _ in _modules()} >= {"fbjax", "fbjax.signature", "fbjax.run.tiered"}
+    assert {m for m, _, _ in _modules()} >= {"fbjax", "fbjax.signature", "fbjax.executors.tiered"}
     for mod, _, _ in _modules():  # every module of the package is placed
         _layer(mod)
