@@ -116,7 +116,7 @@ def hlo_by_family(path: str, grad: bool = False) -> tuple:
     from fbjax.lower.build import build
     from fbjax.lower.registry import LOWERINGS
     from fbjax.model import _needs_x64
-    from fbjax.passes.quantization import prepare
+    from fbjax.passes.quantization import rewrite_quantized
 
     class Scoped:
         def get(self, op_set, name):
@@ -134,7 +134,7 @@ def hlo_by_family(path: str, grad: bool = False) -> tuple:
             return getattr(LOWERINGS, k)
 
     ir = read_model(path, None)
-    prepare(ir, "exact", registry=LOWERINGS)
+    rewrite_quantized(ir, "exact", registry=LOWERINGS)
     prog = build(ir)
     prog.registry = Scoped()
     xs = [np.zeros([1 if d is None else d for d in v.shape], v.dtype) for v in ir.main_graph.inputs]

@@ -60,7 +60,7 @@ class OpDef:
         fq_rounding: for integer kernels (``"tflite.int"``): ``fn(node,
             orig) -> dict``, the ``fbjax:FAKE_QUANT`` attributes that make
             float mode round the op's output as the kernel does
-            (:func:`fbjax.passes.quantization.prepare`).
+            (:func:`fbjax.passes.quantization.rewrite_quantized`).
         reads_input_twice: the lowering reads input 0 twice in a way that
             must see one value (softmax's ``x - max(x)``); the inference
             planner materialises that input once.
@@ -88,11 +88,11 @@ class OpDef:
         traced_weights: for hybrid kernels (``"tflite.hybrid"``): the
             lowering also takes its integer weights as traced arrays, so
             float mode can feed it re-quantized params
-            (:func:`fbjax.passes.quantization.prepare`).
+            (:func:`fbjax.passes.quantization.rewrite_quantized`).
         hybrid_eligible: for hybrid kernels (``"tflite.hybrid"``):
             ``fn(node, weight) -> bool``, whether the kernel serves the
             ``"tflite"`` node ``node`` with the quantized constant ``weight``
-            kept in its integer type (:func:`fbjax.passes.quantization.prepare`,
+            kept in its integer type (:func:`fbjax.passes.quantization.rewrite_quantized`,
             ``quantized="exact"``); hybrid ops without it are never chosen.
         squashing: the op maps its float input into a bounded range
             (logistic, softmax): precision comparisons

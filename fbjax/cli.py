@@ -197,11 +197,11 @@ def cmd_inspect(args) -> int:
     # quantized models: support is decided after fbjax.load's default
     # quantized="exact" rewrite (integer kernels live in op set tflite.int)
     from .options import LoadOptions
-    from .passes.pipeline import prepare
+    from .passes.pipeline import rewrite
     from .passes.quantization import has_quantized_tensors
 
     if has_quantized_tensors(ir):  # (everything above has been read from the file's IR)
-        prepare(ir, LoadOptions())  # load's pipeline with load's defaults
+        rewrite(ir, LoadOptions())  # load's pipeline with load's defaults
     missing = {(n.op_set, n.op_name) for n in ir.iter_nodes() if LOWERINGS.get(n.op_set, n.op_name) is None}
     unsupported = []
     for (s, n), c in sorted(hist.items(), key=lambda kv: (-kv[1], kv[0])):

@@ -1032,7 +1032,7 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
         bind_inputs(ir, constant_inputs)
     g = ir.main_graph
     file_quant = ([_file_quant(v) for v in g.inputs], [_file_quant(v) for v in g.outputs])
-    pipeline.prepare(ir, options)
+    pipeline.rewrite(ir, options)
     program = pipeline.lower(ir, options, x64=_needs_x64(ir))
     path = None if isinstance(source, (bytes, bytearray, memoryview)) else os.fspath(source)
     # what loading this file again with another batch needs (fbjax.infer, the chunks below)

@@ -5,7 +5,7 @@ needs about each op from the lowering registry it is handed (the op facts
 declared at registration), never by importing the lowering:
 
 * :mod:`fbjax.passes.quantization`: the ``quantized="exact"`` / ``"float"``
-  rewrite of quantized TFLite models (:func:`~fbjax.passes.quantization.prepare`);
+  rewrite of quantized TFLite models (:func:`~fbjax.passes.quantization.rewrite_quantized`);
 * :mod:`fbjax.passes.shapes`: the batch rewrite
   (:func:`~fbjax.passes.shapes.set_batch_size`,
   :func:`~fbjax.passes.shapes.check_batch_size`), graph inputs bound to

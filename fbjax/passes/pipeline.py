@@ -19,22 +19,22 @@ from ..lower.build import Program, build
 from ..lower.registry import LOWERINGS
 from ..options import LoadOptions
 from .shapes import add_valid_counts, check_batch_size, set_batch_size
-from .quantization import prepare as prepare_quantized
+from .quantization import rewrite_quantized
 
-__all__ = ["prepare", "lower"]
+__all__ = ["rewrite", "lower"]
 
 
-def prepare(ir: ModelIR, options: LoadOptions, registry=LOWERINGS) -> ModelIR:
+def rewrite(ir: ModelIR, options: LoadOptions, registry=LOWERINGS) -> ModelIR:
     """Rewrite ``ir`` in place as ``options`` ask: the quantized mode
-    (:func:`fbjax.quantization.prepare`), the static-bound outputs
-    (:func:`fbjax.passes.add_valid_counts`, ``static_bounds``), then the batch
-    (:func:`fbjax.passes.set_batch_size`) unless it is the file's.
+    (:func:`fbjax.passes.quantization.rewrite_quantized`), the static-bound outputs
+    (:func:`fbjax.passes.shapes.add_valid_counts`, ``static_bounds``), then the batch
+    (:func:`fbjax.passes.shapes.set_batch_size`) unless it is the file's.
 
     Raises:
         InputError: the model cannot take the batch (the message names the
             operator).
     """
-    prepare_quantized(ir, options.quantized, registry=registry)
+    rewrite_quantized(ir, options.quantized, registry=registry)
     if options.static_bounds:
         add_valid_counts(ir, registry=registry)
     if options.rewrites_batch:
@@ -43,8 +43,8 @@ def prepare(ir: ModelIR, options: LoadOptions, registry=LOWERINGS) -> ModelIR:
 
 
 def lower(ir: ModelIR, options: LoadOptions, *, x64: bool = False) -> Program:
-    """The lowered program of a prepared ``ir``; with a rewritten batch, its
-    outputs are checked to follow the batch (:func:`fbjax.passes.check_batch_size`,
+    """The lowered program of a rewritten ``ir``; with a rewritten batch, its
+    outputs are checked to follow the batch (:func:`fbjax.passes.shapes.check_batch_size`,
     traced under ``jax.enable_x64(x64)`` as the model will run).
 
     Raises:

@@ -1,6 +1,6 @@
 """Load-time handling of quantized TFLite models: ``fbjax.load(path, quantized=...)``.
 
-:func:`prepare` rewrites a freshly read :class:`~fbjax.ir.ModelIR` in place
+:func:`rewrite_quantized` rewrites a freshly read :class:`~fbjax.ir.ModelIR` in place
 for one of two modes:
 
 ``"exact"`` (the default)
@@ -116,9 +116,9 @@ def has_quantized_tensors(model: ModelIR) -> bool:
     return any(is_quantized(v) or _is_quantized_const(v) for g in model.graphs for v in g.values)
 
 
-#: during one :func:`prepare`: (id(integer data), scales, zero points, axis) -> (that data, its float32
+#: during one :func:`rewrite_quantized`: (id(integer data), scales, zero points, axis) -> (that data, its float32
 #: values), so a weight that several subgraphs read from one buffer stays one array, hence one param
-#: (fbjax.lower.build); emptied when prepare returns
+#: (fbjax.lower.build); emptied when rewrite_quantized returns
 _DEQUANTIZED: dict = {}
 
 
@@ -194,7 +194,7 @@ def _op_names(registry, op_set: str) -> frozenset:
     return frozenset(registry.ops(op_set).get(op_set, []))
 
 
-def _prepare_exact(model: ModelIR, registry) -> None:
+def _rewrite_exact(model: ModelIR, registry) -> None:
     int_ops = _op_names(registry, "tflite.int")
     passthrough = registry.names_with("tflite", "int_passthrough")  # data movement: the float lowering serves
     for g in model.graphs:
@@ -407,7 +407,7 @@ def _hybrid_forward_nodes(n: Node, orig: dict, orig_data: dict, traced_ok: froze
     return nodes, vals + hs + fs
 
 
-def _prepare_float(model: ModelIR, registry) -> None:
+def _rewrite_float(model: ModelIR, registry) -> None:
     int_ops = _op_names(registry, "tflite.int")
     traced_ok = registry.names_with("tflite.hybrid", "traced_weights")
     for g in model.graphs:
@@ -487,7 +487,7 @@ def _prepare_float(model: ModelIR, registry) -> None:
                 sig.outputs = {k: replace.get(id(v), v) for k, v in sig.outputs.items()}
 
 
-def prepare(model: ModelIR, quantized: str = "exact", *, registry) -> ModelIR:
+def rewrite_quantized(model: ModelIR, quantized: str = "exact", *, registry) -> ModelIR:
     """Rewrite ``model`` in place for ``quantized`` = ``"exact"`` or ``"float"``.
 
     Models without quantized tensors are returned unchanged. ``registry``:
@@ -504,18 +504,18 @@ def prepare(model: ModelIR, quantized: str = "exact", *, registry) -> ModelIR:
     if not has_quantized_tensors(model):
         return model
     try:
-        _prepare(model, quantized, registry)
+        _rewrite(model, quantized, registry)
     finally:
         _DEQUANTIZED.clear()
     return model
 
 
-def _prepare(model: ModelIR, quantized: str, registry) -> None:
+def _rewrite(model: ModelIR, quantized: str, registry) -> None:
     if quantized == "exact":
-        _prepare_exact(model, registry)
+        _rewrite_exact(model, registry)
         if any(is_quantized(v) and np.dtype(v.dtype) == np.int16 for g in model.graphs for v in g.values):
             # TFLite's 16x8 kernels accumulate in int64: ask fbjax.Model to
             # trace under a scoped jax.enable_x64 (see model._needs_x64).
             model.metadata["needs_x64"] = True
     else:
-        _prepare_float(model, registry)
+        _rewrite_float(model, registry)

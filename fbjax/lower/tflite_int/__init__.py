@@ -1,6 +1,6 @@
 """Integer-exact lowerings of quantized TFLite ops: op set ``"tflite.int"``.
 
-Op names are the TFLite builtin names. :func:`fbjax.passes.quantization.prepare`
+Op names are the TFLite builtin names. :func:`fbjax.passes.quantization.rewrite_quantized`
 moves nodes with quantized integer activations into this op set when a model
 is loaded with ``quantized="exact"``; each lowering reproduces the TFLite
 builtin kernel (without XNNPACK) bit for bit in 32-bit ``jax.lax`` integer
