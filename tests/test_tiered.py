@@ -91,7 +91,7 @@ def test_first_call_runs_a_tier_then_the_optimised_program(tiering, kind):
         ex = m.executor
         call = ex._call if ex.name == "trace_cache" else ex.run
         assert isinstance(call, executors.TieredCall)
-    assert call.tier in ("cheap", "optimised")  # optimised already if the background compile won the race
+    assert call.tier in ("quick", "optimised")  # optimised already if the background compile won the race
     m.wait_optimised(timeout=120)  # the public wait (what fbjax.infer does after its first step)
     assert call.tier == "optimised"
     assert call.wait(timeout=0) == "optimised"
@@ -131,7 +131,7 @@ def test_skip_quick_tier_compiles_the_optimised_program_first(tiering, kind, mon
     m2 = fbjax.load(single_op_model("ADD", [(2, 3), (2, 3)]), tiered_compile=True, kernel_options=SMALL)
     m2(*[np.ones((2, 3), F32)] * 2)
     m2.skip_quick_tier()
-    assert quick_compiles and m2.executor.jitted_leaves.tier in ("cheap", "optimised")
+    assert quick_compiles and m2.executor.jitted_leaves.tier in ("quick", "optimised")
     m2.wait_optimised(timeout=120)
 
 
@@ -235,7 +235,7 @@ def test_other_signature_falls_back_to_the_jit(tiering):
 
 def test_when_tiering_applies():
     # the quick tier keeps YNNPACK fusion off (it miscompiles grouped-convolution chains) whatever XLA_FLAGS says
-    assert tiered.quick_options() == dict(tiered.CHEAP_OPTIONS, xla_cpu_experimental_ynn_fusion_type="")
+    assert tiered.quick_options() == dict(tiered.QUICK_XLA_OPTIONS, xla_cpu_experimental_ynn_fusion_type="")
     m = fbjax.load(single_op_model("ADD", [(2, 3), (2, 3)]), tiered_compile=True)
     assert m.program.backend == "cpu"
     assert not tiered.worth_tiering(m.program, True)  # one node: compiles fast, keeps the jit's faster dispatch
@@ -296,7 +296,7 @@ def test_second_process_compiles_the_optimised_program_directly(tmp_path):
         assert p.returncode == 0, p.stderr[-2000:]
         recs.append(json.loads(p.stdout.strip().splitlines()[-1]))
     assert recs[0]["executor"] == "trace_cache"
-    assert recs[0]["tier"] in ("cheap", "optimised")  # tiered: nothing cached yet
+    assert recs[0]["tier"] in ("quick", "optimised")  # tiered: nothing cached yet
     assert recs[1]["tier"] == "plain"  # the first process marked the optimised executable as cached
     assert list((tmp_path / "c" / "traces").glob("*.optimised"))
 

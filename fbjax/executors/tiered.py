@@ -71,7 +71,7 @@ from .. import cache
 from ..cache import NO_YNN_FUSION
 from ..options import kernel_options
 
-__all__ = ["CHEAP_OPTIONS", "TieredCall", "worth_tiering", "mark_optimised", "wait_optimised",
+__all__ = ["QUICK_XLA_OPTIONS", "TieredCall", "worth_tiering", "mark_optimised", "wait_optimised",
            "optimised_marked", "quick_options"]
 
 #: XLA:CPU options of the quick first tier (see the module docstring for
@@ -79,7 +79,7 @@ __all__ = ["CHEAP_OPTIONS", "TieredCall", "worth_tiering", "mark_optimised", "wa
 #: (compile unchanged), ``xla_backend_optimization_level=0`` alone (compile
 #: -50 to -75 %, not enough for palm_detection_lite), and
 #: ``xla_cpu_parallel_codegen_split_count=1`` (no change within the noise).
-CHEAP_OPTIONS = {"xla_backend_optimization_level": 0, "xla_cpu_use_fusion_emitters": False}
+QUICK_XLA_OPTIONS = {"xla_backend_optimization_level": 0, "xla_cpu_use_fusion_emitters": False}
 
 _threads: list = []
 _threads_lock = threading.Lock()
@@ -144,10 +144,10 @@ def mark_optimised(key: str) -> None:
 def quick_options() -> dict:
     """XLA options the quick tier compiles with, on top of its jit's own
     (the executor's, e.g. :func:`fbjax.cache.compiler_options`):
-    :data:`CHEAP_OPTIONS` with XLA:CPU's YNNPACK fusion off whatever the
+    :data:`QUICK_XLA_OPTIONS` with XLA:CPU's YNNPACK fusion off whatever the
     environment says, as the quick program's grouped convolutions need
     (``KernelOptions.depthwise_strategy``)."""
-    return dict(NO_YNN_FUSION, **CHEAP_OPTIONS)
+    return dict(NO_YNN_FUSION, **QUICK_XLA_OPTIONS)
 
 
 class TieredCall:
@@ -172,7 +172,7 @@ class TieredCall:
             :meth:`skip_quick`), e.g. :func:`mark_optimised`.
 
     Attributes:
-        tier: ``None`` before the first call, then ``"cheap"``, ``"optimised"``
+        tier: ``None`` before the first call, then ``"quick"``, ``"optimised"``
             once swapped in, or ``"jit"`` (compiling in tiers failed: calls
             run the plain jit). Calls with another signature than the first
             always run the plain jit.
@@ -195,11 +195,11 @@ class TieredCall:
     def _start(self, args: tuple):
         lowered = self.quick.lower(*args)  # errors of tracing (bad inputs) propagate; the next call tries again
         try:
-            cheap = lowered.compile(compiler_options=quick_options())
+            quick = lowered.compile(compiler_options=quick_options())
         except Exception:  # noqa: BLE001 - options another jaxlib lacks, AOT limits: the plain jit
             self.tier = "jit"
             return
-        self._compiled, self.tier = cheap, "cheap"
+        self._compiled, self.tier = quick, "quick"
         self._lowered = lowered  # the optimised tier compiles it too when quick is jitted
 
     def _optimise(self, args: tuple) -> None:
@@ -261,7 +261,7 @@ class TieredCall:
                     self._optimise(args)  # on failure (bad inputs too) tier "jit": the plain jit raises it below
                 elif self.tier is None:
                     self._start(args)
-                    if self.tier == "cheap":
+                    if self.tier == "quick":
                         try:
                             # the first call's run completes before the background work competes for the cores
                             return jax.block_until_ready(self._compiled(*args))
