@@ -22,7 +22,8 @@ from collections import Counter
 import numpy as np
 
 from fbjax.formats.stablehlo_attrs import MLIR_ELEMENT_TYPES
-from fbjax.formats.tflite_builder import BUILTIN_CODES, TFLiteBuilder
+from fbjax.formats.tflite import BUILTIN_CODES
+from fbjax.formats.tflite_builder import TFLiteBuilder
 
 _ELEMENT_TYPES = MLIR_ELEMENT_TYPES  # one table, shared with fbjax's MLIR writer
 

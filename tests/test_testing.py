@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from fbjax.formats._generated import tflite_generated as T
+from fbjax.formats.tflite import BUILTIN_CODES
 from fbjax.formats.tflite_builder import (
-    BUILTIN_CODES,
     TFLiteBuilder,
     make_options,
     options_table_name,

@@ -103,9 +103,10 @@ def dtype_to_tensor_type(dtype) -> int:
     raise ValueError(f"no TFLite TensorType for {dtype}")
 
 
-# Option fields whose values are enums: converted to the enum's name (or, for
-# TensorType fields, to a numpy dtype) so lowerings read "SAME", not 0.
-_ENUM_FIELDS: dict[str, Any] = {
+#: Option fields whose values are enums, by snake_case field name as the schema
+#: spells it. The reader converts them to the enum's name (lowerings read
+#: "SAME", not 0); the test-model builder (:mod:`.tflite_builder`) takes names.
+OPTION_ENUM_FIELDS: dict[str, Any] = {
     "padding": T.Padding,
     "fused_activation_function": T.ActivationFunctionType,
     "weights_format": T.FullyConnectedOptionsWeightsFormat,
@@ -113,20 +114,23 @@ _ENUM_FIELDS: dict[str, Any] = {
     "kernel_type": T.LSTMKernelType,
     "type": T.LSHProjectionType,
     "combiner": T.CombinerType,
+    "algorithm": T.RngAlgorithm,
+    "comparison_direction": T.StablehloComparisonDirection,
+    "compare_type": T.StablehloComparisonType,
+    "reduce_function": T.ReduceWindowFunction,
+    "precision_config": T.StablehloPrecisionConfig,  # a vector: kept as codes by the reader
 }
-for _n in ("RngAlgorithm", "StablehloComparisonType", "StablehloComparisonDirection", "ReduceWindowFunction"):
-    if hasattr(T, _n):
-        _ENUM_FIELDS[{"RngAlgorithm": "algorithm", "StablehloComparisonType": "compare_type",
-                      "StablehloComparisonDirection": "comparison_direction",
-                      "ReduceWindowFunction": "reduce_function"}[_n]] = getattr(T, _n)
-_TENSOR_TYPE_FIELDS = {
+#: Option fields holding a ``TensorType``: a numpy dtype in the reader's attrs
+#: (:func:`tensor_dtype`), a dtype or TensorType name for the builder.
+OPTION_TENSOR_TYPE_FIELDS = frozenset({
     "idx_out_type", "in_data_type", "key_dtype", "out_data_type", "out_type",
     "output_type", "quantized_bias_type", "value_dtype",
-}
+})
 _ENUM_CACHE: dict[Any, dict[int, str]] = {}
 
 
-def _snake(name: str) -> str:
+def snake_case(name: str) -> str:
+    """The schema's field name of an object-API attribute (``fusedActivationFunction`` -> ``fused_activation_function``)."""
     return re.sub(r"(?<!^)([A-Z])", r"_\1", name).lower()
 
 
@@ -140,14 +144,14 @@ def options_to_attrs(opts: Any) -> dict:
         return {}
     attrs = {}
     for k, v in vars(opts).items():
-        key = _snake(k)
-        if key in _ENUM_FIELDS and isinstance(v, int):
-            cls = _ENUM_FIELDS[key]
+        key = snake_case(k)
+        if key in OPTION_ENUM_FIELDS and isinstance(v, int):
+            cls = OPTION_ENUM_FIELDS[key]
             names = _ENUM_CACHE.setdefault(cls, _enum_names(cls))
             if v not in names:
                 raise ModelFormatError(f"option {key} has unknown enum value {v}")
             v = names[v]
-        elif key in _TENSOR_TYPE_FIELDS and isinstance(v, int):
+        elif key in OPTION_TENSOR_TYPE_FIELDS and isinstance(v, int):
             v = tensor_dtype(v)
         elif isinstance(v, list):
             v = np.asarray(v)

@@ -32,7 +32,6 @@ them), so tests should check them against LiteRT.
 
 from __future__ import annotations
 
-import re
 import struct
 from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
@@ -40,6 +39,11 @@ import flatbuffers
 import numpy as np
 
 from ._generated import tflite_generated as T
+from .tflite import (BUILTIN_CODES, FILE_IDENTIFIER, OPTION_ENUM_FIELDS, OPTION_TENSOR_TYPE_FIELDS,
+                     PLACEHOLDER_FOR_GREATER_OP_CODES, TENSOR_TYPE_NAMES, dtype_to_tensor_type, snake_case)
+# Buffers are written 16-byte aligned, as the TF converter writes them, so
+# kernels may use constants in place (shared with Model.save's writer).
+from .tflite_writer import _ALIGN, _AlignedBufferT
 
 __all__ = [
     "TFLiteBuilder",
@@ -48,17 +52,13 @@ __all__ = [
     "transpose_conv_bias_options",
 ]
 
-FILE_IDENTIFIER = b"TFL3"
 SCHEMA_VERSION = 3
-PLACEHOLDER_FOR_GREATER_OP_CODES = 127
-_BUFFER_ALIGNMENT = 16
 
 
 def _enum(cls) -> dict[str, int]:
     return {k: v for k, v in vars(cls).items() if not k.startswith("_") and isinstance(v, int)}
 
 
-BUILTIN_CODES: dict[str, int] = _enum(T.BuiltinOperator)
 _OPTIONS_1: dict[str, int] = {k: v for k, v in _enum(T.BuiltinOptions).items() if k != "NONE"}
 _OPTIONS_2: dict[str, int] = {k: v for k, v in _enum(T.BuiltinOptions2).items() if k != "NONE"}
 
@@ -126,43 +126,7 @@ def _unknown_op_message(op_name: str) -> str:
 
 # --- options ----------------------------------------------------------------
 
-# Option fields holding enums, by snake_case field name (as in the schema).
-_ENUM_FIELDS: dict[str, Any] = {
-    "padding": T.Padding,
-    "fused_activation_function": T.ActivationFunctionType,
-    "weights_format": T.FullyConnectedOptionsWeightsFormat,
-    "mode": T.MirrorPadMode,
-    "kernel_type": T.LSTMKernelType,
-    "type": T.LSHProjectionType,
-    "combiner": T.CombinerType,
-    "algorithm": T.RngAlgorithm,
-    "comparison_direction": T.StablehloComparisonDirection,
-    "compare_type": T.StablehloComparisonType,
-    "reduce_function": T.ReduceWindowFunction,
-    "precision_config": T.StablehloPrecisionConfig,
-}
-_TENSOR_TYPE_FIELDS = {
-    "idx_out_type", "in_data_type", "key_dtype", "out_data_type", "out_type",
-    "output_type", "quantized_bias_type", "value_dtype",
-}
-
-_DTYPE_TO_TENSOR_TYPE: dict[np.dtype, int] = {
-    np.dtype(np.float32): T.TensorType.FLOAT32,
-    np.dtype(np.float16): T.TensorType.FLOAT16,
-    np.dtype(np.float64): T.TensorType.FLOAT64,
-    np.dtype(np.int32): T.TensorType.INT32,
-    np.dtype(np.uint8): T.TensorType.UINT8,
-    np.dtype(np.int64): T.TensorType.INT64,
-    np.dtype(np.bool_): T.TensorType.BOOL,
-    np.dtype(np.int16): T.TensorType.INT16,
-    np.dtype(np.complex64): T.TensorType.COMPLEX64,
-    np.dtype(np.complex128): T.TensorType.COMPLEX128,
-    np.dtype(np.int8): T.TensorType.INT8,
-    np.dtype(np.uint64): T.TensorType.UINT64,
-    np.dtype(np.uint32): T.TensorType.UINT32,
-    np.dtype(np.uint16): T.TensorType.UINT16,
-}
-_TENSOR_TYPES = _enum(T.TensorType)
+_TENSOR_TYPES = {name: code for code, name in TENSOR_TYPE_NAMES.items()}
 
 
 def tensor_type(dtype) -> int:
@@ -177,20 +141,7 @@ def tensor_type(dtype) -> int:
         dt = np.dtype(dtype)
     except TypeError:
         raise ValueError(f"no TFLite TensorType for {dtype!r}") from None
-    if dt.name == "bfloat16" and "BFLOAT16" in _TENSOR_TYPES:
-        return _TENSOR_TYPES["BFLOAT16"]
-    if dt not in _DTYPE_TO_TENSOR_TYPE:
-        raise ValueError(f"no TFLite TensorType for {dt}")
-    return _DTYPE_TO_TENSOR_TYPE[dt]
-
-
-def _camel(snake: str) -> str:
-    head, *rest = snake.split("_")
-    return head + "".join(p[:1].upper() + p[1:] for p in rest)
-
-
-def _snake(camel: str) -> str:
-    return re.sub(r"(?<!^)([A-Z])", r"_\1", camel).lower()
+    return dtype_to_tensor_type(dt)
 
 
 def _enum_value(field: str, value, cls) -> int:
@@ -203,10 +154,10 @@ def _enum_value(field: str, value, cls) -> int:
 
 
 def _field_value(field: str, value):
-    if field in _TENSOR_TYPE_FIELDS:
+    if field in OPTION_TENSOR_TYPE_FIELDS:
         return tensor_type(value) if not isinstance(value, (int, np.integer)) else int(value)
-    if field in _ENUM_FIELDS:
-        cls = _ENUM_FIELDS[field]
+    if field in OPTION_ENUM_FIELDS:
+        cls = OPTION_ENUM_FIELDS[field]
         if isinstance(value, (list, tuple, np.ndarray)):
             return [_enum_value(field, v, cls) for v in value]
         return _enum_value(field, value, cls)
@@ -253,7 +204,7 @@ def make_options(op_name: str, options: Union[None, Mapping[str, Any], Any]):
                 raise ValueError(f"{op_name} has no options table, but options {dict(options)} were given")
             return 1, 0, None
         obj = getattr(T, table + "T")()
-        fields = {_snake(k): k for k in vars(obj)}
+        fields = {snake_case(k): k for k in vars(obj)}
         for key, value in (options or {}).items():
             if key not in fields:
                 raise ValueError(
@@ -323,9 +274,6 @@ def _quant_params(quant) -> Optional[Any]:
     return q
 
 
-# Buffers are written 16-byte aligned, as the TF converter writes them, so
-# kernels may use constants in place (shared with Model.save's writer).
-from .tflite_writer import _AlignedBufferT  # noqa: E402
 
 
 # --- builder --------------------------------------------------------------------
@@ -658,7 +606,7 @@ class TFLiteBuilder:
         """
         if not self._subgraphs[0].outputs:
             raise ValueError("the main subgraph has no outputs; call add_output")
-        size = sum(len(p) + _BUFFER_ALIGNMENT for p in self._payloads) + 4096
+        size = sum(len(p) + _ALIGN for p in self._payloads) + 4096
         builder = flatbuffers.Builder(size)
         root = self.to_object().Pack(builder)
         builder.Finish(root, file_identifier=FILE_IDENTIFIER)
