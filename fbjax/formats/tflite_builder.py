@@ -298,7 +298,7 @@ class TFLiteBuilder:
         description: the model's ``description`` string.
     """
 
-    def __init__(self, description: str = "written by fbjax.testing"):
+    def __init__(self, description: str = "written by fbjax.formats.tflite_builder"):
         self.description = description
         self._subgraphs = [_Subgraph("main")]
         self._current = 0
@@ -649,7 +649,7 @@ def single_op_model(
         ValueError: as :meth:`TFLiteBuilder.add_op`, or mismatched lengths of
             ``output_dtypes``/``input_dtypes``.
     """
-    b = TFLiteBuilder(description=f"fbjax.testing.single_op_model({op_name})")
+    b = TFLiteBuilder(description=f"fbjax.formats.tflite_builder.single_op_model({op_name})")
     n_model_inputs = sum(1 for x in inputs if x is not None and not isinstance(x, np.ndarray))
     if input_dtypes is None:
         input_dtypes = [np.float32] * n_model_inputs
@@ -721,7 +721,7 @@ def stablehlo_op_model(
     Raises:
         ValueError: as :meth:`TFLiteBuilder.add_op`.
     """
-    b = TFLiteBuilder(description=f"fbjax.testing.stablehlo_op_model({op_name})")
+    b = TFLiteBuilder(description=f"fbjax.formats.tflite_builder.stablehlo_op_model({op_name})")
     ins = []
     first_dtype = None
     for j, x in enumerate(inputs):

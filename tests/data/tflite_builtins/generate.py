@@ -690,7 +690,7 @@ def main_builder():
     manifest = json.load(open(path))
     with open(os.path.join(HERE, "call.tflite"), "wb") as f:  # LiteRT has no CALL kernel: numpy oracle
         f.write(_call_model())
-    manifest["call"] = dict(op="CALL", ops=["ADD", "CALL"], rtol=EW, suite="control", made_by="fbjax.testing",
+    manifest["call"] = dict(op="CALL", ops=["ADD", "CALL"], rtol=EW, suite="control", made_by="fbjax.formats.tflite_builder",
                             oracle="numpy: x * y + x (tests/test_tflite_control.py)",
                             inputs=[[[2, 3], F, "normal"], [[2, 3], F, "normal"]])
     for name, op, model, inputs in list(builder_cases()) + list(more_builder_cases()) + [
@@ -708,7 +708,7 @@ def main_builder():
             f.write(model)
         suite = "detection" if op == "TFLite_Detection_PostProcess" else \
             "mediapipe" if op in ("MaxPoolingWithArgmax2D", "MaxUnpooling2D") else "builtins"
-        manifest[name] = dict(op=op, ops=[op], rtol=EW, suite=suite, made_by="fbjax.testing",
+        manifest[name] = dict(op=op, ops=[op], rtol=EW, suite=suite, made_by="fbjax.formats.tflite_builder",
                               inputs=[[list(s), d, k] for s, d, k in inputs])
     with open(path, "w") as f:
         json.dump(dict(sorted(manifest.items())), f, indent=1)
