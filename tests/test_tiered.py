@@ -89,7 +89,7 @@ def test_first_call_runs_a_tier_then_the_optimised_program(tiering, kind):
     assert_within(m(*xs), ref, bound, "first tier")
     if call is None:
         ex = m.executor
-        call = ex._call if ex.name == "trace_cache" else ex.run
+        call = ex._cached_call if ex.name == "trace_cache" else ex.call
         assert isinstance(call, executors.TieredCall)
     assert call.tier in ("quick", "optimised")  # optimised already if the background compile won the race
     m.wait_optimised(timeout=120)  # the public wait (what fbjax.infer does after its first step)
@@ -122,7 +122,7 @@ def test_skip_quick_tier_compiles_the_optimised_program_first(tiering, kind, mon
     m.skip_quick_tier()
     assert_within(m(*xs), ref, bound, "first call")
     ex = m.executor
-    call = {"trace_cache": lambda: ex._call, "cpu_prepared": lambda: ex.run, "jit": lambda: ex.jitted_leaves}[ex.name]()
+    call = {"trace_cache": lambda: ex._cached_call, "cpu_prepared": lambda: ex.call, "jit": lambda: ex.jitted_leaves}[ex.name]()
     assert isinstance(call, executors.TieredCall)  # tiered executor, but its first call compiled the optimised program
     assert call.tier == "optimised" and call.thread is None and not quick_compiles
     m.skip_quick_tier()  # after a call: nothing changes
@@ -206,7 +206,7 @@ def test_quick_tier_runs_the_plain_kernel_choices(tiering):
     ref = fbjax.reference.run(src, x)[0]
     bound = (gamma(n_sum) + gamma(5)) * abs_magnitude(m, x)
     assert_within(m(x), ref, bound, "quick tier")
-    call = ex._call
+    call = ex._cached_call
     assert isinstance(call, executors.TieredCall) and call.quick is ex.quick
     assert call.wait(timeout=120) == "optimised"
     assert ex.exported is not None  # exported in the background, for the next process
@@ -279,7 +279,7 @@ m = fbjax.load(single_op_model("CONV_2D", [(1, 6, 6, 4), w, b], options=dict(pad
                kernel_options=fbjax.KernelOptions(tiered_min_nodes=1))
 x = np.ones((1, 6, 6, 4), np.float32)
 m(x)
-call = m.executor._call
+call = m.executor._cached_call
 tier = call.tier if isinstance(call, tiered.TieredCall) else "plain"
 if isinstance(call, tiered.TieredCall):
     call.wait(120)
@@ -317,7 +317,7 @@ def test_infer_runs_its_steps_on_the_optimised_program(tiering, called_before):
         m(xs[:1])
     got = np.asarray(fbjax.infer(m, xs, step_size=1, progress=False))
     ex = m.executor
-    call = ex._call if ex.name == "trace_cache" else getattr(ex, "run", None)
+    call = ex._cached_call if ex.name == "trace_cache" else getattr(ex, "call", None)
     assert isinstance(call, executors.TieredCall) and call.tier == "optimised", (ex.name, call)
     assert (call.thread is not None) == called_before  # the quick tier's background compile, only then
     for i in range(len(xs)):

@@ -91,7 +91,7 @@ class CpuPrepared:
             the same prepared program lowered with the plain kernel choices
             (``kernels="quick"``, :data:`fbjax.lower.build.KERNEL_CHOICES`),
             taking the same arguments; else None.
-        run: what calls run: :attr:`jitted`, or with ``tiered`` on CPU a
+        call: what calls run: :attr:`jitted`, or with ``tiered`` on CPU a
             :class:`~fbjax.executors.tiered.TieredCall` of it (:attr:`quick`
             compiled quickly for the first call, the optimised program
             swapped in when ready).
@@ -150,14 +150,14 @@ class CpuPrepared:
         self.jitted = jax.jit(self._runner(self.program), compiler_options=compiler_options)
         self._compiler_options = compiler_options
         self.quick = None
-        self.run = self.jitted
+        self.call = self.jitted
         if worth_tiering(program, tiered):
             # the quick tier: the same prepared program lowered with the plain kernel choices (its own
             # registry view: the optimised program may be traced in the background thread meanwhile)
             quick = dataclasses.replace(program, options=dict(opts, kernels="quick"),
                                         registry=_Inference(program.registry, fan_out, replaced, self._key))
             self.quick = jax.jit(self._runner(quick), compiler_options=compiler_options)
-            self.run = TieredCall(self.jitted, quick=self.quick)
+            self.call = TieredCall(self.jitted, quick=self.quick)
         self._one = jax.device_put(np.float32(1))
         self._ahead = None  # {key: jax array} once computed
         self._ahead_avals = None  # {key: jax.ShapeDtypeStruct} once traced (_ahead_shapes)
@@ -305,20 +305,20 @@ class CpuPrepared:
         return self.jitted.lower(*self.args(params), *inputs)
 
     def __call__(self, params: dict, *inputs):
-        return self.run(*self.args(params), *inputs)
+        return self.call(*self.args(params), *inputs)
 
     def skip_quick_tier(self) -> None:
         """The first call compiles the optimised program directly
         (:meth:`fbjax.executors.tiered.TieredCall.skip_quick`); nothing when calls
         are not tiered or once called."""
-        if isinstance(self.run, TieredCall):
-            self.run.skip_quick()
+        if isinstance(self.call, TieredCall):
+            self.call.skip_quick()
 
     def wait_optimised(self, timeout=None) -> None:
         """Block until calls run the optimised program (:mod:`fbjax.executors.tiered`:
         after the first call, the background thread compiles it); at once
         when calls are not tiered or no call ran yet. ``timeout`` in seconds."""
-        wait_optimised(self.run, timeout=timeout)
+        wait_optimised(self.call, timeout=timeout)
 
     def trace(self, params: dict, *specs):
         """Trace the first call on inputs of ``specs`` (``jax.ShapeDtypeStruct``)
@@ -329,7 +329,7 @@ class CpuPrepared:
         ``ShapeDtypeStruct`` pytree; raises what the lowerings raise. When
         calls run in tiers, the quick program is traced (the one the first
         call compiles)."""
-        return self.run.trace(*self.abstract_args(params), *specs).out_info
+        return self.call.trace(*self.abstract_args(params), *specs).out_info
 
 
 def prepared(program, compiler_options=None, *, tiered: bool = False) -> CpuPrepared:

@@ -43,14 +43,14 @@ class TraceCached(CpuPrepared):
         super().__init__(program, compiler_options, tiered=tiered)
         self.trace_base = trace_base
         self.exported = None
-        self._call = None  # what __call__ runs: self.jitted, or a jit of the Exported
+        self._cached_call = None  # what __call__ runs: self.jitted, or a jit of the Exported
         self._ran = False  # whether a call ran (the first one lowers the Exported program)
         self._skip_quick = False  # skip_quick_tier(): no quick tier for the first call
 
     @property
     def runs_exported(self) -> bool:
         """Whether calls run the cached (or just stored) ``Exported`` program."""
-        return self._call is not None and self._call is not self.run
+        return self._cached_call is not None and self._cached_call is not self.call
 
     def _export(self, key: str, args: tuple, inputs: tuple):
         """The optimised program traced and lowered into a ``jax.export.Exported``
@@ -92,24 +92,24 @@ class TraceCached(CpuPrepared):
             self.exported = exported if exported is not None else self._export(key, args, inputs)
             return jax.jit(self.exported.call, compiler_options=self._compiler_options)
         except Exception:  # noqa: BLE001 - anything export cannot take: the plain jit
-            return self.run
+            return self.call
 
     def __call__(self, params: dict, *inputs):
         args = self.args(params)
         first = not self._ran
-        if self._call is None:
-            self._call = self._first_call(args, inputs)
+        if self._cached_call is None:
+            self._cached_call = self._first_call(args, inputs)
         self._ran = True
-        if self._call is not self.run:
+        if self._cached_call is not self.call:
             try:
                 if first and self.exported is not None:
                     # lowered now: without JAX's LAPACK set-up (a scipy import) unless needed
                     with cache.lapack_init_skipped(self.exported):
-                        return self._call(*args, *inputs)
-                return self._call(*args, *inputs)
+                        return self._cached_call(*args, *inputs)
+                return self._cached_call(*args, *inputs)
             except (TypeError, ValueError):  # other shapes/dtypes than the cached program's: trace them
-                self._call = self.run
-        return self.run(*args, *inputs)
+                self._cached_call = self.call
+        return self.call(*args, *inputs)
 
     def skip_quick_tier(self) -> None:
         """The first call compiles the optimised (``Exported``) program
@@ -117,15 +117,15 @@ class TraceCached(CpuPrepared):
         it is (a load-time trace), its quick tier is skipped
         (:meth:`fbjax.executors.tiered.TieredCall.skip_quick`). Nothing once called."""
         super().skip_quick_tier()
-        if self._call is None:
+        if self._cached_call is None:
             self._skip_quick = True
-        elif isinstance(self._call, TieredCall):
-            self._call.skip_quick()
+        elif isinstance(self._cached_call, TieredCall):
+            self._cached_call.skip_quick()
 
     def wait_optimised(self, timeout=None) -> None:
         """:meth:`CpuPrepared.wait_optimised` for what calls run here (the
         tiers of the cached or exported program)."""
-        wait_optimised(self._call, self.run, timeout=timeout)
+        wait_optimised(self._cached_call, self.call, timeout=timeout)
 
     def trace(self, params: dict, *specs):
         """The first call's work short of compiling, on inputs of ``specs``
@@ -136,10 +136,10 @@ class TraceCached(CpuPrepared):
         exported and stored; when export cannot take the program, the
         plain jit's trace (:meth:`CpuPrepared.trace`). Returns the outputs'
         ``ShapeDtypeStruct`` pytree; raises what the lowerings raise."""
-        if self._call is None:
-            self._call = self._first_call(self.abstract_args(params), specs)
-        if isinstance(self._call, TieredCall):  # the quick program, which the first call compiles
-            return self._call.trace(*self.abstract_args(params), *specs).out_info
+        if self._cached_call is None:
+            self._cached_call = self._first_call(self.abstract_args(params), specs)
+        if isinstance(self._cached_call, TieredCall):  # the quick program, which the first call compiles
+            return self._cached_call.trace(*self.abstract_args(params), *specs).out_info
         if self.exported is not None:
             ex = self.exported
             return jax.tree_util.tree_unflatten(ex.out_tree, [jax.ShapeDtypeStruct(a.shape, a.dtype)
