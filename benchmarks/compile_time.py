@@ -84,7 +84,7 @@ if not kind.startswith("grad") and len(sys.argv) > 3 and sys.argv[3] == "tiers":
             t = time.perf_counter(); jax.block_until_ready(m(*xs)); ts.append(time.perf_counter() - t)
         return min(ts)
     ex = m.executor
-    calls = [getattr(ex, k, None) for k in ("_call", "run", "jitted_leaves", "jitted")]
+    calls = [getattr(ex, k, None) for k in ("_cached_call", "call", "jitted_leaves", "jitted")]
     call = next((c for c in calls if getattr(c, "tier", None) is not None), None)
     rec["tier"] = getattr(call, "tier", None) or "plain"
     rec["first_tier_call_ms"] = best() * 1e3
