@@ -616,7 +616,7 @@ class Model:
         Quantized integer weights given as float (dequantized) values are
         re-quantized with the file's scales and zero points
         (``requantize="file"``; the rounding of ``quantized="float"`` mode,
-        :func:`fbjax.passes.quantization.requantize_weights`, so LiteRT runs the
+        :func:`fbjax.quantmath.requantize_weights`, so LiteRT runs the
         saved file as float mode ran those weights), or with recomputed symmetric per-channel
         scales (``requantize="per_channel"``, which also re-quantizes the
         int32 biases that depend on them); see

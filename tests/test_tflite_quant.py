@@ -790,13 +790,13 @@ def _qw_ctx(dtype, scale, zp, axis=0):
 def test_quantize_weights_matches_twin_and_inverts_dequantize(case):
     """fbjax:QUANTIZE_WEIGHTS (float mode's re-quantization of weight params)
     equals its numpy twin, gives the file's integers back from their float32
-    dequantization (fbjax.passes.quantization.dequantize_array), and moves by whole
+    dequantization (fbjax.quantmath.dequantize_array), and moves by whole
     steps when a weight moves by whole steps. ``int64_anchor``: int64 biases
     of ~2^30 steps, which float32 cannot hold, anchored to the file's values
     (``file_values``)."""
     from fbjax.ir import QuantParams
     from fbjax.lower.tflite_int.fake_quant import QUANTIZE_WEIGHTS as jax_qw
-    from fbjax.passes.quantization import dequantize_array, requantize_weights, weights_roundtrip
+    from fbjax.quantmath import dequantize_array, requantize_weights, weights_roundtrip
     from fbjax.reference.tflite_int.fake_quant import QUANTIZE_WEIGHTS as np_qw
 
     rng = np.random.default_rng(3)
@@ -838,7 +838,7 @@ def test_quantize_weights_matches_twin_and_inverts_dequantize(case):
     assert np.max(np.abs(moved.astype(np.int64) - expect)) <= tol
     # off-grid weights, many within 1e-6 of a tie: jitted (XLA may rewrite a
     # division), eager, the numpy twin and the definition Model.save uses
-    # (fbjax.passes.quantization.requantize_weights) agree on every element
+    # (fbjax.quantmath.requantize_weights) agree on every element
     frac = np.where(rng.random(w.shape) < 0.5, 0.5 + rng.uniform(-1e-6, 1e-6, w.shape), rng.random(w.shape))
     w3 = ((np.floor(w2 / s) + frac) * s).astype(np.float32)
     args3 = (w3,) + args[1:]

@@ -93,7 +93,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..ir import Graph, ModelIR, Node, QuantParams, Value
-from ..quantmath import dequantize_array, requantize_weights, weights_roundtrip  # noqa: F401  (re-exported)
+from ..quantmath import dequantize_array, weights_roundtrip
 
 MODES = ("exact", "float")
 
@@ -260,7 +260,7 @@ def _int_forward_nodes(n: Node, orig: dict, orig_inputs: list, int_ops: set, ori
     ``fbjax:CLIP_WEIGHTS``: clipped to their integer range, no gradient
     beyond it), and ``fbjax:STRAIGHT_THROUGH``
     (value of the integer result, gradient of the float op). A constant that
-    would not come back unchanged through float32 (:func:`weights_roundtrip`:
+    would not come back unchanged through float32 (:func:`fbjax.quantmath.weights_roundtrip`:
     large int32/int64 biases) is anchored to the file's integers
     (``QUANTIZE_WEIGHTS``' ``file_values``). ``orig_inputs``: ``n``'s inputs before the
     rewrite (``n.inputs`` already holds the fake-quantized float ones);

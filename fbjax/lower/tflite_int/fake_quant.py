@@ -196,7 +196,7 @@ def QUANTIZE_WEIGHTS(ctx, w, file_values=None):
     biases), per channel along ``quantized_dimension`` (blockwise int4
     weights: per row and block, clipped to [-8, 7]). Float mode feeds the
     result to the integer kernels (:func:`fbjax.passes.quantization.rewrite_quantized`);
-    :func:`fbjax.passes.quantization.requantize_weights` is the same definition in
+    :func:`fbjax.quantmath.requantize_weights` is the same definition in
     numpy, which :meth:`fbjax.Model.save` uses, so a saved file runs in
     LiteRT exactly as float mode ran it.
 
