@@ -1,4 +1,4 @@
-"""A/B timing of fbjax's prepared inference program against the plain jitted
+"""A/B timing of fbjax's prepared CPU program against the plain jitted
 ``Model.apply`` and the reference runtime, interleaved in one process.
 
     python benchmarks/ab.py [--runs 20] [--batch 32] [--only NAME ...] [--light NAME ...]

@@ -24,7 +24,7 @@ entries hold code, not the model's weights, and stay small.
 
 Next to it, in ``<cache dir>/../traces``, fbjax keeps the *traced* program
 (a serialized ``jax.export.Exported``: StableHLO bytecode, no Python
-objects) of a model's CPU inference path (:class:`fbjax.executors.trace_cache.TraceCached`), so a
+objects) of a model's prepared CPU program (:class:`fbjax.executors.trace_cache.TraceCached`), so a
 second process skips tracing and lowering the graph too (about 0.6 s of a
 0.9 s warm first call on the shared MediaPipe models). Its key
 (:func:`trace_key`) covers the model file's bytes, the ``fbjax.load``
@@ -192,7 +192,7 @@ def source_digest(source) -> Optional[str]:
 
 
 def trace_key(model_digest: str, load_options: tuple, args: tuple, extra: str = "") -> str:
-    """The trace-cache key of a model's inference program: ``model_digest``
+    """The trace-cache key of a model's prepared CPU program: ``model_digest``
     (:func:`source_digest`), the ``fbjax.load`` options, the shapes, dtypes and
     tree structure of the jit arguments ``args``, ``extra`` (backend, compile
     options), fbjax's code and the jax versions. ``load_options`` carries every

@@ -597,7 +597,7 @@ class Model:
         """``model(x)`` inside the caller's ``jax.jit``/``grad``/``vmap``/``lax.map``:
         the pure :meth:`apply` on :attr:`params`, traced into the caller's
         program (a jit of its own with fbjax's compile options cannot nest,
-        and the CPU inference path's cached weights must not hold tracers)."""
+        and the prepared CPU program's relaid weights must not hold tracers)."""
         if self._stateful:
             raise InputError("this model keeps variables between calls (Model.state); inside jax transforms "
                              "call model.apply(params, *inputs, state=state), which returns (outputs, new_state)")

@@ -117,7 +117,7 @@ class KernelOptions:
             (:mod:`fbjax.lower.depthwise_vjp`); False: JAX's own derivative
             of the unrolled sum (larger, slower to compile, but
             ``jax.linearize`` works through it).
-        conv_weight_layout: the layout the CPU inference path relays
+        conv_weight_layout: the layout the prepared CPU program relays
             convolution weights to (``"HWIO"``: what XLA:CPU's convolution
             emitter reads without a copy; :mod:`fbjax.executors.planner`).
         small_activation_bytes: a model whose largest image activation set

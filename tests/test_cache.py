@@ -146,7 +146,7 @@ def _first_trace(shared_models_dir, tmp_path):
     """(model path, cache dir, record) of a first process that traced
     mediapipe_face_detection_short_range into an empty cache (CPU only)."""
     if jax.default_backend() != "cpu":
-        pytest.skip("the inference path (and its trace cache) is CPU-only")
+        pytest.skip("the prepared program (and its trace cache) is CPU-only")
     model = str(shared_models_dir / "mediapipe_face_detection_short_range.tflite")
     d = tmp_path / "c" / "jax"
     return model, d, _trace_child(model, FBJAX_CACHE_DIR=str(d))

@@ -282,7 +282,7 @@ def test_softmax_input_is_computed_once():
     ~7e9, where one float32 ulp is 512. XLA:CPU (fbjax's compile options)
     fused the global average pool into both the softmax's max and its exp
     with different summation orders, every ``exp(x - max)`` underflowed and
-    ``Model.__call__`` returned NaN for some inputs. The inference program
+    ``Model.__call__`` returned NaN for some inputs. The prepared program
     computes a softmax input once (ops registered ``reads_input_twice``, :func:`fbjax.executors.planner.fan_out_values`): the outputs
     are finite and each sums to 1 (to float32 rounding of 1000 terms)."""
     require("onnx")

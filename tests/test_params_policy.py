@@ -182,7 +182,7 @@ def test_squeezenet_rten_batch_polymorphic():
     data = bench._onnx_to_rten(fixed)
     m1, mb = fbjax.load(data), fbjax.load(data, batch_size=None)
     x = RNG.normal(size=(2, 3, 224, 224)).astype(np.float32)
-    # Model.apply, jitted: Model.__call__'s CPU inference path returned NaN for
+    # Model.apply, jitted: Model.__call__'s prepared CPU program returned NaN for
     # some inputs of this model at the time of writing (reported separately).
     f1, fb = jax.jit(m1.apply), jax.jit(mb.apply)
     want = np.concatenate([np.asarray(f1(m1.params, x[i:i + 1])) for i in range(2)])

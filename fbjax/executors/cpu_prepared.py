@@ -28,8 +28,8 @@ def _relay(x, src: str, dst: str):
     return np.ascontiguousarray(np.transpose(np.asarray(x), [src.index(c) for c in dst]))
 
 
-class _Inference:
-    """Registry view for the inference trace: lowerings of
+class _PreparedRegistry:
+    """Registry view for the prepared program's trace: lowerings of
     :func:`constant_nodes` return the values computed ahead (jit arguments),
     and float outputs in ``materialize`` come back divided by the run-time
     ``1.0`` (see the module docstring)."""
@@ -139,7 +139,7 @@ class CpuPrepared:
         # the other constant nodes run as usual in the trace
         replaced = {id(n): n for n in consts if any(o is not None and id(o) in self._ahead_ids for o in n.outputs)}
         fan_out = fan_out_values(program) if materialize else set()
-        reg = _Inference(program.registry, fan_out, replaced, self._key)
+        reg = _PreparedRegistry(program.registry, fan_out, replaced, self._key)
         self.registry = reg
         self.program = dataclasses.replace(program, options=opts, registry=reg)
         # jit arguments: the params passed as they are, then the relaid ones (see args)
@@ -155,7 +155,7 @@ class CpuPrepared:
             # the quick tier: the same prepared program lowered with the plain kernel choices (its own
             # registry view: the optimised program may be traced in the background thread meanwhile)
             quick = dataclasses.replace(program, options=dict(opts, kernels="quick"),
-                                        registry=_Inference(program.registry, fan_out, replaced, self._key))
+                                        registry=_PreparedRegistry(program.registry, fan_out, replaced, self._key))
             self.quick = jax.jit(self._runner(quick), compiler_options=compiler_options)
             self.call = TieredCall(self.jitted, quick=self.quick)
         self._one = jax.device_put(np.float32(1))
