@@ -29,6 +29,7 @@ from .options import FILE_BATCH as _FILE
 from .options import KernelOptions, kernel_options
 from .options import LoadOptions
 from .passes import bind_inputs
+from . import read_passes
 from .signature import SignatureRunner
 
 
@@ -1027,7 +1028,7 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
                                                  kernel_options=kernel_options))
         if container is not None:
             return container
-    ir = read_model(source, options.format)
+    ir = read_passes.complete(read_model(source, options.format), LOWERINGS)  # region arities, open dtypes
     if constant_inputs:
         bind_inputs(ir, constant_inputs)
     g = ir.main_graph

@@ -40,7 +40,7 @@ PKG = Path(__file__).resolve().parent.parent / "fbjax"
 LAYERS = {
     "fbjax.ir": 0, "fbjax.errors": 0, "fbjax.options": 0, "fbjax._registry": 0, "fbjax.quantmath": 0, "fbjax._farmhash": 0,
     "fbjax.formats": 0, "fbjax.data": 0,
-    "fbjax.passes": 1, "fbjax.batch_rules": 1, "fbjax.bound_rules": 1, "fbjax.quantization": 1,
+    "fbjax.passes": 1, "fbjax.op_rules": 1, "fbjax.read_passes": 1, "fbjax.quantization": 1,
     "fbjax.lower": 2, "fbjax.reference": 2,
     "fbjax.lower.inference": 3, "fbjax.cache": 3, "fbjax.custom": 3, "fbjax.pipeline": 3,
     "fbjax.run": 4,

@@ -18,6 +18,7 @@ from typing import Optional
 import jax
 import numpy as np
 
+from .. import read_passes
 from .._registry import OpDef, call_op, gap_detail, kernel_gaps
 from ..errors import FbjaxError, ModelFormatError, UnsupportedOperatorError
 from ..ir import MAX_VALUE_BYTES, Graph, ModelIR, Node, OpContext, Value, has_valid_count, value_size_problem
@@ -540,7 +541,11 @@ def build(model: ModelIR, *, backend: Optional[str] = None, options: Optional[di
 
     Raises:
         UnsupportedOperatorError: some ops have no lowering (all listed).
+        ModelFormatError: a region graph's arity contradicts its operator
+            (:func:`fbjax.read_passes.complete`, which fills the dtypes a
+            file leaves open; :func:`fbjax.load` has run it already).
     """
+    read_passes.complete(model, LOWERINGS)
     check_supported(model)
     param_of = unique_param_names(model)
     values = {id(v): v for g in model.graphs for v in g.values}
