@@ -83,6 +83,18 @@ class OpDef:
             layout its single input has (an elementwise cast of a float16
             weight, an identity), so the inference planner may relay a
             convolution weight through it to its param.
+        quant_conversion: for integer kernels (``"tflite.int"``):
+            ``"quantize"`` (QUANTIZE) or ``"dequantize"`` (DEQUANTIZE), the
+            ops that convert between quantized integers and float
+            (:func:`fbjax.quantization.prepare`: with a quantized input, a
+            constant too, they run their integer kernel; in float mode a
+            quantize becomes ``fbjax:FAKE_QUANT`` and a dequantize of a
+            float32 value the identity; a dequantize is never a float
+            consumer of hybrid weights).
+        table_lookup: the op reads a constant table at computed indices
+            (EMBEDDING_LOOKUP): with a float output, it is a float consumer
+            of a quantized table (dynamic-range quantization dequantizes it
+            or runs the hybrid kernel).
         stateful: the op reads or writes run state (resource variables, the
             PRNG key; :mod:`fbjax.lower.state`): a bool, or ``fn(node) ->
             bool`` when only some configurations do.
@@ -143,6 +155,8 @@ class OpDef:
     out_dtype: Optional[Callable] = None
     shape_only: bool = False
     layout_passthrough: Optional[Callable] = None
+    quant_conversion: Optional[str] = None
+    table_lookup: bool = False
     stateful: object = False
     init_state: Optional[tuple] = None
     full_precision: bool = False
@@ -166,7 +180,8 @@ class OpDef:
 
 
 _FACTS = frozenset({"batch", "foldable", "weights", "int_passthrough", "fq_rounding", "reads_input_twice",
-                    "regions", "out_dtype", "shape_only", "layout_passthrough", "check", "stateful", "init_state",
+                    "regions", "out_dtype", "shape_only", "layout_passthrough", "quant_conversion", "table_lookup",
+                    "check", "stateful", "init_state",
                     "full_precision",
                     "traced_weights", "bounded_inputs", "static_bound", "hybrid_eligible", "squashing",
                     "bias_scale", "xnnpack_kernel"})

@@ -988,7 +988,7 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
         FileNotFoundError: no such file.
         ModelFormatError: the file is not a valid model, or contradicts
             itself (e.g. a WHILE/REDUCE region subgraph whose arity does not
-            match its operator: :mod:`fbjax.formats.regions`), or changed
+            match its operator: :func:`fbjax.read_passes.check_regions`), or changed
             size while it was read.
         UnsupportedOperatorError: the model uses ops fbjax cannot lower, or
             ops whose registered kernel check finds no kernel for their

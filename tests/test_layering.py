@@ -5,7 +5,7 @@ each import is resolved to the fbjax module it names. Layers, lowest first:
 
 0. ``ir``, ``errors``, ``options``, ``_registry``, ``quantmath``, ``_farmhash``,
    ``formats`` (readers and writers): know nothing of JAX lowering;
-1. passes: ``passes``, ``batch_rules``, ``bound_rules``, ``quantization`` (IR rewrites; they learn about ops
+1. passes: ``passes``, ``read_passes``, ``op_rules``, ``quantization`` (IR rewrites; they learn about ops
    from the registry they are handed, not by importing the lowering);
 2. ``lower`` (the op sets, the graph builder, kernels) and ``reference``
    (the numpy twins; separately checked never to import ``lower``);

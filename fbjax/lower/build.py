@@ -564,11 +564,6 @@ _STATIC_HINT = (" (`fbjax inspect MODEL --constant-input NAME=FILE.npy` or `--st
                 " without running the model.)")
 
 
-#: ops whose output depends only on their input's shape: a value computed
-#: from a model input through one of them is still known at load time
-SHAPE_ONLY = {("tflite", "SHAPE"), ("tflite", "RANK"), ("onnx", "Shape"), ("onnx", "Size")}
-
-
 def _static_positions(opdef: OpDef, node: Node) -> tuple:
     """The input positions of ``node`` that must be known at load time: the
     op's ``static_inputs``, less its ``bounded_inputs`` for a node padded to
@@ -582,7 +577,8 @@ def _static_positions(opdef: OpDef, node: Node) -> tuple:
 def static_input_suspects(model: ModelIR, registry=LOWERINGS) -> list:
     """Nodes whose load-time (``static_inputs``) operand may depend on a
     model input's values: it is not a constant and is computed, through ops
-    other than :data:`SHAPE_ONLY`, from a graph input. A cheap over-estimate
+    other than those registered ``shape_only`` (TFLite SHAPE, ONNX Shape:
+    their outputs depend on shapes alone), from a graph input. A cheap over-estimate
     (a lowering may still compute such a value at trace time), confirmed by
     :func:`check_static_inputs`."""
     out = []
@@ -593,7 +589,7 @@ def static_input_suspects(model: ModelIR, registry=LOWERINGS) -> list:
             if opdef is not None and any(i < len(node.inputs) and node.inputs[i] is not None
                                          and id(node.inputs[i]) in dynamic for i in _static_positions(opdef, node)):
                 out.append(node)
-            if node.key not in SHAPE_ONLY and any(v is not None and id(v) in dynamic for v in node.inputs):
+            if not (opdef is not None and opdef.shape_only) and any(v is not None and id(v) in dynamic for v in node.inputs):
                 dynamic.update(id(o) for o in node.outputs if o is not None)
     return out
 

@@ -27,7 +27,8 @@ def _shape_of_batch(node, carrying, batch) -> None:
     raise op_rules.refusal(node, "reads the batch size as a value (shape arithmetic on the batch is not rewritten)")
 
 
-@register(OP_SET, "Shape", out_dtype=op_rules.int32_out, differentiable=False, batch=_shape_of_batch)
+@register(OP_SET, "Shape", out_dtype=op_rules.int32_out, differentiable=False, shape_only=True,
+          batch=_shape_of_batch)
 def Shape(ctx, data, *, start=None, end=None):
     """ONNX ``Shape``: int32 shape (optionally ``[start:end]``, clamped)."""
     shp = np.asarray(np.shape(data), np.int32)
@@ -39,7 +40,8 @@ def Shape(ctx, data, *, start=None, end=None):
     return shp[s:e]
 
 
-@register(OP_SET, "Size", out_dtype=op_rules.int32_out, differentiable=False, batch=_shape_of_batch)
+@register(OP_SET, "Size", out_dtype=op_rules.int32_out, differentiable=False, shape_only=True,
+          batch=_shape_of_batch)
 def Size(ctx, data):
     """ONNX ``Size``: number of elements, int32 scalar."""
     return np.int32(np.prod(np.shape(data), dtype=np.int64))

@@ -63,13 +63,13 @@ def BROADCAST_ARGS(ctx, s0, s1):
     return np.asarray(out, ctx.out_dtype(0))
 
 
-@register("tflite", "SHAPE", int_passthrough=True)
+@register("tflite", "SHAPE", int_passthrough=True, shape_only=True)
 def SHAPE(ctx, x, *, out_type=None):
     """TFLite SHAPE: the input's shape as a 1-D ``out_type`` vector (static)."""
     return np.asarray(jnp.shape(x), ctx.out_dtype(0))
 
 
-@register("tflite", "RANK")
+@register("tflite", "RANK", shape_only=True)
 def RANK(ctx, x):
     """TFLite RANK: the input's rank as an int32 scalar (static)."""
     return np.asarray(jnp.ndim(x), ctx.out_dtype(0))

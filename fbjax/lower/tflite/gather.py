@@ -218,7 +218,7 @@ def DYNAMIC_UPDATE_SLICE(ctx, operand, update, start_indices):
     return lax.dynamic_update_slice(operand, jnp.asarray(update, operand.dtype), starts)
 
 
-@register("tflite", "EMBEDDING_LOOKUP")
+@register("tflite", "EMBEDDING_LOOKUP", table_lookup=True)
 def EMBEDDING_LOOKUP(ctx, ids, params):
     """TFLite EMBEDDING_LOOKUP: rows ``params[ids]`` (ids 1-D int32)."""
     return jnp.take(jnp.asarray(params), jnp.asarray(ids), axis=0, mode="clip")

@@ -151,7 +151,12 @@ def DEPTH_TO_SPACE(ctx, x, *, block_size=0):
     return y.reshape(n, h * b, w * b, co)
 
 
-@register("tflite", "DENSIFY")
+def _keeps_layout(node) -> bool:
+    """DENSIFY is the identity: a float weight keeps its layout through it."""
+    return node.inputs[0] is not None and np.dtype(node.inputs[0].dtype).kind == "f"
+
+
+@register("tflite", "DENSIFY", layout_passthrough=_keeps_layout)
 def DENSIFY(ctx, x):
     """TFLite DENSIFY (``kernels/densify.cc``): identity here, because sparse
     constants are already densified when the file is read."""
