@@ -553,7 +553,7 @@ def _to_ir(m, raw, path) -> ModelIR:
                 except ModelFormatError as e:
                     raise ModelFormatError(f"{loc} ({name}): {e}") from None
                 for key, val in attrs.items():
-                    if key.endswith("subgraph_index") or (key == "subgraph" and name == "CALL"):
+                    if key.endswith("subgraph_index") or key == "subgraph":  # CallOptions.subgraph
                         calls.append((si, int(val), f"{loc} ({name}): {key}"))
                         regions[key] = (int(val),)
                     elif key.endswith("subgraph_indices"):
