@@ -224,6 +224,34 @@ def EMBEDDING_LOOKUP(ctx, ids, params):
     return jnp.take(jnp.asarray(params), jnp.asarray(ids), axis=0, mode="clip")
 
 
+def _hashtable_lookup_batch(node, carrying, batch) -> None:
+    """The lookup keys (input 0) may carry the batch; the table may not."""
+    if any(op_rules.carries(node, carrying)[1:3]):
+        raise op_rules.refusal(node, "looks up in a batch-carrying table (keys or values)")
+
+
+@register("tflite", "HASHTABLE_LOOKUP", int_passthrough=True, batch=_hashtable_lookup_batch)
+def HASHTABLE_LOOKUP(ctx, lookup, keys, values):
+    """TFLite HASHTABLE_LOOKUP (``kernels/hashtable_lookup.cc``): for each
+    int32 ``lookup[i]`` (shape ``[N]``), the row of ``values`` (``[K, ...]``,
+    numeric) whose entry of the sorted int32 ``keys`` (``[K]``) equals it,
+    and ``hits[i]`` (uint8) 1; a key not found gives a row of zeros and 0.
+
+    Returns ``(output [N, ...] in the values' dtype, hits [N] uint8)``.
+    String tables are not supported (no string tensors in fbjax)."""
+    lookup, keys, values = jnp.asarray(lookup), jnp.asarray(keys), jnp.asarray(values)
+    if keys.ndim != 1 or values.ndim < 1 or keys.shape[0] != values.shape[0]:
+        raise ctx.error(f"keys of shape {tuple(keys.shape)} do not index the rows of values "
+                        f"{tuple(values.shape)}")
+    k = keys.shape[0]
+    pos = jnp.searchsorted(keys, lookup)  # the kernel binary-searches the sorted keys
+    row = jnp.clip(pos, 0, max(k - 1, 0))
+    hit = (pos < k) & (keys[row] == lookup) if k else jnp.zeros(lookup.shape, bool)
+    rows = jnp.take(values, row, axis=0) if k else jnp.zeros(lookup.shape + values.shape[1:], values.dtype)
+    mask = hit.reshape(hit.shape + (1,) * (values.ndim - 1))
+    return jnp.where(mask, rows, jnp.zeros((), values.dtype)), hit.astype(jnp.uint8)
+
+
 def _bounded(node, n_out: int, bound):
     """WHERE/UNIQUE's ``static_bound`` rule: only where the input is not
     stored in the file (a stored input's result size is known at load); the
