@@ -282,7 +282,7 @@ def _int_forward_nodes(n: Node, orig: dict, orig_inputs: list, int_ops: set, ori
     if n.op_set != "tflite" or n.op_name not in int_ops:
         return None
     outs = list(n.outputs)
-    dequantize = n.op_name == "DEQUANTIZE"
+    dequantize = _conversion(registry, n) == "dequantize"
     if dequantize:  # of a quantized activation or constant: float output
         if not orig_inputs or orig_inputs[0] is None or id(orig_inputs[0]) not in orig or len(outs) != 1:
             return None
@@ -335,7 +335,7 @@ def _int_forward_nodes(n: Node, orig: dict, orig_inputs: list, int_ops: set, ori
         floats.append(Value(name=f"{o.name}/float", dtype=f32, shape=o.shape))
     nodes.append(Node("tflite.int", n.op_name, int_ins, ints, dict(n.attrs), location=where))
     nodes += [Node("tflite.int", "DEQUANTIZE", [a], [b], {}, location=where) for a, b in zip(ints, deqs)]
-    if n.op_name == "QUANTIZE":  # requantization: the float op is the identity (then fake quantization)
+    if _conversion(registry, n) == "quantize":  # requantization: the float op is the identity (then fake quantization)
         nodes.append(Node("fbjax", "IDENTITY", list(n.inputs[:1]), floats, {}, location=n.location))
     else:
         float_ins = list(n.inputs)

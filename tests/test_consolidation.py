@@ -159,7 +159,7 @@ _OP_SET_DIRS = ("tflite", "tflite_int", "onnx", "stablehlo", "gpu")
 #: rewrite emits (quantization.py), TFLite's fused-activation enum names (lower/kernels.py), the
 #: test-model builder's option tables (testing.py), rten-convert's Softmax axis quirk
 #: (formats/rten.py, convert.py, bench.py)
-OP_NAME_LITERALS_MAX = 136
+OP_NAME_LITERALS_MAX = 133
 
 
 def _op_name_literals() -> list:

@@ -140,7 +140,7 @@ def test_reference_never_imports_the_lowering():
 
 @pytest.mark.parametrize("mod,layer", [("fbjax.lower.inference", 3), ("fbjax.lower.tflite.conv", 2),
                                        ("fbjax.formats.tflite_writer", 0), ("fbjax.run.chunked", 4),
-                                       ("fbjax", 5)])
+                                       ("fbjax.op_rules", 1), ("fbjax.read_passes", 1), ("fbjax", 5)])
 def test_layer_table(mod, layer):
     assert _layer(mod) == layer
 

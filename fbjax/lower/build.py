@@ -589,7 +589,8 @@ def static_input_suspects(model: ModelIR, registry=LOWERINGS) -> list:
             if opdef is not None and any(i < len(node.inputs) and node.inputs[i] is not None
                                          and id(node.inputs[i]) in dynamic for i in _static_positions(opdef, node)):
                 out.append(node)
-            if not (opdef is not None and opdef.shape_only) and any(v is not None and id(v) in dynamic for v in node.inputs):
+            shape_only = opdef is not None and opdef.shape_only
+            if not shape_only and any(v is not None and id(v) in dynamic for v in node.inputs):
                 dynamic.update(id(o) for o in node.outputs if o is not None)
     return out
 

@@ -36,8 +36,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ...errors import UnsupportedOperatorError
 from ... import op_rules
+from ...errors import UnsupportedOperatorError
 from ...op_rules import Region, any_arity
 from ..registry import register
 from ._util import OP_SET, as_bool, axis as norm_axis, concrete, has_valid_count, ints
@@ -54,7 +54,8 @@ def _if_dtype(node, k, graphs):
 
 
 @register(OP_SET, "If", out_dtype=_if_dtype,
-          regions={"then_branch": Region(any_arity, required=True), "else_branch": Region(any_arity, required=True)}, foldable=False)
+          regions={"then_branch": Region(any_arity, required=True), "else_branch": Region(any_arity, required=True)},
+          foldable=False)
 def If(ctx, cond, *captured, then_branch=-1, else_branch=-1, then_branch_captures=(),
        else_branch_captures=()):
     """ONNX ``If``: evaluate ``then_branch`` or ``else_branch`` (graph indices).

@@ -22,7 +22,7 @@ def _gather_batch(node, carrying, batch) -> None:
     rank = op_rules.rank(node.inputs[0] if node.inputs else None)
     if carries[1:2] == [True] and (carries[0] or not op_rules.axis_is_batch(a.get("axis", 0), rank)):
         raise op_rules.refusal(node, "takes batch-carrying indices (followed only into a table that does not carry "
-                         "the batch, along axis 0)")
+                               "the batch, along axis 0)")
     if carries[0] and op_rules.axis_is_batch(a.get("axis", 0), rank):
         raise op_rules.refusal(node, "gathers along the batch dimension (axis 0)")
 

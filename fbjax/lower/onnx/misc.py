@@ -6,8 +6,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import kernels
 from ... import op_rules
+from .. import kernels
 from ..registry import register
 from ._util import OP_SET, ints, require_concrete
 

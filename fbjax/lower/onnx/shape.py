@@ -133,7 +133,7 @@ def _squeeze_batch(node, carrying, batch) -> None:
     out_rank = op_rules.rank(node.outputs[0]) if op == "Unsqueeze" else op_rules.rank(ins[0] if ins else None)
     if axes is None or out_rank is None or any(int(v) % out_rank == 0 for v in axes.reshape(-1)):
         raise op_rules.refusal(node, f"{'removes' if op == 'Squeeze' else 'inserts'} an axis at the batch dimension "
-                         f"(axes {None if axes is None else axes.reshape(-1).tolist()})")
+                               f"(axes {None if axes is None else axes.reshape(-1).tolist()})")
 
 
 @register(OP_SET, "Squeeze", static_inputs=(1,), batch=_squeeze_batch)
@@ -219,7 +219,7 @@ def _slice_batch(node, carrying, batch) -> None:
             step = 1 if steps is None else int(steps[k])
             if int(starts[k]) != 0 or step != 1 or int(ends[k]) < 1:
                 raise op_rules.refusal(node, f"slices the batch dimension (start {int(starts[k])}, end {int(ends[k])}, "
-                                 f"step {step})")
+                                       f"step {step})")
             new_ends[k] = np.iinfo(ends.dtype).max
     ins[2] = op_rules.new_const(ins[2], new_ends)
 
@@ -261,7 +261,7 @@ def _expand_batch(node, carrying, batch) -> None:
     shape = op_rules.const(ins[1]) if len(ins) > 1 else None
     if shape is None or rank is None or len(shape) > rank or (len(shape) == rank and int(shape[0]) != 1):
         raise op_rules.refusal(node, f"expands or repeats the batch dimension ({node.op_name} "
-                         f"{None if shape is None else shape.tolist()})")
+                               f"{None if shape is None else shape.tolist()})")
 
 
 @register(OP_SET, "Expand", static_inputs=(1,), batch=_expand_batch)
@@ -412,8 +412,8 @@ def _nonzero_bound(node):
     return out
 
 
-@register(OP_SET, "NonZero", out_dtype=op_rules.int32_out, static_inputs=(0,), differentiable=False, bounded_inputs=(0,),
-          static_bound=_nonzero_bound)
+@register(OP_SET, "NonZero", out_dtype=op_rules.int32_out, static_inputs=(0,), differentiable=False,
+          bounded_inputs=(0,), static_bound=_nonzero_bound)
 def NonZero(ctx, X):
     """ONNX ``NonZero``: int32 ``[rank, count]`` indices of nonzero elements.
 

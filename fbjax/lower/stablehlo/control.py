@@ -14,10 +14,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from ...op_rules import Region, n_in, n_out
 from .. import composites
 from . import _util
 from ._util import ints, register
-from ...op_rules import Region, n_in, n_out
 
 OP_SET = "stablehlo"
 
@@ -72,7 +72,8 @@ def sort(ctx, *inputs, dimension=-1, is_stable=False, comparator=-1):
 
 
 @register(OP_SET, "stablehlo.while",
-          regions={"cond": Region(lambda n: (n_in(n), 1)), "body": Region(lambda n: (n_in(n), n_in(n)))}, foldable=False, batch=_util.not_followed_batch)
+          regions={"cond": Region(lambda n: (n_in(n), 1)), "body": Region(lambda n: (n_in(n), n_in(n)))},
+          foldable=False, batch=_util.not_followed_batch)
 def while_(ctx, *operands, cond=-1, body=-1):
     """``stablehlo.while``: runs ``body`` on the loop state while ``cond``
     (a graph returning a boolean scalar) holds (``lax.while_loop``)."""

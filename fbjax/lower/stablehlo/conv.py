@@ -21,7 +21,7 @@ def _convolution_batch(node, carrying, batch) -> None:
     if int(a.get("input_batch_dimension", 0)) != 0 or int(a.get("output_batch_dimension", 0)) != 0 \
             or int(a.get("batch_group_count", 1) or 1) != 1:
         raise op_rules.refusal(node, "does not keep the batch as dimension 0 (input/output_batch_dimension, "
-                         "batch_group_count)")
+                               "batch_group_count)")
 
 
 @register(OP_SET, "stablehlo.convolution", batch=_convolution_batch)

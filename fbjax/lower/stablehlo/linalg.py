@@ -53,7 +53,7 @@ def _dot_general_batch(node, carrying, batch) -> None:
         ok = False
     if not ok:
         raise op_rules.refusal(node, f"does not keep the batch as dimension 0 (lhs batching {lb}, contracting {lc}; "
-                         f"rhs batching {rb}, contracting {rc})")
+                               f"rhs batching {rb}, contracting {rc})")
 
 
 @register(OP_SET, "stablehlo.dot_general", batch=_dot_general_batch)

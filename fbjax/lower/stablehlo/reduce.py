@@ -30,9 +30,9 @@ import numpy as np
 from jax import lax
 
 from ... import op_rules
+from ...op_rules import Region, n_in
 from . import _util
 from ._util import ints, pairs, register
-from ...op_rules import Region, n_in
 
 OP_SET = "stablehlo"
 
@@ -112,7 +112,8 @@ def _body(ctx, computation: int):
 
 
 @register(OP_SET, "stablehlo.reduce",
-          regions={"computation": Region(lambda n: (n_in(n), n_in(n) // 2), scalar=True)}, batch=_util.dimensions_batch, full_precision=True)
+          regions={"computation": Region(lambda n: (n_in(n), n_in(n) // 2), scalar=True)},
+          batch=_util.dimensions_batch, full_precision=True)
 def reduce(ctx, *args, dimensions=(), computation=-1):
     """``stablehlo.reduce``: reduces N operands over ``dimensions`` with the
     body graph ``computation`` (accumulators first), starting from N scalar
@@ -147,11 +148,12 @@ def _reduce_window_batch(node, carrying, batch) -> None:
     bd, pad = op_rules.ints(a.get("base_dilations")), op_rules.ints(a.get("padding"))
     if (wd[:1] or [1])[0] != 1 or (ws[:1] or [1])[0] != 1 or (bd[:1] or [1])[0] != 1 or any(pad[:2]):
         raise op_rules.refusal(node, f"windows the batch dimension (window_dimensions {wd}, window_strides {ws}, "
-                         f"base_dilations {bd}, padding {pad[:2]})")
+                               f"base_dilations {bd}, padding {pad[:2]})")
 
 
 @register(OP_SET, "stablehlo.reduce_window",
-          regions={"computation": Region(lambda n: (n_in(n), n_in(n) // 2), scalar=True)}, batch=_reduce_window_batch, full_precision=True)
+          regions={"computation": Region(lambda n: (n_in(n), n_in(n) // 2), scalar=True)},
+          batch=_reduce_window_batch, full_precision=True)
 def reduce_window(ctx, *args, window_dimensions=(), window_strides=None, base_dilations=None,
                   window_dilations=None, padding=None, computation=-1):
     """``stablehlo.reduce_window``: windowed reduction of N operands with the

@@ -9,9 +9,9 @@ import numpy as np
 from jax import lax
 
 from ... import op_rules
+from ...op_rules import Region, n_in, n_out
 from . import _util
 from ._util import ints, out_shape, register
-from ...op_rules import Region, n_in, n_out
 
 OP_SET = "stablehlo"
 
@@ -51,7 +51,7 @@ def _slice_batch(node, carrying, batch) -> None:
         raise op_rules.refusal(node, f"slices the batch dimension (start_indices {st}, limit_indices {li})")
     if batch is None:
         raise op_rules.refusal(node, "slices with static bounds; with batch_size=None its limit on the batch "
-                         "dimension is unknown (load with an int batch_size)")
+                               "dimension is unknown (load with an int batch_size)")
     node.attrs = dict(a, limit_indices=np.asarray([batch] + li[1:], np.int64),
                       strides=np.asarray([1] + (op_rules.ints(a.get("strides")) or [1] * len(st))[1:], np.int64))
 
@@ -261,7 +261,8 @@ def _scatter_kind(model, index: int, n: int):
 
 
 @register(OP_SET, "stablehlo.scatter",
-          regions={"update_computation": Region(lambda n: (2 * (n_in(n) - 1) // 2, n_out(n)), scalar=True)}, batch=_util.not_followed_batch)
+          regions={"update_computation": Region(lambda n: (2 * (n_in(n) - 1) // 2, n_out(n)), scalar=True)},
+          batch=_util.not_followed_batch)
 def scatter(ctx, *args, update_window_dims=(), inserted_window_dims=(), scatter_dims_to_operand_dims=(),
             index_vector_dim=0, indices_are_sorted=False, unique_indices=False, input_batching_dims=(),
             scatter_indices_batching_dims=(), update_computation=-1):

@@ -17,9 +17,9 @@ import numpy as np
 from jax import lax
 
 from ...ir import Node, Value
+from ...op_rules import Region, n_in, n_out
 from ..autodiff import reverse_mode_guard
 from ..registry import register
-from ...op_rules import Region, n_in, n_out
 
 
 def _producers(graph):

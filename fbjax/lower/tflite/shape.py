@@ -292,7 +292,8 @@ def strided_slice_plan(in_shape, begin, end, strides, *, begin_mask=0, end_mask=
 def _strided_slice_batch(node, carrying, batch) -> None:
     """STRIDED_SLICE: ``[0, 1)`` with stride 1 gets ``end_mask`` bit 0 set."""
     a, ins = node.attrs, node.inputs
-    begin, end, strides = op_rules.const(ins[1]), op_rules.const(ins[2]), op_rules.const(ins[3]) if len(ins) > 3 else None
+    begin, end = op_rules.const(ins[1]), op_rules.const(ins[2])
+    strides = op_rules.const(ins[3]) if len(ins) > 3 else None
     if begin is None or end is None:
         raise op_rules.refusal(node, "has computed begin/end")
     if int(a.get("ellipsis_mask", 0) or 0) & 1:

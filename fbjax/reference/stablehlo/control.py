@@ -7,10 +7,10 @@ import functools
 
 import numpy as np
 
+from ...op_rules import Region, n_in, n_out
 from .. import composites
 from ..registry import register
 from ._util import ints
-from ...op_rules import Region, n_in, n_out
 
 OP_SET = "stablehlo"
 

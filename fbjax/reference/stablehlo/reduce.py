@@ -11,9 +11,9 @@ import itertools
 
 import numpy as np
 
+from ...op_rules import Region, n_in
 from ..registry import register
 from ._util import ints, pad_dilate, pairs
-from ...op_rules import Region, n_in
 
 OP_SET = "stablehlo"
 UFUNCS = {

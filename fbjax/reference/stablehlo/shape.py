@@ -6,9 +6,9 @@ import builtins
 
 import numpy as np
 
+from ...op_rules import Region, n_in, n_out
 from ..registry import register
 from ._util import ints, out_shape
-from ...op_rules import Region, n_in, n_out
 
 OP_SET = "stablehlo"
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..registry import register
 from ...op_rules import Region, n_in, n_out
+from ..registry import register
 
 
 @register("tflite", "WHILE",

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..registry import register
 from ...op_rules import Region
+from ..registry import register
 
 
 def _state(ctx) -> dict:
