@@ -39,7 +39,7 @@ class OpDef:
         instead of in op tables of their own:
 
         batch: how the op treats a leading batch dimension that its inputs
-            carry (:func:`fbjax.passes.set_batch_size`): ``None`` (it keeps
+            carry (:func:`fbjax.passes.shapes.set_batch_size`): ``None`` (it keeps
             dimension 0 as dimension 0 of its outputs, checked on their
             shapes), or ``rule(node, carrying, batch)``, which raises
             :class:`~fbjax.errors.InputError` when the op moves or mixes the
@@ -60,20 +60,20 @@ class OpDef:
         fq_rounding: for integer kernels (``"tflite.int"``): ``fn(node,
             orig) -> dict``, the ``fbjax:FAKE_QUANT`` attributes that make
             float mode round the op's output as the kernel does
-            (:func:`fbjax.quantization.prepare`).
+            (:func:`fbjax.passes.quantization.prepare`).
         reads_input_twice: the lowering reads input 0 twice in a way that
             must see one value (softmax's ``x - max(x)``); the inference
             planner materialises that input once.
         regions: ``{attribute: Region}``: the graphs the op runs
             (:attr:`fbjax.ir.Node.regions`) and what each takes and returns
             (:class:`fbjax.op_rules.Region`), checked at load by
-            :func:`fbjax.read_passes.check_regions`; a region marked
+            :func:`fbjax.passes.reading.check_regions`; a region marked
             ``scalar`` (reduction bodies, sort comparators) never sees a
-            batch dimension (:func:`fbjax.passes.set_batch_size`).
+            batch dimension (:func:`fbjax.passes.shapes.set_batch_size`).
         out_dtype: ``fn(node, k, graphs) -> dtype or None``: the dtype of
             output ``k`` when the file leaves it open (RTen values that shape
             inference did not type), filled at load by
-            :func:`fbjax.read_passes.fill_dtypes`; ops without it (or
+            :func:`fbjax.passes.reading.fill_dtypes`; ops without it (or
             returning None) take their first typed input's dtype.
         shape_only: the op reads only its inputs' shapes, never their values
             (TFLite SHAPE, ONNX Shape): a value computed from a graph input
@@ -86,7 +86,7 @@ class OpDef:
         quant_conversion: for integer kernels (``"tflite.int"``):
             ``"quantize"`` (QUANTIZE) or ``"dequantize"`` (DEQUANTIZE), the
             ops that convert between quantized integers and float
-            (:func:`fbjax.quantization.prepare`: with a quantized input, a
+            (:func:`fbjax.passes.quantization.prepare`: with a quantized input, a
             constant too, they run their integer kernel; in float mode a
             quantize becomes ``fbjax:FAKE_QUANT`` and a dequantize of a
             float32 value the identity; a dequantize is never a float
@@ -106,21 +106,21 @@ class OpDef:
             widened to float32 before the call.
         bounded_inputs: static input positions that static-bound mode
             (``fbjax.load(..., static_bounds=True)``, a node given a
-            valid-count output by :func:`fbjax.passes.add_valid_counts`)
+            valid-count output by :func:`fbjax.passes.shapes.add_valid_counts`)
             lets the graph compute: the op then pads its output to a bound
             (TFLite WHERE's condition, UNIQUE's input).
         static_bound: for ops whose output size depends on values: the
             rule (beside the op; :mod:`fbjax.op_rules`) by which static-bound mode
-            (:func:`fbjax.passes.add_valid_counts`) pads the node's outputs
+            (:func:`fbjax.passes.shapes.add_valid_counts`) pads the node's outputs
             and names its valid count; None: the op's sizes are static.
         traced_weights: for hybrid kernels (``"tflite.hybrid"``): the
             lowering also takes its integer weights as traced arrays, so
             float mode can feed it re-quantized params
-            (:func:`fbjax.quantization.prepare`).
+            (:func:`fbjax.passes.quantization.prepare`).
         hybrid_eligible: for hybrid kernels (``"tflite.hybrid"``):
             ``fn(node, weight) -> bool``, whether the kernel serves the
             ``"tflite"`` node ``node`` with the quantized constant ``weight``
-            kept in its integer type (:func:`fbjax.quantization.prepare`,
+            kept in its integer type (:func:`fbjax.passes.quantization.prepare`,
             ``quantized="exact"``); hybrid ops without it are never chosen.
         squashing: the op maps its float input into a bounded range
             (logistic, softmax): precision comparisons

@@ -93,7 +93,7 @@ def _metadata_json(path) -> int:
 def cmd_inspect(args) -> int:
     """``fbjax inspect MODEL``: format, inputs/outputs, op histogram, params, unsupported ops."""
     from .errors import FbjaxError
-    from . import read_passes
+    from .passes import reading
     from .formats import read_model
     from .lower import LOWERINGS
     from .lower.build import is_param
@@ -122,7 +122,7 @@ def cmd_inspect(args) -> int:
     try:
         with warnings.catch_warnings(record=True) as seen:  # printed once, not again when load reads the file
             warnings.simplefilter("always")
-            ir = read_passes.complete(read_model(args.model, args.format), LOWERINGS)
+            ir = reading.complete(read_model(args.model, args.format), LOWERINGS)
         shown = _show_new(seen, ())
     except FbjaxError as e:  # a file that contradicts itself: nothing below can be shown
         print(f"model:    {args.model}")
@@ -198,8 +198,8 @@ def cmd_inspect(args) -> int:
     # quantized models: support is decided after fbjax.load's default
     # quantized="exact" rewrite (integer kernels live in op set tflite.int)
     from .options import LoadOptions
-    from .pipeline import prepare
-    from .quantization import has_quantized_tensors
+    from .passes.pipeline import prepare
+    from .passes.quantization import has_quantized_tensors
 
     if has_quantized_tensors(ir):  # (everything above has been read from the file's IR)
         prepare(ir, LoadOptions())  # load's pipeline with load's defaults

@@ -1,12 +1,12 @@
 """Helpers the ops' facts are written with; the facts themselves live at each op's registration.
 
 An op's ``batch`` rule (how it treats a leading batch dimension,
-:func:`fbjax.passes.set_batch_size`), ``static_bound`` rule (how static-bound
-mode pads its value-sized outputs, :func:`fbjax.passes.add_valid_counts`),
-``regions`` (the arities of the graphs it runs, :func:`fbjax.read_passes.check_regions`)
+:func:`fbjax.passes.shapes.set_batch_size`), ``static_bound`` rule (how static-bound
+mode pads its value-sized outputs, :func:`fbjax.passes.shapes.add_valid_counts`),
+``regions`` (the arities of the graphs it runs, :func:`fbjax.passes.reading.check_regions`)
 and ``out_dtype`` (``fn(node, k, graphs) -> dtype or None``: its output
 dtypes where a file leaves them open,
-:func:`fbjax.read_passes.fill_dtypes`) are declared with the op in its family
+:func:`fbjax.passes.reading.fill_dtypes`) are declared with the op in its family
 file (``fbjax/lower/<op set>/<family>.py``, and for the facts the numpy
 reference needs too, ``fbjax/reference/<op set>/<family>.py``;
 :class:`fbjax._registry.OpDef`). This module holds only what many of those

@@ -13,7 +13,7 @@ from fbjax.errors import InputError
 from fbjax.formats import read_model, write_model
 from fbjax.lower import LOWERINGS
 from fbjax.options import KernelOptions, LoadOptions
-from fbjax.testing import single_op_model
+from fbjax.formats.tflite_builder import single_op_model
 
 F32 = np.float32
 
@@ -157,7 +157,7 @@ _OP_SET_DIRS = ("tflite", "tflite_int", "onnx", "stablehlo", "gpu")
 #: op-name literals left outside the op sets, after issue 27 (was 199 at fdc718d, counted the same way):
 #: readers' opcode tables (formats/stablehlo*.py, formats/gpu_cl.py), the nodes the quantization
 #: rewrite emits (quantization.py), TFLite's fused-activation enum names (lower/kernels.py), the
-#: test-model builder's option tables (testing.py), rten-convert's Softmax axis quirk
+#: test-model builder's option tables (formats/tflite_builder.py), rten-convert's Softmax axis quirk
 #: (formats/rten.py, convert.py, bench.py)
 OP_NAME_LITERALS_MAX = 133
 
@@ -193,7 +193,7 @@ def test_op_name_literals_stay_in_the_op_sets():
         f"registration (fbjax._registry.OpDef) instead:\n{listing}")
     # the tables issue 27 removed stay removed
     files = {f for f, _, _ in found}
-    for gone in ("fbjax/formats/rten.py", "fbjax/lower/build.py", "fbjax/lower/inference.py", "fbjax/quantization.py"):
+    for gone in ("fbjax/formats/rten.py", "fbjax/lower/build.py", "fbjax/executors/planner.py", "fbjax/passes/quantization.py"):
         names = sorted({n for f, _, n in found if f == gone})
         assert gone not in files or not set(names) & {"Shape", "Size", "ArgMax", "NonZero", "SHAPE", "RANK",
                                                       "DENSIFY", "EMBEDDING_LOOKUP", "If", "Loop", "Cast"}, \
@@ -265,14 +265,14 @@ def test_lowering_and_reference_declare_the_same_format_facts():
     assert checked >= 40  # 10 ops with regions, 30-odd ONNX ops with an out_dtype
 
 
-def test_read_passes_fill_open_dtypes_from_the_facts():
+def test_reading_pass_fills_open_dtypes_from_the_facts():
     """A value the file leaves untyped takes its op's out_dtype fact, else its
     first typed input's dtype; a required region that is missing is a
     ModelFormatError."""
     from fbjax.errors import ModelFormatError
     from fbjax.ir import Graph, ModelIR, Node, Value
     from fbjax.op_rules import Region, any_arity, int32_out
-    from fbjax.read_passes import complete
+    from fbjax.passes.reading import complete
 
     reg = Registry("test")
     reg.register("x", "Cmp", out_dtype=int32_out)(lambda ctx, a: a)

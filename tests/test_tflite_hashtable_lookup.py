@@ -14,7 +14,7 @@ import pytest
 import fbjax
 import fbjax.reference
 from conftest import litert_run
-from fbjax.testing import TFLiteBuilder
+from fbjax.formats.tflite_builder import TFLiteBuilder
 
 KEYS = np.array([-7, 2, 3, 10, 41], np.int32)  # sorted, as the kernel's binary search needs
 

@@ -128,7 +128,7 @@ def read_model(source, format: Optional[str] = None) -> ModelIR:
 
     What a file means per op (region graphs' arities, the output dtypes an
     RTen file leaves open as None) is applied after reading, with an op
-    registry, by :func:`fbjax.read_passes.complete` (:func:`fbjax.load` and
+    registry, by :func:`fbjax.passes.reading.complete` (:func:`fbjax.load` and
     :func:`fbjax.reference.run` run it).
 
     Raises:

@@ -446,7 +446,7 @@ class _Reader:
                 raise ModelFormatError(f"{where}: capture refers to an omitted node")
         cap_names = [v.name for v in cap_vals]
         # values the file leaves untyped keep dtype None: their op's out_dtype fact fills them
-        # (fbjax.read_passes.fill_dtypes, run by fbjax.load and the reference right after reading)
+        # (fbjax.passes.reading.fill_dtypes, run by fbjax.load and the reference right after reading)
         self.graphs[gi] = Graph(name if gi else "main", g_in + cap_vals, g_out, nodes, all_values)
         return gi, cap_names
 

@@ -18,7 +18,7 @@ from typing import Optional
 import jax
 import numpy as np
 
-from .. import read_passes
+from ..passes import reading
 from .._registry import OpDef, call_op, gap_detail, kernel_gaps
 from ..errors import FbjaxError, ModelFormatError, UnsupportedOperatorError
 from ..ir import MAX_VALUE_BYTES, Graph, ModelIR, Node, OpContext, Value, has_valid_count, value_size_problem
@@ -158,7 +158,7 @@ def _concrete(x):
 #: slices -- fast to run on XLA:CPU, but 4-5x the StableHLO ops of the
 #: plain lowering, so slower to trace, lower and compile). ``"quick"``: on
 #: CPU the choices cheapest to trace, lower and compile, what the CPU quick
-#: tier runs (:mod:`fbjax.run.tiered`): the plain ``jax.lax`` kernels other
+#: tier runs (:mod:`fbjax.executors.tiered`): the plain ``jax.lax`` kernels other
 #: backends use (one grouped ``conv_general_dilated`` per depthwise or
 #: grouped convolution, no kernel taps, ``reduce_window`` pools), except
 #: depthwise convolutions with large outputs, which stay shifted
@@ -276,7 +276,7 @@ class Program:
         """Evaluate ``nodes`` in order, each through its registered lowering
         (the one graph walker: :meth:`eval_graph` and the CPU executor's
         computed-ahead values use it; the registry is the hook, see
-        :class:`fbjax.run.cpu_prepared.CpuPrepared`).
+        :class:`fbjax.executors.cpu_prepared.CpuPrepared`).
 
         ``env`` (``id(Value) -> value``) holds the values known before and
         receives every node output; ``graph``, when given, is the graph the
@@ -542,10 +542,10 @@ def build(model: ModelIR, *, backend: Optional[str] = None, options: Optional[di
     Raises:
         UnsupportedOperatorError: some ops have no lowering (all listed).
         ModelFormatError: a region graph's arity contradicts its operator
-            (:func:`fbjax.read_passes.complete`, which fills the dtypes a
+            (:func:`fbjax.passes.reading.complete`, which fills the dtypes a
             file leaves open; :func:`fbjax.load` has run it already).
     """
-    read_passes.complete(model, LOWERINGS)
+    reading.complete(model, LOWERINGS)
     check_supported(model)
     param_of = unique_param_names(model)
     values = {id(v): v for g in model.graphs for v in g.values}
@@ -568,7 +568,7 @@ def _static_positions(opdef: OpDef, node: Node) -> tuple:
     """The input positions of ``node`` that must be known at load time: the
     op's ``static_inputs``, less its ``bounded_inputs`` for a node padded to
     a bound (static-bound mode gave it a valid-count output:
-    :func:`fbjax.passes.add_valid_counts`)."""
+    :func:`fbjax.passes.shapes.add_valid_counts`)."""
     if opdef.bounded_inputs and has_valid_count(node):
         return tuple(i for i in opdef.static_inputs if i not in opdef.bounded_inputs)
     return opdef.static_inputs

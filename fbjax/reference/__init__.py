@@ -21,7 +21,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .. import read_passes
+from ..passes import reading
 from .._registry import call_op, gap_detail, kernel_gaps
 from ..errors import InputError, UnsupportedOperatorError
 from ..formats import read_model
@@ -232,7 +232,7 @@ def run(model_or_path: Any, *inputs, composites: str = "litert") -> list:
             an unknown ``composites`` mode.
         ModelFormatError: a node has invalid attributes or shapes, or a
             region graph's arity contradicts its operator
-            (:func:`fbjax.read_passes.check_regions`).
+            (:func:`fbjax.passes.reading.check_regions`).
 
     Warns:
         UserWarning: once per output whose computed shape differs from the
@@ -240,7 +240,7 @@ def run(model_or_path: Any, *inputs, composites: str = "litert") -> list:
     """
     if composites not in COMPOSITE_MODES:
         raise InputError(f"composites must be one of {list(COMPOSITE_MODES)}, got {composites!r}")
-    model = read_passes.complete(_as_model(model_or_path), REFERENCE)  # region arities, open dtypes
+    model = reading.complete(_as_model(model_or_path), REFERENCE)  # region arities, open dtypes
     _check_supported(model)
     args = _check_inputs(model.main_graph, inputs)
     outputs = _run_graph(model, model.main, args, ReferenceRun(composites))

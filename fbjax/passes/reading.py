@@ -20,8 +20,8 @@ import re
 
 import numpy as np
 
-from .errors import ModelFormatError
-from .ir import ModelIR, Node
+from ..errors import ModelFormatError
+from ..ir import ModelIR, Node
 
 __all__ = ["check_regions", "fill_dtypes", "complete"]
 
