@@ -287,3 +287,20 @@ def test_reading_pass_fills_open_dtypes_from_the_facts():
     bad = ModelIR("rten", [Graph("main", [a], [a], [Node("x", "Loop", [a], [a], {}, "n0")], [a])])
     with pytest.raises(ModelFormatError, match="n0 \\(Loop\\): the body graph is missing"):
         complete(bad, reg)
+
+
+def test_custom_op_format_facts_reach_the_reference_too():
+    from fbjax.op_rules import Region, n_in
+    from fbjax.reference import REFERENCE
+
+    name = "fbjax_test.consolidation_region_op"
+    regions = {"body": Region(lambda n: (n_in(n), 1))}
+    fbjax.register_custom_op(name, reference=lambda ctx, x: x, regions=regions, foldable=False,
+                             replace=True)(lambda ctx, x: x)
+    try:
+        assert LOWERINGS.get("tflite.custom", name).regions is regions
+        assert REFERENCE.get("tflite.custom", name).regions is regions
+        assert REFERENCE.get("tflite.custom", name).foldable  # a lowering-only fact stays on the lowering
+    finally:
+        LOWERINGS._ops.pop(("tflite.custom", name), None)
+        REFERENCE._ops.pop(("tflite.custom", name), None)
