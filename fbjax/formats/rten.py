@@ -490,6 +490,10 @@ def read(source) -> ModelIR:
     Returns:
         :class:`~fbjax.ir.ModelIR` with format ``"rten"``; graph 0 is the
         main graph, further graphs are ``If``/``Loop`` bodies.
+        Values the file leaves untyped (ONNX shape inference did not type
+        them) have dtype None: their ops' ``out_dtype`` facts fill them
+        (:func:`fbjax.passes.reading.fill_dtypes`, which :func:`fbjax.load`
+        and the reference run right after reading).
 
     Raises:
         ModelFormatError: bad header, corrupt flatbuffer, unknown operator or
