@@ -4,7 +4,7 @@ test module: ``tests/test_parity.py`` runs them).
 A :class:`ParityCase` makes a small model and seeded random inputs of a valid
 shape and dtype; the test runs it through ``fbjax.load`` (the JAX lowering)
 and through ``fbjax.reference.run`` on the loaded model's IR (the numpy twins:
-they see the nodes the lowering saw, after :func:`fbjax.passes` moved
+they see the nodes the lowering saw, after :mod:`fbjax.passes` moved
 quantized nodes into ``"tflite.int"``/``"tflite.hybrid"``) and compares the
 outputs (``compare``, below). Which registered ops a case exercises is read
 from the loaded IR, not declared here.
@@ -60,7 +60,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from fbjax.ir import Graph, ModelIR, Node, QuantParams, Value
-from fbjax.testing import TFLiteBuilder, stablehlo_op_model
+from fbjax.formats.tflite_builder import TFLiteBuilder, stablehlo_op_model
 
 import stablehlo_op_cases
 import tflite_builtin_cases

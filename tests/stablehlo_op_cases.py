@@ -4,7 +4,7 @@ and LiteRT, ``tests/test_parity.py`` uses them as the generated cases of the
 ``"stablehlo"`` op set).
 
 :data:`CASES` maps a case name to ``(op, inputs, outputs, options, bodies)``
-(:func:`fbjax.testing.stablehlo_op_model`'s arguments; an :class:`In` is a
+(:func:`fbjax.formats.tflite_builder.stablehlo_op_model`'s arguments; an :class:`In` is a
 model input holding its value, a numpy array a constant); :func:`build`
 writes the model and returns it with its input values. The inputs come from
 one seeded generator, drawn in table order.
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fbjax.testing import stablehlo_op_model
+from fbjax.formats.tflite_builder import stablehlo_op_model
 
 F32, I32, B = np.float32, np.int32, np.bool_
 RNG = np.random.RandomState(7)

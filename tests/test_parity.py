@@ -63,7 +63,7 @@ _TWIN = {k: v for k, v in {**_registered(REFERENCE), **_registered(REFERENCE_COM
 #: ops with a twin and no lowering, with the reason
 TWIN_ONLY = {
     ("tflite", "QUANTIZE"): (
-        "fbjax.load never lowers a float-set QUANTIZE: fbjax.quantization.prepare moves it to tflite.int "
+        "fbjax.load never lowers a float-set QUANTIZE: fbjax.passes.quantization.prepare moves it to tflite.int "
         "(quantized='exact') or rewrites it to fbjax FAKE_QUANT (quantized='float'); the twin runs files read "
         "without those passes (fbjax.reference.run on a path)"),
 }
