@@ -96,6 +96,8 @@ class ParityCase:
             also handed to the reference where it takes them (``composites``).
         tol: for ``"relative"``.
         format: ``fbjax.load``'s ``format`` (``IR_FORMAT`` for IR cases).
+        slow: a further variant of an op another case covers (``-m slow``);
+            the default cases alone cover every registered op.
     """
 
     id: str
@@ -108,6 +110,7 @@ class ParityCase:
     load_kwargs: dict = field(default_factory=dict)
     tol: float = 0.0
     format: Optional[str] = None
+    slow: bool = False
 
 
 def _rng(name: str) -> np.random.Generator:
@@ -238,15 +241,14 @@ QUANT_INVALID = {
 }
 
 
-def _fixture(path: Path, op_set: str, compare: str = "exact", **load_kwargs) -> ParityCase:
+def _fixture(path: Path, op_set: str, compare: str = "exact", slow: bool = False, **load_kwargs) -> ParityCase:
     def make():
-        import fbjax
+        from fbjax.formats import read_model
 
-        m = fbjax.load(path, **load_kwargs)  # only for the input specs (cached by the test)
-        return path, random_inputs(m.inputs, path.stem)
+        return path, random_inputs(read_model(path).main_graph.inputs, path.stem)
     suffix = "" if not load_kwargs else "-" + "-".join(f"{v}" for v in load_kwargs.values())
     return ParityCase(f"{path.parent.name}-{path.stem}{suffix}", op_set, make, compare=compare,
-                      load_kwargs=load_kwargs)
+                      load_kwargs=load_kwargs, slow=slow)
 
 
 def _int8_model(op, in_shapes, out_shape, *, consts=(), options=None, quant=(0.05, 3), out_quant=None):
@@ -289,8 +291,14 @@ def _hybrid_embedding_lookup():
     return b.build(), [rng.integers(0, 6, 4).astype(I32)]
 
 
+#: the hybrid fixtures of the default run, one per kernel and weight layout; the others (per-tensor
+#: ``_pt``, symmetric-input ``_sym``, stride, dilation, 1x1 and equal-per-channel-scale variants) run
+#: under ``-m slow``
+HYBRID_DEFAULT = {"batch_matmul", "conv_2d", "depthwise_conv_2d", "fully_connected", "fully_connected_3d",
+                  "quantize_per_channel", "transpose_conv"}
+
 TFLITE_HYBRID_CASES = [
-    *[_fixture(p, "tflite.hybrid") for p in sorted(HYBRID.glob("*.tflite"))],
+    *[_fixture(p, "tflite.hybrid", slow=p.stem not in HYBRID_DEFAULT) for p in sorted(HYBRID.glob("*.tflite"))],
     ParityCase("hybrid-EMBEDDING_LOOKUP", "tflite.hybrid", _hybrid_embedding_lookup, compare="exact"),
 ]
 
@@ -454,13 +462,12 @@ STABLEHLO_CASES = [
 def _composite_block():
     """litert-torch's one-block model (attention with 4 query heads over one
     KV head, RMS norm, layer norm as ``odml.group_norm``), prefill signature."""
-    import fbjax
+    from fbjax.formats import read_model
 
     path = COMPOSITES / "mqa.tflite"
-    m = fbjax.load(path, composites="fused")
     rng = _rng("composite-mqa")
     xs = []
-    for v in m.inputs:
+    for v in read_model(path).main_graph.inputs:
         if "tokens" in v.name:
             xs.append(rng.integers(0, 64, v.shape).astype(v.dtype))
         elif "input_pos" in v.name:

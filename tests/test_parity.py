@@ -308,7 +308,8 @@ def _compare(case: pc.ParityCase, m, xs, got, want) -> None:
             assert_within(g, w, bound, f"{what}, output {k} [{why}]")
 
 
-@pytest.mark.parametrize("case", ALL_CASES, ids=lambda c: f"{c.op_set}:{c.id}")
+@pytest.mark.parametrize("case", [pytest.param(c, id=f"{c.op_set}:{c.id}", marks=[pytest.mark.slow] if c.slow else [])
+                                  for c in ALL_CASES])
 def test_lowering_matches_twin(case):
     m, xs, got, want = _run(case)
     _compare(case, m, xs, got, want)
@@ -316,13 +317,15 @@ def test_lowering_matches_twin(case):
 
 @pytest.mark.parametrize("op_set", OP_SETS)
 def test_every_op_has_a_case(op_set):
-    """The ops the cases of ``op_set`` ran (read from the loaded IRs) are
-    every registered op of the set but the :data:`NO_CASE` exclusions. Runs
-    each case not run yet (alone, ``pytest -k``) once more."""
-    for case in pc.CASES_BY_OP_SET[op_set]:
+    """The ops the default (not ``slow``) cases of ``op_set`` ran (read from
+    the loaded IRs) are every registered op of the set but the
+    :data:`NO_CASE` exclusions. Runs each case not run yet (a ``-k``
+    selection) once more."""
+    cases = [c for c in pc.CASES_BY_OP_SET[op_set] if not c.slow]  # the default run covers every op
+    for case in cases:
         if case.id not in COVERED:
             _run(case)
-    ran = set().union(*(COVERED[c.id] for c in pc.CASES_BY_OP_SET[op_set]))
+    ran = set().union(*(COVERED[c.id] for c in cases))
     registered = {k for k in _LOWER if k[0] == op_set}
     excluded = {k for k in NO_CASE if k[0] == op_set}
     missing = sorted(registered - ran - excluded)
