@@ -412,6 +412,7 @@ def _shifts(rng, shape, dt):  # in range and out of range ([0, bits) is defined;
 S45 = ((4, 5), F32)
 I45 = ((4, 5), I32)
 B45 = ((4, 5), np.bool_)
+U45 = ((4, 5), np.uint8)
 
 STABLEHLO_IR_CASES = [
     ir_case("stablehlo.atan2", [S45, S45], [S45]),
@@ -435,6 +436,17 @@ STABLEHLO_IR_CASES = [
     ir_case("stablehlo.round_nearest_even", [S45], [S45], gen=_halves),
     ir_case("stablehlo.shift_right_arithmetic", [I45, I45], [I45], gen=[_ints_any, _shifts]),
     ir_case("stablehlo.shift_right_logical", [I45, I45], [I45], gen=[_ints_any, _shifts]),
+    # integer division by zero and INT_MIN / -1 (implementation-defined: XLA's -1 and INT_MIN)
+    ir_case("stablehlo.divide", [I45, I45], [I45], name="stablehlo.divide-int",
+            gen=[lambda rng, s, d: np.where(rng.random(s) < 0.1, np.iinfo(np.int32).min, rng.integers(-99, 99, s)),
+                 lambda rng, s, d: rng.integers(-3, 4, s)]),
+    # float -> integer beyond the range, NaN, infinities: saturating (XLA; the spec leaves it open)
+    ir_case("stablehlo.convert", [S45], [U45], name="stablehlo.convert-float-to-uint8",
+            gen=lambda rng, s, d: np.where(rng.random(s) < 0.2, rng.choice([np.nan, np.inf, -np.inf], s),
+                                           rng.uniform(-400, 400, s))),
+    # an unsigned operand: the top bit still fills (the StableHLO interpreter's APInt::ashr)
+    ir_case("stablehlo.shift_right_arithmetic", [U45, U45], [U45], gen=[_ints_any, _shifts],
+            name="stablehlo.shift_right_arithmetic-uint8"),
     ir_case("stablehlo.sign", [S45], [S45],
             gen=lambda rng, s, d: np.where(rng.random(s) < 0.2, rng.choice([0.0, -0.0, np.nan], s),
                                            rng.standard_normal(s))),
