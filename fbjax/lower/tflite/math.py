@@ -161,14 +161,18 @@ def LOG_SOFTMAX(ctx, x):
 @register("tflite", "CAST", int_passthrough=True)
 def CAST(ctx, x, *, in_data_type=None, out_data_type=None):
     """TFLite CAST (``kernels/cast.cc``) to the output tensor's dtype:
-    float -> int truncates toward zero (``static_cast``), anything -> bool is
-    ``x != 0``, complex -> real keeps the real part."""
+    float -> integer truncates toward zero and saturates as LiteRT's
+    ``SaturatingCastFloatingToInteger`` does (beyond the range: the type's
+    minimum or maximum; NaN: its maximum), anything -> bool is ``x != 0``,
+    complex -> real keeps the real part."""
     x = jnp.asarray(x)
     dt = np.dtype(ctx.out_dtype(0))
     if dt == np.bool_:
         return x != 0
     if jnp.iscomplexobj(x) and dt.kind != "c":
         x = jnp.real(x)
+    if dt.kind in "iu" and jnp.issubdtype(x.dtype, jnp.floating):  # XLA's convert saturates; its NaN gives 0
+        return jnp.where(jnp.isnan(x), jnp.array(np.iinfo(dt).max, dt), x.astype(dt))
     return x.astype(dt)
 
 
