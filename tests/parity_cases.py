@@ -59,7 +59,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from fbjax.ir import Graph, ModelIR, Node, QuantParams, Value
+from fbjax.ir import Graph, ModelIR, Node, Value
 from fbjax.formats.tflite_builder import TFLiteBuilder, stablehlo_op_model
 
 import stablehlo_op_cases

@@ -42,7 +42,7 @@ from fbjax.lower.composites import COMPOSITES as LOWER_COMPOSITES
 from fbjax.reference.composites import COMPOSITES as REFERENCE_COMPOSITES
 from fbjax.reference.registry import REFERENCE
 
-from conftest import U32, assert_within, bilinear_bound, gamma
+from conftest import U32, assert_within, bilinear_bound
 from op_bounds import TRANS_ULPS, fixture_bound, op_bound
 import parity_cases as pc
 
