@@ -172,8 +172,22 @@ def _cast_edges(out_dtype):
     return ParityCase(f"CAST-edges-{np.dtype(out_dtype).name}", "tflite", make, compare="exact")
 
 
+def _min_max_edges(op):
+    """MAXIMUM/MINIMUM on every ordered pair of NaN, signed zeros,
+    infinities and 1.5 (LiteRT: ``a > b ? a : b``, so the operand order
+    matters for NaN and zeros)."""
+    def make():
+        from fbjax.formats.tflite_builder import single_op_model
+
+        edges = np.array([np.nan, 0.0, -0.0, np.inf, -np.inf, 1.5], F32)
+        a, b = (v.reshape(-1).copy() for v in np.meshgrid(edges, edges))
+        return single_op_model(op, [(36,), (36,)], output_shapes=[(36,)]), [a, b]
+    return ParityCase(f"{op}-edges", "tflite", make, compare="exact")
+
+
 #: one-op models written here for edge values the converter fixtures do not hold
-TFLITE_EDGE_CASES = [_cast_edges(np.uint8), _cast_edges(np.int32)]
+TFLITE_EDGE_CASES = [_cast_edges(np.uint8), _cast_edges(np.int32), _min_max_edges("MAXIMUM"),
+                     _min_max_edges("MINIMUM")]
 
 
 def _op_case(case, op) -> ParityCase:

@@ -294,8 +294,16 @@ def _compare(case: pc.ParityCase, m, xs, got, want) -> None:
                 lim = max(int(np.asarray(xs[0]).shape[-1]), 1)
                 assert g.max() < lim and w.max() < lim, f"{what}: class index out of range"
             continue
-        if w.dtype.kind != "f" or case.compare == "exact":
+        if w.dtype.kind != "f":
             np.testing.assert_array_equal(g, w, err_msg=f"{what}, output {k}")
+            continue
+        if case.compare == "exact":  # the same bits (signed zeros too), NaN where the twin has NaN
+            nan = np.isnan(w)
+            assert np.array_equal(np.isnan(g), nan), f"{what}, output {k}: NaNs at other places"
+            ib = np.dtype(f"u{w.dtype.itemsize}")
+            diff = np.flatnonzero((g.view(ib) != w.view(ib)) & ~nan)
+            assert diff.size == 0, (f"{what}, output {k}: {diff.size} of {w.size} elements differ in their bits, "
+                                    f"first at {diff[0]}: {g.ravel()[diff[0]]!r} != {w.ravel()[diff[0]]!r}")
             continue
         if case.compare == "fq_step":
             assert_within(g, w, _fq_step(m) * (1 + 4 * U32), f"{what}, output {k} [one fake-quant step]")

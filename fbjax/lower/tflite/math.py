@@ -183,14 +183,17 @@ def _b(ctx, fn, a, b):
 
 @register("tflite", "MAXIMUM")
 def MAXIMUM(ctx, a, b):
-    """TFLite MAXIMUM, broadcasting (NaN propagates as in ``std::max``-free TF)."""
-    return _b(ctx, jnp.maximum, a, b)
+    """TFLite MAXIMUM, broadcasting: ``a > b ? a : b`` per element
+    (``kernels/maximum_minimum.cc`` ``MaximumOp``): a NaN in ``a`` gives
+    ``b``, a NaN in ``b`` gives NaN; ``max(0.0, -0.0)`` is ``-0.0``."""
+    return _b(ctx, lambda x, y: jnp.where(x > y, x, y), a, b)
 
 
 @register("tflite", "MINIMUM")
 def MINIMUM(ctx, a, b):
-    """TFLite MINIMUM, broadcasting."""
-    return _b(ctx, jnp.minimum, a, b)
+    """TFLite MINIMUM, broadcasting: ``a < b ? a : b`` per element
+    (``MinimumOp``; NaN and signed zeros as MAXIMUM)."""
+    return _b(ctx, lambda x, y: jnp.where(x < y, x, y), a, b)
 
 
 @register("tflite", "POW")

@@ -199,14 +199,15 @@ def _b(ctx, fn, a, b):
 
 @register("tflite", "MAXIMUM")
 def MAXIMUM(ctx, a, b):
-    """Element-wise max, broadcasting."""
-    return _b(ctx, np.maximum, a, b)
+    """Element-wise ``a > b ? a : b``, broadcasting (kernels/maximum_minimum.cc
+    ``MaximumOp``: NaN in ``a`` gives ``b``, NaN in ``b`` gives NaN)."""
+    return _b(ctx, lambda x, y: np.where(x > y, x, y), a, b)
 
 
 @register("tflite", "MINIMUM")
 def MINIMUM(ctx, a, b):
-    """Element-wise min, broadcasting."""
-    return _b(ctx, np.minimum, a, b)
+    """Element-wise ``a < b ? a : b``, broadcasting (``MinimumOp``)."""
+    return _b(ctx, lambda x, y: np.where(x < y, x, y), a, b)
 
 
 @register("tflite", "POW")
