@@ -14,14 +14,22 @@ Then each registered op runs in at least one generated case
 and dtype) through ``fbjax.load`` and through ``fbjax.reference.run`` on the
 loaded model, and the two agree:
 
-* integer and bool outputs, and every output of the integer kernels
-  (``tflite.int``, ``tflite.hybrid``: TFLite's kernels bit for bit), exactly;
+* integer and bool outputs exactly; float outputs of the cases marked
+  ``"exact"`` (the integer kernels ``tflite.int`` and ``tflite.hybrid``:
+  TFLite's kernels bit for bit; data movement; edge values) bit for bit,
+  signed zeros included (NaN where the twin has NaN);
 * float outputs within the bound derived from what the op computes
   (:mod:`op_bounds`: 0 for moves and single correctly rounded operations,
   ulps of the result for transcendental functions, ``gamma(n)`` times the
   sum of magnitudes for sums; :func:`_float_bound`);
 * random draws (``RANDOM_*``, ``MULTINOMIAL``): shapes, dtypes and support only
-  (the lowering draws with JAX's PRNG, the twin with numpy's generator).
+  (the lowering draws with JAX's PRNG, the twin with numpy's generator);
+* ``quantized="float"`` (the ``"fbjax"`` fake-quantization ops): within one
+  quantization step.
+
+The registries are read when this module is imported (at collection), so
+custom ops and custom-call targets that other tests register while they run
+are not counted.
 
 The ops a case exercised are read from the loaded IR (every graph, region
 bodies included), so the coverage assertion (:func:`test_every_op_has_a_case`)
