@@ -185,9 +185,23 @@ def _min_max_edges(op):
     return ParityCase(f"{op}-edges", "tflite", make, compare="exact")
 
 
+def _floor_div_multiples():
+    """FLOOR_DIV of exact float32 multiples of a broadcast divisor (quotients
+    that round to an integer), signed zeros, infinities and NaN."""
+    def make():
+        from fbjax.formats.tflite_builder import single_op_model
+
+        rng = _rng("FLOOR_DIV-multiples")
+        den = (rng.uniform(0.05, 3, 4) * rng.choice([-1, 1], 4)).astype(F32)
+        num = (rng.integers(-200, 200, (16, 4)) * den).astype(F32)
+        num.reshape(-1)[:6] = [0.0, -0.0, np.inf, -np.inf, np.nan, 0.25]
+        return single_op_model("FLOOR_DIV", [num.shape, den.shape], output_shapes=[num.shape]), [num, den]
+    return ParityCase("FLOOR_DIV-multiples", "tflite", make, compare="exact")
+
+
 #: one-op models written here for edge values the converter fixtures do not hold
 TFLITE_EDGE_CASES = [_cast_edges(np.uint8), _cast_edges(np.int32), _min_max_edges("MAXIMUM"),
-                     _min_max_edges("MINIMUM")]
+                     _min_max_edges("MINIMUM"), _floor_div_multiples()]
 
 
 def _op_case(case, op) -> ParityCase:

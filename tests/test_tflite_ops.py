@@ -197,7 +197,8 @@ def _edge_models():
     """``(id, model, inputs)``: ops whose float semantics show at edge values:
     MAXIMUM/MINIMUM (``a > b ? a : b``: NaN and signed zeros depend on the
     operand order), CAST float -> integer (saturating, NaN to the maximum),
-    DIV by a broadcast divisor (one rounding per element, not ``x * (1/y)``)."""
+    DIV by a broadcast divisor (one rounding per element, not ``x * (1/y)``),
+    FLOOR_DIV (the floor of the exact quotient: LiteRT divides in double)."""
     edges = np.array([np.nan, 0.0, -0.0, np.inf, -np.inf, 1.5], F32)
     a, b = (v.reshape(-1).copy() for v in np.meshgrid(edges, edges))
     out = [(op, single_op_model(op, [(36,), (36,)], output_shapes=[(36,)]), [a, b]) for op in ("MAXIMUM", "MINIMUM")]
@@ -208,6 +209,11 @@ def _edge_models():
     rng = np.random.default_rng(0)
     num, den = rng.standard_normal((8, 3, 4)).astype(F32), rng.standard_normal((3, 4)).astype(F32)
     out.append(("DIV-broadcast", single_op_model("DIV", [num.shape, den.shape], output_shapes=[num.shape]),
+                [num, den]))
+    # exact multiples (quotients that round up to an integer in float32), signed zeros, infinities, NaN
+    num = (rng.integers(-50, 50, (8, 3, 4)) * den).astype(F32)
+    num.reshape(-1)[:8] = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e30, -3e-38, 0.5]
+    out.append(("FLOOR_DIV", single_op_model("FLOOR_DIV", [num.shape, den.shape], output_shapes=[num.shape]),
                 [num, den]))
     return out
 

