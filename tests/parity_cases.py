@@ -199,8 +199,26 @@ def _floor_div_multiples():
     return ParityCase("FLOOR_DIV-multiples", "tflite", make, compare="exact")
 
 
-#: one-op models written here for edge values the converter fixtures do not hold
-TFLITE_EDGE_CASES = [_cast_edges(np.uint8), _cast_edges(np.int32), _min_max_edges("MAXIMUM"),
+def _hashtable_lookup():
+    """HASHTABLE_LOOKUP (no converter fixture): sorted int32 keys, float rows,
+    lookups that hit and miss (a data move: exact)."""
+    def make():
+        rng = _rng("HASHTABLE_LOOKUP")
+        keys = np.sort(rng.choice(np.arange(-50, 50), 6, replace=False)).astype(I32)
+        values = rng.standard_normal((6, 3)).astype(F32)
+        lookup = np.concatenate([rng.choice(keys, 5), rng.integers(-60, 60, 5)]).astype(I32)
+        b = TFLiteBuilder(description="fbjax parity case")
+        x = b.add_input(lookup.shape, I32)
+        out, hits = b.add_tensor((10, 3), F32), b.add_tensor((10,), np.uint8)
+        b.add_op("HASHTABLE_LOOKUP", [x, b.add_constant(keys), b.add_constant(values)], [out, hits])
+        b.add_output(out)
+        b.add_output(hits)
+        return b.build(), [lookup]
+    return ParityCase("HASHTABLE_LOOKUP", "tflite", make, compare="exact")
+
+
+#: one-op models written here for ops or edge values the converter fixtures do not hold
+TFLITE_EDGE_CASES = [_hashtable_lookup(), _cast_edges(np.uint8), _cast_edges(np.int32), _min_max_edges("MAXIMUM"),
                      _min_max_edges("MINIMUM"), _floor_div_multiples()]
 
 
