@@ -217,8 +217,35 @@ def _hashtable_lookup():
     return ParityCase("HASHTABLE_LOOKUP", "tflite", make, compare="exact")
 
 
+def _logic_cases():
+    """Comparisons and boolean reductions on values that make both answers
+    occur (the converter fixtures' normal draws never compare equal, and their
+    boolean reductions come out all false / all true)."""
+    def compare(op):
+        def make():
+            from fbjax.formats.tflite_builder import single_op_model
+
+            rng = _rng(f"{op}-hits")
+            a, b = (rng.integers(-2, 3, (4, 6)).astype(F32) for _ in range(2))
+            a[0, :3] = [0.0, -0.0, np.nan]
+            b[0, :3] = [-0.0, 0.0, np.nan]
+            return single_op_model(op, [a.shape, b.shape], output_shapes=[a.shape], output_dtypes=[np.bool_]), [a, b]
+        return ParityCase(f"{op}-hits", "tflite", make, compare="exact")
+
+    def reduce(op):
+        def make():
+            from fbjax.formats.tflite_builder import single_op_model
+
+            x = _rng(f"{op}-mixed").random((5, 3)) < 0.7
+            x[0], x[1] = True, False  # an all-true and an all-false row
+            return single_op_model(op, [x.shape, np.array([1], I32)], options=dict(keep_dims=False),
+                                   output_shapes=[(5,)], output_dtypes=[np.bool_], input_dtypes=[np.bool_]), [x]
+        return ParityCase(f"{op}-mixed", "tflite", make, compare="exact")
+    return [compare("EQUAL"), compare("NOT_EQUAL"), reduce("REDUCE_ALL"), reduce("REDUCE_ANY")]
+
+
 #: one-op models written here for ops or edge values the converter fixtures do not hold
-TFLITE_EDGE_CASES = [_hashtable_lookup(), _cast_edges(np.uint8), _cast_edges(np.int32), _min_max_edges("MAXIMUM"),
+TFLITE_EDGE_CASES = [*_logic_cases(), _hashtable_lookup(), _cast_edges(np.uint8), _cast_edges(np.int32), _min_max_edges("MAXIMUM"),
                      _min_max_edges("MINIMUM"), _floor_div_multiples()]
 
 
@@ -279,8 +306,9 @@ def _transform_tensor(version):
         img = rng.uniform(-1, 1, (1, 4, 5, 2)).astype(F32)
         code = "TransformTensorBilinear" if version >= 2 else "TransformTensor"
         opts = dict(mode="bilinear", output_size=[3, 6]) if version == 1 else dict(output_size=[3, 6])
-        m = _affine(rng)
-        m[0, :2, 3] = rng.uniform(0, 2, 2)  # keep most samples inside the 4x5 image
+        m = np.eye(4, dtype=F32).reshape(1, 4, 4)  # a mild rotation and scale: most samples inside the 4x5 image
+        m[0, :2, :2] = np.array([[0.7, 0.2], [-0.2, 0.7]], F32) + rng.uniform(-0.1, 0.1, (2, 2)).astype(F32)
+        m[0, :2, 3] = rng.uniform(0, 1, 2)
         return _custom_model(code, version, [img.shape, (1, 4, 4)], (1, 3, 6, 2), opts), [img, m]
     return make
 
