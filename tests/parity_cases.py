@@ -98,6 +98,9 @@ class ParityCase:
         format: ``fbjax.load``'s ``format`` (``IR_FORMAT`` for IR cases).
         slow: a further variant of an op another case covers (``-m slow``);
             the default cases alone cover every registered op.
+        more_inputs: ``k -> inputs``: further seeded inputs for the same
+            model (the integer kernels: a compiled model runs them in
+            microseconds), compared like the first.
     """
 
     id: str
@@ -111,6 +114,7 @@ class ParityCase:
     tol: float = 0.0
     format: Optional[str] = None
     slow: bool = False
+    more_inputs: Optional[Callable] = None
 
 
 def _rng(name: str) -> np.random.Generator:
@@ -334,13 +338,14 @@ QUANT_INVALID = {
 
 
 def _fixture(path: Path, op_set: str, compare: str = "exact", slow: bool = False, **load_kwargs) -> ParityCase:
-    def make():
+    def inputs(seed_name):
         from fbjax.formats import read_model
 
-        return path, random_inputs(read_model(path).main_graph.inputs, path.stem)
+        return random_inputs(read_model(path).main_graph.inputs, seed_name)
     suffix = "" if not load_kwargs else "-" + "-".join(f"{v}" for v in load_kwargs.values())
-    return ParityCase(f"{path.parent.name}-{path.stem}{suffix}", op_set, make, compare=compare,
-                      load_kwargs=load_kwargs, slow=slow)
+    return ParityCase(f"{path.parent.name}-{path.stem}{suffix}", op_set, lambda: (path, inputs(path.stem)),
+                      compare=compare, load_kwargs=load_kwargs, slow=slow,
+                      more_inputs=lambda k: inputs(f"{path.stem}-{k}"))
 
 
 def _int8_model(op, in_shapes, out_shape, *, consts=(), options=None, quant=(0.05, 3), out_quant=None):

@@ -27,6 +27,9 @@ loaded model, and the two agree:
 * ``quantized="float"`` (the ``"fbjax"`` fake-quantization ops): within one
   quantization step.
 
+The quantized fixtures (``tflite.int``, ``tflite.hybrid``, ``fbjax``) run 3
+more seeded inputs on the same compiled model.
+
 The registries are read when this module is imported (at collection), so
 custom ops and custom-call targets that other tests register while they run
 are not counted.
@@ -329,6 +332,11 @@ def _compare(case: pc.ParityCase, m, xs, got, want) -> None:
 def test_lowering_matches_twin(case):
     m, xs, got, want = _run(case)
     _compare(case, m, xs, got, want)
+    if case.more_inputs is not None:  # the quantized fixtures: 3 more seeds on the same compiled model
+        ref_kwargs = {k: v for k, v in case.load_kwargs.items() if k == "composites"}
+        for k in (1, 2, 3):
+            xs = case.more_inputs(k)
+            _compare(case, m, xs, _as_list(m(*xs)), _as_list(reference.run(m, *xs, **ref_kwargs)))
 
 
 @pytest.mark.parametrize("op_set", OP_SETS)
