@@ -49,14 +49,14 @@ from typing import Optional
 
 import numpy as np
 
-from ..errors import ModelFormatError, UnsupportedOperatorError
-from ..ir import Graph, ModelIR, Node, Value
-from . import verify as _verify
-from ._generated import gpu_cl_seed_generated as _GS
-from ._generated import gpu_cl_litert_generated as _GL
-from ._generated import gpu_cl_tf25_generated as _G25
-from ._generated import gpu_cl_tf27_generated as _G27
-from ._text import format_bytes
+from ...errors import ModelFormatError, UnsupportedOperatorError
+from ...ir import Graph, ModelIR, Node, Value
+from .. import verify as _verify
+from .._generated import gpu_cl_seed_generated as _GS
+from .._generated import gpu_cl_litert_generated as _GL
+from .._generated import gpu_cl_tf25_generated as _G25
+from .._generated import gpu_cl_tf27_generated as _G27
+from .._text import format_bytes
 
 OP_SET = "gpu"
 
