@@ -95,7 +95,7 @@ def test_no_generation_says_why():
     # a TF 2.5 file with its input_refs/output_refs stripped from the root vtable would verify as seed;
     # with them, the seed schema refuses it by the root fields it does not define
     buf = (GPU / "tflm_sine_float.F32.BUFFER.bin").read_bytes()
-    assert gpu_cl._root_unknown_fields(buf, 11)
+    assert gpu_cl.generations.root_unknown_fields(buf, 11)
 
 
 def test_seed_shared_slots_must_agree():
@@ -249,9 +249,9 @@ def test_tf27_layout_reads_as_its_original(f):
     assert gpu_cl.detect_generation(b27).name == "tf2.7"
     assert gpu_cl.detect_generation(src).name == "tf2.5"
     with pytest.raises(ModelFormatError):  # neither layout verifies as the other
-        fbjax.formats.verify.verify(src, "gpu_cl_tf27", unchecked_enums=gpu_cl._UNCHECKED_ENUMS)
+        fbjax.formats.verify.verify(src, "gpu_cl_tf27", unchecked_enums=gpu_cl.generations.UNCHECKED_ENUMS)
     with pytest.raises(ModelFormatError):
-        fbjax.formats.verify.verify(b27, "gpu_cl_tf25", unchecked_enums=gpu_cl._UNCHECKED_ENUMS)
+        fbjax.formats.verify.verify(b27, "gpu_cl_tf25", unchecked_enums=gpu_cl.generations.UNCHECKED_ENUMS)
     a, b = read_model(src), read_model(b27)
     assert b.metadata["generation"] == "tf2.7" and a.metadata["driver_version"] is None
     assert b.metadata["driver_version"] == TF27_DRIVER and b.metadata["binary_programs"] == progs
