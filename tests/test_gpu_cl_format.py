@@ -541,6 +541,66 @@ def test_unknown_node_kind_names_it():
         read_model(bad)
 
 
+SELFIE = "mediapipe_selfie_segmentation.F32.BUFFER.bin"
+
+
+def _edited(f: str, edit) -> bytes:
+    """The TF 2.5 file ``f`` with ``edit(InferenceContextT)`` applied, re-encoded."""
+    buf = (GPU / f).read_bytes()
+    ic = G25.InferenceContextT.InitFromBuf(buf, G25.InferenceContext.GetRootAs(buf, 0)._tab.Pos)
+    edit(ic)
+    b = flatbuffers.Builder(len(buf))
+    b.Finish(ic.Pack(b))
+    return bytes(b.Output())
+
+
+def _node(ic, first: str):
+    """The node whose first op is ``first`` (``"mean 6"``)."""
+    return next(n for n in ic.nodes if n.name.decode().split(" linked : ")[0] == first)
+
+
+def test_every_gap_listed_at_once():
+    """Unknown op types and kernel variants fbjax does not read, in several nodes: one error lists them all."""
+    def edit(ic):
+        _node(ic, "fully_connected 9").name = b"fully_connected 9 linked : sigmoix 10"
+        _node(ic, "mean 6").name = b"meanx 6"
+        _node(ic, "add 91").inputIds = [92]  # an add of one tensor: a constant operand fbjax does not read
+        r = _node(ic, "resize 89").gpuOp
+        r.code = r.code.replace(b"mix(", b"nix(").replace(b"st.x", b"sx.x")  # nearest sampling
+    with pytest.raises(UnsupportedOperatorError) as e:
+        read_model(_edited(SELFIE, edit))
+    assert set(e.value.ops) == {"gpu:sigmoix", "gpu:meanx", "gpu:add (a constant operand)",
+                                "gpu:resize (nearest-neighbour sampling)"}, e.value.ops
+    assert "node 5 ('fully_connected 9 linked : sigmoix 10'): sigmoix" in str(e.value)
+    assert "node 55 (add 91)" in str(e.value)
+
+
+def test_unowned_object_is_a_variant():
+    def edit(ic):
+        a = _node(ic, "fully_connected 7").gpuOp.arguments
+        for m in (a.bufferObjects or []) + (a.tensorLinearObjects or []):
+            if m.key == b"biases":
+                m.key = b"scales"
+    with pytest.raises(UnsupportedOperatorError, match=r"fully_connected \(object\(s\) 'scales' fbjax does not read\)"):
+        read_model(_edited(SELFIE, edit))
+
+
+@pytest.mark.parametrize("name, ids, match", [
+    ("convolution_2d 12 linked : concat 99", None, r"concat is linked .* only element-wise"),
+    ("mean 6", [7, 3], r"2 inputs leave 2 for mean after 0 for its linked ops; mean reads 1"),
+    ("convolution_2d 22 linked : sigmoid 23", None, r"linked op 1 \(sigmoid\) reads 2 tensor\(s\); it takes 1"),
+])
+def test_nodes_contradicting_the_op_table_are_format_errors(name, ids, match):
+    """A node whose tensors do not fit its op (checked at load, not when the first call traces)."""
+    def edit(ic):
+        n = _node(ic, name.split(" linked")[0])
+        n.name = name.encode()
+        if ids is not None:
+            n.inputIds = ids
+    with pytest.raises(ModelFormatError, match=match):
+        read_model(_edited(SELFIE, edit))
+
+
 def test_truncated_files_are_format_errors():
     buf = (GPU / "tflm_sine_float.F32.BUFFER.bin").read_bytes()
     for n in (0, 7, 100, len(buf) // 2, len(buf) - 1):

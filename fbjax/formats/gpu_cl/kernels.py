@@ -214,11 +214,13 @@ def _relu(k: KernelCall) -> tuple[dict, list]:
 
 
 def _resize(k: KernelCall) -> tuple[dict, list]:
-    """``Resize``: bilinear when the code interpolates (``mix(``, ``st.x``), half-pixel centres when it adds
-    0.5; ``scale`` the file's ``scale_factor_y`` / ``scale_factor_x``."""
+    """``Resize``, bilinear (the code interpolates: ``mix(``, ``st.x``), half-pixel centres when it adds 0.5;
+    ``scale`` the file's ``scale_factor_y`` / ``scale_factor_x``. Nearest-neighbour sampling (the kernel's
+    ``ReadNearest``, with align-corners rounding) has no real file to check its code against: refused."""
     code, f = k.node.code, k.node.floats
-    nearest = "bilinear" not in code and "mix(" not in code and "st.x" not in code
-    return {"method": "nearest" if nearest else "bilinear", "half_pixel": "+ 0.5f" in code or "0.5f)" in code,
+    if "bilinear" not in code and "mix(" not in code and "st.x" not in code:
+        raise unsupported(k.where, "resize", "nearest-neighbour sampling")
+    return {"method": "bilinear", "half_pixel": "+ 0.5f" in code or "0.5f)" in code,
             "scale": (f.get("scale_factor_y", 1.0), f.get("scale_factor_x", 1.0))}, []
 
 

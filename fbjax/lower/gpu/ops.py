@@ -5,6 +5,13 @@ from the file's tensor descriptors) fixes padding and crop where the kernel
 arguments give only the leading offset (``padding_x`` is minus the padding
 before). Attributes are those :mod:`fbjax.formats.gpu_cl` reads from the
 kernel's arguments and code.
+
+Facts declared at the registrations (:class:`fbjax._registry.OpDef`): every op
+keeps the batch in dimension 0 (no ``batch`` rule); ``mean`` and
+``pooling_2d`` compute in float32 under a reduced ``compute_dtype`` (as
+TFLite's MEAN and AVERAGE_POOL_2D); ``sigmoid`` squashes its input (precision
+comparisons read its logits, as TFLite's LOGISTIC); ``resize`` lowers
+bilinear sampling only.
 """
 
 from __future__ import annotations
@@ -87,7 +94,7 @@ def convolution_transposed(ctx, x, w, b, *, kernel=(2, 2), strides=(2, 2), varia
     return y[:, :out[1], :out[2], :]
 
 
-@register(OP_SET, "pooling_2d")
+@register(OP_SET, "pooling_2d", full_precision=True)
 def pooling_2d(ctx, x, *, kind="max", kernel=(1, 1), strides=(1, 1), dilations=(1, 1), padding=(0, 0)):
     """``Pooling``: max (padded taps skipped) or average over the in-bounds taps."""
     out = ctx.outputs[0].shape
@@ -133,7 +140,7 @@ def relu(ctx, x, *, clip=0.0, alpha=0.0):
     return jnp.minimum(y, np.float32(clip)) if clip else y
 
 
-@register(OP_SET, "sigmoid")
+@register(OP_SET, "sigmoid", squashing=True)
 def sigmoid(ctx, x):
     """``1 / (1 + exp(-x))``, as the kernel writes it."""
     return 1.0 / (1.0 + jnp.exp(-x))
@@ -159,7 +166,7 @@ def reshape(ctx, x):
     return x.reshape(x.shape[0], *ctx.outputs[0].shape[1:])
 
 
-@register(OP_SET, "mean")
+@register(OP_SET, "mean", full_precision=True)
 def mean(ctx, x):
     """Mean over H and W (``MeanStdDevNormalization``'s sibling ``Mean``): ``[B,1,1,C]``."""
     return jnp.mean(x, axis=(1, 2), keepdims=True)
@@ -182,7 +189,13 @@ def slice_(ctx, x, *, offsets=(0, 0, 0), strides=(1, 1)):
     return x[:, oy:oy + (out[1] - 1) * sy + 1:sy, ox:ox + (out[2] - 1) * sx + 1:sx, oc:oc + out[3]]
 
 
-@register(OP_SET, "resize")
+def _bilinear_only(node):
+    """The ``check`` of ``resize``: only bilinear sampling has a kernel here (the reader refuses nearest)."""
+    m = node.attrs.get("method", "bilinear")
+    return None if m == "bilinear" else f"method {m!r}: only bilinear resize is lowered"
+
+
+@register(OP_SET, "resize", check=_bilinear_only)
 def resize(ctx, x, *, method="bilinear", half_pixel=True, scale=(1.0, 1.0)):
     """Bilinear resize as the kernel computes it: source coordinate ``(X + 0.5) * scale - 0.5`` (half pixel)
     or ``X * scale``, ``scale`` the file's float, low index clamped at 0, high at ``in - 1``."""
