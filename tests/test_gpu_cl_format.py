@@ -575,6 +575,15 @@ def test_every_gap_listed_at_once():
     assert "node 55 (add 91)" in str(e.value)
 
 
+def test_reflect_padding_is_a_variant():
+    """The reader reads zero padding only; a pad kernel whose code reflects (``reflect_coord``) is refused."""
+    def edit(ic):
+        n = next(n for n in ic.nodes if n.name.startswith(b"pad "))
+        n.gpuOp.code = b"int reflect_coord(int x, int size) { return x; }\n" + n.gpuOp.code
+    with pytest.raises(UnsupportedOperatorError, match=r"gpu:pad \(reflect padding\)"):
+        read_model(_edited("mediapipe_face_detection_short_range.F32.BUFFER.bin", edit))
+
+
 def test_unowned_object_is_a_variant():
     def edit(ic):
         a = _node(ic, "fully_connected 7").gpuOp.arguments

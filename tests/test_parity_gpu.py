@@ -146,8 +146,8 @@ def _cases() -> list:
                    label="10->7"))
     for (kh, kw), (h, w_), (oh, ow) in (((2, 2), (3, 4), (6, 8)), ((3, 3), (3, 3), (8, 9))):
         cs.append(Case("convolution_transposed", [(1, h, w_, 6)], (1, oh, ow, 1),
-                       {"kernel": (kh, kw), "strides": (kh, kw), "variant": "thin"}, [_w(rng, 1, kh, kw, 6), _w(rng, 1)],
-                       ("sum", 6), label=f"thin k{kh} out{oh}x{ow}"))
+                       {"kernel": (kh, kw), "strides": (kh, kw), "variant": "thin"},
+                       [_w(rng, 1, kh, kw, 6), _w(rng, 1)], ("sum", 6), label=f"thin k{kh} out{oh}x{ow}"))
     for kind in ("max", "average"):
         for k, s, p, (h, w_) in ((3, 2, 1, (7, 6)), (2, 2, 0, (6, 6)), (3, 1, 1, (4, 5))):
             out = (2, _out(h, k, s, 1, p), _out(w_, k, s, 1, p), 3)
@@ -162,7 +162,7 @@ def _cases() -> list:
     cs.append(Case("mul", [(1, 3, 4, 5), (1, 1, 1, 5)], (1, 3, 4, 5), label="per channel"))
     cs.append(Case("mul", [(1, 3, 4, 5), (1, 3, 4, 1)], (1, 3, 4, 5), label="per pixel"))
     cs.append(Case("prelu", [(2, 3, 4, 5)], (2, 3, 4, 5), {}, [_w(rng, 1, 1, 5)]))
-    for clip, alpha in ((0.0, 0.0), (6.0, 0.0), (0.0, 0.1), (1.0, 0.2)):
+    for clip, alpha in ((0.0, 0.0), (6.0, 0.0), (0.0, 0.1), (1.0, 0.2), (0.0, -0.5), (0.0, 1.5), (2.0, 1.5)):
         cs.append(Case("relu", [(2, 3, 4, 5)], (2, 3, 4, 5), {"clip": clip, "alpha": alpha}, scale=3.0,
                        label=f"clip{clip} alpha{alpha}"))
     cs.append(Case("sigmoid", [(2, 3, 4, 5)], (2, 3, 4, 5), tol=("ulp", 4), scale=8.0))

@@ -225,8 +225,13 @@ def _resize(k: KernelCall) -> tuple[dict, list]:
 
 
 def _pad(k: KernelCall) -> tuple[dict, list]:
-    """``Padding``: ``prepended_y`` / ``_x`` / ``_z`` (channels) before; the output shape gives the rest."""
+    """``Padding`` with zeros: ``prepended_y`` / ``_x`` / ``_z`` (channels) before; the output shape gives the
+    rest. Reflect padding (the code's ``reflect_coord``) and batch padding (``prepended_w``) are refused."""
     ints = k.node.ints
+    if "reflect_coord" in k.node.code:
+        raise unsupported(k.where, "pad", "reflect padding")
+    if ints.get("prepended_w", 0) or k.ins[0].shape[0] != k.out.shape[0]:
+        raise unsupported(k.where, "pad", "batch padding")
     return {"prepended": (ints.get("prepended_y", 0), ints.get("prepended_x", 0), ints.get("prepended_z", 0))}, []
 
 

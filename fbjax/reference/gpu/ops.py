@@ -124,8 +124,13 @@ def prelu(ctx, x, alpha):
 
 @register(OP_SET, "relu")
 def relu(ctx, x, *, clip=0.0, alpha=0.0):
-    """``x`` where positive, ``alpha * x`` (alpha may be 0) elsewhere; capped at ``clip`` if non-zero."""
-    y = np.where(x >= 0, x, x * np.float32(alpha))
+    """The delegate's ``CreateReLU`` (``gpu/common/tasks/relu.cc``): the lower bound is
+    ``min(alpha * x, 0)`` (0 when ``alpha`` is 0), so ``clamp(x, lower, clip)`` when ``clip`` is not 0, else
+    ``max(x, lower)``: a negative ``alpha`` gives 0 below zero and an ``alpha`` above 1 gives ``x``, not
+    ``alpha * x``."""
+    x = np.asarray(x, np.float32)
+    lower = np.minimum(x * np.float32(alpha), np.float32(0)) if alpha else np.zeros_like(x)
+    y = np.maximum(x, lower)
     if clip:
         y = np.minimum(y, np.float32(clip))
     return y.astype(np.float32)
