@@ -27,6 +27,7 @@ import fbjax
 import fbjax.formats.gpu_cl_writer
 import fbjax.reference
 from fbjax.errors import ModelFormatError, UnsupportedOperatorError
+from fbjax.ir import Graph, ModelIR
 from fbjax.formats import detect_format, gpu_cl, read_model, tflite
 from fbjax.formats._generated import gpu_cl_litert_generated as GL
 from fbjax.formats._generated import gpu_cl_tf25_generated as G25
@@ -454,7 +455,6 @@ def test_op_records_cover_the_op_set():
 def test_op_lowering_matches_numpy_twin(key):
     """One node as a model, random normal inputs: the lowering and the twin agree to float32 rounding of
     what each output sums (K terms of |x|*|w|, K = taps x input channels; K = 1 for element-wise ops)."""
-    from fbjax.ir import Graph, ModelIR
     from fbjax.lower.build import build
 
     f, i = OP_RECORDS[key]
@@ -582,6 +582,23 @@ def test_reflect_padding_is_a_variant():
         n.gpuOp.code = b"int reflect_coord(int x, int size) { return x; }\n" + n.gpuOp.code
     with pytest.raises(UnsupportedOperatorError, match=r"gpu:pad \(reflect padding\)"):
         read_model(_edited("mediapipe_face_detection_short_range.F32.BUFFER.bin", edit))
+
+
+def test_slice_offset_in_slices_when_aligned():
+    """StridedSlice reads whole slices when its channel stride is 1 and its start a multiple of 4; its
+    ``offset_z`` then counts slices of 4 channels (TF ``tasks/strided_slice.cc``): offset_z = 1 starts at channel 4."""
+    def edit(ic):
+        n = next(n for n in ic.nodes if n.name.startswith(b"slice "))
+        next(v for v in n.gpuOp.arguments.intValues if v.name == b"offset_z").value = 1
+        return n.name
+    ir = read_model(_edited("mediapipe_hand_recrop.F32.API.bin", edit))
+    node = next(n for n in ir.main_graph.nodes if n.op_name == "slice")
+    assert "ReadPerChannel" not in ir.metadata["nodes"][node.attrs["gpu_index"]].code
+    assert node.attrs["offsets"] == (0, 0, 4) and node.attrs["strides"] == (1, 1, 1)
+    x = np.arange(64, dtype=np.float32).reshape(1, 1, 1, 64) * np.ones((1, 4, 4, 1), np.float32)
+    g = Graph("slice", [node.inputs[0]], node.outputs, [node], [node.inputs[0], *node.outputs])
+    (y,) = fbjax.reference.run(ModelIR("gpu_cl", [g]), x)
+    assert np.array_equal(y[0, 0, 0], np.arange(4, 36, dtype=np.float32))
 
 
 def test_unowned_object_is_a_variant():

@@ -176,8 +176,13 @@ def _cases() -> list:
     cs.append(Case("mean", [(2, 5, 7, 3)], (2, 1, 1, 3), tol=("sum", 35)))
     cs.append(Case("pad", [(1, 3, 4, 2)], (1, 6, 5, 2), {"prepended": (1, 0, 0)}, label="spatial"))
     cs.append(Case("pad", [(2, 3, 4, 2)], (2, 3, 4, 7), {"prepended": (0, 0, 2)}, label="channels"))
-    cs.append(Case("slice", [(1, 7, 6, 5)], (1, 3, 5, 3), {"offsets": (1, 1, 2), "strides": (2, 1)}, label="strided"))
-    cs.append(Case("slice", [(2, 4, 4, 3)], (2, 2, 2, 3), {"offsets": (0, 2, 0), "strides": (1, 1)}, label="crop"))
+    cs.append(Case("slice", [(1, 7, 6, 5)], (1, 3, 5, 3), {"offsets": (1, 1, 2), "strides": (2, 1, 1)},
+                   label="strided"))
+    cs.append(Case("slice", [(2, 4, 4, 3)], (2, 2, 2, 3), {"offsets": (0, 2, 0), "strides": (1, 1, 1)}, label="crop"))
+    cs.append(Case("slice", [(1, 6, 5, 9)], (1, 3, 5, 4), {"offsets": (5, 4, 1), "strides": (-2, -1, 2)},
+                   label="backwards, channel stride"))
+    cs.append(Case("slice", [(1, 3, 3, 12)], (1, 3, 3, 4), {"offsets": (0, 0, 8), "strides": (1, 1, 1)},
+                   label="whole slices"))
     for (h, w_), (oh, ow), half in (((3, 4), (6, 8), True), ((3, 4), (6, 8), False), ((6, 5), (3, 4), True)):
         scale = (h / oh, w_ / ow)
         cs.append(Case("resize", [(1, h, w_, 3)], (1, oh, ow, 3),

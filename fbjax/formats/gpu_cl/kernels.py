@@ -236,10 +236,17 @@ def _pad(k: KernelCall) -> tuple[dict, list]:
 
 
 def _slice(k: KernelCall) -> tuple[dict, list]:
-    """``StridedSlice``: start ``offset_y`` / ``_x`` / ``_z``, steps ``stride_y`` / ``_x``."""
-    ints = k.node.ints
-    return {"offsets": (ints.get("offset_y", 0), ints.get("offset_x", 0), ints.get("offset_z", 0)),
-            "strides": (ints.get("stride_y", 1), ints.get("stride_x", 1))}, []
+    """``StridedSlice`` (TF ``tasks/strided_slice.cc``): source index ``offset + position * stride`` per axis
+    (strides may be negative). When the channel stride is 1 and the start a multiple of 4 the kernel reads
+    whole slices and ``offset_z`` counts slices (its code has no per-channel read); ``offsets`` is in channels.
+    A slice of the batch (``offset_b`` / ``stride_b``) is refused."""
+    ints, code = k.node.ints, k.node.code
+    if ints.get("offset_b", 0) != 0 or ints.get("stride_b", 1) != 1 or k.ins[0].shape[0] != k.out.shape[0]:
+        raise unsupported(k.where, "slice", "a slice of the batch")
+    per_channel = "ReadPerChannel" in code or "s_ch" in code
+    oz = ints.get("offset_z", 0) * (1 if per_channel else 4)
+    return {"offsets": (ints.get("offset_y", 0), ints.get("offset_x", 0), oz),
+            "strides": (ints.get("stride_y", 1), ints.get("stride_x", 1), ints.get("stride_z", 1))}, []
 
 
 _BINARY = dict(inputs=(2, None), few_inputs="a constant operand", linkable=True, link_inputs=(2, 2))

@@ -180,13 +180,22 @@ def pad(ctx, x, *, prepended=(0, 0, 0)):
     return jnp.pad(x, widths)
 
 
+def _strided(x, axis: int, start: int, step: int, n: int):
+    """``n`` entries of ``x`` along ``axis`` from ``start`` in steps of ``step`` (negative: backwards)."""
+    if step > 0:
+        return lax.slice_in_dim(x, start, start + (n - 1) * step + 1, step, axis=axis)
+    return jnp.take(x, start + step * np.arange(n), axis=axis)
+
+
 @register(OP_SET, "slice")
-def slice_(ctx, x, *, offsets=(0, 0, 0), strides=(1, 1)):
-    """Strided slice: start ``offsets`` (y, x, channel), steps ``strides`` (y, x), size from the output."""
+def slice_(ctx, x, *, offsets=(0, 0, 0), strides=(1, 1, 1)):
+    """Strided slice (``StridedSlice``): ``out[b, y, x, c] = x[b, oy + y*sy, ox + x*sx, oc + c*sc]``, the
+    start ``offsets`` (y, x, channel), steps ``strides`` (y, x, channel; negative steps go backwards), the
+    size from the output."""
     out = ctx.outputs[0].shape
-    oy, ox, oc = offsets
-    sy, sx = strides
-    return x[:, oy:oy + (out[1] - 1) * sy + 1:sy, ox:ox + (out[2] - 1) * sx + 1:sx, oc:oc + out[3]]
+    for axis, start, step in zip((1, 2, 3), offsets, tuple(strides) + (1,) * (3 - len(strides))):
+        x = _strided(x, axis, int(start), int(step), out[axis])
+    return x
 
 
 def _bilinear_only(node):

@@ -180,13 +180,15 @@ def pad(ctx, x, *, prepended=(0, 0, 0)):
 
 
 @register(OP_SET, "slice")
-def slice(ctx, x, *, offsets=(0, 0, 0), strides=(1, 1)):
-    """``out[b, y, x, c] = x[b, oy + y*sy, ox + x*sx, oc + c]``."""
+def slice(ctx, x, *, offsets=(0, 0, 0), strides=(1, 1, 1)):
+    """``out[b, y, x, c] = x[b, oy + y*sy, ox + x*sx, oc + c*sc]`` (the kernel's source index per axis)."""
     _, oh, ow, oc_n = ctx.outputs[0].shape
     oy, ox, oc = offsets
-    ys = oy + np.arange(oh) * strides[0]
-    xs = ox + np.arange(ow) * strides[1]
-    return x[:, ys][:, :, xs][..., oc:oc + oc_n]
+    sy, sx, sc = tuple(strides) + (1,) * (3 - len(strides))
+    ys = oy + np.arange(oh) * sy
+    xs = ox + np.arange(ow) * sx
+    cs = oc + np.arange(oc_n) * sc
+    return x[:, ys][:, :, xs][..., cs]
 
 
 @register(OP_SET, "resize")
