@@ -601,6 +601,17 @@ def test_slice_offset_in_slices_when_aligned():
     assert np.array_equal(y[0, 0, 0], np.arange(4, 36, dtype=np.float32))
 
 
+def test_prelu_with_clip_is_a_variant():
+    """A linked PReLU with a ``clip_link<N>`` argument (the kernel's clipped form) is refused, not read unclipped."""
+    def edit(ic):
+        a = _node(ic, "convolution_2d 0").gpuOp.arguments
+        v = G25.FloatValueT()
+        v.name, v.value = b"clip_link1", 6.0
+        a.floatValues = (a.floatValues or []) + [v]
+    with pytest.raises(UnsupportedOperatorError, match=r"gpu:prelu \(a clip\)"):
+        read_model(_edited("mediapipe_hand_recrop.F32.BUFFER.bin", edit))
+
+
 def test_unowned_object_is_a_variant():
     def edit(ic):
         a = _node(ic, "fully_connected 7").gpuOp.arguments

@@ -202,8 +202,15 @@ def _pooling_2d(k: KernelCall) -> tuple[dict, list]:
 
 
 def _prelu(k: KernelCall) -> tuple[dict, list]:
-    """``PReLU``: slopes ``alpha`` (``alpha_link<N>`` when linked), one float4 per channel slice, as ``[1, 1, C]``."""
+    """``PReLU``: slopes ``alpha`` (``alpha_link<N>`` when linked), one float4 per channel slice, as ``[1, 1, C]``.
+    The kernel's other forms (TF ``tasks/prelu.cc``) are refused: slopes per pixel (an HWC alpha tensor:
+    more than one float4 per slice) and a ``clip`` argument (``clamp(x, 0, clip)`` for the positive part)."""
     c = k.ins[0].shape[3]
+    obj = k.node.objects.get(f"alpha{k.suffix}")
+    if obj is not None and obj.flat.size > slices(c) * 4:
+        raise unsupported(k.where, "prelu", "slopes per pixel")
+    if k.node.floats.get(f"clip{k.suffix}", 0):
+        raise unsupported(k.where, "prelu", "a clip")
     return {}, [k.const(f"alpha{k.suffix}", "linear", (1, 1, c), f"{k.param_prefix}/alpha")]
 
 
