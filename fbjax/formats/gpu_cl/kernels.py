@@ -173,7 +173,10 @@ def _depthwise_convolution(k: KernelCall) -> tuple[dict, list]:
 
 
 def _fully_connected(k: KernelCall) -> tuple[dict, list]:
-    """``FullyConnected``: ``[O, I]`` weights in 4x4 blocks, linear biases."""
+    """``FullyConnected``: ``[O, I]`` weights in 4x4 blocks, linear biases; the input is ``[B, 1, 1, I]``."""
+    if tuple(k.ins[0].shape[1:3]) != (1, 1) or tuple(k.out.shape[1:3]) != (1, 1):
+        raise ModelFormatError(f"{k.where}: a fully connected kernel reads and writes [B, 1, 1, C] tensors, not "
+                               f"{list(k.ins[0].shape)} -> {list(k.out.shape)}")
     w = k.const("weights", "fc", (k.out.shape[3], k.ins[0].shape[3]), "weights")
     return {}, [w, _linear(k, "biases", "bias")]
 
@@ -231,6 +234,13 @@ def _resize(k: KernelCall) -> tuple[dict, list]:
             "scale": (f.get("scale_factor_y", 1.0), f.get("scale_factor_x", 1.0))}, []
 
 
+def _mean(k: KernelCall) -> tuple[dict, list]:
+    """``Mean`` over height and width (``[B, H, W, C] -> [B, 1, 1, C]``); a mean over other axes is refused."""
+    if tuple(k.out.shape[1:3]) != (1, 1) or k.out.shape[3] != k.ins[0].shape[3]:
+        raise unsupported(k.where, "mean", f"a mean over other axes ({list(k.ins[0].shape)} -> {list(k.out.shape)})")
+    return {}, []
+
+
 def _pad(k: KernelCall) -> tuple[dict, list]:
     """``Padding`` with zeros: ``prepended_y`` / ``_x`` / ``_z`` (channels) before; the output shape gives the
     rest. Reflect padding (the code's ``reflect_coord``) and batch padding (``prepended_w``) are refused."""
@@ -274,7 +284,7 @@ KERNELS: dict[str, Kernel] = {k.op: k for k in (
     Kernel("hard_swish", **_UNARY_LINKABLE),
     Kernel("concat", inputs=(2, None)),
     Kernel("reshape"),
-    Kernel("mean"),
+    Kernel("mean", _mean),
     Kernel("pad", _pad),
     Kernel("slice", _slice),
     Kernel("resize", _resize),
