@@ -5,8 +5,12 @@ each names an op of op set ``"gpu"`` (:mod:`fbjax.lower.gpu`, numpy twin
 :mod:`fbjax.reference.gpu`). An entry says how many tensors the op reads
 (as the kernel's own op and as a linked, fused element-wise op), which weight
 objects it owns, and how its attributes and constant inputs are read from the
-node's arguments, objects and code (TF 2.5 ``gpu/common/tasks/*``). Adding a
-kernel is adding an entry here, its lowering and its twin.
+node's arguments, objects and code (TF 2.5 ``gpu/common/tasks/*``).
+
+Adding a kernel is adding an entry here, its lowering (``fbjax/lower/gpu/ops.py``,
+with its facts at the registration), its numpy twin (``fbjax/reference/gpu/ops.py``)
+and a generated case in ``tests/test_parity_gpu.py``, which fails until all
+four exist.
 """
 
 from __future__ import annotations
@@ -260,14 +264,13 @@ def _slice(k: KernelCall) -> tuple[dict, list]:
     ints, code = k.node.ints, k.node.code
     if ints.get("offset_b", 0) != 0 or ints.get("stride_b", 1) != 1 or k.ins[0].shape[0] != k.out.shape[0]:
         raise unsupported(k.where, "slice", "a slice of the batch")
-    per_channel = "ReadPerChannel" in code or "s_ch" in code
+    per_channel = "ReadPerChannel" in code or re.search(r"\bs_ch\b", code) is not None
     oz = ints.get("offset_z", 0) * (1 if per_channel else 4)
     return {"offsets": (ints.get("offset_y", 0), ints.get("offset_x", 0), oz),
             "strides": (ints.get("stride_y", 1), ints.get("stride_x", 1), ints.get("stride_z", 1))}, []
 
 
 _BINARY = dict(inputs=(2, None), few_inputs="a constant operand", linkable=True, link_inputs=(2, 2))
-_UNARY_LINKABLE = dict(linkable=True)
 
 #: op type -> its entry; the op names of op set "gpu"
 KERNELS: dict[str, Kernel] = {k.op: k for k in (
@@ -278,10 +281,10 @@ KERNELS: dict[str, Kernel] = {k.op: k for k in (
     Kernel("pooling_2d", _pooling_2d),
     Kernel("add", **_BINARY),
     Kernel("mul", **_BINARY),
-    Kernel("prelu", _prelu, objects=frozenset({"alpha"}), link_objects=frozenset({"alpha"}), **_UNARY_LINKABLE),
-    Kernel("relu", _relu, **_UNARY_LINKABLE),
-    Kernel("sigmoid", **_UNARY_LINKABLE),
-    Kernel("hard_swish", **_UNARY_LINKABLE),
+    Kernel("prelu", _prelu, objects=frozenset({"alpha"}), link_objects=frozenset({"alpha"}), linkable=True),
+    Kernel("relu", _relu, linkable=True),
+    Kernel("sigmoid", linkable=True),
+    Kernel("hard_swish", linkable=True),
     Kernel("concat", inputs=(2, None)),
     Kernel("reshape"),
     Kernel("mean", _mean),
