@@ -447,6 +447,22 @@ def _op_records() -> dict:
 OP_RECORDS = _op_records() if GPU.is_dir() else {}
 
 
+def test_reader_attributes_are_the_ops_attributes():
+    """Every attribute the op table's readers set on the shared files' nodes is one the op's lowering and twin
+    take (a misspelt one would be dropped silently and its default used)."""
+    from fbjax.lower import LOWERINGS
+    from fbjax.reference.registry import REFERENCE
+
+    seen = set()
+    for f in FILES:
+        for n in read_model(GPU / f).main_graph.nodes:
+            names = set(n.attrs) - {"gpu_node", "gpu_index"}
+            for reg in (LOWERINGS, REFERENCE):
+                assert names <= reg.get("gpu", n.op_name).attr_names, (f, n.op_name, sorted(names))
+            seen.add(n.op_name)
+    assert seen == set(gpu_cl.KERNELS), sorted(set(gpu_cl.KERNELS) - seen)
+
+
 def test_op_records_cover_the_op_set():
     assert {k.split("[")[0] for k in OP_RECORDS} == set(fbjax.supported_ops("gpu")["gpu"])
 
