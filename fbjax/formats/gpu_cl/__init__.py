@@ -47,11 +47,11 @@ can put tuned values back in the same places. Activations are ``[B, H, W, C]``.
 
 from .describe import describe, find_node
 from .generations import GENERATIONS, PRECISIONS, STORAGE, Generation, detect_generation, probe
-from .kernels import KERNELS, KNOWN_OPS, OP_SET, Kernel
+from .kernels import KERNELS, OP_SET, Kernel
 from .nodes import GpuNode, GpuObject, parse_nodes
 from .reader import read
 from .weights import WeightRef, weight_index
 
 __all__ = ["read", "probe", "detect_generation", "describe", "find_node", "weight_index", "parse_nodes",
-           "GENERATIONS", "Generation", "PRECISIONS", "STORAGE", "KERNELS", "KNOWN_OPS", "OP_SET", "Kernel",
+           "GENERATIONS", "Generation", "PRECISIONS", "STORAGE", "KERNELS", "OP_SET", "Kernel",
            "GpuNode", "GpuObject", "WeightRef"]

@@ -292,6 +292,3 @@ KERNELS: dict[str, Kernel] = {k.op: k for k in (
     Kernel("slice", _slice),
     Kernel("resize", _resize),
 )}
-
-#: GPU operation types (node-name op types) this reader turns into IR nodes
-KNOWN_OPS = frozenset(KERNELS)
