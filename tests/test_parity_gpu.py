@@ -194,6 +194,24 @@ def _cases() -> list:
 CASES = _cases()
 
 
+def test_max_pooling_starts_at_minus_10000():
+    """The delegate's max pooling code (TF 2.5 ``tasks/pooling.cc``, as the shared files hold it:
+    ``FLT4 maximum = INIT_FLT4(-10000.0f);``) never returns less than -10000, nor -inf for a window of padding
+    only; both sides follow it."""
+    x = np.full((1, 2, 2, 1), -3e4, np.float32)
+    x[0, 0, 0, 0] = -2e4
+    case = Case("pooling_2d", [x.shape], (1, 2, 2, 1), {"kind": "max", "kernel": (2, 2), "strides": (1, 1),
+                                                        "padding": (0, 0)})
+    ir = _graph(case, [])
+    prog = build(ir)
+    want = np.full((1, 2, 2, 1), -10000.0, np.float32)
+    got, _ = prog.apply(prog.params, None, x)
+    got = np.asarray(got[0] if isinstance(got, (list, tuple)) else got)
+    assert got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(fbjax.reference.run(ir, x)[0], want)
+
+
 def test_every_op_has_a_case():
     registered = _keys(LOWERINGS)
     covered = {c.op for c in CASES}

@@ -25,6 +25,9 @@ from ..registry import register
 
 OP_SET = "gpu"
 
+#: where the delegate's max pooling kernel starts its running maximum (TF ``tasks/pooling.cc``)
+MAX_POOL_START = -10000.0
+
 
 def _pads(in_hw, out_hw, kernel, strides, dilations, before):
     """Per spatial dim ``(before, after)`` giving exactly ``out_hw`` (after clipped at 0: the result is cropped)."""
@@ -96,11 +99,13 @@ def convolution_transposed(ctx, x, w, b, *, kernel=(2, 2), strides=(2, 2), varia
 
 @register(OP_SET, "pooling_2d", full_precision=True)
 def pooling_2d(ctx, x, *, kind="max", kernel=(1, 1), strides=(1, 1), dilations=(1, 1), padding=(0, 0)):
-    """``Pooling``: max (padded taps skipped) or average over the in-bounds taps."""
+    """``Pooling``: max (padded taps skipped) or average over the in-bounds taps. The max kernel starts from
+    ``-10000`` (``FLT4 maximum = INIT_FLT4(-10000.0f)`` in its code), so its result is never below that."""
     out = ctx.outputs[0].shape
     pads = _pads(x.shape[1:3], out[1:3], kernel, strides, (1, 1), padding)
     if kind == "max":
         y = kernels.max_pool(x, window=kernel, strides=strides, padding=pads, spatial_axes=(1, 2))
+        y = jnp.maximum(y, np.float32(MAX_POOL_START))
     else:
         y = kernels.avg_pool(x, window=kernel, strides=strides, padding=pads, spatial_axes=(1, 2))
     return _crop(y, out)

@@ -76,9 +76,10 @@ def convolution_transposed(ctx, x, w, b, *, kernel=(2, 2), strides=(2, 2), varia
 
 @register(OP_SET, "pooling_2d")
 def pooling_2d(ctx, x, *, kind="max", kernel=(1, 1), strides=(1, 1), dilations=(1, 1), padding=(0, 0)):
-    """Max over in-bounds taps, or their mean (the count of in-bounds taps divides)."""
+    """Max over in-bounds taps, or their mean (the count of in-bounds taps divides). The delegate's max kernel
+    (TF ``gpu/common/tasks/pooling.cc``) starts its running maximum at -10000, not at the first tap."""
     out = ctx.outputs[0].shape
-    best = np.full((x.shape[0], out[1], out[2], x.shape[3]), -np.inf)
+    best = np.full((x.shape[0], out[1], out[2], x.shape[3]), -10000.0)
     total = np.zeros_like(best)
     count = np.zeros((out[1], out[2]))
     for _, _, patch, inside in _taps(x.astype(np.float64), out[1:3], kernel, strides, (1, 1), padding):
