@@ -348,6 +348,24 @@ def test_jax_matches_gpu_and_cpu(f):
     _jax_check(f)
 
 
+def test_cpu_executor_relays_convolution_filters():
+    """convolution_2d declares its OHWI filter (``weights`` fact), so on CPU the prepared program reads every
+    general convolution's filter relaid to HWIO, as for TFLite's CONV_2D; the outputs still match the delegate's."""
+    import jax
+
+    from fbjax.executors import planner
+
+    f = "mediapipe_hand_recrop.F32.BUFFER.bin"
+    m = fbjax.load(GPU / f)
+    sources, _ = planner.plan(m.program, backend="cpu")
+    convs = [n for n in m.program.model.main_graph.nodes
+             if n.op_name == "convolution_2d" and n.attrs.get("variant") in ("general", "1x1")]
+    assert convs and len(sources) == len(convs), (len(sources), len(convs))
+    assert all(layouts == ("OHWI", "HWIO") for layouts in sources.values()), sources
+    if jax.default_backend() == "cpu":
+        _jax_check(f)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("f", [f for f in NUMERIC if f not in FAST_JAX])
 def test_jax_matches_gpu_and_cpu_all(f):

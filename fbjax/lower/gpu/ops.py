@@ -7,7 +7,9 @@ before). Attributes are those :mod:`fbjax.formats.gpu_cl` reads from the
 kernel's arguments and code.
 
 Facts declared at the registrations (:class:`fbjax._registry.OpDef`): every op
-keeps the batch in dimension 0 (no ``batch`` rule); ``mean`` and
+keeps the batch in dimension 0 (no ``batch`` rule); ``convolution_2d`` and
+``fully_connected`` declare their ``weights`` (OHWI / OI, as TFLite's CONV_2D
+and FULLY_CONNECTED: the CPU executor relays the filters to HWIO); ``mean`` and
 ``pooling_2d`` compute in float32 under a reduced ``compute_dtype`` (as
 TFLite's MEAN and AVERAGE_POOL_2D); ``sigmoid`` squashes its input (precision
 comparisons read its logits, as TFLite's LOGISTIC); ``resize`` lowers
@@ -49,7 +51,7 @@ def _channels(x, c: int):
     return jnp.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, c - have)])
 
 
-@register(OP_SET, "convolution_2d")
+@register(OP_SET, "convolution_2d", weights=((1, "OHWI"), (2, "O")))
 def convolution_2d(ctx, x, w=None, b=None, *, kernel=(1, 1), strides=(1, 1), dilations=(1, 1), padding=(0, 0),
                    variant="general"):
     """Convolution (TF 2.5 ``ConvPowerVR`` / ``ConvBuffer1x1``): ``x [B,H,W,I]``, ``w [O,KH,KW,I]`` (OHWI),
@@ -61,8 +63,9 @@ def convolution_2d(ctx, x, w=None, b=None, *, kernel=(1, 1), strides=(1, 1), dil
         return x
     out = ctx.outputs[0].shape
     pads = _pads(x.shape[1:3], out[1:3], kernel, strides, dilations, padding)
+    rhs = kernels.weight_layout(ctx, 1, "OHWI")  # HWIO when relaid for XLA:CPU (fbjax.executors.planner)
     y = kernels.conv(x, w, window_strides=tuple(strides), padding=pads, rhs_dilation=tuple(dilations),
-                     dimension_numbers=("NHWC", "OHWI", "NHWC"), backend=ctx.backend,
+                     dimension_numbers=("NHWC", rhs, "NHWC"), backend=ctx.backend,
                      options=kernels.kernel_options(ctx))
     return _crop(y, out) + b
 
@@ -78,7 +81,7 @@ def depthwise_convolution(ctx, x, w, b, *, kernel=(3, 3), strides=(1, 1), dilati
     return _crop(y, out) + b
 
 
-@register(OP_SET, "fully_connected")
+@register(OP_SET, "fully_connected", weights=((1, "OI"), (2, "O")))
 def fully_connected(ctx, x, w, b):
     """``FullyConnected``: ``x [B,1,1,I]`` (flattened), ``w [O,I]``, ``b [O]`` -> ``[B,1,1,O]``."""
     y = jnp.dot(x.reshape(x.shape[0], -1), w.T, precision=kernels.precision(ctx)) + b
