@@ -52,7 +52,7 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise ImportError("fbjax.beam needs Apache Beam: pip install 'fbjax[beam]'") from e
 
 from .errors import InputError
-from .infer import infer
+from .batch_inference import infer
 from .model import Model, load
 
 __all__ = ["FbjaxModelHandler", "DEFAULT_STEP_SIZE"]

@@ -538,7 +538,7 @@ def cmd_infer(args) -> int:
     import jax
 
     from . import infer, load
-    from .infer import FILE_NAMES_KEY, check_out_path, effective_batch_size, example_files
+    from .batch_inference import FILE_NAMES_KEY, check_out_path, effective_batch_size, example_files
 
     # what can be checked without the model first (infer checks again, cheaply)
     check_out_path(args.out)
@@ -692,7 +692,7 @@ def cmd_generate(args) -> int:
 
     from . import load
     from .errors import InputError
-    from .generate import generate
+    from .generation import generate
 
     if is_bundle(args.model):
         return generate_bundle(args)
