@@ -644,6 +644,32 @@ def test_stream_chooser_keeps_the_faster_way_and_measures_again():
         assert modes[-1] == 1  # measuring again
 
 
+def test_stream_chooser_keeps_a_confirmed_choice_longer(monkeypatch):
+    """Each probe round that confirms the way kept doubles how long it is
+    kept (up to STREAM_KEEP_MAX_STEPS), so probing the slower way costs a
+    shrinking share of the steps; a round with another winner starts again
+    from STREAM_KEEP_STEPS. Driven by a fake clock."""
+    keep = stepping.STREAM_KEEP_STEPS
+    monkeypatch.setattr(stepping, "STREAM_KEEP_MAX_STEPS", 4 * keep)
+    c = stepping.StreamChooser(2)
+    clock, per_step = 0.0, {1: 1.0, 2: 2.0}  # one stream faster
+
+    def next_keep():
+        """Run steps until a kept phase starts; its (way, steps)."""
+        nonlocal clock
+        while True:
+            kept = c.due() and (c.begin(clock) or c.left != stepping.STREAM_PROBE_STEPS)
+            c.took()
+            clock += per_step[c.mode]
+            if kept:
+                return c.phases[0]
+
+    assert [next_keep() for _ in range(4)] == [(1, keep), (1, 2 * keep), (1, 4 * keep), (1, 4 * keep)]
+    per_step = {1: 2.0, 2: 1.0}  # the load changed: two streams faster
+    assert next_keep() == (2, keep)
+    assert next_keep() == (2, 2 * keep)
+
+
 def test_infer_results_do_not_depend_on_the_streams_chosen(monkeypatch):
     """Whatever StreamChooser picks, each step is the same program on the
     same examples: identical results to one stream throughout (an identical
@@ -795,6 +821,32 @@ def test_infer_runs_a_model_that_cannot_take_another_batch():
     xs = np.random.default_rng(18).standard_normal((5, 3, 32, 32)).astype(F32)
     loop = np.concatenate([np.asarray(model(x[None])) for x in xs])
     np.testing.assert_array_equal(fbjax.infer(model, xs, step_size=2, progress=False), loop)
+
+
+def test_cli_infer_runs_a_model_that_cannot_take_another_batch(tmp_path):
+    """Issue 28 item 6: ``fbjax infer`` loads the model the default way and
+    lets infer choose, as the Python API does: litert-torch's ViT, which
+    ``batch_size=None`` refuses (a MEAN over the batch), runs from a
+    directory as its own batch-1 calls (the CLI used to load it
+    batch-polymorphic and refuse it); the results are the loop's (the same
+    compiled program on the same examples), in file-name order."""
+    from fbjax.cli import main
+
+    path = ROOT / "tests" / "data" / "litert_torch" / "vit_f32.tflite"
+    with pytest.raises(InputError, match="batch"):
+        fbjax.load(path, batch_size=None)
+    xs = np.random.default_rng(21).standard_normal((5, 3, 32, 32)).astype(F32)
+    d = _sample_dir(tmp_path / "in", xs)
+    out = tmp_path / "o.npz"
+    assert main(["infer", str(path), "--input-dir", str(d), "--out", str(out), "--step-size", "2",
+                 "--no-progress"]) == 0
+    model = fbjax.load(path)
+    loop = np.concatenate([np.asarray(model(x[None])) for x in xs])
+    from fbjax.batch_inference.sinks import output_keys
+
+    with np.load(out) as z:
+        np.testing.assert_array_equal(z[output_keys([o.name for o in model.outputs])[0]], loop)
+        assert list(z["__files__"]) == [f"s{i:03d}.npy" for i in range(5)]
 
 
 def test_infer_loads_a_fixed_batch_model_again_once_per_model(monkeypatch, tmp_path):

@@ -46,7 +46,7 @@ from ..options import kernel_options
 
 __all__ = ["effective_batch_size", "example_bytes", "plan", "chunk", "fixed_batch", "own_call",
            "batch_polymorphic", "StreamChooser", "Prefetch", "Direct", "CpuSteps", "MeshSteps", "run_steps",
-           "STREAM_PROBE_STEPS", "STREAM_KEEP_STEPS"]
+           "STREAM_PROBE_STEPS", "STREAM_KEEP_STEPS", "STREAM_KEEP_MAX_STEPS"]
 
 
 def effective_batch_size(batch_size: Optional[int], n_devices: int) -> int:
@@ -216,9 +216,12 @@ def stream_pool(streams: int) -> ThreadPoolExecutor:
 
 
 #: Steps :class:`StreamChooser` times each way (one stream, then several at once)
-#: before keeping the faster way for :data:`STREAM_KEEP_STEPS` steps, and again.
+#: before keeping the faster way for :data:`STREAM_KEEP_STEPS` steps, and again; each
+#: round that confirms the way kept doubles the steps it is kept, up to
+#: :data:`STREAM_KEEP_MAX_STEPS` (a probe of the slower way costs its steps' extra time).
 STREAM_PROBE_STEPS = 8
 STREAM_KEEP_STEPS = 64
+STREAM_KEEP_MAX_STEPS = 1024
 
 
 class StreamChooser:
@@ -226,7 +229,11 @@ class StreamChooser:
     timing: :data:`STREAM_PROBE_STEPS` steps with one stream (asynchronous
     calls, as a loop of ``model(x)``), as many with ``streams`` concurrent
     steps, then the faster of the two for :data:`STREAM_KEEP_STEPS` steps;
-    then it measures again (the load of a shared machine changes). Each
+    then it measures again (the load of a shared machine changes), and
+    when the same way wins again it is kept twice as long, up to
+    :data:`STREAM_KEEP_MAX_STEPS` steps (so the probes of the slower way
+    cost at most ~1 % of the steps once the choice is stable; another
+    winner starts again from :data:`STREAM_KEEP_STEPS`). Each
     step is the same program on the same examples either way, so the
     choice changes only the time, never a result.
 
@@ -245,6 +252,8 @@ class StreamChooser:
         self.start = None  # perf_counter at the phase's start; None: not started
         self.steps = 0
         self.history: list = []  # (mode, steps) of every phase run (for tests)
+        self.kept = None  # the way the last round kept
+        self.keep = STREAM_KEEP_STEPS  # steps the next winner is kept
 
     def due(self) -> bool:
         """Whether a phase ends before the next step (the caller drains, then :meth:`begin`)."""
@@ -261,7 +270,10 @@ class StreamChooser:
             if not self.phases:
                 if len(self.times) == 2:  # both measured: keep the faster
                     best = min(self.times, key=self.times.get)
-                    self.phases = [(best, STREAM_KEEP_STEPS)]
+                    self.keep = (min(2 * self.keep, STREAM_KEEP_MAX_STEPS) if best == self.kept
+                                 else STREAM_KEEP_STEPS)
+                    self.kept = best
+                    self.phases = [(best, self.keep)]
                     self.times = {}
                 else:  # after keeping: measure again
                     self.phases = [(1, STREAM_PROBE_STEPS), (self.streams, STREAM_PROBE_STEPS)]
@@ -406,7 +418,6 @@ class CpuSteps:
         model.skip_quick_tier()
         self.params = model.params if params is None else params  # (its relaid copies are cached per array)
         self.x64 = model.x64
-        self.first = True
         if streams > 1:
             self.pool = stream_pool(streams)
             self.chooser = chooser(model, streams)
@@ -423,15 +434,15 @@ class CpuSteps:
     def dispatch(self, placed, drain):
         """Start one step; returns a handle for :meth:`fetch`. ``drain(0)``
         waits for every step in flight (before a timed phase starts)."""
+        warm = self.model.batch_cache.compiled_steps
         if self.streams == 1:
             res = self.run1(self.params, *placed)
-            if self.first:  # the first step compiled; if the model ran before infer, that was the
-                # quick tier (fbjax.run.tiered): the rest run the optimised program
-                self.first = False
+            if self.k not in warm:  # the first step of this size compiled; if the model ran before
+                # infer, that was the quick tier (fbjax.run.tiered): the rest run the optimised program
                 jax.block_until_ready(res)
                 self.model.wait_optimised()
+                warm.add(self.k)
             return res
-        warm = self.model.batch_cache.compiled_steps
         if self.k not in warm:
             done: Future = Future()
             done.set_result(self._run_step(placed))  # the first step of this size runs here (compiles)
