@@ -28,7 +28,9 @@ Each round runs every variant once (loops once per round, whatever the step
 sizes), in an order that alternates between rounds; the machine is shared,
 so the ratios are *paired*: within each round, the loop's time over
 ``infer``'s time (of the same load mode, the same source: ``infer dir``
-against ``loop dir``), then the median over rounds (target: >= 1).
+against ``loop dir``), then the median over rounds (target: >= 1); also
+the ratio of the minima over rounds (the least disturbed run of each) and
+of the medians.
 ``vs mem loop`` is ``infer dir`` against the in-memory loop. ``load`` is the
 1-minute load average (``os.getloadavg``) at the row's end. Every variant's
 outputs are compared with the fixed model's loop (max abs difference / max
@@ -151,6 +153,12 @@ def bench_model(path: str, steps, n: int, runs: int, batched: bool = False):
     def paired(num, den):
         return round(float(np.median([a / b for a, b in zip(ts[num], ts[den])])), 2)
 
+    def of_min(num, den):
+        return round(float(min(ts[num]) / min(ts[den])), 2)
+
+    def of_median(num, den):
+        return round(float(np.median(ts[num]) / np.median(ts[den])), 2)
+
     for mode in models:
         for s in steps:
             rec = {"model": name, "load mode": mode, "step": s, "examples": n, "runs": runs,
@@ -161,6 +169,10 @@ def bench_model(path: str, steps, n: int, runs: int, batched: bool = False):
                    "infer / loop": paired(f"loop {mode}", f"infer {mode} {s}"),
                    "dir / loop dir": paired(f"loop dir {mode}", f"infer dir {mode} {s}"),
                    "dir / mem loop": paired(f"loop {mode}", f"infer dir {mode} {s}"),
+                   "infer / loop min": of_min(f"loop {mode}", f"infer {mode} {s}"),
+                   "infer / loop median": of_median(f"loop {mode}", f"infer {mode} {s}"),
+                   "dir / loop dir min": of_min(f"loop dir {mode}", f"infer dir {mode} {s}"),
+                   "dir / loop dir median": of_median(f"loop dir {mode}", f"infer dir {mode} {s}"),
                    "load": load,
                    "max rel err": max(errs[f"infer {mode} {s}"], errs[f"infer dir {mode} {s}"]),
                    "setup s": round(setup, 1)}
@@ -174,13 +186,15 @@ def bench_model(path: str, steps, n: int, runs: int, batched: bool = False):
 
 
 def markdown(records, skipped) -> str:
-    head = ("| model | load | step | loop ex/s | infer ex/s | infer / loop | loop dir ex/s | infer dir ex/s "
-            "| dir / loop dir | dir / mem loop | load avg | max rel err |")
+    head = ("| model | load | step | loop ex/s | infer ex/s | infer / loop (paired, min, median) | loop dir ex/s "
+            "| infer dir ex/s | dir / loop dir (paired, min, median) | dir / mem loop | load avg | max rel err |")
     lines = [head, "|" + "---|" * 12]
     for r in records:
         lines.append(f"| {r['model']} | {r['load mode']} | {r['step']} | {r['loop ex/s']:.0f} | "
-                     f"{r['infer ex/s']:.0f} | {r['infer / loop']:.2f} | {r['loop dir ex/s']:.0f} | "
-                     f"{r['infer dir ex/s']:.0f} | {r['dir / loop dir']:.2f} | {r['dir / mem loop']:.2f} | "
+                     f"{r['infer ex/s']:.0f} | {r['infer / loop']:.2f}, {r['infer / loop min']:.2f}, "
+                     f"{r['infer / loop median']:.2f} | {r['loop dir ex/s']:.0f} | "
+                     f"{r['infer dir ex/s']:.0f} | {r['dir / loop dir']:.2f}, {r['dir / loop dir min']:.2f}, "
+                     f"{r['dir / loop dir median']:.2f} | {r['dir / mem loop']:.2f} | "
                      f"{r['load']:.1f} | {r['max rel err']:.1e} |")
     for name, why in skipped:
         lines.append(f"\n{name}: not timed: {why}")

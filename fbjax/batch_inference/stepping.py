@@ -418,6 +418,8 @@ class CpuSteps:
         model.skip_quick_tier()
         self.params = model.params if params is None else params  # (its relaid copies are cached per array)
         self.x64 = model.x64
+        if streams == 1 and k in model.batch_cache.compiled_steps:
+            self.dispatch = self._call  # compiled and waited for before: the bare call
         if streams > 1:
             self.pool = stream_pool(streams)
             self.chooser = chooser(model, streams)
@@ -431,6 +433,9 @@ class CpuSteps:
         with jax.enable_x64(self.x64):  # (JAX's config contexts are per thread)
             return _host(self.run1(self.params, *placed))
 
+    def _call(self, placed, drain):
+        return self.run1(self.params, *placed)  # asynchronous, as a loop of model(x)
+
     def dispatch(self, placed, drain):
         """Start one step; returns a handle for :meth:`fetch`. ``drain(0)``
         waits for every step in flight (before a timed phase starts)."""
@@ -442,6 +447,7 @@ class CpuSteps:
                 jax.block_until_ready(res)
                 self.model.wait_optimised()
                 warm.add(self.k)
+            self.dispatch = self._call
             return res
         if self.k not in warm:
             done: Future = Future()
@@ -460,7 +466,11 @@ class CpuSteps:
 
     def fetch(self, handle) -> list:
         """The step's outputs as host arrays (waits for it)."""
-        return handle.result() if isinstance(handle, Future) else _host(handle)
+        if isinstance(handle, Future):
+            return handle.result()
+        if isinstance(handle, tuple):
+            return [np.asarray(r) for r in handle]
+        return [np.asarray(handle)]
 
 
 class MeshSteps:
@@ -523,28 +533,31 @@ def run_steps(rd, steps, sink, bar, per_step: int, n_proc: int) -> None:
 
     pending: deque = deque()  # (handle, n valid) per step dispatched, oldest first
     ahead = max(2, -(-32 // per_step)) if n_proc == 1 else 1
+    fetch, add, put, get = steps.fetch, sink.add, steps.put, rd.get
 
     def drain(keep: int) -> None:
         while len(pending) > keep:
             handle, n_old = pending.popleft()
-            sink.add(steps.fetch(handle), n_old)
+            add(fetch(handle), n_old)
             if bar is not None:
                 bar.update(n_old)
 
     try:
-        bufs, n = rd.get()
-        placed = None  # the step already on its way to the devices
-        while True:
-            if n_proc > 1:
-                counts = np.asarray(multihost_utils.process_allgather(np.int32(n)))
-                if not counts.any():
-                    break
-            elif n == 0:
-                break
-            pending.append((steps.dispatch(placed if placed is not None else steps.put(bufs), drain), n))
-            bufs, n = rd.get()
-            placed = steps.put(bufs) if n_proc == 1 and n else None
-            drain(ahead)
+        bufs, n = get()
+        if n_proc == 1:
+            placed = put(bufs) if n else None  # the step already on its way to the devices
+            while n:
+                # steps.dispatch is looked up per step: CpuSteps swaps in its bare call after the first
+                pending.append((steps.dispatch(placed, drain), n))  # asynchronous
+                bufs, n = get()
+                placed = put(bufs) if n else None  # double buffering: put while the step runs
+                if len(pending) > ahead:
+                    drain(ahead)
+        else:
+            while np.asarray(multihost_utils.process_allgather(np.int32(n))).any():
+                pending.append((steps.dispatch(put(bufs), drain), n))
+                bufs, n = get()
+                drain(ahead)
         drain(0)
     finally:
         rd.close()
