@@ -670,6 +670,35 @@ def test_stream_chooser_keeps_a_confirmed_choice_longer(monkeypatch):
     assert next_keep() == (2, 2 * keep)
 
 
+def test_stream_chooser_runs_a_kept_way_across_calls_and_restarts_cut_probes():
+    """Across infer calls (resume): a kept way counts its steps on, so the
+    next probe comes after exactly STREAM_KEEP_STEPS kept steps however the
+    calls cut them; a probe phase cut by a call's end starts again whole
+    (its time would span the gap between the calls). Fake clock."""
+    p, keep = stepping.STREAM_PROBE_STEPS, stepping.STREAM_KEEP_STEPS
+    c = stepping.StreamChooser(2)
+    clock, modes = 0.0, []
+
+    def call(steps):
+        nonlocal clock
+        c.resume()
+        for _ in range(steps):
+            if c.due():
+                c.begin(clock)
+            c.took()
+            modes.append(c.mode)
+            clock += {1: 1.0, 2: 2.0}[c.mode]
+
+    call(p - 1)  # the first probe cut short: not timed
+    call(2 * p + 3)  # probed whole, both ways, then 3 steps kept
+    assert modes[p - 1:] == [1] * p + [2] * p + [1] * 3
+    for _ in range(3):
+        call(keep // 4)
+    call(keep - 3 - 3 * (keep // 4) + 1)  # the kept steps run out: the next step probes again
+    assert modes[-(keep - 3 - 3 * (keep // 4) + 1):-1] == [1] * (keep - 3 - 3 * (keep // 4))
+    assert c.phases == [(1, p), (2, p)] and c.left == p - 1
+
+
 def test_infer_results_do_not_depend_on_the_streams_chosen(monkeypatch):
     """Whatever StreamChooser picks, each step is the same program on the
     same examples: identical results to one stream throughout (an identical

@@ -242,7 +242,10 @@ class StreamChooser:
     every :func:`fbjax.infer` call on a model with that many streams (kept
     in its :attr:`~fbjax.Model.batch_cache`): a call continues the rounds
     where the last one stopped (:meth:`resume`), so repeated calls on short
-    datasets do not each spend their first steps probing."""
+    datasets do not each spend their first steps probing, and a kept way
+    runs its steps across calls. A probe phase is timed within one call:
+    calls shorter than :data:`STREAM_PROBE_STEPS` steps never finish the
+    first, so they run one stream, a loop's way."""
 
     def __init__(self, streams: int):
         self.streams = streams
@@ -256,17 +259,26 @@ class StreamChooser:
         self.keep = STREAM_KEEP_STEPS  # steps the next winner is kept
 
     def due(self) -> bool:
-        """Whether a phase ends before the next step (the caller drains, then :meth:`begin`)."""
-        return self.start is None or self.left == 0
+        """Whether a phase ends (or a probe phase starts again) before the
+        next step: the caller drains, then :meth:`begin`."""
+        return self.left == 0 or (self.start is None and not self.keeping)
+
+    @property
+    def keeping(self) -> bool:
+        """Whether the phase under way keeps a chosen way (else it probes one)."""
+        return self.kept is not None and len(self.phases) == 1 and self.phases[0] == (self.kept, self.keep)
 
     def begin(self, now: float) -> None:
-        """Close the phase that ran (time per step) and start the next at ``now``."""
-        if self.start is not None and self.steps:
-            self.history.append((self.mode, self.steps))
-            if len(self.times) < 2 and self.mode not in self.times:
+        """Close the phase that ran to its end (a probe: its time per step)
+        and start the next at ``now``; a probe phase cut by the end of an
+        :func:`fbjax.infer` call starts again whole (its time so far spans
+        the gap between the calls)."""
+        if self.left == 0:
+            if self.steps:
+                self.history.append((self.mode, self.steps))
+            if not self.keeping and self.start is not None and self.steps:
                 self.times[self.mode] = (now - self.start) / self.steps
-            if self.phases:
-                self.phases.pop(0)
+            self.phases.pop(0)
             if not self.phases:
                 if len(self.times) == 2:  # both measured: keep the faster
                     best = min(self.times, key=self.times.get)
@@ -274,9 +286,9 @@ class StreamChooser:
                                  else STREAM_KEEP_STEPS)
                     self.kept = best
                     self.phases = [(best, self.keep)]
-                    self.times = {}
                 else:  # after keeping: measure again
                     self.phases = [(1, STREAM_PROBE_STEPS), (self.streams, STREAM_PROBE_STEPS)]
+                self.times = {}
         self.mode, self.left = self.phases[0]
         self.steps = 0
         self.start = now
@@ -287,10 +299,9 @@ class StreamChooser:
         self.steps += 1
 
     def resume(self) -> None:
-        """At the start of another :func:`fbjax.infer` call: the phase under
-        way starts again at the next step (its time so far spans the gap
-        between the calls, so it is not recorded); the rounds, and a choice
-        being kept, go on."""
+        """At the start of another :func:`fbjax.infer` call: a way being kept
+        goes on where the last call left it (its steps count on); a probe
+        phase under way starts again at the next step, whole."""
         if self.start is not None and self.steps:
             self.history.append((self.mode, self.steps))
         self.start = None
