@@ -24,14 +24,15 @@ and times, on the same ``--examples`` random examples (float: normal, seed
 * ``batched`` (with ``--batched``): ``jax.jit(poly.apply)`` on the examples
   stacked S at a time.
 
-Each round runs every variant once (loops once per round, whatever the step
-sizes), in an order that alternates between rounds; the machine is shared,
-so the ratios are *paired*: within each round, the loop's time over
-``infer``'s time (of the same load mode, the same source: ``infer dir``
-against ``loop dir``), then the median over rounds (target: >= 1); also
-the ratio of the minima over rounds (the least disturbed run of each) and
-of the medians.
-``vs mem loop`` is ``infer dir`` against the in-memory loop. ``load`` is the
+Each round runs every ``infer`` variant back to back with the loop it is
+compared with (same load mode, same source: ``infer dir`` with ``loop
+dir``), the pairs in an order that reverses between rounds and which of a
+pair runs first alternating; the machine is shared, so the ratios are
+*paired*: the loop's time over ``infer``'s within each pair, then the median
+over rounds (target: >= 1); also the ratio of the minima over all runs
+(the least disturbed run of each) and of the medians.
+``dir / mem loop`` is ``infer dir`` against the in-memory loop (a ratio of
+medians: they do not run back to back). ``load`` is the
 1-minute load average (``os.getloadavg``) at the row's end. Every variant's
 outputs are compared with the fixed model's loop (max abs difference / max
 abs value over all outputs).
@@ -52,7 +53,6 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the other benchmark scripts
-from ab import _rounds  # noqa: E402
 
 SHARED = os.path.join(ROOT, "..", "shared", "models", "tflite")
 
@@ -84,6 +84,46 @@ def _examples(spec, n: int) -> np.ndarray:
         info = np.iinfo(dtype)
         return rng.integers(info.min, int(info.max) + 1, (n, *shape)).astype(dtype)
     return rng.standard_normal((n, *shape)).astype(dtype)
+
+
+def _paired_rounds(fns: dict, runs: int) -> tuple:
+    """Time every ``infer ...`` variant back to back with the loop it is
+    compared with (``infer MODE S`` with ``loop MODE``, ``infer dir MODE S``
+    with ``loop dir MODE``), ``runs`` rounds; the pairs' order reverses every
+    round and which of the two runs first alternates, so a change of the
+    machine's load within a round hits both sides of a pair alike. Other
+    variants (``batched``) run once per round between the pairs.
+
+    Returns ``(times, ratios)``: seconds per variant (a loop once per pair
+    it is in), and ``{(infer key, loop key): [loop s / infer s per pair]}``.
+    """
+    pairs = []
+    for k in fns:
+        if k.startswith("infer dir "):
+            pairs.append((k, "loop dir " + k.split()[2]))
+        elif k.startswith("infer "):
+            pairs.append((k, "loop " + k.split()[1]))
+    others = [k for k in fns if not k.startswith(("infer ", "loop "))]
+    ts = {k: [] for k in fns}
+    ratios = {p: [] for p in pairs}
+
+    def timed(k):
+        t = time.perf_counter()
+        fns[k]()
+        dt = time.perf_counter() - t
+        ts[k].append(dt)
+        return dt
+
+    for r in range(runs):
+        for i, (a, b) in enumerate(pairs if r % 2 else pairs[::-1]):
+            if (r + i) % 2:
+                ta, tb = timed(a), timed(b)
+            else:
+                tb, ta = timed(b), timed(a)
+            ratios[(a, b)].append(tb / ta)
+        for k in others:
+            timed(k)
+    return ts, ratios
 
 
 def bench_model(path: str, steps, n: int, runs: int, batched: bool = False):
@@ -147,11 +187,13 @@ def bench_model(path: str, steps, n: int, runs: int, batched: bool = False):
                                                                   zip(*[_outs(y) for y in got])]
             errs[k] = _rel_err(got, ref)
         setup = time.perf_counter() - t0
-        ts = _rounds(fns, runs)  # alternating order, round by round (benchmarks/ab.py)
+        ts, pair_ratios = _paired_rounds(fns, runs)
     load = round(os.getloadavg()[0], 1)
 
     def paired(num, den):
-        return round(float(np.median([a / b for a, b in zip(ts[num], ts[den])])), 2)
+        if (den, num) in pair_ratios:  # infer and its loop run back to back (see _paired_rounds)
+            return round(float(np.median(pair_ratios[(den, num)])), 2)
+        return round(float(np.median(ts[num]) / np.median(ts[den])), 2)  # not run side by side: medians
 
     def of_min(num, den):
         return round(float(min(ts[num]) / min(ts[den])), 2)
