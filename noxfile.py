@@ -1,4 +1,4 @@
-"""Developer sessions: `nox -s tests`, `nox -s schemas`, `nox -s slow`, `nox -s fuzz`."""
+"""Developer sessions: `nox -s tests`, `nox -s schemas`, `nox -s slow`, `nox -s fuzz`, `nox -s bench`, `nox -s bench_compare`."""
 
 import glob
 import os
@@ -117,3 +117,16 @@ def bench(session):
     """
     session.install("-e", ".[test]")
     session.run("python", "benchmarks/run.py", *session.posargs)
+
+
+@nox.session
+def bench_compare(session):
+    """`nox -s bench` for this checkout and an earlier commit, side by side (benchmarks/compare.py).
+
+    `nox -s bench_compare -- --base fdc718d` (required: the commit to compare
+    against); writes benchmarks/compare.md and .json with head/base of each
+    ratio per model and their geometric means with 95 % intervals; exits 1
+    when a figure is slower beyond that interval.
+    """
+    session.install("-e", ".[test]")
+    session.run("python", "benchmarks/compare.py", *session.posargs)

@@ -5,7 +5,7 @@
 
 For each model: batch-1 latency of ``Model.__call__`` ("prepared": weights
 relaid, constants computed ahead, values read twice materialized, see
-:mod:`fbjax.lower.inference`), of ``jax.jit(Model.apply)`` ("apply", the
+:mod:`fbjax.executors.planner`), of ``jax.jit(Model.apply)`` ("apply", the
 program before those preparations) and of LiteRT / onnxruntime (2 threads);
 with ``--batch N``, the same for ``fbjax.load(path, batch_size=N)`` against N
 times LiteRT's batch-1 time. Each round runs every variant once, in an order

@@ -77,7 +77,7 @@ rec = {"first_call_s": t_load + t_call, "load_s": t_load, "call_s": t_call,
 if kind.startswith("grad"):
     rec.update(steady)
 if not kind.startswith("grad") and len(sys.argv) > 3 and sys.argv[3] == "tiers":
-    # the run time of the tier the first call used, then of the optimised program (fbjax.run.tiered)
+    # the run time of the tier the first call used, then of the optimised program (fbjax.executors.tiered)
     def best(n=5):
         ts = []
         for _ in range(n):
@@ -116,7 +116,7 @@ def hlo_by_family(path: str, grad: bool = False) -> tuple:
     from fbjax.lower.build import build
     from fbjax.lower.registry import LOWERINGS
     from fbjax.model import _needs_x64
-    from fbjax.quantization import prepare
+    from fbjax.passes.quantization import prepare
 
     class Scoped:
         def get(self, op_set, name):

@@ -177,7 +177,7 @@ def bench_model(path: str, steps, n: int, runs: int, batched: bool = False):
         fns["loop fixed"]()  # compiles
         for m in models.values():
             m(xs[:1])
-            m.wait_optimised()  # time the optimised program, not a quick first tier (fbjax.run.tiered)
+            m.wait_optimised()  # time the optimised program, not a quick first tier (fbjax.executors.tiered)
         ref = _stack(fns["loop fixed"]())  # the user's loop: the reference of every variant
         errs = {}
         for k, f in fns.items():  # warm-up (compiles), results checked

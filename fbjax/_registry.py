@@ -39,7 +39,7 @@ class OpDef:
         instead of in op tables of their own:
 
         batch: how the op treats a leading batch dimension that its inputs
-            carry (:func:`fbjax.passes.set_batch_size`): ``None`` (it keeps
+            carry (:func:`fbjax.passes.shapes.set_batch_size`): ``None`` (it keeps
             dimension 0 as dimension 0 of its outputs, checked on their
             shapes), or ``rule(node, carrying, batch)``, which raises
             :class:`~fbjax.errors.InputError` when the op moves or mixes the
@@ -60,7 +60,7 @@ class OpDef:
         fq_rounding: for integer kernels (``"tflite.int"``): ``fn(node,
             orig) -> dict``, the ``fbjax:FAKE_QUANT`` attributes that make
             float mode round the op's output as the kernel does
-            (:func:`fbjax.quantization.prepare`).
+            (:func:`fbjax.passes.quantization.prepare`).
         reads_input_twice: the lowering reads input 0 twice in a way that
             must see one value (softmax's ``x - max(x)``); the inference
             planner materialises that input once.
@@ -78,21 +78,21 @@ class OpDef:
             widened to float32 before the call.
         bounded_inputs: static input positions that static-bound mode
             (``fbjax.load(..., static_bounds=True)``, a node given a
-            valid-count output by :func:`fbjax.passes.add_valid_counts`)
+            valid-count output by :func:`fbjax.passes.shapes.add_valid_counts`)
             lets the graph compute: the op then pads its output to a bound
             (TFLite WHERE's condition, UNIQUE's input).
         static_bound: for ops whose output size depends on values: the
             rule (:mod:`fbjax.bound_rules`) by which static-bound mode
-            (:func:`fbjax.passes.add_valid_counts`) pads the node's outputs
+            (:func:`fbjax.passes.shapes.add_valid_counts`) pads the node's outputs
             and names its valid count; None: the op's sizes are static.
         traced_weights: for hybrid kernels (``"tflite.hybrid"``): the
             lowering also takes its integer weights as traced arrays, so
             float mode can feed it re-quantized params
-            (:func:`fbjax.quantization.prepare`).
+            (:func:`fbjax.passes.quantization.prepare`).
         hybrid_eligible: for hybrid kernels (``"tflite.hybrid"``):
             ``fn(node, weight) -> bool``, whether the kernel serves the
             ``"tflite"`` node ``node`` with the quantized constant ``weight``
-            kept in its integer type (:func:`fbjax.quantization.prepare`,
+            kept in its integer type (:func:`fbjax.passes.quantization.prepare`,
             ``quantized="exact"``); hybrid ops without it are never chosen.
         squashing: the op maps its float input into a bounded range
             (logistic, softmax): precision comparisons

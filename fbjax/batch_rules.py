@@ -1,6 +1,6 @@
 """How each op treats a leading batch dimension: the ``batch`` facts of the registry.
 
-:func:`fbjax.passes.set_batch_size` walks a graph following the values that
+:func:`fbjax.passes.shapes.set_batch_size` walks a graph following the values that
 carry the batch; for each node that reads one it calls the ``batch`` rule its
 lowering was registered with (:class:`fbjax._registry.OpDef`). A rule is
 ``rule(node, carrying, batch)``: it raises :class:`~fbjax.errors.InputError`

@@ -18,7 +18,7 @@ Figures per model:
 * ``batch`` throughput (default 32): fbjax on the model loaded with
   ``fbjax.load(path, batch_size=N)`` (else ``jax.vmap`` of ``Model.apply``
   when the graph cannot be re-batched; on CPU the Model runs a large batch
-  as calls of cache-sized chunks, :class:`fbjax.run.chunked.ChunkedCall`),
+  as calls of cache-sized chunks, :class:`fbjax.executors.chunked.ChunkedCall`),
   vs the faster of LiteRT with the
   input resized to the batch (``resize_tensor_input``) and ``N`` repeated
   batch-1 invokes (taken as ``N`` x the batch-1 median); ratio fbjax

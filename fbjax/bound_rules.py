@@ -3,7 +3,7 @@
 Some ops' output sizes depend on the values they read (ONNX ``NonZero``,
 ``NonMaxSuppression``, ``TopK`` with a computed ``k``, ``Loop`` scan
 outputs; TFLite ``WHERE`` and ``UNIQUE``). With ``fbjax.load(...,
-static_bounds=True)``, :func:`fbjax.passes.add_valid_counts` gives each such
+static_bounds=True)``, :func:`fbjax.passes.shapes.add_valid_counts` gives each such
 node a trailing int32 ``":valid_count"`` output, and its lowering (and the
 numpy reference) returns the output padded to a bound known at load time
 plus that count.

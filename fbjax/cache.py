@@ -24,7 +24,7 @@ entries hold code, not the model's weights, and stay small.
 
 Next to it, in ``<cache dir>/../traces``, fbjax keeps the *traced* program
 (a serialized ``jax.export.Exported``: StableHLO bytecode, no Python
-objects) of a model's CPU inference path (:class:`fbjax.run.trace_cache.TraceCached`), so a
+objects) of a model's CPU inference path (:class:`fbjax.executors.trace_cache.TraceCached`), so a
 second process skips tracing and lowering the graph too (about 0.6 s of a
 0.9 s warm first call on the shared MediaPipe models). Its key
 (:func:`trace_key`) covers the model file's bytes, the ``fbjax.load``
@@ -109,7 +109,7 @@ def enable(path: Optional[str] = None, *, force: bool = False) -> Optional[str]:
 
 
 #: XLA option fbjax sets per jit on CPU (see :func:`compiler_options`), and
-#: always for the CPU quick tier (:func:`fbjax.run.tiered.quick_options`).
+#: always for the CPU quick tier (:func:`fbjax.executors.tiered.quick_options`).
 NO_YNN_FUSION = {"xla_cpu_experimental_ynn_fusion_type": ""}
 
 

@@ -197,8 +197,8 @@ def cmd_inspect(args) -> int:
     # quantized models: support is decided after fbjax.load's default
     # quantized="exact" rewrite (integer kernels live in op set tflite.int)
     from .options import LoadOptions
-    from .pipeline import prepare
-    from .quantization import has_quantized_tensors
+    from .passes.pipeline import prepare
+    from .passes.quantization import has_quantized_tensors
 
     if has_quantized_tensors(ir):  # (everything above has been read from the file's IR)
         prepare(ir, LoadOptions())  # load's pipeline with load's defaults

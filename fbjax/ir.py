@@ -21,7 +21,7 @@ import numpy as np
 Shape = Optional[tuple[Optional[int], ...]]
 
 #: Name suffix of the int32 count output that ``fbjax.load(static_bounds=True)``
-#: (:func:`fbjax.passes.add_valid_counts`) appends to an op whose output size
+#: (:func:`fbjax.passes.shapes.add_valid_counts`) appends to an op whose output size
 #: depends on values; the op's lowering and numpy twin recognize it by it.
 VALID_COUNT_SUFFIX = ":valid_count"
 

@@ -23,12 +23,12 @@ from .cache import compiler_options
 from .lower import state as _st
 from .lower.build import LOWERING_ERRORS, Program
 from .lower.registry import LOWERINGS
-from . import run
-from . import pipeline
+from . import executors
+from .passes import pipeline
 from .options import FILE_BATCH as _FILE
 from .options import KernelOptions, kernel_options
 from .options import LoadOptions
-from .passes import bind_inputs
+from .passes.shapes import bind_inputs
 from .signature import SignatureRunner
 
 
@@ -246,8 +246,8 @@ class Model:
         #: (shape, dtype) per input of the calls check_inputs passed unchanged (bounded)
         self._accepted: dict = {}
         self._warned_int: set = set()  # inputs already warned about integer data for a float input
-        #: how calls run, chosen once here (:func:`fbjax.run.select`): its ``name`` says which
-        self.executor = run.select(
+        #: how calls run, chosen once here (:func:`fbjax.executors.select`): its ``name`` says which
+        self.executor = executors.select(
             program, self.apply, self._apply_leaves, stateful=self._stateful,
             compiler_options=compiler_options(program.backend, kernel_options(program).xla_defaults),
             trace_base=trace_base,
@@ -300,7 +300,7 @@ class Model:
         """Block until calls run the fully optimised program.
 
         Only for a model loaded with ``tiered_compile=True`` (CPU, 32 nodes
-        or more; :mod:`fbjax.run.tiered`): its first call compiles and runs
+        or more; :mod:`fbjax.executors.tiered`): its first call compiles and runs
         a quickly compiled program (several times slower per call, and not
         bit-identical to the optimised one), and a background thread
         compiles the optimised one, which later calls run from the moment
@@ -658,7 +658,7 @@ class Model:
         Quantized integer weights given as float (dequantized) values are
         re-quantized with the file's scales and zero points
         (``requantize="file"``; the rounding of ``quantized="float"`` mode,
-        :func:`fbjax.quantization.requantize_weights`, so LiteRT runs the
+        :func:`fbjax.passes.quantization.requantize_weights`, so LiteRT runs the
         saved file as float mode ran those weights), or with recomputed symmetric per-channel
         scales (``requantize="per_channel"``, which also re-quantizes the
         int32 biases that depend on them); see
@@ -766,7 +766,7 @@ def _quantized_constants(ir: ModelIR) -> tuple:
 
 def _file_quant(v: Value):
     """``v``'s QuantParams when it is a quantized 8/16-bit tensor, else None."""
-    from .quantization import is_quantized
+    from .passes.quantization import is_quantized
 
     return v.quant if is_quantized(v) else None
 
@@ -907,7 +907,7 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
             ``None``: make a model stored with batch 1 batch-polymorphic (the
             inputs' leading dimension becomes ``None`` and ``jit`` retraces
             per batch size); an int: fix the batch to that size. The graph is
-            rewritten by :func:`fbjax.passes.set_batch_size`, which raises
+            rewritten by :func:`fbjax.passes.shapes.set_batch_size`, which raises
             :class:`InputError` saying why when the batch-1 shapes cannot be
             proven to be the batch. ``"dynamic"`` is the same as ``None``
             (the spelling of ``fbjax export --batch-size``).
@@ -917,7 +917,7 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
             quantization-aware fine-tuning: the forward pass is the integer
             model's (weights re-quantized with the file's scales), the
             gradient the float ops' with straight-through roundings
-            (approximate; see :mod:`fbjax.quantization`).
+            (approximate; see :mod:`fbjax.passes.quantization`).
         while_max_iterations: ``None`` (default): TFLite WHILE loops lower to
             ``lax.while_loop``, which JAX differentiates in forward mode only.
             An int N: they lower to a ``lax.scan`` of N steps that applies the
@@ -929,7 +929,7 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
             too-small N shows as NaN rather than a silently wrong result.
             Cost: N body evaluations per loop, whatever the real trip count.
         constant_inputs: ``{input name: array}``: bind these graph inputs
-            to the given values at load time (:func:`fbjax.passes.bind_inputs`);
+            to the given values at load time (:func:`fbjax.passes.shapes.bind_inputs`);
             they leave :attr:`Model.inputs`. For inputs whose *values* fix
             shapes (a Reduce's ``axes``, a Reshape's shape, TopK's ``k``,
             NonZero's input) given as graph inputs, which a jitted call
@@ -1080,13 +1080,13 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
     # what loading this file again with another batch needs (fbjax.infer, the chunks below)
     load_kwargs = dict(options.as_kwargs(), constant_inputs=constant_inputs)
 
-    def chunks(model):  # CPU: a large fixed batch runs in cache-sized chunks (fbjax.run.chunked)
-        return run.select_chunks(model.program, model.inputs, model.outputs,
+    def chunks(model):  # CPU: a large fixed batch runs in cache-sized chunks (fbjax.executors.chunked)
+        return executors.select_chunks(model.program, model.inputs, model.outputs,
                                  lambda k: load(source, **dict(load_kwargs, batch_size=k)), options.batch_size)
 
     fixed_batch = options.rewrites_batch and options.batch_size is not None
     model = Model(ir, program, path, chunks=chunks if fixed_batch else None, load_kwargs=load_kwargs,
-                  trace_base=lambda prog: run.trace_base(prog, source, options, constant_inputs),
+                  trace_base=lambda prog: executors.trace_base(prog, source, options, constant_inputs),
                   tiered=options.tiered_compile)
     model.input_quantization, model.output_quantization = file_quant
     _trace_at_load(model)  # every lowering error raised here, not at the first call (which reuses the trace)

@@ -1,7 +1,7 @@
 """What :func:`fbjax.load` was asked for, as one frozen value.
 
 :class:`LoadOptions` is validated once, at construction; it is what the load
-pipeline (:mod:`fbjax.pipeline`) reads, the key of the CPU trace cache, and
+pipeline (:mod:`fbjax.passes.pipeline`) reads, the key of the CPU trace cache, and
 how a model is loaded again with another batch (the chunked large-batch
 path), so no option is threaded by hand. Its :class:`KernelOptions` field
 holds every kernel choice and threshold that changes the computed program
@@ -119,7 +119,7 @@ class KernelOptions:
             ``jax.linearize`` works through it).
         conv_weight_layout: the layout the CPU inference path relays
             convolution weights to (``"HWIO"``: what XLA:CPU's convolution
-            emitter reads without a copy; :mod:`fbjax.lower.inference`).
+            emitter reads without a copy; :mod:`fbjax.executors.planner`).
         small_activation_bytes: a model whose largest image activation set
             at batch 1 is below this many bytes (and reads no value twice)
             runs the plain jit instead of the prepared CPU program.
@@ -128,7 +128,7 @@ class KernelOptions:
             executable's call costs ~6 us more than the jit's dispatch).
         chunk_bytes: a CPU model loaded with a fixed ``batch_size`` runs its
             batch as calls of the largest divisor whose activations fit
-            this many bytes (:mod:`fbjax.run.chunked`, :func:`fbjax.infer`).
+            this many bytes (:mod:`fbjax.executors.chunked`, :func:`fbjax.infer`).
         chunk_threads: streams of chunks run at once after the first call
             (does not change results).
         xla_defaults: False (default): on CPU the Model's jit turns XLA's
@@ -208,7 +208,7 @@ def kernel_options(holder=None) -> KernelOptions:
 
 #: ``batch_size`` value meaning "the shapes stored in the file".
 FILE_BATCH = "file"
-#: ``quantized`` values (see :mod:`fbjax.quantization`).
+#: ``quantized`` values (see :mod:`fbjax.passes.quantization`).
 QUANTIZED_MODES = ("exact", "float")
 #: ``compute_dtype`` values (see :func:`fbjax.load`).
 COMPUTE_DTYPES = ("float32", "bfloat16", "float16")
@@ -228,7 +228,7 @@ class LoadOptions:
         while_max_iterations: None or an int >= 0.
         static_bounds: ops whose output size depends on computed values
             return outputs padded to a bound plus a valid count
-            (:func:`fbjax.passes.add_valid_counts`).
+            (:func:`fbjax.passes.shapes.add_valid_counts`).
         compute_dtype: ``"float32"``, ``"bfloat16"`` or ``"float16"`` (a
             numpy/JAX dtype is stored as its name).
         composites: ``"litert"``, ``"fused"`` or ``"decomposed"``: which
@@ -239,7 +239,7 @@ class LoadOptions:
             check, not a change of the computed program.
         tiered_compile: on CPU, compile a quick program for the first call
             and swap the optimised one in when a background thread has
-            compiled it (:mod:`fbjax.run.tiered`). It trades bit
+            compiled it (:mod:`fbjax.executors.tiered`). It trades bit
             reproducibility for a faster cold first call: the quick
             program is lowered and compiled differently (``-O0`` alone
             changes float results), so calls before
@@ -309,7 +309,7 @@ class LoadOptions:
 
     @property
     def rewrites_batch(self) -> bool:
-        """Whether the batch rewrite (:func:`fbjax.passes.set_batch_size`) runs."""
+        """Whether the batch rewrite (:func:`fbjax.passes.shapes.set_batch_size`) runs."""
         return not (isinstance(self.batch_size, str) and self.batch_size == FILE_BATCH)
 
     def lowering(self) -> dict:
@@ -332,5 +332,5 @@ class LoadOptions:
     def cache_key(self) -> tuple:
         """The options as a tuple of ``repr`` strings, nested
         :class:`KernelOptions` field by field: what every cache key of a
-        model's programs includes (:func:`fbjax.run.trace_cache.trace_base`)."""
+        model's programs includes (:func:`fbjax.executors.trace_cache.trace_base`)."""
         return tuple(map(repr, dataclasses.astuple(self)))

@@ -1,6 +1,6 @@
 """Quantization arithmetic that needs no JAX: numpy and Python floats only.
 
-Shared by the quantization pass (:mod:`fbjax.quantization`), the model
+Shared by the quantization pass (:mod:`fbjax.passes.quantization`), the model
 writers (:mod:`fbjax.formats.tflite_writer`) and the integer kernels
 (:mod:`fbjax.lower.tflite_int`), so that none of them imports another's
 layer for a formula.

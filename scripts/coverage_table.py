@@ -167,7 +167,7 @@ def build_table() -> str:
         f"Lowered, referenced and tested: **{done}**. Excluded: **{n_excl}**.",
         "",
         "*Tested* means a fixture in `tests/data/tflite_builtins/manifest.json` whose main graph contains",
-        "the op -- written by TensorFlow's converter, or by `fbjax.testing` for ops the converter never",
+        "the op -- written by TensorFlow's converter, or by `fbjax.formats.tflite_builder` for ops the converter never",
         "emits (`made_by` in the manifest) -- is compared with LiteRT (numpy for CALL, which LiteRT",
         "cannot run) by",
         "`tests/test_tflite_builtins.py` / `tests/test_tflite_control.py`; ops tested only by",

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fbjax.testing import TFLiteBuilder
+from fbjax.formats.tflite_builder import TFLiteBuilder
 
 
 def relu_model(tmp_path) -> Path:

@@ -11,7 +11,7 @@ reverse...), captured values and tensors of element types TFLite lacks are
 collected and reported by :meth:`StablehloTfliteWriter.finish` as
 :class:`NotExpressible`.
 
-Builds on :class:`fbjax.testing.TFLiteBuilder`; needs jaxlib's MLIR bindings.
+Builds on :class:`fbjax.formats.tflite_builder.TFLiteBuilder`; needs jaxlib's MLIR bindings.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from collections import Counter
 import numpy as np
 
 from fbjax.formats.stablehlo_attrs import MLIR_ELEMENT_TYPES
-from fbjax.testing import BUILTIN_CODES, TFLiteBuilder
+from fbjax.formats.tflite_builder import BUILTIN_CODES, TFLiteBuilder
 
 _ELEMENT_TYPES = MLIR_ELEMENT_TYPES  # one table, shared with fbjax's MLIR writer
 

@@ -28,12 +28,12 @@ import numpy as np
 import pytest
 
 import fbjax
-from fbjax import testing
+from fbjax.formats import tflite_builder
 from fbjax.cache import compiler_options
 from fbjax.formats import read_model
 from fbjax.lower.build import build
-from fbjax.lower.inference import plan, worth_preparing
-from fbjax.run.chunked import select_chunks
+from fbjax.executors.planner import plan, worth_preparing
+from fbjax.executors.chunked import select_chunks
 
 DATA = Path(__file__).parent / "data"
 BUILTINS = DATA / "tflite_builtins"
@@ -45,7 +45,7 @@ def _grouped_conv_model(c_in, groups, k, c_out=8):
     """A CONV_2D with ``groups`` groups (weights ``[O, k, k, C_in/groups]``)."""
     w = np.random.default_rng(3).standard_normal((c_out, k, k, c_in // groups)).astype(np.float32)
     b = np.random.default_rng(4).standard_normal((c_out,)).astype(np.float32)
-    return testing.single_op_model("CONV_2D", [(1, 9, 9, c_in), w, b], {"padding": "SAME", "stride_w": 1, "stride_h": 1},
+    return tflite_builder.single_op_model("CONV_2D", [(1, 9, 9, c_in), w, b], {"padding": "SAME", "stride_w": 1, "stride_h": 1},
                                    output_shapes=[(1, 9, 9, c_out)])
 
 
@@ -104,7 +104,7 @@ def test_accelerator_lowering_is_plain_lax_and_agrees_with_cpu(case, backend):
 
 
 def test_chunked_batches_are_cpu_only():
-    """The chunked executor (``fbjax.run.chunked.select_chunks``) leaves a
+    """The chunked executor (``fbjax.executors.chunked.select_chunks``) leaves a
     model built for another backend alone (its batch runs as one XLA call);
     on CPU it splits the same batch."""
     path = str(BUILTINS / "conv_2d.tflite")

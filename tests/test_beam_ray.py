@@ -25,7 +25,7 @@ import pytest
 
 import fbjax
 from fbjax.errors import InputError
-from fbjax.testing import single_op_model
+from fbjax.formats.tflite_builder import single_op_model
 
 ROOT = Path(__file__).resolve().parents[1]
 STEP = 8

@@ -26,7 +26,7 @@ import pytest
 
 import fbjax
 from fbjax.errors import InputError
-from fbjax.testing import single_op_model
+from fbjax.formats.tflite_builder import single_op_model
 
 from conftest import abs_magnitude, assert_within, gamma
 
@@ -169,7 +169,7 @@ def test_under_vmap(fc_bytes):
 
 
 def test_prepared_program_gets_params_as_sequences():
-    """The prepared CPU program (:class:`fbjax.run.cpu_prepared.CpuPrepared`)
+    """The prepared CPU program (:class:`fbjax.executors.cpu_prepared.CpuPrepared`)
     takes the params it uses as a tuple and the relaid ones as a list:
     the relaid params' original entries are not passed at all."""
     if jax.default_backend() != "cpu":

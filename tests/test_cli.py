@@ -249,7 +249,7 @@ def test_inspect_code_on_a_tflite_file_is_refused(tmp_path, capsys):
 def test_run_input_names_are_checked_before_anything_runs(tmp_path, capsys):
     """An unknown NAME, or no NAME for a two-input model, is refused naming the
     inputs, before any input line is printed."""
-    from fbjax.testing import TFLiteBuilder
+    from fbjax.formats.tflite_builder import TFLiteBuilder
 
     b = TFLiteBuilder()
     a, c = b.add_input((1, 4), name="a"), b.add_input((1, 4), name="c")

@@ -2,7 +2,7 @@
 README): names that ``fbjax inspect`` prints are accepted back, refusals say
 what to do next, and options a message names exist where it is read.
 
-Each test builds its own tiny model (``fbjax.testing``) or uses a committed
+Each test builds its own tiny model (``fbjax.formats.tflite_builder``) or uses a committed
 fixture; none needs the shared models.
 """
 
@@ -19,7 +19,7 @@ import pytest
 import fbjax
 import fbjax.data
 from fbjax.cli import main
-from fbjax.testing import single_op_model
+from fbjax.formats.tflite_builder import single_op_model
 from helpers import TOL, relu_model as _relu_model, rel_err as _rel_err, where_model as _where_model
 from conftest import require  # noqa: E402
 

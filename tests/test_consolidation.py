@@ -13,7 +13,7 @@ from fbjax.errors import InputError
 from fbjax.formats import read_model, write_model
 from fbjax.lower import LOWERINGS
 from fbjax.options import KernelOptions, LoadOptions
-from fbjax.testing import single_op_model
+from fbjax.formats.tflite_builder import single_op_model
 
 F32 = np.float32
 

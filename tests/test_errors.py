@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import fbjax
-from fbjax.testing import TFLiteBuilder, single_op_model
+from fbjax.formats.tflite_builder import TFLiteBuilder, single_op_model
 
 from conftest import TFLITE_MODELS, abs_magnitude, assert_within, gamma, require
 

@@ -1,4 +1,4 @@
-"""One executor per Model, chosen at load (:mod:`fbjax.run`, issue 16).
+"""One executor per Model, chosen at load (:mod:`fbjax.executors`, issue 16).
 
 The oracle for each kind is what the kind is for: a model with run state
 gets the stateful executor, a tiny model the plain jit, a convolution whose
@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 import fbjax
-from fbjax import run
-from fbjax.testing import single_op_model
+from fbjax import executors
+from fbjax.formats.tflite_builder import single_op_model
 
 F32 = np.float32
 CONTROL = Path(__file__).parent / "data" / "tflite_builtins"
@@ -36,7 +36,7 @@ def _conv_bytes():
 def test_tiny_model_runs_the_plain_jit_and_keeps_it():
     m = fbjax.load(single_op_model("ADD", [(2, 3), (2, 3)]))
     ex = m.executor
-    assert ex.name == "jit" and isinstance(ex, run.Jit) and not ex.stateful
+    assert ex.name == "jit" and isinstance(ex, executors.Jit) and not ex.stateful
     a = np.ones((2, 3), F32)
     np.testing.assert_array_equal(m(a, a), 2 * a)  # 1 + 1 is exact
     assert m.executor is ex  # chosen once
@@ -46,9 +46,9 @@ def test_tiny_model_runs_the_plain_jit_and_keeps_it():
 def test_relayable_conv_runs_the_prepared_program_on_cpu():
     m = fbjax.load(_conv_bytes())
     assert m.executor.name in ("cpu_prepared", "trace_cache")
-    assert isinstance(m.executor, run.CpuPrepared) and list(m.executor.layouts) == ["const1"]
+    assert isinstance(m.executor, executors.CpuPrepared) and list(m.executor.layouts) == ["const1"]
     m(np.zeros((1, 6, 6, 4), F32))
-    assert isinstance(m.executor, run.CpuPrepared)
+    assert isinstance(m.executor, executors.CpuPrepared)
 
 
 def _fixture(name: str) -> Path:

@@ -22,7 +22,7 @@ import pytest
 
 import fbjax
 from fbjax import export as fbexport
-from fbjax.testing import single_op_model
+from fbjax.formats.tflite_builder import single_op_model
 
 from conftest import abs_magnitude, assert_within, gamma, require
 

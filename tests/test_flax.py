@@ -22,7 +22,7 @@ from flax import nnx  # noqa: E402
 
 import fbjax  # noqa: E402
 import fbjax.flax as fbflax  # noqa: E402
-from fbjax.testing import TFLiteBuilder  # noqa: E402
+from fbjax.formats.tflite_builder import TFLiteBuilder  # noqa: E402
 
 F32 = np.float32
 

@@ -1,7 +1,7 @@
 """Gradients of every differentiable TFLite lowering: ``jax.test_util.check_grads``.
 
 For each per-op model of ``tests/test_tflite_ops.py`` (built with
-:mod:`fbjax.testing`), plus a few models here for ops that file covers only
+:mod:`fbjax.formats.tflite_builder`), plus a few models here for ops that file covers only
 as fused activations, ``check_grads(order=1, modes=("fwd", "rev"))`` compares
 the JVP and the VJP of ``model.apply`` with central finite differences, with
 respect to every float model input and every weight in ``model.params``.
@@ -31,7 +31,7 @@ from jax.test_util import check_grads
 import fbjax
 from fbjax.formats._generated import tflite_generated as T
 from fbjax.lower import LOWERINGS
-from fbjax.testing import TFLiteBuilder, single_op_model
+from fbjax.formats.tflite_builder import TFLiteBuilder, single_op_model
 
 import tflite_op_cases as op_tests
 from helpers import COVERED_CUSTOM_OPS

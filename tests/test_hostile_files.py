@@ -16,7 +16,7 @@ What fbjax does now, and what is tested here:
   ``fbjax.load(max_value_bytes=...)`` (4 GiB by default) get a
   ``ModelFormatError`` naming the node and the bytes;
 * the load-time abstract trace runs before any constant is computed ahead
-  (:meth:`fbjax.run.cpu_prepared.CpuPrepared.trace`).
+  (:meth:`fbjax.executors.cpu_prepared.CpuPrepared.trace`).
 
 Each file is loaded in a fresh process (an abort would end it: the test
 sees the exit status), timed from the start of ``fbjax.load`` after JAX has
@@ -39,7 +39,7 @@ import pytest
 import fbjax
 from fbjax.errors import ModelFormatError
 from fbjax.ir import MAX_VALUE_BYTES, value_size_problem
-from fbjax.testing import TFLiteBuilder
+from fbjax.formats.tflite_builder import TFLiteBuilder
 
 from conftest import SHARED
 
@@ -58,7 +58,7 @@ _CHILD = textwrap.dedent("""
     import json, sys, time
     import numpy as np
     import fbjax
-    from fbjax.testing import single_op_model
+    from fbjax.formats.tflite_builder import single_op_model
     fbjax.load(single_op_model("RELU", [(1, 4)]))   # JAX started: time the file's load alone
     kwargs = json.loads(sys.argv[2])
     t0, c0 = time.perf_counter(), time.process_time()

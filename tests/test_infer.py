@@ -1,4 +1,4 @@
-"""Batch-polymorphic loading (fbjax.passes) and fbjax.infer.
+"""Batch-polymorphic loading (fbjax.passes.shapes) and fbjax.infer.
 
 Oracle: the same model loaded with the file's batch-1 shapes, run one sample
 at a time. A batched run must give the same numbers up to float32
@@ -26,7 +26,7 @@ import pytest
 import fbjax
 from fbjax.batch_inference import stepping
 from fbjax.errors import InputError
-from fbjax.testing import TFLiteBuilder
+from fbjax.formats.tflite_builder import TFLiteBuilder
 
 from conftest import TFLITE_MODELS, abs_magnitude, assert_close, assert_within, gamma
 
@@ -148,7 +148,7 @@ def test_batch_rewrite_refuses_what_it_cannot_prove(kwargs, match):
 def test_batch_rewrite_takes_whole_batch_in_slices(op, consts, options, out_shape):
     """A slice taking [0, 1) of the batch-1 dimension takes the whole batch."""
     from fbjax.lower import LOWERINGS
-    from fbjax.testing import single_op_model
+    from fbjax.formats.tflite_builder import single_op_model
 
     if LOWERINGS.get("tflite", op) is None:
         pytest.skip(f"{op} has no TFLite lowering yet")
@@ -160,7 +160,7 @@ def test_batch_rewrite_takes_whole_batch_in_slices(op, consts, options, out_shap
 
 
 def test_batch_rewrite_refuses_a_slice_of_the_batch():
-    from fbjax.testing import single_op_model
+    from fbjax.formats.tflite_builder import single_op_model
 
     src = single_op_model("STRIDED_SLICE", [(1, 6), *[np.asarray(c, np.int32) for c in ([0, 0], [1, 6], [1, 1])]],
                           options=dict(shrink_axis_mask=1), output_shapes=[(6,)])
@@ -905,7 +905,7 @@ def test_infer_does_not_take_a_files_leading_2_for_a_batch(tmp_path):
     examples of shape (3,) into calls of 2 (their results would mix two
     examples wherever the graph mixes rows); it asks for the
     batch-polymorphic load, which refuses naming the leading dimension."""
-    from fbjax.testing import single_op_model
+    from fbjax.formats.tflite_builder import single_op_model
 
     path = tmp_path / "add.tflite"
     path.write_bytes(single_op_model("ADD", [(2, 3), (2, 3)]))

@@ -1,4 +1,4 @@
-"""The program ``Model.__call__`` runs on CPU (:mod:`fbjax.lower.inference`, :mod:`fbjax.run.cpu_prepared`).
+"""The program ``Model.__call__`` runs on CPU (:mod:`fbjax.executors.planner`, :mod:`fbjax.executors.cpu_prepared`).
 
 On CPU, ``Model.__call__`` runs a program whose ungrouped CONV_2D weights are
 passed in ``HWIO`` (made once from ``Model.params``), while ``Model.apply``
@@ -20,14 +20,14 @@ import numpy as np
 import pytest
 
 import fbjax
-from fbjax.lower.inference import plan
-from fbjax.testing import TFLiteBuilder, single_op_model
+from fbjax.executors.planner import plan
+from fbjax.formats.tflite_builder import TFLiteBuilder, single_op_model
 
 from conftest import assert_within, gamma, require
 
 F32 = np.float32
 
-#: the executors that run the prepared CPU program (fbjax.run)
+#: the executors that run the prepared CPU program (fbjax.executors)
 _PREPARED = ("cpu_prepared", "trace_cache")
 
 cpu_only = pytest.mark.skipif(jax.default_backend() != "cpu", reason="weights are relaid on the CPU backend only")
@@ -214,7 +214,7 @@ def test_values_read_twice_are_materialized_with_equal_results():
 
 
 def test_nothing_is_prepared_off_cpu():
-    from fbjax.lower.inference import worth_preparing
+    from fbjax.executors.planner import worth_preparing
 
     m = fbjax.load(_residual_chain_model(np.random.default_rng(2), shape=(2, 32, 32, 8)))
     assert worth_preparing(m.program, backend="cpu")
@@ -226,7 +226,7 @@ def test_nothing_is_prepared_off_cpu():
 @cpu_only
 def test_large_batch_runs_in_chunks_with_equal_results(monkeypatch):
     import fbjax.model
-    import fbjax.run.chunked
+    import fbjax.executors.chunked
 
     rng = np.random.default_rng(13)
     data = _residual_chain_model(rng, shape=(1, 5, 6, 4))
@@ -291,7 +291,7 @@ def test_softmax_input_is_computed_once():
 
     from fbjax import bench
     from fbjax.convert import make_defaults_explicit
-    from fbjax.lower.inference import fan_out_values
+    from fbjax.executors.planner import fan_out_values
 
     path = bench.light_onnx_path("squeezenet")
     if not __import__("os").path.exists(path):

@@ -5,17 +5,18 @@ each import is resolved to the fbjax module it names. Layers, lowest first:
 
 0. ``ir``, ``errors``, ``options``, ``_registry``, ``quantmath``, ``_farmhash``,
    ``formats`` (readers and writers): know nothing of JAX lowering;
-1. passes: ``passes``, ``batch_rules``, ``bound_rules``, ``quantization`` (IR rewrites; they learn about ops
-   from the registry they are handed, not by importing the lowering);
+1. passes: ``passes`` (its ``shapes`` and ``quantization`` rewrites), ``batch_rules``, ``bound_rules`` (IR
+   rewrites; they learn about ops from the registry they are handed, not by importing the lowering);
 2. ``lower`` (the op sets, the graph builder, kernels) and ``reference``
    (the numpy twins; separately checked never to import ``lower``);
-3. the load pipeline and the CPU inference planner: ``pipeline``, ``cache``,
-   ``lower.inference``, ``custom``;
-4. the executors: ``run`` (how a Model runs when called);
+3. the load pipeline: ``passes.pipeline`` (it hands the lowering registry to
+   the passes, so it sits above ``lower``), ``cache``, ``custom``;
+4. the executors: ``executors`` (how a Model runs when called, with ``executors.planner``,
+   the CPU program's planner);
 5. ``model`` (with ``signature``, its entry points' runner), and the entry
    points above it: ``infer``, ``generate``, ``llm_bundle``, ``export``,
    ``train``, ``flax``, ``bench``, ``beam``, ``precision``, ``vision``,
-   ``convert``, ``testing``, ``cli``, the package root.
+   ``convert``, ``cli``, the package root.
 
 Every module must be in the table: a new module that matches no entry is an
 error (the package root's entry matches ``fbjax/__init__.py`` only, not its
@@ -40,13 +41,13 @@ PKG = Path(__file__).resolve().parent.parent / "fbjax"
 LAYERS = {
     "fbjax.ir": 0, "fbjax.errors": 0, "fbjax.options": 0, "fbjax._registry": 0, "fbjax.quantmath": 0, "fbjax._farmhash": 0,
     "fbjax.formats": 0, "fbjax.data": 0,
-    "fbjax.passes": 1, "fbjax.batch_rules": 1, "fbjax.bound_rules": 1, "fbjax.quantization": 1,
+    "fbjax.passes": 1, "fbjax.batch_rules": 1, "fbjax.bound_rules": 1,
     "fbjax.lower": 2, "fbjax.reference": 2,
-    "fbjax.lower.inference": 3, "fbjax.cache": 3, "fbjax.custom": 3, "fbjax.pipeline": 3,
-    "fbjax.run": 4,
+    "fbjax.passes.pipeline": 3, "fbjax.cache": 3, "fbjax.custom": 3,
+    "fbjax.executors": 4,
     "fbjax.model": 5, "fbjax.signature": 5, "fbjax.batch_inference": 5, "fbjax.generation": 5, "fbjax.llm_bundle": 5,
     "fbjax.export": 5, "fbjax.train": 5, "fbjax.flax": 5, "fbjax.bench": 5, "fbjax.beam": 5, "fbjax.precision": 5,
-    "fbjax.vision": 5, "fbjax.convert": 5, "fbjax.testing": 5, "fbjax.cli": 5, "fbjax.cli_llm": 5,
+    "fbjax.vision": 5, "fbjax.convert": 5, "fbjax.cli": 5, "fbjax.cli_llm": 5,
     "fbjax.__main__": 5, "fbjax": 5,
 }
 
@@ -138,8 +139,9 @@ def test_reference_never_imports_the_lowering():
     assert not bad, "\n".join(bad)
 
 
-@pytest.mark.parametrize("mod,layer", [("fbjax.lower.inference", 3), ("fbjax.lower.tflite.conv", 2),
-                                       ("fbjax.formats.tflite_writer", 0), ("fbjax.run.chunked", 4),
+@pytest.mark.parametrize("mod,layer", [("fbjax.passes.pipeline", 3), ("fbjax.passes.shapes", 1),
+                                       ("fbjax.executors.planner", 4), ("fbjax.lower.tflite.conv", 2),
+                                       ("fbjax.formats.tflite_writer", 0), ("fbjax.formats.tflite_builder", 0), ("fbjax.executors.chunked", 4),
                                        ("fbjax", 5)])
 def test_layer_table(mod, layer):
     assert _layer(mod) == layer
@@ -152,6 +154,6 @@ def test_a_module_in_no_layer_is_an_error():
         _layer("fbjax.some_new_module")
     with pytest.raises(AssertionError, match="is in no layer"):
         _layer("numpy")
-    assert {m for m, _, _ in _modules()} >= {"fbjax", "fbjax.signature", "fbjax.run.tiered"}
+    assert {m for m, _, _ in _modules()} >= {"fbjax", "fbjax.signature", "fbjax.executors.tiered"}
     for mod, _, _ in _modules():  # every module of the package is placed
         _layer(mod)

@@ -15,7 +15,7 @@
   that trace); ``fbjax inspect`` exits 1 on such files, and the numpy twins
   refuse the same files.
 
-The fixtures are built here with :class:`fbjax.testing.TFLiteBuilder`.
+The fixtures are built here with :class:`fbjax.formats.tflite_builder.TFLiteBuilder`.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import pytest
 import fbjax
 import fbjax.reference
 from fbjax import ModelFormatError, UnsupportedOperatorError
-from fbjax.testing import TFLiteBuilder, single_op_model
+from fbjax.formats.tflite_builder import TFLiteBuilder, single_op_model
 
 F32, I32, B = np.float32, np.int32, np.bool_
 
@@ -279,7 +279,7 @@ def _tflite_tile_bad() -> bytes:
 
 def _stablehlo_reshape_bad() -> bytes:
     """STABLEHLO_RESHAPE of 6 elements to a declared (4, 2) output."""
-    from fbjax.testing import stablehlo_op_model
+    from fbjax.formats.tflite_builder import stablehlo_op_model
 
     return stablehlo_op_model("STABLEHLO_RESHAPE", [((2, 3), F32)], [((4, 2), F32)])
 

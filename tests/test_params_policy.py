@@ -1,6 +1,6 @@
 """Load-time IR policies: which constants become trainable params
 (:func:`fbjax.lower.build.is_param`) and the batch rewrite's
-(:func:`fbjax.passes.set_batch_size`) pass-through ops.
+(:func:`fbjax.passes.shapes.set_batch_size`) pass-through ops.
 
 Oracles: JAX itself for the exported function (``fn(x)`` versus the model
 written from it and loaded back); for the batch rewrite, the same file loaded

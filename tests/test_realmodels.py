@@ -372,7 +372,7 @@ def test_correct_declared_shapes_do_not_warn():
 # --- 5. reductions over empty sets -----------------------------------------------------------------------
 
 def _reduce_model(op, dtype):
-    from fbjax.testing import TFLiteBuilder
+    from fbjax.formats.tflite_builder import TFLiteBuilder
 
     b = TFLiteBuilder()
     x = b.add_input((1, 1), dtype=dtype, shape_signature=(1, -1))
@@ -520,7 +520,7 @@ def test_tflite_int8_empty_mean_sum_input_error(op, keep):
     there is no value to match; fbjax and the reference raise InputError
     naming the op and the input shape (MEAN with keep_dims was a raw
     OverflowError)."""
-    from fbjax.testing import TFLiteBuilder
+    from fbjax.formats.tflite_builder import TFLiteBuilder
 
     b = TFLiteBuilder()
     x = b.add_input((1, 1, 1, 4), dtype=np.int8, shape_signature=(1, -1, -1, 4), quant=(0.1, 3))
@@ -541,7 +541,7 @@ def test_static_input_error_lists_every_node_in_a_graph():
     """Two PADs whose paddings come from a graph input, and a RESHAPE after
     one of them: the error names both PADs (each refused node, not only the
     first; the RESHAPE downstream is not blamed), at load."""
-    from fbjax.testing import TFLiteBuilder
+    from fbjax.formats.tflite_builder import TFLiteBuilder
 
     b = TFLiteBuilder()
     x = b.add_input((1, 4), name="x")

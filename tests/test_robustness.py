@@ -30,7 +30,7 @@ import pytest
 import fbjax
 from fbjax import InputError, ModelFormatError, UnsupportedOperatorError
 from fbjax.formats import read_model, verify as V
-from fbjax.testing import single_op_model
+from fbjax.formats.tflite_builder import single_op_model
 from fbjax.formats._generated import tflite_generated as T
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -470,7 +470,7 @@ def test_rten_v2_constants_are_views(tmp_path):
 
 _REWRITE = r"""
 import os, sys, numpy as np, fbjax, fbjax.reference
-from fbjax.testing import single_op_model
+from fbjax.formats.tflite_builder import single_op_model
 path = sys.argv[1]
 w = np.linspace(-1, 1, 4096, dtype=np.float32)
 def write(k):

@@ -19,7 +19,7 @@ import pytest
 import fbjax
 from fbjax.errors import InputError
 from fbjax.formats.tflite import read
-from fbjax.testing import TFLiteBuilder
+from fbjax.formats.tflite_builder import TFLiteBuilder
 
 from conftest import TFLITE_MODELS, assert_close, litert_run, require
 

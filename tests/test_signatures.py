@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import fbjax
-from fbjax.testing import TFLiteBuilder
+from fbjax.formats.tflite_builder import TFLiteBuilder
 from conftest import require  # noqa: E402
 
 RNG = np.random.default_rng(17)

@@ -763,7 +763,7 @@ def test_export_inlines_a_function_called_twice():
     assert_within(model(x, y), want, 2 * side, "inlined calls vs JAX")
 
 
-# --- batch rewrite (fbjax.passes.set_batch_size) on exported functions -----------
+# --- batch rewrite (fbjax.passes.shapes.set_batch_size) on exported functions -----------
 # Oracle: JAX running the exported function at the new batch size. The CNN
 # sums 27 (conv) and, after ReLU and max-pool (no rounding), 64 (dense)
 # products and the + 1: each side within gamma_92 of the CNN on |x| and |W|.

@@ -1,4 +1,4 @@
-"""The TFLite writer in :mod:`fbjax.testing`: what it writes is a valid model
+"""The TFLite writer in :mod:`fbjax.formats.tflite_builder`: what it writes is a valid model
 (LiteRT loads it, the generated bindings read back what was asked for)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from fbjax.formats._generated import tflite_generated as T
-from fbjax.testing import (
+from fbjax.formats.tflite_builder import (
     BUILTIN_CODES,
     TFLiteBuilder,
     make_options,

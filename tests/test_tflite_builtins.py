@@ -92,7 +92,7 @@ def test_register_custom_op():
     """A user-registered custom code runs through both fbjax and the
     reference, with its flexbuffer options as keyword attributes. LiteRT
     cannot run an unknown custom op, so plain numpy is the oracle."""
-    from fbjax.testing import single_op_model
+    from fbjax.formats.tflite_builder import single_op_model
 
     calls = []
 

@@ -64,7 +64,7 @@ from fbjax.formats.tflite_stablehlo import composite_attrs
 from fbjax.lower import composites as lower_composites
 from fbjax.options import COMPOSITE_MODES, LoadOptions
 from fbjax.reference import composites as ref_composites
-from fbjax.testing import stablehlo_op_model
+from fbjax.formats.tflite_builder import stablehlo_op_model
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LLM = os.path.join(HERE, "data", "llm")
@@ -148,7 +148,7 @@ def test_option_validated_and_keyed():
     assert LoadOptions().composites == "litert" and COMPOSITE_MODES == ("litert", "fused", "decomposed")
     with pytest.raises(fbjax.InputError, match="composites must be one of"):
         fbjax.load(MQA, composites="xla")
-    # the trace cache key is every field of LoadOptions (fbjax/run/trace_cache.py): the mode is in it
+    # the trace cache key is every field of LoadOptions (fbjax/executors/trace_cache.py): the mode is in it
     keys = {tuple(map(repr, dataclasses.astuple(LoadOptions(composites=m)))) for m in COMPOSITE_MODES}
     assert len(keys) == 3
     assert _model(MQA, "fused")._load_kwargs["composites"] == "fused"  # what a reload with another batch uses

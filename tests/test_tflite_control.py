@@ -7,7 +7,7 @@ a model input, one whose exit depends on the data it updates, and nested
 IFs. Each runs for several inputs (different trip counts, every branch
 combination) against LiteRT, through both fbjax's JAX lowering (one jitted
 function: the loop is ``lax.while_loop``, the branch ``lax.cond``) and the
-numpy reference. A CALL model is built with :mod:`fbjax.testing` because the
+numpy reference. A CALL model is built with :mod:`fbjax.formats.tflite_builder` because the
 converter inlines calls; LiteRT has no CALL kernel, so numpy is its oracle. Tolerance 1e-5 relative (element-wise bodies; the
 loops run at most a few dozen iterations, each adding float32 rounding that
 LiteRT and XLA share up to the last ulp of ``sin``).

@@ -222,7 +222,7 @@ def test_weight_shared_with_non_hybrid_op_is_dequantized():
     dequantized for all of them (float fallback), not half-converted."""
     from fbjax.formats import read_model
     from fbjax.lower import LOWERINGS
-    from fbjax.quantization import _dequantize_hybrid_weights
+    from fbjax.passes.quantization import _dequantize_hybrid_weights
 
     ir = read_model(DATA / "fully_connected.tflite")
     g = ir.main_graph

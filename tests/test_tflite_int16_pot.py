@@ -28,7 +28,7 @@ litert = require("ai_edge_litert.interpreter")
 
 import fbjax  # noqa: E402
 from fbjax.reference import run as reference_run  # noqa: E402
-from fbjax.testing import TFLiteBuilder  # noqa: E402
+from fbjax.formats.tflite_builder import TFLiteBuilder  # noqa: E402
 
 #: every int16 code, then a scalar tail of extremes and small values
 ALL = np.concatenate([np.arange(-32768, 32768), [-32768, 32767, -1, 0, 1, 4096, -4097]]).astype(np.int16)[None]

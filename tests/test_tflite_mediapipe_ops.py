@@ -12,7 +12,7 @@ in both versions, against
   translations, the crop matrix mapping the output crop onto the landmarks'
   bounding box, chaining ops in one model).
 
-Models are written with :class:`fbjax.testing.TFLiteBuilder`: flexbuffer
+Models are written with :class:`fbjax.formats.tflite_builder.TFLiteBuilder`: flexbuffer
 custom options and the operator code's version, which selects the variant.
 
 Tolerances: the ops compute in float32 (as MediaPipe's kernels do) while the
@@ -33,7 +33,7 @@ import pytest
 import fbjax
 from fbjax import reference
 from fbjax.errors import ModelFormatError
-from fbjax.testing import TFLiteBuilder
+from fbjax.formats.tflite_builder import TFLiteBuilder
 
 from conftest import assert_within, bilinear_bound, gamma
 

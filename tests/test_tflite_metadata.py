@@ -158,7 +158,7 @@ def test_detector_bounding_box_semantics():
 
 
 def test_no_metadata_is_none():
-    from fbjax.testing import single_op_model
+    from fbjax.formats.tflite_builder import single_op_model
 
     m = fbjax.load(single_op_model("RELU", [(1, 4)]))
     assert m.metadata is None

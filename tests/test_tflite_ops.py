@@ -1,4 +1,4 @@
-"""Per-op tests on tiny models written with :mod:`fbjax.testing`.
+"""Per-op tests on tiny models written with :mod:`fbjax.formats.tflite_builder`.
 
 Each case (``tests/tflite_op_cases.py``) builds a one- or two-op ``.tflite`` model and random inputs; the
 oracle is LiteRT (default resolver, XNNPACK applied). Every case is checked
@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 import fbjax
-from fbjax.testing import single_op_model
+from fbjax.formats.tflite_builder import single_op_model
 
 from conftest import assert_within, declared_output_shapes, gamma, litert_run
 from op_bounds import EXACT, op_bound
@@ -172,7 +172,7 @@ def _conv_strategy_bound(m, inputs, *, depthwise: bool) -> np.ndarray:
 
 
 def test_writer_models_round_trip_through_frontend():
-    """What fbjax.testing writes is what fbjax's frontend reads back."""
+    """What fbjax.formats.tflite_builder writes is what fbjax's frontend reads back."""
     from fbjax.formats.tflite import read
 
     x = np.arange(12, dtype=F32).reshape(3, 4)

@@ -67,9 +67,9 @@ ORACLE_FAILS = {
 #: single input element by one step moves its own outputs by more than one
 #: step on many elements (test_lsb_chaotic_models_need_integer_forward checks
 #: this). A float computation that rounds where the integer kernels round
-#: (fbjax.quantization._fq_rounding) stayed within one step on only the
+#: (fbjax.passes.quantization._fq_rounding) stayed within one step on only the
 #: share given in brackets, so float mode computes its forward pass with the
-#: integer kernels instead (fbjax.quantization._int_forward_nodes).
+#: integer kernels instead (fbjax.passes.quantization._int_forward_nodes).
 LSB_CHAOTIC = {
     "efficientnet_b0_int16x8": "LSB-chaotic: random-weight classifier whose last feature map and outputs "
                                "have steps ~1e-11; moving one input element by one step moves 71% of "
@@ -790,13 +790,13 @@ def _qw_ctx(dtype, scale, zp, axis=0):
 def test_quantize_weights_matches_twin_and_inverts_dequantize(case):
     """fbjax:QUANTIZE_WEIGHTS (float mode's re-quantization of weight params)
     equals its numpy twin, gives the file's integers back from their float32
-    dequantization (fbjax.quantization.dequantize_array), and moves by whole
+    dequantization (fbjax.passes.quantization.dequantize_array), and moves by whole
     steps when a weight moves by whole steps. ``int64_anchor``: int64 biases
     of ~2^30 steps, which float32 cannot hold, anchored to the file's values
     (``file_values``)."""
     from fbjax.ir import QuantParams
     from fbjax.lower.tflite_int.fake_quant import QUANTIZE_WEIGHTS as jax_qw
-    from fbjax.quantization import dequantize_array, requantize_weights, weights_roundtrip
+    from fbjax.passes.quantization import dequantize_array, requantize_weights, weights_roundtrip
     from fbjax.reference.tflite_int.fake_quant import QUANTIZE_WEIGHTS as np_qw
 
     rng = np.random.default_rng(3)
@@ -838,7 +838,7 @@ def test_quantize_weights_matches_twin_and_inverts_dequantize(case):
     assert np.max(np.abs(moved.astype(np.int64) - expect)) <= tol
     # off-grid weights, many within 1e-6 of a tie: jitted (XLA may rewrite a
     # division), eager, the numpy twin and the definition Model.save uses
-    # (fbjax.quantization.requantize_weights) agree on every element
+    # (fbjax.passes.quantization.requantize_weights) agree on every element
     frac = np.where(rng.random(w.shape) < 0.5, 0.5 + rng.uniform(-1e-6, 1e-6, w.shape), rng.random(w.shape))
     w3 = ((np.floor(w2 / s) + frac) * s).astype(np.float32)
     args3 = (w3,) + args[1:]

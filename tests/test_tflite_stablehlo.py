@@ -3,7 +3,7 @@
 * the schema: ``schemas/tflite.fbs`` extends the v2.15 schema, appending
   only, to the layout of LiteRT's own generated bindings (every enum value
   and every table field slot equal);
-* one model per ``STABLEHLO_*`` op (:func:`fbjax.testing.stablehlo_op_model`,
+* one model per ``STABLEHLO_*`` op (:func:`fbjax.formats.tflite_builder.stablehlo_op_model`,
   region bodies as appended subgraphs): fbjax's JAX lowering against the
   independent numpy reference twins, and against LiteRT where LiteRT has a
   kernel (scatter, gather, reduce_window, pad, composite, case, add,
@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fbjax  # noqa: E402
 from fbjax.formats import read_model  # noqa: E402
 from fbjax.formats._generated import tflite_generated as T  # noqa: E402
-from fbjax.testing import stablehlo_op_model  # noqa: E402
+from fbjax.formats.tflite_builder import stablehlo_op_model  # noqa: E402
 from conftest import abs_magnitude, assert_within, gamma, require  # noqa: E402
 
 

@@ -1,6 +1,6 @@
 """Static-bound mode (issue 15 item 6) for TFLite ``WHERE`` and ``UNIQUE``
 whose input the graph computes, against LiteRT's builtin kernels on small
-models written with :class:`fbjax.testing.TFLiteBuilder`.
+models written with :class:`fbjax.formats.tflite_builder.TFLiteBuilder`.
 
 ``x [3, 4] float -> GREATER(x, 0.5) -> WHERE`` and ``x [10] float -> FLOOR ->
 UNIQUE``: the number of true elements / distinct values varies with the
@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import fbjax  # noqa: E402
 from fbjax import reference  # noqa: E402
-from fbjax.testing import TFLiteBuilder  # noqa: E402
+from fbjax.formats.tflite_builder import TFLiteBuilder  # noqa: E402
 from conftest import require  # noqa: E402
 from helpers import where_model as _where_model  # noqa: E402
 
@@ -92,7 +92,7 @@ def test_unique_refused_at_load_without_static_bounds():
 def test_where_and_unique_on_constants_unchanged():
     """On inputs stored in the file, both modes give the exact sizes (known
     at load) and no count output: static-bound mode pads only computed inputs."""
-    from fbjax.testing import single_op_model as som
+    from fbjax.formats.tflite_builder import single_op_model as som
 
     cond = np.array([[True, False, True], [False, False, True]])
     x = np.array([3.0, 1.0, 3.0, 2.0, 1.0, 5.0], np.float32)

@@ -1,4 +1,4 @@
-"""Tiered compilation of the CPU executors (:mod:`fbjax.run.tiered`, issue 19 item 4).
+"""Tiered compilation of the CPU executors (:mod:`fbjax.executors.tiered`, issue 19 item 4).
 
 The first call of a large enough program runs a quickly compiled tier (the
 prepared executors: the program lowered with the plain kernel choices,
@@ -29,9 +29,9 @@ import pytest
 
 import fbjax
 import fbjax.reference
-from fbjax import run
-from fbjax.run import tiered, trace_cache
-from fbjax.testing import TFLiteBuilder, single_op_model
+from fbjax import executors
+from fbjax.executors import tiered, trace_cache
+from fbjax.formats.tflite_builder import TFLiteBuilder, single_op_model
 
 from conftest import ROOT, abs_magnitude, assert_within, gamma
 
@@ -85,12 +85,12 @@ def test_first_call_runs_a_tier_then_the_optimised_program(tiering, kind):
         bound = gamma(1) * (np.abs(xs[0]) + np.abs(xs[1]))  # one rounding
         call = m.executor.jitted_leaves
         assert m.executor.name == "jit"
-    assert call is None or (isinstance(call, run.TieredCall) and call.tier is None)
+    assert call is None or (isinstance(call, executors.TieredCall) and call.tier is None)
     assert_within(m(*xs), ref, bound, "first tier")
     if call is None:
         ex = m.executor
         call = ex._call if ex.name == "trace_cache" else ex.run
-        assert isinstance(call, run.TieredCall)
+        assert isinstance(call, executors.TieredCall)
     assert call.tier in ("cheap", "optimised")  # optimised already if the background compile won the race
     m.wait_optimised(timeout=120)  # the public wait (what fbjax.infer does after its first step)
     assert call.tier == "optimised"
@@ -104,8 +104,8 @@ def test_skip_quick_tier_compiles_the_optimised_program_first(tiering, kind, mon
     the first call compiles no quick tier and already runs the optimised
     program; once a call ran, it changes nothing."""
     quick_compiles = []
-    real_start = run.TieredCall._start
-    monkeypatch.setattr(run.TieredCall, "_start", lambda self, args: (quick_compiles.append(1), real_start(self, args)))
+    real_start = executors.TieredCall._start
+    monkeypatch.setattr(executors.TieredCall, "_start", lambda self, args: (quick_compiles.append(1), real_start(self, args)))
     rng = np.random.default_rng(1)
     if kind == "conv":
         w = rng.standard_normal((8, 3, 3, 4)).astype(F32)
@@ -123,7 +123,7 @@ def test_skip_quick_tier_compiles_the_optimised_program_first(tiering, kind, mon
     assert_within(m(*xs), ref, bound, "first call")
     ex = m.executor
     call = {"trace_cache": lambda: ex._call, "cpu_prepared": lambda: ex.run, "jit": lambda: ex.jitted_leaves}[ex.name]()
-    assert isinstance(call, run.TieredCall)  # tiered executor, but its first call compiled the optimised program
+    assert isinstance(call, executors.TieredCall)  # tiered executor, but its first call compiled the optimised program
     assert call.tier == "optimised" and call.thread is None and not quick_compiles
     m.skip_quick_tier()  # after a call: nothing changes
     assert_within(m(*xs), ref, bound, "second call")
@@ -142,7 +142,7 @@ def test_wait_optimised_returns_at_once_before_any_call_and_untiered(tiering):
     m.wait_optimised(timeout=0)
     assert m.executor.jitted_leaves.tier is None  # no compile was started by waiting
     m2 = fbjax.load(single_op_model("ADD", [(2, 3), (2, 3)]))  # tiered_compile off: the default
-    assert not isinstance(m2.executor.jitted_leaves, run.TieredCall)
+    assert not isinstance(m2.executor.jitted_leaves, executors.TieredCall)
     x = np.ones((2, 3), F32)
     np.testing.assert_array_equal(np.asarray(m2(x, x)), 2 * x)  # one exact rounding: 1 + 1
     m2.wait_optimised()
@@ -207,7 +207,7 @@ def test_quick_tier_runs_the_plain_kernel_choices(tiering):
     bound = (gamma(n_sum) + gamma(5)) * abs_magnitude(m, x)
     assert_within(m(x), ref, bound, "quick tier")
     call = ex._call
-    assert isinstance(call, run.TieredCall) and call.quick is ex.quick
+    assert isinstance(call, executors.TieredCall) and call.quick is ex.quick
     assert call.wait(timeout=120) == "optimised"
     assert ex.exported is not None  # exported in the background, for the next process
     assert_within(m(x), ref, bound, "optimised tier")
@@ -239,15 +239,15 @@ def test_when_tiering_applies():
     m = fbjax.load(single_op_model("ADD", [(2, 3), (2, 3)]), tiered_compile=True)
     assert m.program.backend == "cpu"
     assert not tiered.worth_tiering(m.program, True)  # one node: compiles fast, keeps the jit's faster dispatch
-    assert not isinstance(m.executor.jitted_leaves, run.TieredCall)
+    assert not isinstance(m.executor.jitted_leaves, executors.TieredCall)
     m = fbjax.load(single_op_model("ADD", [(2, 3), (2, 3)]), tiered_compile=True, kernel_options=SMALL)
     assert tiered.worth_tiering(m.program, True)
     assert not tiered.worth_tiering(m.program, False)  # the option off (the default)
     assert not tiered.worth_tiering(dataclasses.replace(m.program, backend="gpu"), True)  # CPU only
     assert not isinstance(fbjax.load(single_op_model("ADD", [(2, 3), (2, 3)])).executor.jitted_leaves,
-                          run.TieredCall)
+                          executors.TieredCall)
     assert isinstance(fbjax.load(single_op_model("ADD", [(2, 3), (2, 3)]), tiered_compile=True, kernel_options=SMALL)
-                      .executor.jitted_leaves, run.TieredCall)
+                      .executor.jitted_leaves, executors.TieredCall)
 
 
 def test_tiered_compile_option_is_checked_and_keys_the_trace_cache():
@@ -269,8 +269,8 @@ _CHILD = """
 import json, sys
 import numpy as np
 import fbjax
-from fbjax.run import tiered, trace_cache
-from fbjax.testing import single_op_model
+from fbjax.executors import tiered, trace_cache
+from fbjax.formats.tflite_builder import single_op_model
 rng = np.random.default_rng(0)
 w = rng.standard_normal((8, 3, 3, 4)).astype(np.float32)
 b = rng.standard_normal(8).astype(np.float32)
@@ -318,7 +318,7 @@ def test_infer_runs_its_steps_on_the_optimised_program(tiering, called_before):
     got = np.asarray(fbjax.infer(m, xs, step_size=1, progress=False))
     ex = m.executor
     call = ex._call if ex.name == "trace_cache" else getattr(ex, "run", None)
-    assert isinstance(call, run.TieredCall) and call.tier == "optimised", (ex.name, call)
+    assert isinstance(call, executors.TieredCall) and call.tier == "optimised", (ex.name, call)
     assert (call.thread is not None) == called_before  # the quick tier's background compile, only then
     for i in range(len(xs)):
         ref, mag = _conv_ref(xs[i:i + 1], w, b)
@@ -332,7 +332,7 @@ def test_another_signature_goes_to_the_plain_jit_without_trying_the_tier():
     batch-polymorphic model called at batch 1, then by fbjax.infer at batch
     2: iris landmark at 0.8x its loop). The first signature still runs the
     tier."""
-    from fbjax.run.tiered import TieredCall
+    from fbjax.executors.tiered import TieredCall
 
     call = TieredCall(jax.jit(lambda w, x: x * w[0]))
     w = (np.float32(2.0),)

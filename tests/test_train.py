@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 import fbjax
-from fbjax.testing import TFLiteBuilder
+from fbjax.formats.tflite_builder import TFLiteBuilder
 from fbjax.train import merge
 from conftest import require  # noqa: E402
 

@@ -18,7 +18,7 @@ import fbjax
 from fbjax.cli import main
 from fbjax.data import DEFAULT_MODEL, synthetic_person
 from fbjax.errors import InputError
-from fbjax.testing import single_op_model
+from fbjax.formats.tflite_builder import single_op_model
 from fbjax.vision import interpret, preprocess, ssd_anchors
 
 from conftest import SHARED_MISSING_REASON, TFLITE_MODELS

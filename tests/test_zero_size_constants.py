@@ -13,7 +13,7 @@ import numpy as np
 
 import fbjax
 import fbjax.reference
-from fbjax.testing import TFLiteBuilder
+from fbjax.formats.tflite_builder import TFLiteBuilder
 from conftest import require  # noqa: E402
 
 

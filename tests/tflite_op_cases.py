@@ -1,5 +1,5 @@
 """The TFLite per-op cases: tiny one- or two-op models written with
-:mod:`fbjax.testing` and their random inputs (a helper module, not a test
+:mod:`fbjax.formats.tflite_builder` and their random inputs (a helper module, not a test
 module: ``tests/test_tflite_ops.py`` checks each against LiteRT, and
 ``tests/test_grads.py`` differentiates them).
 
@@ -17,7 +17,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from fbjax.testing import TFLiteBuilder, single_op_model, transpose_conv_bias_options
+from fbjax.formats.tflite_builder import TFLiteBuilder, single_op_model, transpose_conv_bias_options
 
 F32 = np.float32
 

@@ -9,7 +9,7 @@ Run in a generator environment, not fbjax's (tests never need it)::
 What it writes, under ``tests/data/metadata/``:
 
 * ``color_classifier.tflite``: a 3-class colour classifier built with
-  :class:`fbjax.testing.TFLiteBuilder` (MEAN over the image, FULLY_CONNECTED,
+  :class:`fbjax.formats.tflite_builder.TFLiteBuilder` (MEAN over the image, FULLY_CONNECTED,
   SOFTMAX: red, green, blue), its metadata written by TFLite Support's
   ``MetadataWriter`` (image input normalized with mean 127.5 / std 127.5,
   labels in English and French, a score-calibration file and a score
@@ -58,7 +58,7 @@ SHARED = os.path.join(os.path.dirname(ROOT), "shared", "models", "tflite")
 
 def classifier_base() -> bytes:
     """input [1, 16, 16, 3] float32 in [-1, 1] -> softmax [1, 3] over (red, green, blue)."""
-    from fbjax.testing import TFLiteBuilder
+    from fbjax.formats.tflite_builder import TFLiteBuilder
 
     b = TFLiteBuilder("colour classifier made by tools/record_tflite_metadata.py")
     x = b.add_input((1, 16, 16, 3), name="image")
@@ -79,7 +79,7 @@ def detector_base() -> bytes:
     """input [1, 16, 16, 3] float32 in [0, 1] -> TFLite's detection post-processing layout:
     locations [1, 2, 4] (ymin, xmin, ymax, xmax as ratios: the left and the right half),
     categories [1, 2] (0, 1), scores [1, 2] (sigmoid of how red / how blue the image is), count [1]."""
-    from fbjax.testing import TFLiteBuilder
+    from fbjax.formats.tflite_builder import TFLiteBuilder
 
     b = TFLiteBuilder("two-box detector made by tools/record_tflite_metadata.py")
     x = b.add_input((1, 16, 16, 3), name="image")
@@ -129,7 +129,7 @@ def write_detector(path: str) -> None:
 def segmenter_base() -> bytes:
     """input [1, 32, 32, 3] float32 in [0, 1] -> per-pixel softmax [1, 32, 32, 3] over (red, green, blue):
     a 1x1 CONV_2D with weights 12 I - 6, then SOFTMAX over the channels."""
-    from fbjax.testing import TFLiteBuilder
+    from fbjax.formats.tflite_builder import TFLiteBuilder
 
     b = TFLiteBuilder("colour segmenter made by tools/record_tflite_metadata.py")
     x = b.add_input((1, 32, 32, 3), name="image")

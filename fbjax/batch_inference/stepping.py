@@ -2,7 +2,7 @@
 device sharding.
 
 **One CPU device** (:class:`CpuSteps`): each step is one call of the
-prepared program ``Model.__call__`` runs (:mod:`fbjax.run.cpu_prepared`:
+prepared program ``Model.__call__`` runs (:mod:`fbjax.executors.cpu_prepared`:
 weights relaid once, values read twice materialized) on ``k`` examples
 (:func:`plan`): the largest divisor of the step whose activations fit in
 cache (``KernelOptions.chunk_bytes``; 1 for the MediaPipe detectors, whose
@@ -425,7 +425,7 @@ class CpuSteps:
 
     def __init__(self, model, params, k: int, streams: int):
         self.model, self.k, self.streams = model, k, streams
-        self.run1 = own_call(model)  # what Model.__call__ runs (fbjax.run), without its input checks
+        self.run1 = own_call(model)  # what Model.__call__ runs (fbjax.executors), without its input checks
         model.skip_quick_tier()
         self.params = model.params if params is None else params  # (its relaid copies are cached per array)
         self.x64 = model.x64
@@ -454,7 +454,7 @@ class CpuSteps:
         if self.streams == 1:
             res = self.run1(self.params, *placed)
             if self.k not in warm:  # the first step of this size compiled; if the model ran before
-                # infer, that was the quick tier (fbjax.run.tiered): the rest run the optimised program
+                # infer, that was the quick tier (fbjax.executors.tiered): the rest run the optimised program
                 jax.block_until_ready(res)
                 self.model.wait_optimised()
                 warm.add(self.k)

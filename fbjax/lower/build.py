@@ -157,7 +157,7 @@ def _concrete(x):
 #: slices -- fast to run on XLA:CPU, but 4-5x the StableHLO ops of the
 #: plain lowering, so slower to trace, lower and compile). ``"quick"``: on
 #: CPU the choices cheapest to trace, lower and compile, what the CPU quick
-#: tier runs (:mod:`fbjax.run.tiered`): the plain ``jax.lax`` kernels other
+#: tier runs (:mod:`fbjax.executors.tiered`): the plain ``jax.lax`` kernels other
 #: backends use (one grouped ``conv_general_dilated`` per depthwise or
 #: grouped convolution, no kernel taps, ``reduce_window`` pools), except
 #: depthwise convolutions with large outputs, which stay shifted
@@ -275,7 +275,7 @@ class Program:
         """Evaluate ``nodes`` in order, each through its registered lowering
         (the one graph walker: :meth:`eval_graph` and the CPU executor's
         computed-ahead values use it; the registry is the hook, see
-        :class:`fbjax.run.cpu_prepared.CpuPrepared`).
+        :class:`fbjax.executors.cpu_prepared.CpuPrepared`).
 
         ``env`` (``id(Value) -> value``) holds the values known before and
         receives every node output; ``graph``, when given, is the graph the
@@ -568,7 +568,7 @@ def _static_positions(opdef: OpDef, node: Node) -> tuple:
     """The input positions of ``node`` that must be known at load time: the
     op's ``static_inputs``, less its ``bounded_inputs`` for a node padded to
     a bound (static-bound mode gave it a valid-count output:
-    :func:`fbjax.passes.add_valid_counts`)."""
+    :func:`fbjax.passes.shapes.add_valid_counts`)."""
     if opdef.bounded_inputs and has_valid_count(node):
         return tuple(i for i in opdef.static_inputs if i not in opdef.bounded_inputs)
     return opdef.static_inputs

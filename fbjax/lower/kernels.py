@@ -26,7 +26,7 @@ plain ``jax.lax`` kernels for any other value (``"gpu"``, ``"tpu"``), but
 for ``"cpu_quick"``, which a CPU program built with the ``kernels="quick"``
 lowering option passes (``ctx.backend``, see
 :data:`fbjax.lower.build.KERNEL_CHOICES`: the quick tier of
-:mod:`fbjax.run.tiered`): the plain kernels except large depthwise
+:mod:`fbjax.executors.tiered`): the plain kernels except large depthwise
 convolutions (``KernelOptions.quick_shifted_min_output``).
 
 Every choice and threshold that changes the computed program comes from the
@@ -119,7 +119,7 @@ def weight_layout(ctx, position: int, native: str) -> str:
 
     ``native`` (the file's layout) unless the program was built for
     inference with that weight relaid (``ctx.options["weight_layouts"]``:
-    ``{id(Value): layout}``, see :mod:`fbjax.lower.inference`); the lowering
+    ``{id(Value): layout}``, see :mod:`fbjax.executors.planner`); the lowering
     then states the given layout in its ``dimension_numbers``.
     """
     layouts = (getattr(ctx, "options", None) or {}).get("weight_layouts")

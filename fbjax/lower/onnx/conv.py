@@ -57,7 +57,7 @@ def _conv(ctx, X, W, *, auto_pad, pads, groups, strides, dilations, preferred=No
     groups = int(groups) or 1  # schema default 0 means "not set"
     rhs = "OI" + sp
     if preferred is None and n == 2:
-        rhs = kernels.weight_layout(ctx, 1, rhs)  # HWIO when relaid for XLA:CPU (fbjax.lower.inference)
+        rhs = kernels.weight_layout(ctx, 1, rhs)  # HWIO when relaid for XLA:CPU (fbjax.executors.planner)
     ksz = [int(W.shape[rhs.index(c)]) for c in sp]
     pad = conv_padding(ctx, auto_pad, pads, X.shape[2:], ksz, strides, dilations)
     C, w_in = X.shape[1], W.shape[rhs.index("I")]

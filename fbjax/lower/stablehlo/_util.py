@@ -13,7 +13,7 @@ def out_shape(ctx, i: int = 0, batch=None) -> tuple:
     """Static shape of output ``i``; raises the node's error when unknown.
 
     ``batch``: the size a leading dimension left unknown by a
-    batch-polymorphic load (:func:`fbjax.passes.set_batch_size`) takes."""
+    batch-polymorphic load (:func:`fbjax.passes.shapes.set_batch_size`) takes."""
     v = ctx.outputs[i]
     shape = None if v is None else v.shape
     if shape and shape[0] is None and batch is not None:

@@ -46,7 +46,7 @@ def CONV_2D(ctx, x, w, b=None, *, padding="SAME", stride_w=1, stride_h=1,
     bias ``[O]``; when ``C_in = groups * I`` with ``groups > 1`` it is a
     grouped convolution. TF ``SAME``/``VALID`` padding. Returns
     ``[N, OH, OW, O]``. ``Model.__call__`` on CPU may pass ``w`` relaid to
-    ``HWIO`` (:mod:`fbjax.lower.inference`); the layout is then read from
+    ``HWIO`` (:mod:`fbjax.executors.planner`); the layout is then read from
     :func:`fbjax.lower.kernels.weight_layout` and stated in the
     ``dimension_numbers``.
     """
@@ -55,7 +55,7 @@ def CONV_2D(ctx, x, w, b=None, *, padding="SAME", stride_w=1, stride_h=1,
                     dilation_w_factor=dilation_w_factor, dilation_h_factor=dilation_h_factor)
     if x.ndim != 4 or w.ndim != 4:
         raise ctx.error(f"expected a 4-D input and 4-D OHWI weights, got shapes {x.shape} and {w.shape}")
-    rhs = kernels.weight_layout(ctx, 1, "OHWI")  # HWIO when relaid for XLA:CPU (fbjax.lower.inference)
+    rhs = kernels.weight_layout(ctx, 1, "OHWI")  # HWIO when relaid for XLA:CPU (fbjax.executors.planner)
     c_in, o, i = x.shape[3], w.shape[rhs.index("O")], w.shape[rhs.index("I")]
     if i == 0 or c_in % i:
         raise ctx.error(f"input has {c_in} channels, not a multiple of the weights' {i} input channels")

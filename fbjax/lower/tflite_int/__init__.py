@@ -1,6 +1,6 @@
 """Integer-exact lowerings of quantized TFLite ops: op set ``"tflite.int"``.
 
-Op names are the TFLite builtin names. :func:`fbjax.quantization.prepare`
+Op names are the TFLite builtin names. :func:`fbjax.passes.quantization.prepare`
 moves nodes with quantized integer activations into this op set when a model
 is loaded with ``quantized="exact"``; each lowering reproduces the TFLite
 builtin kernel (without XNNPACK) bit for bit in 32-bit ``jax.lax`` integer
@@ -9,7 +9,7 @@ fixed-point primitives are in :mod:`.fixedpoint`.
 
 The target is LiteRT's builtin x86 kernels, which differ from TFLite's
 reference kernels in rounding details (QUANTIZE, DEQUANTIZE, the gemm and
-depthwise output stages, MEAN, SOFTMAX); :mod:`fbjax.quantization` lists
+depthwise output stages, MEAN, SOFTMAX); :mod:`fbjax.passes.quantization` lists
 them. :data:`.conv.GEMM_ROUNDING` switches CONV_2D/DEPTHWISE_CONV_2D/
 FULLY_CONNECTED to the reference kernels' rounding.
 

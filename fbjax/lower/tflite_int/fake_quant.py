@@ -1,5 +1,5 @@
 """``fbjax:FAKE_QUANT`` and ``fbjax:IDENTITY``: the ops that
-:func:`fbjax.quantization.prepare` inserts in ``quantized="float"`` mode.
+:func:`fbjax.passes.quantization.prepare` inserts in ``quantized="float"`` mode.
 
 FAKE_QUANT rounds a float tensor to a quantization grid and back,
 ``(clip(round(x * (1 / scale) + offset) - round_away(offset) + zp, qmin, qmax) - zp) * scale``,
@@ -195,8 +195,8 @@ def QUANTIZE_WEIGHTS(ctx, w, file_values=None):
     even) to the output's dtype (int8/uint8/int16 weights, int32/int64
     biases), per channel along ``quantized_dimension`` (blockwise int4
     weights: per row and block, clipped to [-8, 7]). Float mode feeds the
-    result to the integer kernels (:func:`fbjax.quantization.prepare`);
-    :func:`fbjax.quantization.requantize_weights` is the same definition in
+    result to the integer kernels (:func:`fbjax.passes.quantization.prepare`);
+    :func:`fbjax.passes.quantization.requantize_weights` is the same definition in
     numpy, which :meth:`fbjax.Model.save` uses, so a saved file runs in
     LiteRT exactly as float mode ran it.
 

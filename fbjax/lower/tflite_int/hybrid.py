@@ -1,7 +1,7 @@
 """TFLite's hybrid (dynamic-range) kernels, bit for bit: op set ``"tflite.hybrid"``.
 
 A hybrid op has float32 activations and int8 constant weights (symmetric,
-per-tensor or per-channel scales). :func:`fbjax.quantization.prepare`
+per-tensor or per-channel scales). :func:`fbjax.passes.quantization.prepare`
 (``quantized="exact"``) moves FULLY_CONNECTED, CONV_2D, DEPTHWISE_CONV_2D,
 BATCH_MATMUL and TRANSPOSE_CONV nodes whose weights are such constants into
 this op set.
@@ -85,7 +85,7 @@ def _div(num, const):
 
 def _ints(w):
     """Integer weights as int32: the file's constants, or in float mode
-    (:func:`fbjax.quantization.prepare`) the traced output of
+    (:func:`fbjax.passes.quantization.prepare`) the traced output of
     ``fbjax:QUANTIZE_WEIGHTS``."""
     return jnp.asarray(w).astype(jnp.int32)
 

@@ -1,6 +1,6 @@
 """How each integer kernel rounds its output, for float mode's fake quantization.
 
-In ``quantized="float"`` mode (:func:`fbjax.quantization.prepare`) an op
+In ``quantized="float"`` mode (:func:`fbjax.passes.quantization.prepare`) an op
 without an integer-exact forward runs in float and its quantized output is
 fake-quantized (:mod:`.fake_quant`). These functions, declared as the
 ``fq_rounding`` fact of the ``"tflite.int"`` lowering they describe, give

@@ -21,7 +21,7 @@ custom op...) are written with fbjax's own TFLite writer by
     PYTHONPATH=. /work/venv/bin/python tests/data/tflite_builtins/generate.py --builder
 
 (no TensorFlow needed); those manifest entries carry ``made_by:
-fbjax.testing`` and are kept only when LiteRT can run them (except CALL,
+fbjax.formats.tflite_builder`` and are kept only when LiteRT can run them (except CALL,
 which LiteRT lacks: its oracle is numpy, see tests/test_tflite_control.py).
 """
 
@@ -424,12 +424,12 @@ def main(only=None):
     print(len(manifest), "cases in manifest")
 
 
-# --- ops the converter never emits: models written with fbjax.testing --------
+# --- ops the converter never emits: models written with fbjax.formats.tflite_builder --------
 # (run as `python generate.py --builder` with fbjax's environment; no TF needed)
 
 def builder_cases():
     """``(name, op, model bytes, inputs spec)`` for ops the converter does not produce."""
-    from fbjax.testing import single_op_model as som
+    from fbjax.formats.tflite_builder import single_op_model as som
 
     i32 = np.int32
     yield "embedding_lookup", "EMBEDDING_LOOKUP", som(
@@ -461,7 +461,7 @@ def builder_cases():
 
 
 def more_builder_cases():
-    from fbjax.testing import single_op_model as som
+    from fbjax.formats.tflite_builder import single_op_model as som
 
     yield "fake_quant", "FAKE_QUANT", som("FAKE_QUANT", [(2, 3, 4)], dict(min=-1.3, max=2.1, num_bits=8)), \
         [((2, 3, 4), F, "normal")]
@@ -491,7 +491,7 @@ def more_builder_cases():
 
 
 def _detection_model(regular, seed, n=12, classes=3, md=5):
-    from fbjax.testing import TFLiteBuilder
+    from fbjax.formats.tflite_builder import TFLiteBuilder
 
     rng = np.random.default_rng(seed)
     b = TFLiteBuilder()
@@ -513,7 +513,7 @@ def _detection_model(regular, seed, n=12, classes=3, md=5):
 def _mediapipe_cases():
     import struct
 
-    from fbjax.testing import TFLiteBuilder
+    from fbjax.formats.tflite_builder import TFLiteBuilder
 
     def opts(pad, s, k):
         return struct.pack("<10i", 1 if pad == "SAME" else 2, s, s, k, k, 0, 0, 0, 0, 0)
@@ -536,7 +536,7 @@ def _mediapipe_cases():
 
 
 def _call_model():
-    from fbjax.testing import TFLiteBuilder
+    from fbjax.formats.tflite_builder import TFLiteBuilder
 
     b = TFLiteBuilder()
     sub = b.add_subgraph("callee")
@@ -558,7 +558,7 @@ def _recurrent_model(op, seed, *, B=2, T=5, I=3, C=4, O=4, time_major=False, cif
                      proj=False, ln=False, act="TANH", cell_clip=0.0, proj_clip=0.0):
     """A one-op model of a fused recurrent op with random weights and
     variable state tensors (LiteRT zeroes them at allocation)."""
-    from fbjax.testing import TFLiteBuilder
+    from fbjax.formats.tflite_builder import TFLiteBuilder
 
     rng = np.random.default_rng(seed)
     b = TFLiteBuilder()
@@ -597,7 +597,7 @@ def _recurrent_model(op, seed, *, B=2, T=5, I=3, C=4, O=4, time_major=False, cif
 
 
 def _bidi_rnn_model(seed, merge, time_major, B=2, T=4, I=3, U=5):
-    from fbjax.testing import TFLiteBuilder
+    from fbjax.formats.tflite_builder import TFLiteBuilder
 
     rng = np.random.default_rng(seed)
     b = TFLiteBuilder()
@@ -619,7 +619,7 @@ def _bidi_rnn_model(seed, merge, time_major, B=2, T=4, I=3, U=5):
 
 
 def _svdf_model(seed, B=2, I=3, NF=6, M=4, rank=2):
-    from fbjax.testing import TFLiteBuilder
+    from fbjax.formats.tflite_builder import TFLiteBuilder
 
     rng = np.random.default_rng(seed)
     b = TFLiteBuilder()
@@ -636,7 +636,7 @@ def _svdf_model(seed, B=2, I=3, NF=6, M=4, rank=2):
 
 
 def _bidi_lstm_model(seed, merge, time_major, B=2, T=4, I=3, C=4):
-    from fbjax.testing import TFLiteBuilder
+    from fbjax.formats.tflite_builder import TFLiteBuilder
 
     rng = np.random.default_rng(seed)
     b = TFLiteBuilder()

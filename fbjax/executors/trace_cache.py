@@ -1,6 +1,6 @@
 """The prepared CPU executor with its traced program kept in fbjax's cache.
 
-:class:`TraceCached` is :class:`~fbjax.run.cpu_prepared.CpuPrepared` whose
+:class:`TraceCached` is :class:`~fbjax.executors.cpu_prepared.CpuPrepared` whose
 first call reads the program, traced and lowered by an earlier process
 (a ``jax.export.Exported``), from :func:`fbjax.cache.trace_cache_dir`, or
 exports it and stores it there; later processes skip tracing the graph.
@@ -65,8 +65,8 @@ class TraceCached(CpuPrepared):
         cache, or exported now and stored (one trace + lowering either way);
         :attr:`run` when export cannot take the program. On CPU, unless an
         earlier process left the optimised executable in the persistent
-        cache (:func:`~fbjax.run.tiered.optimised_marked`), calls run in
-        tiers (:mod:`fbjax.run.tiered`): the quick program
+        cache (:func:`~fbjax.executors.tiered.optimised_marked`), calls run in
+        tiers (:mod:`fbjax.executors.tiered`): the quick program
         (:attr:`CpuPrepared.quick`) first, while the background thread reads
         or exports the ``Exported`` program and compiles it."""
         try:
@@ -115,7 +115,7 @@ class TraceCached(CpuPrepared):
         """The first call compiles the optimised (``Exported``) program
         directly: when the calls' program is not chosen yet, no tiers; when
         it is (a load-time trace), its quick tier is skipped
-        (:meth:`fbjax.run.tiered.TieredCall.skip_quick`). Nothing once called."""
+        (:meth:`fbjax.executors.tiered.TieredCall.skip_quick`). Nothing once called."""
         super().skip_quick_tier()
         if self._call is None:
             self._skip_quick = True

@@ -5,14 +5,14 @@ chosen once at load by :func:`select`:
 
 =================  ==========================================================
 ``"stateful"``     models with run state (resource variables, random ops):
-                   :class:`~fbjax.run.jit.Stateful`, ``fn(params, state, *xs)
+                   :class:`~fbjax.executors.jit.Stateful`, ``fn(params, state, *xs)
                    -> (outputs, state)``
 ``"chunked"``      a fixed large batch on CPU whose activations exceed the
-                   cache: :class:`~fbjax.run.chunked.ChunkedCall`
+                   cache: :class:`~fbjax.executors.chunked.ChunkedCall`
 ``"trace_cache"``  the prepared CPU program kept traced in fbjax's cache:
-                   :class:`~fbjax.run.trace_cache.TraceCached`
-``"cpu_prepared"`` the prepared CPU program: :class:`~fbjax.run.cpu_prepared.CpuPrepared`
-``"jit"``          everything else: :class:`~fbjax.run.jit.Jit`, ``jax.jit``
+                   :class:`~fbjax.executors.trace_cache.TraceCached`
+``"cpu_prepared"`` the prepared CPU program: :class:`~fbjax.executors.cpu_prepared.CpuPrepared`
+``"jit"``          everything else: :class:`~fbjax.executors.jit.Jit`, ``jax.jit``
                    of ``Model.apply`` (with the unchecked fast path)
 =================  ==========================================================
 
@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
-from ..lower.inference import worth_preparing
+from .planner import worth_preparing
 from .chunked import ChunkedCall, select_chunks
 from .cpu_prepared import CpuPrepared
 from .jit import Jit, Stateful, leaves_getter
@@ -57,9 +57,9 @@ def select(program, apply: Callable, apply_leaves: Callable, *, stateful: bool, 
         stateful: whether the model has run state.
         trace_base: ``f(program) -> (digest, options) or None``: the trace
             cache key when the prepared program may be cached.
-        chunks: ``f() -> ChunkedCall or None`` (:func:`fbjax.run.chunked.select_chunks`
+        chunks: ``f() -> ChunkedCall or None`` (:func:`fbjax.executors.chunked.select_chunks`
             for a model loaded with a fixed batch).
-        tiered: the ``tiered_compile`` load option (:mod:`fbjax.run.tiered`;
+        tiered: the ``tiered_compile`` load option (:mod:`fbjax.executors.tiered`;
             it takes effect where :func:`worth_tiering` says so).
     """
     if stateful:

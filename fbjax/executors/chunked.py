@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..lower.inference import image_activation_bytes
+from .planner import image_activation_bytes
 from ..options import kernel_options
 
 __all__ = ["ChunkedCall", "select_chunks", "chunk_size"]

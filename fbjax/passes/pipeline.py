@@ -13,12 +13,12 @@ import warnings
 
 import jax
 
-from .ir import ModelIR
-from .lower import composites
-from .lower.build import Program, build
-from .lower.registry import LOWERINGS
-from .options import LoadOptions
-from .passes import add_valid_counts, check_batch_size, set_batch_size
+from ..ir import ModelIR
+from ..lower import composites
+from ..lower.build import Program, build
+from ..lower.registry import LOWERINGS
+from ..options import LoadOptions
+from .shapes import add_valid_counts, check_batch_size, set_batch_size
 from .quantization import prepare as prepare_quantized
 
 __all__ = ["prepare", "lower"]

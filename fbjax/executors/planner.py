@@ -17,7 +17,7 @@ chosen because XLA:CPU (jaxlib 0.10.2) does not do it itself:
   are evaluated at the first call and their float results passed as jit
   arguments, instead of being recomputed (and, for weights, relaid) on
   every call, or embedded in the executable as literals.
-* **Values read twice written once** (:class:`fbjax.run.cpu_prepared.CpuPrepared`). XLA:CPU fuses a
+* **Values read twice written once** (:class:`fbjax.executors.cpu_prepared.CpuPrepared`). XLA:CPU fuses a
   cheap elementwise producer into each of its consumers; along a residual
   chain (``x = relu(x + conv(dw(x)))``) the k-th fusion then recomputes the
   k previous blocks, quadratic in the depth (2.4x slower per image at batch
@@ -29,11 +29,11 @@ chosen because XLA:CPU (jaxlib 0.10.2) does not do it itself:
   fusion.)
 
 This module only plans (which weights, which nodes, which values); the
-executor that runs the prepared program is :class:`fbjax.run.cpu_prepared.CpuPrepared`.
+executor that runs the prepared program is :class:`fbjax.executors.cpu_prepared.CpuPrepared`.
 Results equal ``Model.apply``'s (``tests/test_inference.py`` compares both
 paths). Other backends pick layouts and fusions themselves:
 :func:`worth_preparing` is False there and :class:`fbjax.Model` jits
-``Model.apply`` as it is (:class:`fbjax.run.jit.Jit`).
+``Model.apply`` as it is (:class:`fbjax.executors.jit.Jit`).
 """
 
 from __future__ import annotations

@@ -43,9 +43,9 @@ class Jit:
         leaves: ``f(params) -> tuple`` of the params in ``param_names`` order.
         jitted_leaves: the jit of ``apply_leaves(leaves, *inputs)``.
 
-    On CPU both are :class:`~fbjax.run.tiered.TieredCall` s of the jits
+    On CPU both are :class:`~fbjax.executors.tiered.TieredCall` s of the jits
     (a quickly compiled first tier, the optimised program swapped in when
-    ready) when ``tiered`` (:func:`fbjax.run.tiered.worth_tiering`).
+    ready) when ``tiered`` (:func:`fbjax.executors.tiered.worth_tiering`).
     """
 
     name = "jit"
@@ -65,7 +65,7 @@ class Jit:
 
     def skip_quick_tier(self) -> None:
         """The first call compiles the optimised programs directly
-        (:meth:`fbjax.run.tiered.TieredCall.skip_quick`); nothing when not
+        (:meth:`fbjax.executors.tiered.TieredCall.skip_quick`); nothing when not
         tiered or once called."""
         for c in (self.jitted, self.jitted_leaves):
             if isinstance(c, TieredCall):
@@ -73,7 +73,7 @@ class Jit:
 
     def wait_optimised(self, timeout=None) -> None:
         """Block until both jits run their optimised programs
-        (:mod:`fbjax.run.tiered`); at once when not tiered or not called
+        (:mod:`fbjax.executors.tiered`); at once when not tiered or not called
         yet. ``timeout`` in seconds per jit."""
         wait_optimised(self.jitted, self.jitted_leaves, timeout=timeout)
 

@@ -4,7 +4,7 @@
 identifier ``TFL3``) through the flatc-generated object API
 (:mod:`fbjax.formats._generated.tflite_generated`)::
 
-    from fbjax.testing import TFLiteBuilder
+    from fbjax.formats.tflite_builder import TFLiteBuilder
 
     b = TFLiteBuilder()
     x = b.add_input((1, 8, 8, 3))
@@ -39,7 +39,7 @@ from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 import flatbuffers
 import numpy as np
 
-from .formats._generated import tflite_generated as T
+from ._generated import tflite_generated as T
 
 __all__ = [
     "TFLiteBuilder",
@@ -325,7 +325,7 @@ def _quant_params(quant) -> Optional[Any]:
 
 # Buffers are written 16-byte aligned, as the TF converter writes them, so
 # kernels may use constants in place (shared with Model.save's writer).
-from .formats.tflite_writer import _AlignedBufferT  # noqa: E402
+from .tflite_writer import _AlignedBufferT  # noqa: E402
 
 
 # --- builder --------------------------------------------------------------------

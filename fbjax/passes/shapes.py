@@ -73,9 +73,9 @@ from typing import Optional
 
 import numpy as np
 
-from .errors import InputError, UnsupportedOperatorError
-from .batch_rules import refusal
-from .ir import VALID_COUNT_SUFFIX, ModelIR, Node, Value
+from ..errors import InputError, UnsupportedOperatorError
+from ..batch_rules import refusal
+from ..ir import VALID_COUNT_SUFFIX, ModelIR, Node, Value
 
 __all__ = ["set_batch_size", "check_batch_size"]
 

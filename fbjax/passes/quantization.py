@@ -91,9 +91,9 @@ from typing import Optional
 
 import numpy as np
 
-from .errors import InputError
-from .ir import Graph, ModelIR, Node, QuantParams, Value
-from .quantmath import dequantize_array, requantize_weights, weights_roundtrip  # noqa: F401  (re-exported)
+from ..errors import InputError
+from ..ir import Graph, ModelIR, Node, QuantParams, Value
+from ..quantmath import dequantize_array, requantize_weights, weights_roundtrip  # noqa: F401  (re-exported)
 
 MODES = ("exact", "float")
 

@@ -1,7 +1,7 @@
 """The prepared CPU executor: :class:`fbjax.Model`'s call on XLA:CPU.
 
 The program is the model's graph traced with the load-time preparations
-planned in :mod:`fbjax.lower.inference` (weights relaid, constant subgraphs
+planned in :mod:`fbjax.executors.planner` (weights relaid, constant subgraphs
 computed once, values read twice written once); see there for why each one.
 """
 
@@ -17,7 +17,7 @@ import numpy as np
 
 from ..errors import ModelFormatError
 from ..lower.build import Run
-from ..lower.inference import constant_nodes, fan_out_values, matrix_operands, plan
+from .planner import constant_nodes, fan_out_values, matrix_operands, plan
 from .jit import leaves_getter
 from .tiered import TieredCall, wait_optimised, worth_tiering
 
@@ -75,7 +75,7 @@ class _Inference:
 
 class CpuPrepared:
     """``fn(params, *inputs) -> outputs``: the jitted forward pass of the
-    prepared program (see :mod:`fbjax.lower.inference`).
+    prepared program (see :mod:`fbjax.executors.planner`).
 
     ``params`` is in the file's layout (``Model.params``, a mapping with at
     least the program's param names; other keys are ignored). The relaid
@@ -87,12 +87,12 @@ class CpuPrepared:
         name: ``"cpu_prepared"``.
         layouts: ``{param name: (file layout, prepared layout)}`` of the relaid params.
         jitted: the jit of the prepared program, ``jitted(*args(params), *inputs)``.
-        quick: with ``tiered`` on CPU (:func:`~fbjax.run.tiered.worth_tiering`), the jit of
+        quick: with ``tiered`` on CPU (:func:`~fbjax.executors.tiered.worth_tiering`), the jit of
             the same prepared program lowered with the plain kernel choices
             (``kernels="quick"``, :data:`fbjax.lower.build.KERNEL_CHOICES`),
             taking the same arguments; else None.
         run: what calls run: :attr:`jitted`, or with ``tiered`` on CPU a
-            :class:`~fbjax.run.tiered.TieredCall` of it (:attr:`quick`
+            :class:`~fbjax.executors.tiered.TieredCall` of it (:attr:`quick`
             compiled quickly for the first call, the optimised program
             swapped in when ready).
     """
@@ -309,13 +309,13 @@ class CpuPrepared:
 
     def skip_quick_tier(self) -> None:
         """The first call compiles the optimised program directly
-        (:meth:`fbjax.run.tiered.TieredCall.skip_quick`); nothing when calls
+        (:meth:`fbjax.executors.tiered.TieredCall.skip_quick`); nothing when calls
         are not tiered or once called."""
         if isinstance(self.run, TieredCall):
             self.run.skip_quick()
 
     def wait_optimised(self, timeout=None) -> None:
-        """Block until calls run the optimised program (:mod:`fbjax.run.tiered`:
+        """Block until calls run the optimised program (:mod:`fbjax.executors.tiered`:
         after the first call, the background thread compiles it); at once
         when calls are not tiered or no call ran yet. ``timeout`` in seconds."""
         wait_optimised(self.run, timeout=timeout)
@@ -333,7 +333,7 @@ class CpuPrepared:
 
 
 def prepared(program, compiler_options=None, *, tiered: bool = False) -> CpuPrepared:
-    """The prepared program of ``program`` (see :func:`fbjax.lower.inference.worth_preparing`
+    """The prepared program of ``program`` (see :func:`fbjax.executors.planner.worth_preparing`
     for when :class:`fbjax.Model` uses it); ``tiered``: the ``tiered_compile``
     load option."""
     return CpuPrepared(program, compiler_options, tiered=tiered)

@@ -9,8 +9,8 @@ lowers and compiles that much longer. :class:`TieredCall` runs the
 program's first signature in two tiers:
 
 1. at once: the *quick program* -- for the prepared executors
-   (:class:`~fbjax.run.cpu_prepared.CpuPrepared`,
-   :class:`~fbjax.run.trace_cache.TraceCached`) the same prepared graph
+   (:class:`~fbjax.executors.cpu_prepared.CpuPrepared`,
+   :class:`~fbjax.executors.trace_cache.TraceCached`) the same prepared graph
    lowered with the ``kernels="quick"`` choices
    (:data:`fbjax.lower.build.KERNEL_CHOICES`: grouped convolutions as one
    ``conv_general_dilated``, no kernel taps, only large depthwise
@@ -25,7 +25,7 @@ program's first signature in two tiers:
    ~170 ms (alone); load + first call of the 13 shared float models 0.09-2.00
    -> 0.09-0.93 s. The first call returns this tier's result, after which
 2. a background thread traces the optimised program (the executor's own
-   kernel choices; :class:`~fbjax.run.trace_cache.TraceCached` exports it
+   kernel choices; :class:`~fbjax.executors.trace_cache.TraceCached` exports it
    into fbjax's trace cache), lowers it and compiles it with the
    executor's own options (into JAX's persistent compilation cache when
    that is on); calls run it from the moment it is ready. The thread
@@ -165,7 +165,7 @@ class TieredCall:
         optimised: ``f() -> jax.jit`` function whose program the optimised
             tier compiles (with its own options), called where that tier
             compiles (the background thread, or the first call after
-            :meth:`skip_quick`; :class:`~fbjax.run.trace_cache.TraceCached`
+            :meth:`skip_quick`; :class:`~fbjax.executors.trace_cache.TraceCached`
             traces and exports there); default ``jitted``.
         on_optimised: called once the optimised executable is ready (in the
             background thread, or in the first call after

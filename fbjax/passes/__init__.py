@@ -1,0 +1,19 @@
+"""IR rewrites :func:`fbjax.load` runs between reading a file and lowering it.
+
+Each pass rewrites a :class:`~fbjax.ir.ModelIR` in place and learns what it
+needs about each op from the lowering registry it is handed (the op facts
+declared at registration), never by importing the lowering:
+
+* :mod:`fbjax.passes.quantization`: the ``quantized="exact"`` / ``"float"``
+  rewrite of quantized TFLite models (:func:`~fbjax.passes.quantization.prepare`);
+* :mod:`fbjax.passes.shapes`: the batch rewrite
+  (:func:`~fbjax.passes.shapes.set_batch_size`,
+  :func:`~fbjax.passes.shapes.check_batch_size`), graph inputs bound to
+  constants (:func:`~fbjax.passes.shapes.bind_inputs`, ``constant_inputs``)
+  and the static-bound valid-count outputs
+  (:func:`~fbjax.passes.shapes.add_valid_counts`, ``static_bounds``);
+* :mod:`fbjax.passes.pipeline`: the sequence :func:`fbjax.load` and
+  ``fbjax inspect`` run (rewrites, then lowering); it hands the lowering
+  registry to the passes, so it sits one layer above them
+  (``tests/test_layering.py``).
+"""
