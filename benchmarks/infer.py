@@ -30,7 +30,9 @@ dir``), the pairs in an order that reverses between rounds and which of a
 pair runs first alternating; the machine is shared, so the ratios are
 *paired*: the loop's time over ``infer``'s within each pair, then the median
 over rounds (target: >= 1); also the ratio of the minima over all runs
-(the least disturbed run of each) and of the medians.
+(the least disturbed run of each) and of the medians. ``A/A`` times the
+same loop against itself the same way (``loop again``): its paired median
+and range over rounds show what this protocol reads when nothing differs.
 ``dir / mem loop`` is ``infer dir`` against the in-memory loop (a ratio of
 medians: they do not run back to back). ``load`` is the
 1-minute load average (``os.getloadavg``) at the row's end. Every variant's
@@ -99,7 +101,9 @@ def _paired_rounds(fns: dict, runs: int) -> tuple:
     """
     pairs = []
     for k in fns:
-        if k.startswith("infer dir "):
+        if k.startswith("loop again "):  # A/A: the same loop twice, the noise of this protocol
+            pairs.append((k, "loop " + k.split()[2]))
+        elif k.startswith("infer dir "):
             pairs.append((k, "loop dir " + k.split()[2]))
         elif k.startswith("infer "):
             pairs.append((k, "loop " + k.split()[1]))
@@ -162,6 +166,7 @@ def bench_model(path: str, steps, n: int, runs: int, batched: bool = False):
         for mode, m in models.items():
             fns[f"loop {mode}"] = lambda m=m: jax.block_until_ready([m(x[None]) for x in xs])
             fns[f"loop dir {mode}"] = lambda m=m: jax.block_until_ready([m(np.load(f)[None]) for f in files])
+            fns[f"loop again {mode}"] = fns[f"loop {mode}"]  # A/A control (see _paired_rounds)
             for s in steps:
                 fns[f"infer {mode} {s}"] = lambda m=m, s=s: fbjax.infer(m, xs, step_size=s, progress=False)
                 fns[f"infer dir {mode} {s}"] = lambda m=m, s=s: fbjax.infer(m, d, step_size=s, progress=False)
@@ -215,6 +220,9 @@ def bench_model(path: str, steps, n: int, runs: int, batched: bool = False):
                    "infer / loop median": of_median(f"loop {mode}", f"infer {mode} {s}"),
                    "dir / loop dir min": of_min(f"loop dir {mode}", f"infer dir {mode} {s}"),
                    "dir / loop dir median": of_median(f"loop dir {mode}", f"infer dir {mode} {s}"),
+                   "A/A loop / loop": paired(f"loop {mode}", f"loop again {mode}"),
+                   "A/A range": [round(float(min(pair_ratios[(f"loop again {mode}", f"loop {mode}")])), 2),
+                                 round(float(max(pair_ratios[(f"loop again {mode}", f"loop {mode}")])), 2)],
                    "load": load,
                    "max rel err": max(errs[f"infer {mode} {s}"], errs[f"infer dir {mode} {s}"]),
                    "setup s": round(setup, 1)}
@@ -229,14 +237,16 @@ def bench_model(path: str, steps, n: int, runs: int, batched: bool = False):
 
 def markdown(records, skipped) -> str:
     head = ("| model | load | step | loop ex/s | infer ex/s | infer / loop (paired, min, median) | loop dir ex/s "
-            "| infer dir ex/s | dir / loop dir (paired, min, median) | dir / mem loop | load avg | max rel err |")
-    lines = [head, "|" + "---|" * 12]
+            "| infer dir ex/s | dir / loop dir (paired, min, median) | dir / mem loop | A/A loop / loop (range) "
+            "| load avg | max rel err |")
+    lines = [head, "|" + "---|" * 13]
     for r in records:
         lines.append(f"| {r['model']} | {r['load mode']} | {r['step']} | {r['loop ex/s']:.0f} | "
                      f"{r['infer ex/s']:.0f} | {r['infer / loop']:.2f}, {r['infer / loop min']:.2f}, "
                      f"{r['infer / loop median']:.2f} | {r['loop dir ex/s']:.0f} | "
                      f"{r['infer dir ex/s']:.0f} | {r['dir / loop dir']:.2f}, {r['dir / loop dir min']:.2f}, "
                      f"{r['dir / loop dir median']:.2f} | {r['dir / mem loop']:.2f} | "
+                     f"{r['A/A loop / loop']:.2f} ({r['A/A range'][0]:.2f}-{r['A/A range'][1]:.2f}) | "
                      f"{r['load']:.1f} | {r['max rel err']:.1e} |")
     for name, why in skipped:
         lines.append(f"\n{name}: not timed: {why}")
