@@ -159,7 +159,6 @@ def infer(
         if any(d is None for d in s.shape[1:]):
             raise InputError(f"input {s.name!r} has unknown non-batch dimensions {s}; infer needs them fixed")
     examples = sources.stacked_by_name(examples, [s.name for s in specs])
-    sink = sinks.make_sink(out, [s.name for s in model.outputs], files)
 
     if one_cpu and isinstance(model, Model) and model.state is None:
         k, streams = stepping.plan(model, step)
@@ -170,6 +169,7 @@ def infer(
         owner, key = _cache_owner(model)
         apply = model.apply_tuple if isinstance(model, SignatureRunner) else model.apply
         steps = stepping.MeshSteps(model, apply, params, devs, n_proc, owner.batch_cache, key)
+    sink = sinks.make_sink(out, [s.name for s in model.outputs], files)
     bar = None
     if progress:
         from tqdm.auto import tqdm
