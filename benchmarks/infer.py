@@ -223,6 +223,10 @@ def bench_model(path: str, steps, n: int, runs: int, batched: bool = False):
                    "A/A loop / loop": paired(f"loop {mode}", f"loop again {mode}"),
                    "A/A range": [round(float(min(pair_ratios[(f"loop again {mode}", f"loop {mode}")])), 2),
                                  round(float(max(pair_ratios[(f"loop again {mode}", f"loop {mode}")])), 2)],
+                   "rounds infer / loop": [round(float(x), 3) for x in pair_ratios[(f"infer {mode} {s}", f"loop {mode}")]],
+                   "rounds dir / loop dir": [round(float(x), 3)
+                                             for x in pair_ratios[(f"infer dir {mode} {s}", f"loop dir {mode}")]],
+                   "rounds A/A": [round(float(x), 3) for x in pair_ratios[(f"loop again {mode}", f"loop {mode}")]],
                    "load": load,
                    "max rel err": max(errs[f"infer {mode} {s}"], errs[f"infer dir {mode} {s}"]),
                    "setup s": round(setup, 1)}

@@ -46,7 +46,7 @@ from ..options import kernel_options
 
 __all__ = ["effective_batch_size", "example_bytes", "plan", "chunk", "fixed_batch", "own_call",
            "batch_polymorphic", "StreamChooser", "Prefetch", "Direct", "CpuSteps", "MeshSteps", "run_steps",
-           "STREAM_PROBE_STEPS", "STREAM_KEEP_STEPS", "STREAM_KEEP_MAX_STEPS"]
+           "STREAM_PROBE_STEPS", "STREAM_KEEP_STEPS", "STREAM_KEEP_MAX_STEPS", "STREAM_MARGIN"]
 
 
 def effective_batch_size(batch_size: Optional[int], n_devices: int) -> int:
@@ -222,13 +222,18 @@ def stream_pool(streams: int) -> ThreadPoolExecutor:
 STREAM_PROBE_STEPS = 8
 STREAM_KEEP_STEPS = 64
 STREAM_KEEP_MAX_STEPS = 1024
+#: Several streams are kept only when a probe's step took less than this fraction of one
+#: stream's: otherwise the loop's way (one stream of asynchronous calls) runs, as noise on a
+#: busy machine should not pick the way that loses when other processes hold the cores.
+STREAM_MARGIN = 0.9
 
 
 class StreamChooser:
     """How many steps :func:`fbjax.infer` runs at once on one CPU device, by
     timing: :data:`STREAM_PROBE_STEPS` steps with one stream (asynchronous
     calls, as a loop of ``model(x)``), as many with ``streams`` concurrent
-    steps, then the faster of the two for :data:`STREAM_KEEP_STEPS` steps;
+    steps, then the faster of the two (several streams only when faster by
+    :data:`STREAM_MARGIN`) for :data:`STREAM_KEEP_STEPS` steps;
     then it measures again (the load of a shared machine changes), and
     when the same way wins again it is kept twice as long, up to
     :data:`STREAM_KEEP_MAX_STEPS` steps (so the probes of the slower way
@@ -280,8 +285,8 @@ class StreamChooser:
                 self.times[self.mode] = (now - self.start) / self.steps
             self.phases.pop(0)
             if not self.phases:
-                if len(self.times) == 2:  # both measured: keep the faster
-                    best = min(self.times, key=self.times.get)
+                if len(self.times) == 2:  # both measured: keep the faster (one stream unless clearly slower)
+                    best = self.streams if self.times[self.streams] < STREAM_MARGIN * self.times[1] else 1
                     self.keep = (min(2 * self.keep, STREAM_KEEP_MAX_STEPS) if best == self.kept
                                  else STREAM_KEEP_STEPS)
                     self.kept = best
