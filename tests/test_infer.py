@@ -699,6 +699,32 @@ def test_stream_chooser_runs_a_kept_way_across_calls_and_restarts_cut_probes():
     assert c.phases == [(1, p), (2, p)] and c.left == p - 1
 
 
+def test_stream_chooser_decides_on_calls_as_long_as_a_probe():
+    """Calls of exactly STREAM_PROBE_STEPS steps (tflm_sine at step size 8 on
+    64 examples): each probe ends with a call and is closed there
+    (end_call), timed, so the chooser decides and keeps the faster way; it
+    used to close them at the next call, untimed, and probe the slow way
+    every other call (0.2x a loop). Fake clock."""
+    p = stepping.STREAM_PROBE_STEPS
+    c = stepping.StreamChooser(2)
+    clock, modes = 0.0, []
+    for _ in range(4 + stepping.STREAM_KEEP_STEPS // p):
+        c.resume()
+        clock += 100.0  # the gap between calls
+        for _ in range(p):
+            if c.due():
+                c.begin(clock)
+            c.took()
+            modes.append(c.mode)
+            clock += {1: 1.0, 2: 5.0}[c.mode]
+        c.end_call(clock)
+    assert modes[:2 * p] == [1] * p + [2] * p
+    keep = stepping.STREAM_KEEP_STEPS
+    assert modes[2 * p:2 * p + keep] == [1] * keep  # the faster kept
+    assert modes[2 * p + keep:4 * p + keep] == [1] * p + [2] * p  # then probed again, both timed
+    assert c.phases == [(1, 2 * keep)]  # and one stream kept twice as long
+
+
 def test_infer_results_do_not_depend_on_the_streams_chosen(monkeypatch):
     """Whatever StreamChooser picks, each step is the same program on the
     same examples: identical results to one stream throughout (an identical

@@ -279,24 +279,40 @@ class StreamChooser:
         :func:`fbjax.infer` call starts again whole (its time so far spans
         the gap between the calls)."""
         if self.left == 0:
-            if self.steps:
-                self.history.append((self.mode, self.steps))
-            if not self.keeping and self.start is not None and self.steps:
-                self.times[self.mode] = (now - self.start) / self.steps
-            self.phases.pop(0)
-            if not self.phases:
-                if len(self.times) == 2:  # both measured: keep the faster (one stream unless clearly slower)
-                    best = self.streams if self.times[self.streams] < STREAM_MARGIN * self.times[1] else 1
-                    self.keep = (min(2 * self.keep, STREAM_KEEP_MAX_STEPS) if best == self.kept
-                                 else STREAM_KEEP_STEPS)
-                    self.kept = best
-                    self.phases = [(best, self.keep)]
-                else:  # after keeping: measure again
-                    self.phases = [(1, STREAM_PROBE_STEPS), (self.streams, STREAM_PROBE_STEPS)]
-                self.times = {}
+            self._close(now)
         self.mode, self.left = self.phases[0]
         self.steps = 0
         self.start = now
+
+    def end_call(self, now: float) -> None:
+        """At the end of an :func:`fbjax.infer` call, every step finished:
+        a phase whose last step was the call's is closed now (a probe timed
+        up to here), not at the next call, whose start is after a gap."""
+        if self.left == 0 and self.start is not None:
+            self._close(now)
+
+    def _close(self, now: float) -> None:
+        """The phase under way ran its steps: record them (a probe timed in
+        one piece: its time per step) and move to the next phase."""
+        probe = not self.keeping
+        if self.steps:
+            self.history.append((self.mode, self.steps))
+        if probe and self.start is not None and self.steps:
+            self.times[self.mode] = (now - self.start) / self.steps
+        self.phases.pop(0)
+        if not self.phases:
+            if len(self.times) == 2:  # both measured: keep the faster (one stream unless clearly slower)
+                best = self.streams if self.times[self.streams] < STREAM_MARGIN * self.times[1] else 1
+                self.keep = (min(2 * self.keep, STREAM_KEEP_MAX_STEPS) if best == self.kept
+                             else STREAM_KEEP_STEPS)
+                self.kept = best
+                self.phases = [(best, self.keep)]
+            else:  # after keeping, or a probe not timed in one piece: measure again
+                self.phases = [(1, STREAM_PROBE_STEPS), (self.streams, STREAM_PROBE_STEPS)]
+            self.times = {}
+        self.mode, self.left = self.phases[0]
+        self.steps = 0
+        self.start = None
 
     def took(self) -> None:
         """One step of the current phase was dispatched."""
@@ -480,6 +496,11 @@ class CpuSteps:
             return self.run1(self.params, *placed)  # asynchronous, as a loop of model(x)
         return self.pool.submit(self._run_step, placed)
 
+    def finish(self) -> None:
+        """Every step of the call finished: the stream chooser closes a phase that ended with it."""
+        if self.streams > 1:
+            self.chooser.end_call(time.perf_counter())
+
     def fetch(self, handle) -> list:
         """The step's outputs as host arrays (waits for it)."""
         if isinstance(handle, Future):
@@ -524,6 +545,9 @@ class MeshSteps:
 
     def dispatch(self, placed, drain):
         return self.fn(self.params, *placed)
+
+    def finish(self) -> None:
+        pass
 
     def fetch(self, handle) -> list:
         from jax.experimental import multihost_utils
@@ -575,6 +599,7 @@ def run_steps(rd, steps, sink, bar, per_step: int, n_proc: int) -> None:
                 bufs, n = get()
                 drain(ahead)
         drain(0)
+        steps.finish()
     finally:
         rd.close()
         for handle, _ in pending:  # after an error: steps not started yet are dropped
