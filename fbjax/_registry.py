@@ -43,8 +43,8 @@ class OpDef:
             dimension 0 as dimension 0 of its outputs, checked on their
             shapes), or ``rule(node, carrying, batch)``, which raises
             :class:`~fbjax.errors.InputError` when the op moves or mixes the
-            batch and may rewrite the node's shape constants (rules:
-            :mod:`fbjax.batch_rules`). ``carrying`` is the set of
+            batch and may rewrite the node's shape constants (written
+            beside the op, with the helpers of :mod:`fbjax.op_rules`). ``carrying`` is the set of
             ``id(Value)`` that carry the batch; ``batch`` the target size
             (``None``: any).
         foldable: whether a node whose inputs are all load-time constants
@@ -64,9 +64,37 @@ class OpDef:
         reads_input_twice: the lowering reads input 0 twice in a way that
             must see one value (softmax's ``x - max(x)``); the inference
             planner materialises that input once.
-        scalar_regions: the region attributes (:attr:`fbjax.ir.Node.regions`)
-            whose graphs are scalar computations (reduction bodies, sort
-            comparators): they never see a batch dimension.
+        regions: ``{attribute: Region}``: the graphs the op runs
+            (:attr:`fbjax.ir.Node.regions`) and what each takes and returns
+            (:class:`fbjax.op_rules.Region`), checked at load by
+            :func:`fbjax.passes.reading.check_regions`; a region marked
+            ``scalar`` (reduction bodies, sort comparators) never sees a
+            batch dimension (:func:`fbjax.passes.shapes.set_batch_size`).
+        out_dtype: ``fn(node, k, graphs) -> dtype or None``: the dtype of
+            output ``k`` when the file leaves it open (RTen values that shape
+            inference did not type), filled at load by
+            :func:`fbjax.passes.reading.fill_dtypes`; ops without it (or
+            returning None) take their first typed input's dtype.
+        shape_only: the op reads only its inputs' shapes, never their values
+            (TFLite SHAPE, ONNX Shape): a value computed from a graph input
+            through it is still known at load
+            (:func:`fbjax.lower.build.static_input_suspects`).
+        layout_passthrough: ``fn(node) -> bool``: the node keeps whatever
+            layout its single input has (an elementwise cast of a float16
+            weight, an identity), so the inference planner may relay a
+            convolution weight through it to its param.
+        quant_conversion: for integer kernels (``"tflite.int"``):
+            ``"quantize"`` (QUANTIZE) or ``"dequantize"`` (DEQUANTIZE), the
+            ops that convert between quantized integers and float
+            (:func:`fbjax.passes.quantization.prepare`: with a quantized input, a
+            constant too, they run their integer kernel; in float mode a
+            quantize becomes ``fbjax:FAKE_QUANT`` and a dequantize of a
+            float32 value the identity; a dequantize is never a float
+            consumer of hybrid weights).
+        table_lookup: the op reads a constant table at computed indices
+            (EMBEDDING_LOOKUP): with a float output, it is a float consumer
+            of a quantized table (dynamic-range quantization dequantizes it
+            or runs the hybrid kernel).
         stateful: the op reads or writes run state (resource variables, the
             PRNG key; :mod:`fbjax.lower.state`): a bool, or ``fn(node) ->
             bool`` when only some configurations do.
@@ -82,7 +110,7 @@ class OpDef:
             lets the graph compute: the op then pads its output to a bound
             (TFLite WHERE's condition, UNIQUE's input).
         static_bound: for ops whose output size depends on values: the
-            rule (:mod:`fbjax.bound_rules`) by which static-bound mode
+            rule (beside the op; :mod:`fbjax.op_rules`) by which static-bound mode
             (:func:`fbjax.passes.shapes.add_valid_counts`) pads the node's outputs
             and names its valid count; None: the op's sizes are static.
         traced_weights: for hybrid kernels (``"tflite.hybrid"``): the
@@ -123,7 +151,12 @@ class OpDef:
     int_passthrough: bool = False
     fq_rounding: Optional[Callable] = None
     reads_input_twice: bool = False
-    scalar_regions: tuple = ()
+    regions: dict = field(default_factory=dict, hash=False)
+    out_dtype: Optional[Callable] = None
+    shape_only: bool = False
+    layout_passthrough: Optional[Callable] = None
+    quant_conversion: Optional[str] = None
+    table_lookup: bool = False
     stateful: object = False
     init_state: Optional[tuple] = None
     full_precision: bool = False
@@ -139,9 +172,17 @@ class OpDef:
     def key(self) -> tuple[str, str]:
         return (self.op_set, self.name)
 
+    @property
+    def scalar_regions(self) -> tuple:
+        """The region attributes whose bodies are scalar computations
+        (:attr:`regions` marked ``scalar``): they never see a batch dimension."""
+        return tuple(a for a, r in self.regions.items() if getattr(r, "scalar", False))
+
 
 _FACTS = frozenset({"batch", "foldable", "weights", "int_passthrough", "fq_rounding", "reads_input_twice",
-                    "scalar_regions", "check", "stateful", "init_state", "full_precision",
+                    "regions", "out_dtype", "shape_only", "layout_passthrough", "quant_conversion", "table_lookup",
+                    "check", "stateful", "init_state",
+                    "full_precision",
                     "traced_weights", "bounded_inputs", "static_bound", "hybrid_eligible", "squashing",
                     "bias_scale", "xnnpack_kernel"})
 
@@ -167,8 +208,8 @@ class Registry:
 
         ``facts``: the :class:`OpDef` fields the passes read (``batch``,
         ``foldable``, ``weights``, ``int_passthrough``, ``fq_rounding``,
-        ``reads_input_twice``, ``scalar_regions``, ``check``,
-        ``stateful``, ``init_state``), declared with the op.
+        ``reads_input_twice``, ``regions``, ``check``, ``stateful``,
+        ``init_state``...; see :class:`OpDef`), declared with the op.
 
         Raises:
             ValueError: if the key is already registered and ``replace`` is

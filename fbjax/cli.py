@@ -93,6 +93,7 @@ def _metadata_json(path) -> int:
 def cmd_inspect(args) -> int:
     """``fbjax inspect MODEL``: format, inputs/outputs, op histogram, params, unsupported ops."""
     from .errors import FbjaxError
+    from .passes import reading
     from .formats import read_model
     from .lower import LOWERINGS
     from .lower.build import is_param
@@ -121,7 +122,7 @@ def cmd_inspect(args) -> int:
     try:
         with warnings.catch_warnings(record=True) as seen:  # printed once, not again when load reads the file
             warnings.simplefilter("always")
-            ir = read_model(args.model, args.format)
+            ir = reading.complete(read_model(args.model, args.format), LOWERINGS)
         shown = _show_new(seen, ())
     except FbjaxError as e:  # a file that contradicts itself: nothing below can be shown
         print(f"model:    {args.model}")

@@ -61,7 +61,9 @@ def register_custom_op(
         **facts: what the load-time passes should know about the op, as for
             fbjax's own ops (:class:`fbjax._registry.OpDef`: ``batch``,
             ``foldable``, ``weights``, ...); by default the op keeps a batch
-            in dimension 0 and is pure.
+            in dimension 0 and is pure. ``regions`` and ``out_dtype`` also
+            reach the ``reference`` registration (both executors read a
+            file alike, :mod:`fbjax.passes.reading`).
 
     Returns:
         the decorator; it returns the function unchanged.
@@ -77,8 +79,9 @@ def register_custom_op(
     def deco(fn: Callable) -> Callable:
         LOWERINGS.register(CUSTOM_OP_SET, name, static_inputs=static, differentiable=differentiable,
                            replace=replace, **facts)(fn)
-        if reference is not None:
-            REFERENCE.register(CUSTOM_OP_SET, name, static_inputs=static, replace=replace)(reference)
+        if reference is not None:  # with the facts the reference needs to read a file, as the lowering has them
+            shared = {k: v for k, v in facts.items() if k in ("regions", "out_dtype")}
+            REFERENCE.register(CUSTOM_OP_SET, name, static_inputs=static, replace=replace, **shared)(reference)
         return fn
 
     return deco

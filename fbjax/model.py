@@ -24,7 +24,7 @@ from .lower import state as _st
 from .lower.build import LOWERING_ERRORS, Program
 from .lower.registry import LOWERINGS
 from . import executors
-from .passes import pipeline
+from .passes import pipeline, reading
 from .options import FILE_BATCH as _FILE
 from .options import KernelOptions, kernel_options
 from .options import LoadOptions
@@ -1029,7 +1029,7 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
         FileNotFoundError: no such file.
         ModelFormatError: the file is not a valid model, or contradicts
             itself (e.g. a WHILE/REDUCE region subgraph whose arity does not
-            match its operator: :mod:`fbjax.formats.regions`), or changed
+            match its operator: :func:`fbjax.passes.reading.check_regions`), or changed
             size while it was read.
         UnsupportedOperatorError: the model uses ops fbjax cannot lower, or
             ops whose registered kernel check finds no kernel for their
@@ -1069,7 +1069,7 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
                                                  kernel_options=kernel_options))
         if container is not None:
             return container
-    ir = read_model(source, options.format)
+    ir = reading.complete(read_model(source, options.format), LOWERINGS)  # region arities, open dtypes
     if constant_inputs:
         bind_inputs(ir, constant_inputs)
     g = ir.main_graph

@@ -37,7 +37,6 @@ RANDOM_OPS = {"RANDOM_STANDARD_NORMAL", "RANDOM_UNIFORM", "MULTINOMIAL"}
 
 #: In-range codes that are not numeric-tensor operators, with the reason.
 EXCLUDED = {
-    "HASHTABLE_LOOKUP": "operates on string hash tables",
     "SKIP_GRAM": "operates on strings",
     "HASHTABLE": "string hash table resource",
     "HASHTABLE_FIND": "string hash table resource",

@@ -5,8 +5,9 @@ each import is resolved to the fbjax module it names. Layers, lowest first:
 
 0. ``ir``, ``errors``, ``options``, ``_registry``, ``quantmath``, ``_farmhash``,
    ``formats`` (readers and writers): know nothing of JAX lowering;
-1. passes: ``passes`` (its ``shapes`` and ``quantization`` rewrites), ``batch_rules``, ``bound_rules`` (IR
-   rewrites; they learn about ops from the registry they are handed, not by importing the lowering);
+1. passes: ``passes`` (its ``shapes``, ``quantization`` and ``reading`` rewrites), ``op_rules`` (the
+   helpers the ops' facts are written with) (IR rewrites; they learn about ops from the registry they are
+   handed, not by importing the lowering);
 2. ``lower`` (the op sets, the graph builder, kernels) and ``reference``
    (the numpy twins; separately checked never to import ``lower``);
 3. the load pipeline: ``passes.pipeline`` (it hands the lowering registry to
@@ -41,7 +42,7 @@ PKG = Path(__file__).resolve().parent.parent / "fbjax"
 LAYERS = {
     "fbjax.ir": 0, "fbjax.errors": 0, "fbjax.options": 0, "fbjax._registry": 0, "fbjax.quantmath": 0, "fbjax._farmhash": 0,
     "fbjax.formats": 0, "fbjax.data": 0,
-    "fbjax.passes": 1, "fbjax.batch_rules": 1, "fbjax.bound_rules": 1,
+    "fbjax.passes": 1, "fbjax.op_rules": 1,
     "fbjax.lower": 2, "fbjax.reference": 2,
     "fbjax.passes.pipeline": 3, "fbjax.cache": 3, "fbjax.custom": 3,
     "fbjax.executors": 4,
@@ -142,7 +143,7 @@ def test_reference_never_imports_the_lowering():
 @pytest.mark.parametrize("mod,layer", [("fbjax.passes.pipeline", 3), ("fbjax.passes.shapes", 1),
                                        ("fbjax.executors.planner", 4), ("fbjax.lower.tflite.conv", 2),
                                        ("fbjax.formats.tflite_writer", 0), ("fbjax.formats.tflite_builder", 0), ("fbjax.executors.chunked", 4),
-                                       ("fbjax", 5)])
+                                       ("fbjax.op_rules", 1), ("fbjax.passes.reading", 1), ("fbjax", 5)])
 def test_layer_table(mod, layer):
     assert _layer(mod) == layer
 

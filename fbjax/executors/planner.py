@@ -112,12 +112,13 @@ def constant_nodes(program) -> list:
     return out
 
 
-def _passes_layout(node) -> bool:
-    """Nodes between a param and a convolution that keep any layout: TFLite
-    DEQUANTIZE of a float (float16) weight is an elementwise cast, and
-    DENSIFY is the identity (sparse constants are densified when read)."""
-    return (node.op_set == "tflite" and node.op_name in ("DEQUANTIZE", "DENSIFY") and len(node.inputs) == 1
-            and node.inputs[0] is not None and np.dtype(node.inputs[0].dtype).kind == "f")
+def _passes_layout(program, node) -> bool:
+    """Nodes between a param and a convolution that keep any layout (their
+    op's ``layout_passthrough`` fact: TFLite DEQUANTIZE of a float16 weight
+    is an elementwise cast, DENSIFY the identity), reading one input."""
+    od = program.registry.get(node.op_set, node.op_name)
+    return (od is not None and od.layout_passthrough is not None and len(node.inputs) == 1
+            and node.inputs[0] is not None and bool(od.layout_passthrough(node)))
 
 
 def _groups(node, native: str, w) -> Optional[int]:
@@ -170,7 +171,7 @@ def plan(program, backend: Optional[str] = None, constants: frozenset = frozense
             src = w
             while id(src) not in program.param_of and id(src) not in constants:
                 p = producer.get(id(src))
-                if p is None or not _passes_layout(p) or uses.get(id(p.inputs[0]), 0) != 1:
+                if p is None or not _passes_layout(program, p) or uses.get(id(p.inputs[0]), 0) != 1:
                     src = None
                     break
                 src = p.inputs[0]

@@ -126,6 +126,11 @@ def read_model(source, format: Optional[str] = None) -> ModelIR:
         source: path or bytes of the model.
         format: force a format (``"tflite"``); detected from the bytes if None.
 
+    What a file means per op (region graphs' arities, the output dtypes an
+    RTen file leaves open as None) is applied after reading, with an op
+    registry, by :func:`fbjax.passes.reading.complete` (:func:`fbjax.load` and
+    :func:`fbjax.reference.run` run it).
+
     Raises:
         ModelFormatError: unknown or corrupt file.
     """

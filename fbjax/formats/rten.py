@@ -445,10 +445,8 @@ class _Reader:
             if v is None:
                 raise ModelFormatError(f"{where}: capture refers to an omitted node")
         cap_names = [v.name for v in cap_vals]
-        _infer_dtypes(nodes, self.graphs)
-        for v in all_values + cap_vals:
-            if v.dtype is None:
-                v.dtype = np.dtype(np.float32)
+        # values the file leaves untyped keep dtype None: their op's out_dtype fact fills them
+        # (fbjax.passes.reading.fill_dtypes, run by fbjax.load and the reference right after reading)
         self.graphs[gi] = Graph(name if gi else "main", g_in + cap_vals, g_out, nodes, all_values)
         return gi, cap_names
 
@@ -486,69 +484,16 @@ class _Scope:
         return v
 
 
-# Output dtype rules for values the file left untyped (shape inference did not
-# type them). Bool results are int32 at runtime.
-_INT32_OUT = {
-    "Shape", "Size", "ArgMax", "ArgMin", "NonZero", "NonMaxSuppression", "Equal", "Greater",
-    "GreaterOrEqual", "Less", "LessOrEqual", "Not", "And", "Or", "Xor", "IsNaN", "IsInf",
-    "SequenceLength", "MatMulInteger", "ConvInteger",
-}
-_FLOAT_OUT = {"DequantizeLinear", "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "STFT"}
-
-
-def _infer_dtypes(nodes: list, graphs: list) -> None:
-    f32, i32, u8 = np.dtype(np.float32), np.dtype(np.int32), np.dtype(np.uint8)
-    for n in nodes:
-        if n.op_name in ("If", "Loop"):  # outputs typed like the body's outputs
-            gi = n.attrs.get("then_branch", n.attrs.get("body"))
-            if gi is None or not 0 <= int(gi) < len(graphs) or graphs[int(gi)] is None:
-                field = "then_branch" if n.op_name == "If" else "body"
-                raise ModelFormatError(f"{n.location} ({n.op_name}): the {field} graph is missing")
-            body = graphs[int(gi)]
-            outs = body.outputs if n.op_name == "If" else body.outputs[1:]
-            for o, b in zip(n.outputs, outs):
-                if o is not None and o.dtype is None and b is not None:
-                    o.dtype = b.dtype
-            if n.op_name == "Loop":  # state outputs also match the initial values
-                for o, v in zip(n.outputs, n.inputs[2:]):
-                    if o is not None and o.dtype is None and v is not None:
-                        o.dtype = v.dtype
-        known = [v.dtype for v in n.inputs if v is not None and v.dtype is not None]
-        first = known[0] if known else f32
-        for k, o in enumerate(n.outputs):
-            if o is None or o.dtype is not None:
-                continue
-            op = n.op_name
-            if op in _INT32_OUT or (op == "TopK" and k == 1):
-                dt = i32
-            elif op in _FLOAT_OUT:
-                dt = f32
-            elif op == "Cast":
-                dt = n.attrs.get("to") or DTYPES[0]
-            elif op == "CastLike" and len(n.inputs) > 1 and n.inputs[1] is not None:
-                dt = n.inputs[1].dtype or f32
-            elif op == "EyeLike":
-                dt = n.attrs.get("dtype") or first
-            elif op == "ConstantOfShape":
-                dt = np.asarray(n.attrs.get("value", np.float32(0))).dtype
-            elif op == "QuantizeLinear":
-                zp = n.inputs[2] if len(n.inputs) > 2 else None
-                dt = n.attrs.get("output_dtype") or (zp.dtype if zp is not None and zp.dtype else u8)
-            elif op == "DynamicQuantizeLinear":
-                dt = f32 if k == 1 else u8
-            elif op == "Where":
-                dt = n.inputs[1].dtype if n.inputs[1] is not None and n.inputs[1].dtype else first
-            else:
-                dt = first
-            o.dtype = np.dtype(dt)
-
-
 def read(source) -> ModelIR:
     """Parse a ``.rten`` file (path or bytes, v1 or v2) into the IR.
 
     Returns:
         :class:`~fbjax.ir.ModelIR` with format ``"rten"``; graph 0 is the
         main graph, further graphs are ``If``/``Loop`` bodies.
+        Values the file leaves untyped (ONNX shape inference did not type
+        them) have dtype None: their ops' ``out_dtype`` facts fill them
+        (:func:`fbjax.passes.reading.fill_dtypes`, which :func:`fbjax.load`
+        and the reference run right after reading).
 
     Raises:
         ModelFormatError: bad header, corrupt flatbuffer, unknown operator or

@@ -31,7 +31,6 @@ from ..errors import ModelFormatError
 from ..ir import Graph, ModelIR, Node, QuantParams, Signature, Value, fill_zero_size_constants
 from . import verify as _verify
 from ._mmap import open_source
-from .regions import check_regions
 from . import tflite_stablehlo as _shlo
 from . import tflite_metadata as _metadata
 from ._generated import tflite_generated as T
@@ -554,7 +553,7 @@ def _to_ir(m, raw, path) -> ModelIR:
                 except ModelFormatError as e:
                     raise ModelFormatError(f"{loc} ({name}): {e}") from None
                 for key, val in attrs.items():
-                    if key.endswith("subgraph_index") or (key == "subgraph" and name == "CALL"):
+                    if key.endswith("subgraph_index") or key == "subgraph":  # CallOptions.subgraph
                         calls.append((si, int(val), f"{loc} ({name}): {key}"))
                         regions[key] = (int(val),)
                     elif key.endswith("subgraph_indices"):
@@ -598,5 +597,4 @@ def _to_ir(m, raw, path) -> ModelIR:
     ir = ModelIR("tflite", graphs, 0, sigs, desc, path, raw, {"version": m.version})
     # TFLite metadata (TFLITE_METADATA entry and the appended associated files), None when absent
     ir.metadata["tflite_metadata"] = _metadata.read(m, raw, path or "<bytes>")
-    check_regions(ir)  # region bodies' arities (a WHILE body index aimed at a REDUCE body...)
     return ir

@@ -18,6 +18,7 @@ from typing import Optional
 import jax
 import numpy as np
 
+from ..passes import reading
 from .._registry import OpDef, call_op, gap_detail, kernel_gaps
 from ..errors import FbjaxError, ModelFormatError, UnsupportedOperatorError
 from ..ir import MAX_VALUE_BYTES, Graph, ModelIR, Node, OpContext, Value, has_valid_count, value_size_problem
@@ -540,7 +541,11 @@ def build(model: ModelIR, *, backend: Optional[str] = None, options: Optional[di
 
     Raises:
         UnsupportedOperatorError: some ops have no lowering (all listed).
+        ModelFormatError: a region graph's arity contradicts its operator
+            (:func:`fbjax.passes.reading.complete`, which fills the dtypes a
+            file leaves open; :func:`fbjax.load` has run it already).
     """
+    reading.complete(model, LOWERINGS)
     check_supported(model)
     param_of = unique_param_names(model)
     values = {id(v): v for g in model.graphs for v in g.values}
@@ -559,11 +564,6 @@ _STATIC_HINT = (" (`fbjax inspect MODEL --constant-input NAME=FILE.npy` or `--st
                 " without running the model.)")
 
 
-#: ops whose output depends only on their input's shape: a value computed
-#: from a model input through one of them is still known at load time
-SHAPE_ONLY = {("tflite", "SHAPE"), ("tflite", "RANK"), ("onnx", "Shape"), ("onnx", "Size")}
-
-
 def _static_positions(opdef: OpDef, node: Node) -> tuple:
     """The input positions of ``node`` that must be known at load time: the
     op's ``static_inputs``, less its ``bounded_inputs`` for a node padded to
@@ -577,7 +577,8 @@ def _static_positions(opdef: OpDef, node: Node) -> tuple:
 def static_input_suspects(model: ModelIR, registry=LOWERINGS) -> list:
     """Nodes whose load-time (``static_inputs``) operand may depend on a
     model input's values: it is not a constant and is computed, through ops
-    other than :data:`SHAPE_ONLY`, from a graph input. A cheap over-estimate
+    other than those registered ``shape_only`` (TFLite SHAPE, ONNX Shape:
+    their outputs depend on shapes alone), from a graph input. A cheap over-estimate
     (a lowering may still compute such a value at trace time), confirmed by
     :func:`check_static_inputs`."""
     out = []
@@ -588,7 +589,8 @@ def static_input_suspects(model: ModelIR, registry=LOWERINGS) -> list:
             if opdef is not None and any(i < len(node.inputs) and node.inputs[i] is not None
                                          and id(node.inputs[i]) in dynamic for i in _static_positions(opdef, node)):
                 out.append(node)
-            if node.key not in SHAPE_ONLY and any(v is not None and id(v) in dynamic for v in node.inputs):
+            shape_only = opdef is not None and opdef.shape_only
+            if not shape_only and any(v is not None and id(v) in dynamic for v in node.inputs):
                 dynamic.update(id(o) for o in node.outputs if o is not None)
     return out
 

@@ -12,6 +12,10 @@ declared at registration), never by importing the lowering:
   constants (:func:`~fbjax.passes.shapes.bind_inputs`, ``constant_inputs``)
   and the static-bound valid-count outputs
   (:func:`~fbjax.passes.shapes.add_valid_counts`, ``static_bounds``);
+* :mod:`fbjax.passes.reading`: what a file means per op, applied right after
+  reading (region graphs' arities checked, output dtypes an RTen file leaves
+  open filled), by :func:`fbjax.load` and the numpy reference alike
+  (:func:`~fbjax.passes.reading.complete`);
 * :mod:`fbjax.passes.pipeline`: the sequence :func:`fbjax.load` and
   ``fbjax inspect`` run (rewrites, then lowering); it hands the lowering
   registry to the passes, so it sits one layer above them

@@ -171,12 +171,12 @@ def _dequantize_hybrid_weights(graph: Graph, registry, hybrid_ops: Optional[froz
         if not users:
             continue
         float_users = all(
-            n.op_set == "tflite" and n.op_name != "DEQUANTIZE"
+            n.op_set == "tflite" and _conversion(registry, n) != "dequantize"
             and not any(is_quantized(x) for x in list(n.inputs) + list(n.outputs) if x is not None and x.data is None)
             and (any(x is not None and x.data is None and np.dtype(x.dtype).kind == "f" for x in n.inputs)
                  # a lookup into a quantized table with float output (litert-torch's dynamic_int8 embedding)
-                 or (n.op_name == "EMBEDDING_LOOKUP" and all(o is None or np.dtype(o.dtype) == f32
-                                                             for o in n.outputs)))
+                 or (_fact(registry, n, "table_lookup") and all(o is None or np.dtype(o.dtype) == f32
+                                                                for o in n.outputs)))
             for n in users
         )
         if not float_users:
@@ -188,6 +188,20 @@ def _dequantize_hybrid_weights(graph: Graph, registry, hybrid_ops: Optional[froz
             _dequantize_const_in_place(v)
         count += 1
     return count
+
+
+def _fact(registry, n: Node, fact: str):
+    """``fact`` of the lowering registered for ``n`` (None when there is none)."""
+    od = registry.get(n.op_set, n.op_name)
+    return None if od is None else getattr(od, fact)
+
+
+def _conversion(registry, n: Node) -> Optional[str]:
+    """The ``quant_conversion`` fact of the integer kernel of the TFLite op of
+    ``n`` (``"quantize"``: QUANTIZE; ``"dequantize"``: DEQUANTIZE; None: not
+    a conversion)."""
+    od = registry.get("tflite.int", n.op_name)
+    return None if od is None else od.quant_conversion
 
 
 def _op_names(registry, op_set: str) -> frozenset:
@@ -204,7 +218,7 @@ def _prepare_exact(model: ModelIR, registry) -> None:
                 continue
             touched = [v for v in list(n.inputs) + list(n.outputs) if is_quantized(v) and v.data is None]
             if not touched:
-                if n.op_name in ("DEQUANTIZE", "QUANTIZE") and any(is_quantized(v) for v in n.inputs):
+                if _conversion(registry, n) and any(is_quantized(v) for v in n.inputs):
                     n.op_set = "tflite.int"  # DEQUANTIZE of a quantized constant
                 continue
             if n.op_name in passthrough and n.op_name not in int_ops:
@@ -268,7 +282,7 @@ def _int_forward_nodes(n: Node, orig: dict, orig_inputs: list, int_ops: set, ori
     if n.op_set != "tflite" or n.op_name not in int_ops:
         return None
     outs = list(n.outputs)
-    dequantize = n.op_name == "DEQUANTIZE"
+    dequantize = _conversion(registry, n) == "dequantize"
     if dequantize:  # of a quantized activation or constant: float output
         if not orig_inputs or orig_inputs[0] is None or id(orig_inputs[0]) not in orig or len(outs) != 1:
             return None
@@ -321,7 +335,7 @@ def _int_forward_nodes(n: Node, orig: dict, orig_inputs: list, int_ops: set, ori
         floats.append(Value(name=f"{o.name}/float", dtype=f32, shape=o.shape))
     nodes.append(Node("tflite.int", n.op_name, int_ins, ints, dict(n.attrs), location=where))
     nodes += [Node("tflite.int", "DEQUANTIZE", [a], [b], {}, location=where) for a, b in zip(ints, deqs)]
-    if n.op_name == "QUANTIZE":  # requantization: the float op is the identity (then fake quantization)
+    if _conversion(registry, n) == "quantize":  # requantization: the float op is the identity (then fake quantization)
         nodes.append(Node("fbjax", "IDENTITY", list(n.inputs[:1]), floats, {}, location=n.location))
     else:
         float_ins = list(n.inputs)
@@ -462,14 +476,15 @@ def _prepare_float(model: ModelIR, registry) -> None:
                     if id(o) in orig:
                         add_fq(o, n.location)  # already on the grid: keeps the value, names the tensor
                 continue
-            if n.op_set == "tflite" and n.op_name == "QUANTIZE" and n.outputs and id(n.outputs[0]) in orig:
+            if n.op_set == "tflite" and _conversion(registry, n) == "quantize" and n.outputs \
+                    and id(n.outputs[0]) in orig:
                 q, dt = orig[id(n.outputs[0])]
                 fq, _ = _fq_node(n.inputs[0], q, dt, n.location, extra)
                 n.op_set, n.op_name, n.attrs = "fbjax", "FAKE_QUANT", fq.attrs
                 new_nodes.append(n)
                 continue
-            if n.op_set == "tflite" and n.op_name == "DEQUANTIZE" and n.inputs and n.inputs[0] is not None \
-                    and np.dtype(n.inputs[0].dtype) == np.float32:
+            if n.op_set == "tflite" and _conversion(registry, n) == "dequantize" and n.inputs \
+                    and n.inputs[0] is not None and np.dtype(n.inputs[0].dtype) == np.float32:
                 n.op_set, n.op_name, n.attrs = "fbjax", "IDENTITY", {}
             new_nodes.append(n)
             for o in n.outputs:

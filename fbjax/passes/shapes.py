@@ -46,15 +46,15 @@ as its leading entry as for TFLite, and a ``Slice`` of ``[0, end >= 1)`` of
 dimension 0 takes all of it.
 
 Shapes the file leaves unknown (``None``) on the outputs of pass-through ops
-(rule :func:`fbjax.batch_rules.same_as_input`: ONNX ``Dropout``, whose
+(rule :func:`fbjax.op_rules.same_as_input`: ONNX ``Dropout``, whose
 optional mask output ONNX shape inference leaves unknown at opset 9, and
 ``Identity``; fbjax ``IDENTITY``), which compute output 0 as their input 0,
 are taken from input 0.
 
 What each op does with the batch is its ``batch`` fact, declared at its
-registration (:class:`fbjax._registry.OpDef`; the rules are in
-:mod:`fbjax.batch_rules`); this module only walks the graph. TFLite integer
-kernels (``"tflite.int"``) without a rule of their own follow the builtin's.
+registration (:class:`fbjax._registry.OpDef`; the rules are in each op's
+family file, written with :mod:`fbjax.op_rules`); this module only walks the
+graph. TFLite integer kernels (``"tflite.int"``) without a rule of their own follow the builtin's.
 Ops the registry does not know are left for :func:`fbjax.load` to report as
 unsupported.
 
@@ -74,7 +74,7 @@ from typing import Optional
 import numpy as np
 
 from ..errors import InputError, UnsupportedOperatorError
-from ..batch_rules import refusal
+from ..op_rules import refusal
 from ..ir import VALID_COUNT_SUFFIX, ModelIR, Node, Value
 
 __all__ = ["set_batch_size", "check_batch_size"]
@@ -255,7 +255,7 @@ def bind_inputs(ir: ModelIR, constants) -> None:
 def add_valid_counts(ir: ModelIR, *, registry) -> None:
     """Static-bound mode (``fbjax.load(..., static_bounds=True)``), in place:
     every main-graph node whose op was registered with a ``static_bound``
-    rule (:mod:`fbjax.bound_rules`: ONNX NonZero, NonMaxSuppression, TopK,
+    rule (declared beside the op: ONNX NonZero, NonMaxSuppression, TopK,
     Loop; TFLite WHERE, UNIQUE) and that the rule says needs one gets a
     trailing output, an int32 scalar ``"<output name>:valid_count"``,
     appended to the graph's outputs; the rule sets the padded outputs'

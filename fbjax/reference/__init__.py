@@ -21,6 +21,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ..passes import reading
 from .._registry import call_op, gap_detail, kernel_gaps
 from ..errors import InputError, UnsupportedOperatorError
 from ..formats import read_model
@@ -229,7 +230,9 @@ def run(model_or_path: Any, *inputs, composites: str = "litert") -> list:
         InputError: wrong number of inputs, or a shape/dtype that does not
             match the graph's input specs (``None`` dims accept any size), or
             an unknown ``composites`` mode.
-        ModelFormatError: a node has invalid attributes or shapes.
+        ModelFormatError: a node has invalid attributes or shapes, or a
+            region graph's arity contradicts its operator
+            (:func:`fbjax.passes.reading.check_regions`).
 
     Warns:
         UserWarning: once per output whose computed shape differs from the
@@ -237,7 +240,7 @@ def run(model_or_path: Any, *inputs, composites: str = "litert") -> list:
     """
     if composites not in COMPOSITE_MODES:
         raise InputError(f"composites must be one of {list(COMPOSITE_MODES)}, got {composites!r}")
-    model = _as_model(model_or_path)
+    model = reading.complete(_as_model(model_or_path), REFERENCE)  # region arities, open dtypes
     _check_supported(model)
     args = _check_inputs(model.main_graph, inputs)
     outputs = _run_graph(model, model.main, args, ReferenceRun(composites))

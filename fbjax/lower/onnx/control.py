@@ -36,8 +36,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ... import bound_rules
+from ... import op_rules
 from ...errors import UnsupportedOperatorError
+from ...op_rules import Region, any_arity
 from ..registry import register
 from ._util import OP_SET, as_bool, axis as norm_axis, concrete, has_valid_count, ints
 
@@ -46,7 +47,15 @@ def _caps(inputs, positions):
     return [inputs[p] for p in positions]
 
 
-@register(OP_SET, "If", foldable=False)
+def _if_dtype(node, k, graphs):
+    """Output ``k`` of the ``then_branch`` graph's."""
+    body = graphs[int(node.attrs["then_branch"])]
+    return body.outputs[k].dtype if k < len(body.outputs) and body.outputs[k] is not None else None
+
+
+@register(OP_SET, "If", out_dtype=_if_dtype,
+          regions={"then_branch": Region(any_arity, required=True), "else_branch": Region(any_arity, required=True)},
+          foldable=False)
 def If(ctx, cond, *captured, then_branch=-1, else_branch=-1, then_branch_captures=(),
        else_branch_captures=()):
     """ONNX ``If``: evaluate ``then_branch`` or ``else_branch`` (graph indices).
@@ -126,7 +135,28 @@ def _warn_once(ctx, msg: str) -> None:
         warnings.warn(msg, stacklevel=2)
 
 
-@register(OP_SET, "Loop", foldable=False, static_bound=bound_rules.onnx_loop)
+def _loop_bound(node):
+    """A loop with scan outputs: padded to the trip count by the lowering;
+    the count is the iterations run, named after the first scan output."""
+    n_state = len(node.inputs) - 2 - len(node.attrs.get("body_captures", ()))
+    if len(node.outputs) <= n_state:
+        return None
+    return next((o for o in node.outputs[n_state:] if o is not None), None)
+
+
+def _loop_dtype(node, k, graphs):
+    """Output ``k + 1`` of the ``body`` graph's (after its condition), else
+    the initial value's (the state outputs)."""
+    body = graphs[int(node.attrs["body"])]
+    b = body.outputs[k + 1] if k + 1 < len(body.outputs) else None
+    if b is not None and b.dtype is not None:
+        return b.dtype
+    v = node.inputs[k + 2] if k + 2 < len(node.inputs) else None
+    return v.dtype if v is not None else None
+
+
+@register(OP_SET, "Loop", out_dtype=_loop_dtype,
+          regions={"body": Region(any_arity, required=True)}, foldable=False, static_bound=_loop_bound)
 def Loop(ctx, M=None, cond=None, *rest, body=-1, body_captures=()):
     """ONNX ``Loop``: ``for i in range(M) while cond`` over loop-carried values
     (strategies: see the module docstring)."""
@@ -255,7 +285,7 @@ def SequenceConstruct(ctx, *inputs):
     return [list(inputs)]
 
 
-@register(OP_SET, "SequenceLength", differentiable=False, foldable=False)
+@register(OP_SET, "SequenceLength", out_dtype=op_rules.int32_out, differentiable=False, foldable=False)
 def SequenceLength(ctx, input_sequence):
     """ONNX ``SequenceLength``: int32 scalar."""
     return np.int32(len(_seq(input_sequence)))

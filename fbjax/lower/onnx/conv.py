@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ... import batch_rules
+from ... import op_rules
 from .. import kernels
 from ..registry import register
 from ._util import OP_SET, ints, spatial_letters
@@ -101,7 +101,7 @@ def Conv(ctx, X, W, B=None, *, auto_pad="Same", pads=None, groups=0, strides=Non
     return _bias(y, B)
 
 
-@register(OP_SET, "ConvInteger", differentiable=False)
+@register(OP_SET, "ConvInteger", out_dtype=op_rules.int32_out, differentiable=False)
 def ConvInteger(ctx, x, w, x_zero_point=None, w_zero_point=None, *, auto_pad="Same", pads=None, groups=0,
                 strides=None, dilations=None):
     """ONNX ``ConvInteger``: int32 convolution of ``(x - x_zp)`` and ``(w - w_zp)``.
@@ -172,13 +172,21 @@ def ConvTranspose(ctx, X, W, B=None, *, strides=None, auto_pad="NotSet", pads=No
     return _bias(y, B)
 
 
-@register(OP_SET, "MatMul", weights=((0, "MK"), (1, "KN")), batch=batch_rules.onnx_matmul)
+def _matmul_batch(node, carrying, batch) -> None:
+    ins = node.inputs
+    carries = op_rules.carries(node, carrying)
+    ra, rb = op_rules.rank(ins[0]), op_rules.rank(ins[1])
+    if carries[1] and not (carries[0] and ra == rb and (ra or 0) >= 3):
+        raise op_rules.refusal(node, "multiplies by a batch-carrying right operand that is not batched like the left")
+
+
+@register(OP_SET, "MatMul", weights=((0, "MK"), (1, "KN")), batch=_matmul_batch)
 def MatMul(ctx, A, B):
     """ONNX ``MatMul`` (numpy ``matmul`` semantics, float32 accumulation at full precision)."""
     return jnp.matmul(A, B, precision=kernels.precision(ctx), preferred_element_type=kernels.accumulation_dtype(A, B))
 
 
-@register(OP_SET, "MatMulInteger", differentiable=False)
+@register(OP_SET, "MatMulInteger", out_dtype=op_rules.int32_out, differentiable=False)
 def MatMulInteger(ctx, A, B, a_zero_point=None, b_zero_point=None):
     """ONNX ``MatMulInteger``: int32 ``(A - a_zp) @ (B - b_zp)``; zero points per
     row of A / per column of B when 1-D."""
@@ -192,7 +200,12 @@ def MatMulInteger(ctx, A, B, a_zero_point=None, b_zero_point=None):
     return jnp.matmul(a, b, preferred_element_type=jnp.int32)
 
 
-@register(OP_SET, "Gemm", weights=((0, "MK"), (1, "KN"), (2, "N")), batch=batch_rules.onnx_gemm)
+def _gemm_batch(node, carrying, batch) -> None:
+    if op_rules.carries(node, carrying)[1:2] == [True] or node.attrs.get("transpose_a"):
+        raise op_rules.refusal(node, "contracts the batch dimension (transposed or batch-carrying operand)")
+
+
+@register(OP_SET, "Gemm", weights=((0, "MK"), (1, "KN"), (2, "N")), batch=_gemm_batch)
 def Gemm(ctx, A, B, C=None, *, alpha=0.0, beta=0.0, transpose_a=False, transpose_b=False):
     """ONNX ``Gemm``: ``alpha * A' @ B' + beta * C`` (schema defaults alpha = beta = 0;
     rten-convert writes ONNX's 1.0)."""
@@ -213,7 +226,18 @@ def Gemm(ctx, A, B, C=None, *, alpha=0.0, beta=0.0, transpose_a=False, transpose
     return y
 
 
-@register(OP_SET, "Einsum", batch=batch_rules.onnx_einsum)
+def _einsum_batch(node, carrying, batch) -> None:
+    carries = op_rules.carries(node, carrying)
+    eq = str(node.attrs.get("equation", "")).replace(" ", "")
+    lhs, _, out = eq.partition("->")
+    terms = lhs.split(",")
+    lead = {t[:1] for t, c in zip(terms, carries) if c}
+    others = "".join(t for t, c in zip(terms, carries) if not c)
+    if not out or len(lead) != 1 or out[:1] not in lead or not out[:1].isalpha() or out[:1] in others:
+        raise op_rules.refusal(node, f"does not keep the batch as the leading subscript ({eq!r})")
+
+
+@register(OP_SET, "Einsum", batch=_einsum_batch)
 def Einsum(ctx, *Inputs, equation=""):
     """ONNX ``Einsum`` (numpy einsum equation, full precision)."""
     if not equation:

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ... import batch_rules
+from ... import op_rules
 from ..registry import register
 from . import random as _random
 from ._util import OP_SET, as_bool, from_bool, is_float
@@ -62,13 +62,13 @@ for _n, (_f, _d) in _UNARY.items():
     _unary(_n, _f, _d)
 
 
-@register(OP_SET, "Identity", batch=batch_rules.same_as_input)
+@register(OP_SET, "Identity", batch=op_rules.same_as_input)
 def Identity(ctx, input):
     """ONNX ``Identity`` (tensors and sequences)."""
     return [input] if isinstance(input, list) else input
 
 
-@register(OP_SET, "Dropout", static_inputs=(1, 2), batch=batch_rules.same_as_input, stateful=_random.draws,
+@register(OP_SET, "Dropout", static_inputs=(1, 2), batch=op_rules.same_as_input, stateful=_random.draws,
           init_state=_random.DRAWS["init_state"])
 def Dropout(ctx, data, ratio=None, training_mode=None, *, seed=None):
     """ONNX ``Dropout``: ``(output, mask)``.
@@ -145,7 +145,7 @@ def _compare(name, fn):
 
     op.__name__ = op.__qualname__ = name
     op.__doc__ = f"ONNX ``{name}``: element-wise comparison; int32 0/1 result (RTen's bool)."
-    register(OP_SET, name, differentiable=False)(op)
+    register(OP_SET, name, differentiable=False, out_dtype=op_rules.int32_out)(op)
 
 
 for _n, _f in {"Equal": jnp.equal, "Greater": jnp.greater, "GreaterOrEqual": jnp.greater_equal,
@@ -159,26 +159,26 @@ def _logic(name, fn):
 
     op.__name__ = op.__qualname__ = name
     op.__doc__ = f"ONNX ``{name}``: logical op on int32 0/1 (nonzero is true); int32 0/1 result."
-    register(OP_SET, name, differentiable=False)(op)
+    register(OP_SET, name, differentiable=False, out_dtype=op_rules.int32_out)(op)
 
 
 for _n, _f in {"And": jnp.logical_and, "Or": jnp.logical_or, "Xor": jnp.logical_xor}.items():
     _logic(_n, _f)
 
 
-@register(OP_SET, "Not", differentiable=False)
+@register(OP_SET, "Not", out_dtype=op_rules.int32_out, differentiable=False)
 def Not(ctx, X):
     """ONNX ``Not``: logical negation; int32 0/1 result."""
     return from_bool(jnp.logical_not(as_bool(X)))
 
 
-@register(OP_SET, "IsNaN", differentiable=False)
+@register(OP_SET, "IsNaN", out_dtype=op_rules.int32_out, differentiable=False)
 def IsNaN(ctx, X):
     """ONNX ``IsNaN``: int32 0/1."""
     return from_bool(jnp.isnan(X))
 
 
-@register(OP_SET, "IsInf", differentiable=False)
+@register(OP_SET, "IsInf", out_dtype=op_rules.int32_out, differentiable=False)
 def IsInf(ctx, X):
     """ONNX ``IsInf`` (both signs; rten-convert rejects other ``detect_*``): int32 0/1."""
     return from_bool(jnp.isinf(X))
@@ -222,7 +222,13 @@ def Clip(ctx, X, min=None, max=None):
     return y
 
 
-@register(OP_SET, "Where")
+def _where_dtype(node, k, graphs):
+    """The dtype of ``X`` (input 1)."""
+    x = node.inputs[1] if len(node.inputs) > 1 else None
+    return x.dtype if x is not None and x.dtype is not None else None
+
+
+@register(OP_SET, "Where", out_dtype=_where_dtype)
 def Where(ctx, condition, X, Y):
     """ONNX ``Where``: ``condition ? X : Y`` (condition int32 0/1 or bool), broadcast."""
     return jnp.where(as_bool(condition), X, Y)
@@ -262,7 +268,12 @@ def Gelu(ctx, X, *, approximate="None"):
     return jax.nn.gelu(jnp.asarray(X), approximate=(approximate == "Tanh"))
 
 
-@register(OP_SET, "Cast")
+def _cast_dtype(node, k, graphs):
+    """``to`` (absent: RTen's DataType 0, int32)."""
+    return node.attrs.get("to") or np.dtype(np.int32)
+
+
+@register(OP_SET, "Cast", out_dtype=_cast_dtype)
 def Cast(ctx, input, *, to=np.dtype(np.int32)):
     """ONNX ``Cast`` to ``to`` (an RTen DataType: int32, float32, int8, uint8).
 
@@ -274,7 +285,13 @@ def Cast(ctx, input, *, to=np.dtype(np.int32)):
     return x.astype(to)
 
 
-@register(OP_SET, "CastLike")
+def _castlike_dtype(node, k, graphs):
+    """The dtype of input 1 (``target_type``)."""
+    t = node.inputs[1] if len(node.inputs) > 1 else None
+    return None if t is None else (t.dtype or np.dtype(np.float32))
+
+
+@register(OP_SET, "CastLike", out_dtype=_castlike_dtype)
 def CastLike(ctx, input, target_type):
     """ONNX ``CastLike``: cast ``input`` to ``target_type``'s dtype."""
     return jnp.asarray(input).astype(jnp.asarray(target_type).dtype)

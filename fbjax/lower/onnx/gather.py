@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ... import batch_rules
+from ... import op_rules
 from ..registry import register
 from ._util import OP_SET, axis as norm_axis
 
@@ -16,7 +16,18 @@ def _wrap(idx, n):
     return jnp.where(idx < 0, idx + n, idx)
 
 
-@register(OP_SET, "Gather", batch=batch_rules.onnx_gather)
+def _gather_batch(node, carrying, batch) -> None:
+    a = node.attrs
+    carries = op_rules.carries(node, carrying)
+    rank = op_rules.rank(node.inputs[0] if node.inputs else None)
+    if carries[1:2] == [True] and (carries[0] or not op_rules.axis_is_batch(a.get("axis", 0), rank)):
+        raise op_rules.refusal(node, "takes batch-carrying indices (followed only into a table that does not carry "
+                               "the batch, along axis 0)")
+    if carries[0] and op_rules.axis_is_batch(a.get("axis", 0), rank):
+        raise op_rules.refusal(node, "gathers along the batch dimension (axis 0)")
+
+
+@register(OP_SET, "Gather", batch=_gather_batch)
 def Gather(ctx, data, indices, *, axis=0):
     """ONNX ``Gather``: ``take(data, indices, axis)``."""
     x = jnp.asarray(data)
@@ -27,7 +38,7 @@ def Gather(ctx, data, indices, *, axis=0):
     return jnp.take(x, _wrap(indices, x.shape[a]), axis=a, mode="clip")
 
 
-@register(OP_SET, "GatherElements", batch=batch_rules.onnx_axis)
+@register(OP_SET, "GatherElements", batch=op_rules.axis_not_batch(0))
 def GatherElements(ctx, data, indices, *, axis=0):
     """ONNX ``GatherElements``: ``take_along_axis``."""
     x = jnp.asarray(data)

@@ -6,13 +6,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ... import bound_rules
+from ... import op_rules
 from .. import kernels
 from ..registry import register
 from ._util import OP_SET, ints, require_concrete
 
 
-@register(OP_SET, "STFT", static_inputs=(1, 3))
+@register(OP_SET, "STFT", out_dtype=op_rules.float32_out, static_inputs=(1, 3))
 def STFT(ctx, signal, frame_step, window=None, frame_length=None, *, onesided=True):
     """ONNX ``STFT``: ``[batch, frames, bins, 2]`` (real, imaginary) of the windowed
     frames, as a DFT matrix product.
@@ -63,8 +63,29 @@ def _iou(a, b):
     return inter / ua if ua > 0 else 0.0
 
 
-@register(OP_SET, "NonMaxSuppression", static_inputs=(2, 3, 4), differentiable=False,
-          static_bound=bound_rules.onnx_nonmaxsuppression)
+def _nonmaxsuppression_bound(node):
+    """``[B * C * min(max_output_boxes_per_class, N), 3]`` selected indices,
+    when the scores' shape and a stored ``max_output_boxes_per_class``
+    (absent: 0) give it."""
+    if len(node.outputs) != 1 or node.outputs[0] is None:
+        return None
+    out, boxes = node.outputs[0], node.inputs[0] if node.inputs else None
+    if boxes is None or not boxes.static_shape:
+        return out
+    scores = node.inputs[1] if len(node.inputs) > 1 else None
+    mx = node.inputs[2] if len(node.inputs) > 2 else None
+    if scores is None or not scores.static_shape or len(scores.shape) != 3:
+        return out
+    if mx is not None and mx.data is None:
+        return out
+    per = 0 if mx is None else int(np.asarray(mx.data).reshape(-1)[0])
+    b, c, n = scores.shape
+    out.shape = (b * c * min(max(per, 0), n), 3)
+    return out
+
+
+@register(OP_SET, "NonMaxSuppression", out_dtype=op_rules.int32_out, static_inputs=(2, 3, 4), differentiable=False,
+          static_bound=_nonmaxsuppression_bound)
 def NonMaxSuppression(ctx, boxes, scores, max_output_boxes_per_class=None, iou_threshold=None,
                       score_threshold=None, *, box_order="TopLeftBottomRight"):
     """ONNX ``NonMaxSuppression``: int32 ``[selected, 3]`` (batch, class, box).

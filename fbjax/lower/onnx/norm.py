@@ -10,7 +10,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from ... import batch_rules
+from ... import op_rules
 from ..registry import register
 from ._util import OP_SET, axis as norm_axis
 
@@ -39,7 +39,7 @@ def InstanceNormalization(ctx, input, scale, B, *, epsilon=0.0):
     return y * _chan(scale, X.ndim) + _chan(B, X.ndim)
 
 
-@register(OP_SET, "LayerNormalization", batch=batch_rules.onnx_axis, full_precision=True)
+@register(OP_SET, "LayerNormalization", batch=op_rules.axis_not_batch(0), full_precision=True)
 def LayerNormalization(ctx, X, Scale, B=None, *, axis=0, epsilon=0.0):
     """ONNX ``LayerNormalization`` over dims ``axis..rank-1``.
 
@@ -71,7 +71,7 @@ def _shifted(x, a):
     return d, jnp.exp(jnp.where(d > 0, jnp.zeros((), d.dtype), d))
 
 
-@register(OP_SET, "Softmax", reads_input_twice=True, batch=batch_rules.onnx_axis, full_precision=True,
+@register(OP_SET, "Softmax", reads_input_twice=True, batch=op_rules.axis_not_batch(0), full_precision=True,
           squashing=True)
 def Softmax(ctx, input, *, axis=0):
     """ONNX ``Softmax`` along ``axis`` (schema default 0; rten-convert 0.22 writes
@@ -81,7 +81,7 @@ def Softmax(ctx, input, *, axis=0):
     return e / jnp.sum(e, axis=norm_axis(axis, x.ndim, ctx), keepdims=True)
 
 
-@register(OP_SET, "LogSoftmax", reads_input_twice=True, batch=batch_rules.onnx_axis, full_precision=True)
+@register(OP_SET, "LogSoftmax", reads_input_twice=True, batch=op_rules.axis_not_batch(0), full_precision=True)
 def LogSoftmax(ctx, input, *, axis=0):
     """ONNX ``LogSoftmax`` along ``axis`` (schema default 0, as Softmax):
     ``x - max - log(sum(exp(x - max)))``."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
+from ... import op_rules
 from ..registry import register
 from ._util import OP_SET, axis as norm_axis
 
@@ -26,7 +27,13 @@ def _bcast(v, x, axis, ctx):
     return v
 
 
-@register(OP_SET, "QuantizeLinear", differentiable=False)
+def _quantizelinear_dtype(node, k, graphs):
+    """``output_dtype``, else the zero point's dtype, else uint8 (the ONNX default)."""
+    zp = node.inputs[2] if len(node.inputs) > 2 else None
+    return node.attrs.get("output_dtype") or (zp.dtype if zp is not None and zp.dtype else np.dtype(np.uint8))
+
+
+@register(OP_SET, "QuantizeLinear", out_dtype=_quantizelinear_dtype, differentiable=False)
 def QuantizeLinear(ctx, x, y_scale, y_zero_point=None, *, axis=0, output_dtype=None):
     """ONNX ``QuantizeLinear``: ``saturate(round(x / scale) + zero_point)``.
 
@@ -42,7 +49,7 @@ def QuantizeLinear(ctx, x, y_scale, y_zero_point=None, *, axis=0, output_dtype=N
     return jnp.clip(q, info.min, info.max).astype(dt)
 
 
-@register(OP_SET, "DequantizeLinear")
+@register(OP_SET, "DequantizeLinear", out_dtype=op_rules.float32_out)
 def DequantizeLinear(ctx, x, x_scale, x_zero_point=None, *, axis=0):
     """ONNX ``DequantizeLinear``: ``(x - zero_point) * scale`` in float32."""
     xi = jnp.asarray(x).astype(jnp.int32)
@@ -51,7 +58,12 @@ def DequantizeLinear(ctx, x, x_scale, x_zero_point=None, *, axis=0):
     return xi.astype(jnp.float32) * _bcast(x_scale, xi, axis, ctx).astype(jnp.float32)
 
 
-@register(OP_SET, "DynamicQuantizeLinear", differentiable=False)
+def _dynamicquantizelinear_dtype(node, k, graphs):
+    """(y uint8, y_scale float32, y_zero_point uint8)."""
+    return np.dtype(np.float32) if k == 1 else np.dtype(np.uint8)
+
+
+@register(OP_SET, "DynamicQuantizeLinear", out_dtype=_dynamicquantizelinear_dtype, differentiable=False)
 def DynamicQuantizeLinear(ctx, x):
     """ONNX ``DynamicQuantizeLinear``: uint8 ``(y, y_scale, y_zero_point)`` from the
     data range extended to include 0."""

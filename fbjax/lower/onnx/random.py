@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ... import op_rules
 from ..registry import register
 from ..state import KEY, running
 from ._util import OP_SET
@@ -110,20 +111,20 @@ def next_key(ctx):
     return sub
 
 
-@register(OP_SET, "RandomUniform", differentiable=False, **DRAWS)
+@register(OP_SET, "RandomUniform", out_dtype=op_rules.float32_out, differentiable=False, **DRAWS)
 def RandomUniform(ctx, *, shape=(), high=0.0, low=0.0, seed=None):
     """ONNX ``RandomUniform``: float32 samples of ``U[low, high)`` of the
     attribute ``shape`` (RTen keeps float32 only), from :func:`next_key`."""
     return jax.random.uniform(next_key(ctx), tuple(int(d) for d in shape), jnp.float32, low, high)
 
 
-@register(OP_SET, "RandomUniformLike", differentiable=False, **DRAWS)
+@register(OP_SET, "RandomUniformLike", out_dtype=op_rules.float32_out, differentiable=False, **DRAWS)
 def RandomUniformLike(ctx, input, *, high=0.0, low=0.0, seed=None):
     """ONNX ``RandomUniformLike``: like RandomUniform with ``input``'s shape."""
     return jax.random.uniform(next_key(ctx), jnp.shape(input), jnp.float32, low, high)
 
 
-@register(OP_SET, "RandomNormal", differentiable=False, **DRAWS)
+@register(OP_SET, "RandomNormal", out_dtype=op_rules.float32_out, differentiable=False, **DRAWS)
 def RandomNormal(ctx, *, mean=0.0, scale=0.0, seed=None, shape=()):
     """ONNX ``RandomNormal``: float32 ``mean + scale * N(0, 1)`` of the attribute
     ``shape``, from :func:`next_key`."""
@@ -131,7 +132,7 @@ def RandomNormal(ctx, *, mean=0.0, scale=0.0, seed=None, shape=()):
     return jnp.float32(mean) + jnp.float32(scale) * z
 
 
-@register(OP_SET, "RandomNormalLike", differentiable=False, **DRAWS)
+@register(OP_SET, "RandomNormalLike", out_dtype=op_rules.float32_out, differentiable=False, **DRAWS)
 def RandomNormalLike(ctx, input, *, mean=0.0, scale=0.0, seed=None):
     """ONNX ``RandomNormalLike``: like RandomNormal with ``input``'s shape."""
     z = jax.random.normal(next_key(ctx), jnp.shape(input), jnp.float32)

@@ -12,10 +12,22 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ... import batch_rules, bound_rules
+from ... import op_rules
 from ...errors import InputError
 from ..registry import register
 from ._util import OP_SET, axis as norm_axis, concrete, has_valid_count, ints, require_concrete
+
+
+def _reduce_batch(node, carrying, batch) -> None:
+    """Reduce*: constant axes (input 1 or ``axes``), not empty, not 0."""
+    a, ins = node.attrs, node.inputs
+    rank = op_rules.rank(ins[0] if ins else None)
+    axes = op_rules.const(ins[1]) if len(ins) > 1 and ins[1] is not None else a.get("axes")
+    if len(ins) > 1 and ins[1] is not None and ins[1].data is None:
+        raise op_rules.refusal(node, "reduces over computed axes")
+    axes = [] if axes is None else [int(v) for v in np.asarray(axes).reshape(-1)]
+    if rank is None or not axes or any(ax % rank == 0 for ax in axes):
+        raise op_rules.refusal(node, f"reduces over the batch dimension (axes {axes or 'all'})")
 
 
 def _reduce(name, fn, doc):
@@ -28,7 +40,7 @@ def _reduce(name, fn, doc):
     op.__name__ = op.__qualname__ = name
     op.__doc__ = (f"ONNX ``{name}``: {doc} over ``axes`` (attribute or constant second input; all "
                   "axes when empty), keeping them as size 1 when ``keep_dims``.")
-    register(OP_SET, name, static_inputs=(1,), batch=batch_rules.onnx_reduce, full_precision=True)(op)
+    register(OP_SET, name, static_inputs=(1,), batch=_reduce_batch, full_precision=True)(op)
 
 
 _reduce("ReduceSum", lambda x, a, k: jnp.sum(x, a, keepdims=k), "sum")
@@ -64,14 +76,21 @@ def _arg(name, fn):
     op.__name__ = op.__qualname__ = name
     op.__doc__ = (f"ONNX ``{name}``: int32 index of the first extreme along ``axis`` "
                   "(``select_last_index`` 0; rten-convert rejects 1).")
-    register(OP_SET, name, differentiable=False, batch=batch_rules.onnx_axis)(op)
+    register(OP_SET, name, differentiable=False, batch=op_rules.axis_not_batch(0), out_dtype=op_rules.int32_out)(op)
 
 
 _arg("ArgMax", jnp.argmax)
 _arg("ArgMin", jnp.argmin)
 
 
-@register(OP_SET, "CumSum", static_inputs=(1,), batch=batch_rules.onnx_cumsum, full_precision=True)
+def _cumsum_batch(node, carrying, batch) -> None:
+    ins = node.inputs
+    axis = op_rules.const(ins[1]) if len(ins) > 1 else None
+    if axis is None or op_rules.axis_is_batch(axis, op_rules.rank(ins[0] if ins else None)):
+        raise op_rules.refusal(node, "works along the batch dimension (or along a computed axis)")
+
+
+@register(OP_SET, "CumSum", static_inputs=(1,), batch=_cumsum_batch, full_precision=True)
 def CumSum(ctx, x, axis):
     """ONNX ``CumSum`` along the constant ``axis`` input (inclusive, forward only:
     rten-convert rejects ``exclusive``/``reverse``)."""
@@ -79,7 +98,25 @@ def CumSum(ctx, x, axis):
     return jnp.cumsum(x, axis=norm_axis(ints(axis)[0], x.ndim, ctx), dtype=x.dtype)
 
 
-@register(OP_SET, "TopK", batch=batch_rules.onnx_axis, static_bound=bound_rules.onnx_topk)
+def _topk_bound(node):
+    """Only a ``k`` the file does not store (computed by the graph): values
+    and indices of the axis' full size."""
+    k = node.inputs[1] if len(node.inputs) > 1 else None
+    if k is None or k.data is not None or len(node.outputs) != 2:
+        return None
+    x = node.inputs[0]
+    for o in node.outputs:
+        if o is not None and x.shape is not None:
+            o.shape = tuple(x.shape)  # the bound: the axis' full size
+    return node.outputs[0] if node.outputs[0] is not None else node.outputs[1]
+
+
+def _topk_dtype(node, k, graphs):
+    """Output 1 (indices) is int32; output 0 has the input's dtype."""
+    return np.dtype(np.int32) if k == 1 else None
+
+
+@register(OP_SET, "TopK", out_dtype=_topk_dtype, batch=op_rules.axis_not_batch(0), static_bound=_topk_bound)
 def TopK(ctx, X, K, *, axis=0, largest=False, sorted=False):
     """ONNX ``TopK``: the ``K`` largest or smallest along ``axis``.
 

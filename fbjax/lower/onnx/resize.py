@@ -11,7 +11,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from ... import batch_rules
+from ... import op_rules
 from .. import kernels
 from ..registry import register
 from ._util import OP_SET
@@ -92,7 +92,16 @@ def resize_plan(ctx, shape, scales, sizes):
     return out, sc
 
 
-@register(OP_SET, "Resize", static_inputs=(2, 3), batch=batch_rules.onnx_resize)
+def _resize_batch(node, carrying, batch) -> None:
+    ins = node.inputs
+    scales = op_rules.const(ins[2]) if len(ins) > 2 and ins[2] is not None else None
+    if len(ins) > 3 and ins[3] is not None:
+        raise op_rules.refusal(node, "resizes to fixed sizes, whose batch entry is the file's batch")
+    if scales is None or (scales.size and float(scales.reshape(-1)[0]) != 1.0):
+        raise op_rules.refusal(node, "scales the batch dimension (or takes computed scales)")
+
+
+@register(OP_SET, "Resize", static_inputs=(2, 3), batch=_resize_batch)
 def Resize(ctx, X, roi=None, scales=None, sizes=None, *, mode="Nearest", coord_mode="HalfPixel",
            nearest_mode="Floor"):
     """ONNX ``Resize`` of any axes whose size changes (RTen: the H, W axes).

@@ -17,12 +17,18 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ... import batch_rules, bound_rules
+from ... import op_rules
 from ..registry import register
 from ._util import OP_SET, axis as norm_axis, ints, require_concrete
 
 
-@register(OP_SET, "Shape", differentiable=False, batch=batch_rules.onnx_shape_of)
+def _shape_of_batch(node, carrying, batch) -> None:
+    """Shape, Size: the batch would become a value."""
+    raise op_rules.refusal(node, "reads the batch size as a value (shape arithmetic on the batch is not rewritten)")
+
+
+@register(OP_SET, "Shape", out_dtype=op_rules.int32_out, differentiable=False, shape_only=True,
+          batch=_shape_of_batch)
 def Shape(ctx, data, *, start=None, end=None):
     """ONNX ``Shape``: int32 shape (optionally ``[start:end]``, clamped)."""
     shp = np.asarray(np.shape(data), np.int32)
@@ -34,7 +40,8 @@ def Shape(ctx, data, *, start=None, end=None):
     return shp[s:e]
 
 
-@register(OP_SET, "Size", differentiable=False, batch=batch_rules.onnx_shape_of)
+@register(OP_SET, "Size", out_dtype=op_rules.int32_out, differentiable=False, shape_only=True,
+          batch=_shape_of_batch)
 def Size(ctx, data):
     """ONNX ``Size``: number of elements, int32 scalar."""
     return np.int32(np.prod(np.shape(data), dtype=np.int64))
@@ -79,13 +86,35 @@ def _is_int(d) -> bool:
     return isinstance(d, (int, np.integer))
 
 
-@register(OP_SET, "Reshape", static_inputs=(1,), batch=batch_rules.onnx_reshape)
+def _reshape_batch(node, carrying, batch) -> None:
+    """Reshape: a constant target gets -1 as its leading entry (0 copies)."""
+    a, ins = node.attrs, node.inputs
+    x = ins[0] if ins else None
+    shape = op_rules.const(ins[1]) if len(ins) > 1 else None
+    if shape is None or shape.ndim != 1:
+        raise op_rules.refusal(node, "takes its target shape from a computed tensor")
+    target = shape.astype(np.int64).tolist()
+    if not a.get("allow_zero") and target and target[0] == 0:
+        return  # copies the batch dimension
+    if not a.get("allow_zero") and x.shape is not None:
+        target = [x.shape[i] if d == 0 and i < len(x.shape) and x.shape[i] is not None else d
+                  for i, d in enumerate(target)]
+    ins[1] = op_rules.new_const(ins[1], np.asarray(op_rules.batch_target(node, target, x), shape.dtype))
+
+
+@register(OP_SET, "Reshape", static_inputs=(1,), batch=_reshape_batch)
 def Reshape(ctx, data, shape, *, allow_zero=False):
     """ONNX ``Reshape`` to a load-time-constant ``shape`` (0 copies a dim unless ``allow_zero``)."""
     return jnp.reshape(data, reshape_target(ctx, np.shape(data), shape, allow_zero))
 
 
-@register(OP_SET, "Flatten", batch=batch_rules.onnx_flatten)
+def _flatten_batch(node, carrying, batch) -> None:
+    rank = op_rules.rank(node.inputs[0] if node.inputs else None)
+    if rank is not None and int(node.attrs.get("axis", 0)) % (rank + 1) == 0:
+        raise op_rules.refusal(node, "flattens the batch dimension into the others (axis 0)")
+
+
+@register(OP_SET, "Flatten", batch=_flatten_batch)
 def Flatten(ctx, input, *, axis=0):
     """ONNX ``Flatten`` to 2-D at ``axis`` (schema default 0; rten-convert writes ONNX's 1)."""
     shp = np.shape(input)
@@ -95,7 +124,19 @@ def Flatten(ctx, input, *, axis=0):
     return jnp.reshape(input, (math.prod(shp[:a]), math.prod(shp[a:])))  # dims may be symbolic (jax.export)
 
 
-@register(OP_SET, "Squeeze", static_inputs=(1,), batch=batch_rules.onnx_squeeze)
+def _squeeze_batch(node, carrying, batch) -> None:
+    """Squeeze, Unsqueeze: no axis at the batch dimension."""
+    op, a, ins = node.op_name, node.attrs, node.inputs
+    axes = op_rules.const(ins[1]) if len(ins) > 1 else None
+    if axes is None and a.get("axes") is not None:
+        axes = np.asarray(a["axes"])
+    out_rank = op_rules.rank(node.outputs[0]) if op == "Unsqueeze" else op_rules.rank(ins[0] if ins else None)
+    if axes is None or out_rank is None or any(int(v) % out_rank == 0 for v in axes.reshape(-1)):
+        raise op_rules.refusal(node, f"{'removes' if op == 'Squeeze' else 'inserts'} an axis at the batch dimension "
+                               f"(axes {None if axes is None else axes.reshape(-1).tolist()})")
+
+
+@register(OP_SET, "Squeeze", static_inputs=(1,), batch=_squeeze_batch)
 def Squeeze(ctx, data, axes=None):
     """ONNX ``Squeeze`` the constant ``axes`` (all size-1 dims when omitted)."""
     shp = np.shape(data)
@@ -109,7 +150,7 @@ def Squeeze(ctx, data, axes=None):
     return jnp.squeeze(data, ax)
 
 
-@register(OP_SET, "Unsqueeze", static_inputs=(1,), batch=batch_rules.onnx_squeeze)
+@register(OP_SET, "Unsqueeze", static_inputs=(1,), batch=_squeeze_batch)
 def Unsqueeze(ctx, data, axes):
     """ONNX ``Unsqueeze``: insert size-1 dims at the constant ``axes`` (of the output)."""
     r = np.ndim(data) + len(ints(axes))
@@ -120,13 +161,21 @@ def Unsqueeze(ctx, data, axes):
     return jnp.reshape(data, shp)
 
 
-@register(OP_SET, "Transpose", batch=batch_rules.onnx_transpose)
+def _transpose_batch(node, carrying, batch) -> None:
+    perm = node.attrs.get("perm")
+    rank = op_rules.rank(node.inputs[0] if node.inputs else None)
+    if (perm is None or len(perm) == 0) and (rank or 0) > 1 or perm is not None and len(perm) and \
+            int(perm[0]) != 0:
+        raise op_rules.refusal(node, f"moves the batch dimension (perm {None if perm is None else list(perm)})")
+
+
+@register(OP_SET, "Transpose", batch=_transpose_batch)
 def Transpose(ctx, data, *, perm=None):
     """ONNX ``Transpose`` by ``perm`` (reversed dims when absent)."""
     return jnp.transpose(data, None if not perm else tuple(int(p) for p in perm))
 
 
-@register(OP_SET, "Concat", batch=batch_rules.onnx_axis)
+@register(OP_SET, "Concat", batch=op_rules.axis_not_batch(0))
 def Concat(ctx, *inputs, axis=0):
     """ONNX ``Concat`` along ``axis``."""
     xs = [x for x in inputs if x is not None]
@@ -134,7 +183,7 @@ def Concat(ctx, *inputs, axis=0):
     return jnp.concatenate([jnp.asarray(x) for x in xs], axis=norm_axis(axis, r, ctx))
 
 
-@register(OP_SET, "Split", static_inputs=(1,), batch=batch_rules.onnx_axis)
+@register(OP_SET, "Split", static_inputs=(1,), batch=op_rules.axis_not_batch(0))
 def Split(ctx, input, split=None, *, axis=0, num_outputs=None):
     """ONNX ``Split`` along ``axis`` into the constant ``split`` sizes, or into
     ``num_outputs`` (default: the node's output count) parts of ``ceil(n / parts)``."""
@@ -153,7 +202,29 @@ def Split(ctx, input, split=None, *, axis=0, num_outputs=None):
     return [lax.slice_in_dim(x, int(offs[i]), int(offs[i + 1]), axis=a) for i in range(len(sizes))]
 
 
-@register(OP_SET, "Slice", static_inputs=(1, 2, 3, 4), batch=batch_rules.onnx_slice)
+def _slice_batch(node, carrying, batch) -> None:
+    """Slice: ``[0, end >= 1)`` of dimension 0 takes all of it."""
+    ins = node.inputs
+    rank = op_rules.rank(ins[0] if ins else None)
+    starts, ends = op_rules.const(ins[1]), op_rules.const(ins[2])
+    axes = op_rules.const(ins[3]) if len(ins) > 3 and ins[3] is not None else None
+    steps = op_rules.const(ins[4]) if len(ins) > 4 and ins[4] is not None else None
+    if starts is None or ends is None or (len(ins) > 3 and ins[3] is not None and axes is None) or \
+            (len(ins) > 4 and ins[4] is not None and steps is None):
+        raise op_rules.refusal(node, "has computed starts/ends/axes/steps")
+    axes = np.arange(len(starts)) if axes is None else axes.reshape(-1)
+    new_ends = ends.copy()
+    for k, ax in enumerate(axes):
+        if rank and int(ax) % rank == 0:
+            step = 1 if steps is None else int(steps[k])
+            if int(starts[k]) != 0 or step != 1 or int(ends[k]) < 1:
+                raise op_rules.refusal(node, f"slices the batch dimension (start {int(starts[k])}, end {int(ends[k])}, "
+                                       f"step {step})")
+            new_ends[k] = np.iinfo(ends.dtype).max
+    ins[2] = op_rules.new_const(ins[2], new_ends)
+
+
+@register(OP_SET, "Slice", static_inputs=(1, 2, 3, 4), batch=_slice_batch)
 def Slice(ctx, data, starts, ends, axes=None, steps=None):
     """ONNX ``Slice`` with constant starts/ends/axes/steps (clamped as the spec says)."""
     x = jnp.asarray(data)
@@ -183,7 +254,17 @@ def Slice(ctx, data, starts, ends, axes=None, steps=None):
 _INT32_MAX = 2 ** 31 - 1
 
 
-@register(OP_SET, "Expand", static_inputs=(1,), batch=batch_rules.onnx_expand)
+def _expand_batch(node, carrying, batch) -> None:
+    """Expand, Tile: a constant shape/repeats leaving dimension 0 at 1."""
+    ins = node.inputs
+    rank = op_rules.rank(ins[0] if ins else None)
+    shape = op_rules.const(ins[1]) if len(ins) > 1 else None
+    if shape is None or rank is None or len(shape) > rank or (len(shape) == rank and int(shape[0]) != 1):
+        raise op_rules.refusal(node, f"expands or repeats the batch dimension ({node.op_name} "
+                               f"{None if shape is None else shape.tolist()})")
+
+
+@register(OP_SET, "Expand", static_inputs=(1,), batch=_expand_batch)
 def Expand(ctx, input, shape):
     """ONNX ``Expand``: bidirectional broadcast of ``input`` with the constant ``shape``."""
     try:  # jnp's rules accept symbolic dims (a batch under jax.export)
@@ -193,13 +274,27 @@ def Expand(ctx, input, shape):
     return jnp.broadcast_to(input, out)
 
 
-@register(OP_SET, "Tile", static_inputs=(1,), batch=batch_rules.onnx_expand)
+@register(OP_SET, "Tile", static_inputs=(1,), batch=_expand_batch)
 def Tile(ctx, input, repeats):
     """ONNX ``Tile`` by the constant ``repeats``."""
     return jnp.tile(input, tuple(ints(repeats)))
 
 
-@register(OP_SET, "Pad", static_inputs=(1, 3), batch=batch_rules.onnx_pad)
+def _pad_batch(node, carrying, batch) -> None:
+    ins = node.inputs
+    rank = op_rules.rank(ins[0] if ins else None)
+    pads = op_rules.const(ins[1]) if len(ins) > 1 else None
+    axes = op_rules.const(ins[3]) if len(ins) > 3 and ins[3] is not None else None
+    if pads is None or rank is None:
+        raise op_rules.refusal(node, "has computed pads")
+    axes = np.arange(rank) if axes is None else axes.reshape(-1)
+    n = len(axes)
+    for k, ax in enumerate(axes):
+        if int(ax) % rank == 0 and (int(pads[k]) or int(pads[k + n])):
+            raise op_rules.refusal(node, f"pads the batch dimension (pads {pads.tolist()})")
+
+
+@register(OP_SET, "Pad", static_inputs=(1, 3), batch=_pad_batch)
 def Pad(ctx, data, pads, constant_value=None, axes=None, *, mode="Constant"):
     """ONNX ``Pad`` (``Constant``, ``Reflect``, ``Edge``, ``Wrap``) by constant
     ``pads`` ``[begin..., end...]`` over ``axes`` (all when omitted); negative
@@ -224,7 +319,12 @@ def Pad(ctx, data, pads, constant_value=None, axes=None, *, mode="Constant"):
     return jnp.pad(x, cfg, mode=jmode)
 
 
-@register(OP_SET, "ConstantOfShape", static_inputs=(0,))
+def _constantofshape_dtype(node, k, graphs):
+    """The dtype of ``value`` (absent: float32 0)."""
+    return np.asarray(node.attrs.get("value", np.float32(0))).dtype
+
+
+@register(OP_SET, "ConstantOfShape", out_dtype=_constantofshape_dtype, static_inputs=(0,))
 def ConstantOfShape(ctx, input, *, value=None):
     """ONNX ``ConstantOfShape``: a tensor of the constant shape ``input`` filled with
     ``value`` (float32 0 when absent)."""
@@ -252,7 +352,12 @@ def Range(ctx, start, limit, delta):
     return (s + np.arange(n, dtype=dt) * d).astype(dt)
 
 
-@register(OP_SET, "EyeLike", differentiable=False)
+def _eyelike_dtype(node, k, graphs):
+    """``dtype`` (absent: the input's)."""
+    return node.attrs.get("dtype") or None
+
+
+@register(OP_SET, "EyeLike", out_dtype=_eyelike_dtype, differentiable=False)
 def EyeLike(ctx, input, *, dtype=None, k=0):
     """ONNX ``EyeLike``: 2-D identity with ones on diagonal ``k``, ``input``'s shape."""
     r, c = np.shape(input)
@@ -297,8 +402,18 @@ def DepthToSpace(ctx, input, *, mode="DCR", block_size=0):
     return y.reshape(n, c // (b * b), h * b, w * b)
 
 
-@register(OP_SET, "NonZero", static_inputs=(0,), differentiable=False, bounded_inputs=(0,),
-          static_bound=bound_rules.onnx_nonzero)
+def _nonzero_bound(node):
+    """``[rank, X.size]`` indices: every element nonzero."""
+    if len(node.outputs) != 1 or node.outputs[0] is None:
+        return None
+    out, x = node.outputs[0], node.inputs[0] if node.inputs else None
+    if x is not None and x.static_shape:
+        out.shape = (len(x.shape), op_rules.size(x))
+    return out
+
+
+@register(OP_SET, "NonZero", out_dtype=op_rules.int32_out, static_inputs=(0,), differentiable=False,
+          bounded_inputs=(0,), static_bound=_nonzero_bound)
 def NonZero(ctx, X):
     """ONNX ``NonZero``: int32 ``[rank, count]`` indices of nonzero elements.
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ... import op_rules
 from ...formats.stablehlo_attrs import ints, pairs  # noqa: F401 (re-exported to the families)
 
 
@@ -58,3 +59,29 @@ def register(op_set: str, name: str, **kw):
         return fn
 
     return deco
+
+
+def not_followed_batch(node, carrying, batch) -> None:
+    """The ``batch`` rule of gather, scatter, dynamic slices, custom_call,
+    while, case...: refused (the batch rewrite does not follow them)."""
+    raise op_rules.refusal(node, "reads a batch-carrying value; the batch rewrite does not follow the batch through it")
+
+
+def dimensions_batch(node, carrying, batch) -> None:
+    """The ``batch`` rule of reduce, reverse: ``dimensions`` leave 0 alone."""
+    dims = op_rules.ints(node.attrs.get("dimensions"))
+    if 0 in dims:
+        raise op_rules.refusal(node, f"works along the batch dimension (dimensions {dims})")
+
+
+def dimension_batch(default: int):
+    """The ``batch`` rule of ops with a ``dimension`` attribute (concatenate,
+    sort): that dimension (absent: ``default``, the lowering's) is not the batch."""
+    def rule(node, carrying, batch) -> None:
+        d = node.attrs.get("dimension")
+        d = default if d is None else int(d)
+        r = op_rules.rank(node.inputs[0] if node.inputs else None)
+        if r and d % r == 0:
+            raise op_rules.refusal(node, "works along the batch dimension (dimension 0)")
+    rule.__doc__ = f"``dimension`` (default {default}) is not the batch."
+    return rule

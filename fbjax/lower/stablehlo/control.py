@@ -14,9 +14,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ... import batch_rules
-from ...formats.regions import scalar_regions
+from ...op_rules import Region, n_in, n_out
 from .. import composites
+from . import _util
 from ._util import ints, register
 
 OP_SET = "stablehlo"
@@ -29,8 +29,8 @@ def _graph(ctx, index, what: str) -> int:
     return index
 
 
-@register(OP_SET, "stablehlo.sort", batch=batch_rules.hlo_sort,
-          scalar_regions=scalar_regions(OP_SET, "stablehlo.sort"))
+@register(OP_SET, "stablehlo.sort",
+          regions={"comparator": Region(lambda n: (2 * n_in(n), 1), scalar=True)}, batch=_util.dimension_batch(-1))
 def sort(ctx, *inputs, dimension=-1, is_stable=False, comparator=-1):
     """``stablehlo.sort``: sorts N same-shape operands together along
     ``dimension`` with the ``comparator`` body (``comparator(lhs0, rhs0,
@@ -71,7 +71,9 @@ def sort(ctx, *inputs, dimension=-1, is_stable=False, comparator=-1):
     return [jnp.moveaxis(jnp.take_along_axis(x, perm, axis=-1), -1, d) for x in moved]
 
 
-@register(OP_SET, "stablehlo.while", foldable=False, batch=batch_rules.hlo_not_followed)
+@register(OP_SET, "stablehlo.while",
+          regions={"cond": Region(lambda n: (n_in(n), 1)), "body": Region(lambda n: (n_in(n), n_in(n)))},
+          foldable=False, batch=_util.not_followed_batch)
 def while_(ctx, *operands, cond=-1, body=-1):
     """``stablehlo.while``: runs ``body`` on the loop state while ``cond``
     (a graph returning a boolean scalar) holds (``lax.while_loop``)."""
@@ -91,7 +93,7 @@ def while_(ctx, *operands, cond=-1, body=-1):
     return list(lax.while_loop(cond_fn, body_fn, state))
 
 
-@register(OP_SET, "stablehlo.case", batch=batch_rules.hlo_not_followed)
+@register(OP_SET, "stablehlo.case", batch=_util.not_followed_batch)
 def case(ctx, index, *operands, branches=()):
     """``stablehlo.case``: runs branch ``index`` (an int32 scalar; out of
     range selects the last branch, as the spec says) on the remaining
@@ -115,7 +117,8 @@ def case(ctx, index, *operands, branches=()):
     return list(lax.switch(i, [branch(g) for g in br], *operands))
 
 
-@register(OP_SET, "stablehlo.composite", batch=batch_rules.hlo_not_followed)
+@register(OP_SET, "stablehlo.composite",
+          regions={"decomposition": Region(lambda n: (n_in(n), n_out(n)))}, batch=_util.not_followed_batch)
 def composite(ctx, *inputs, name="", decomposition=-1, composite_attributes=b"", version=0):
     """``stablehlo.composite``: the composite lowering registered under
     ``name`` (:mod:`fbjax.lower.composites`) when the load option
@@ -136,7 +139,7 @@ _ALGORITHMS = {"DEFAULT": lax.RandomAlgorithm.RNG_DEFAULT, "THREEFRY": lax.Rando
                "THREE_FRY": lax.RandomAlgorithm.RNG_THREE_FRY, "PHILOX": lax.RandomAlgorithm.RNG_PHILOX}
 
 
-@register(OP_SET, "stablehlo.rng_bit_generator", batch=batch_rules.hlo_not_followed)
+@register(OP_SET, "stablehlo.rng_bit_generator", batch=_util.not_followed_batch)
 def rng_bit_generator(ctx, initial_state, *, rng_algorithm="DEFAULT", algorithm=None):
     """``stablehlo.rng_bit_generator``: (output_state, output) from
     ``initial_state`` with XLA's DEFAULT / THREE_FRY / PHILOX bit generator

@@ -7,14 +7,24 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ... import batch_rules
+from ... import op_rules
 from .. import kernels
 from ._util import ints, out_shape, pairs, register
 
 OP_SET = "stablehlo"
 
 
-@register(OP_SET, "stablehlo.convolution", batch=batch_rules.hlo_convolution)
+def _convolution_batch(node, carrying, batch) -> None:
+    a = node.attrs
+    if op_rules.carries(node, carrying)[1:2] == [True]:
+        raise op_rules.refusal(node, "takes a batch-carrying kernel")
+    if int(a.get("input_batch_dimension", 0)) != 0 or int(a.get("output_batch_dimension", 0)) != 0 \
+            or int(a.get("batch_group_count", 1) or 1) != 1:
+        raise op_rules.refusal(node, "does not keep the batch as dimension 0 (input/output_batch_dimension, "
+                               "batch_group_count)")
+
+
+@register(OP_SET, "stablehlo.convolution", batch=_convolution_batch)
 def convolution(ctx, lhs, rhs, *, window_strides=None, padding=None, lhs_dilation=None, rhs_dilation=None,
                 window_reversal=None, input_batch_dimension=0, input_feature_dimension=1,
                 input_spatial_dimensions=(), kernel_input_feature_dimension=0,

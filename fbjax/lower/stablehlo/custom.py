@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
-from ... import batch_rules
 from ..._registry import call_op
 from ...errors import UnsupportedOperatorError
 from ..registry import LOWERINGS
+from . import _util
 from ._util import register
 
 OP_SET = "stablehlo"
@@ -84,7 +84,7 @@ def _check_target(node) -> Optional[str]:
             f"fbjax.register_custom_call({target!r}, fn) before fbjax.load")
 
 
-@register(OP_SET, "stablehlo.custom_call", foldable=False, batch=batch_rules.hlo_not_followed,
+@register(OP_SET, "stablehlo.custom_call", foldable=False, batch=_util.not_followed_batch,
           check=_check_target)
 def custom_call(ctx, *operands, call_target_name="", backend_config=b""):
     """``stablehlo.custom_call``: calls the handler registered for

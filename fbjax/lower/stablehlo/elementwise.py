@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ... import batch_rules
+from ... import op_rules
 from ._util import register
 
 OP_SET = "stablehlo"
@@ -89,7 +89,12 @@ def convert(ctx, operand):
     return lax.convert_element_type(operand, ctx.out_dtype(0))
 
 
-@register(OP_SET, "stablehlo.batch_norm_inference", batch=batch_rules.hlo_batch_norm_inference)
+def _batch_norm_inference_batch(node, carrying, batch) -> None:
+    if int(node.attrs.get("feature_index", 0) or 0) == 0:
+        raise op_rules.refusal(node, "normalises along the batch dimension (feature_index 0)")
+
+
+@register(OP_SET, "stablehlo.batch_norm_inference", batch=_batch_norm_inference_batch)
 def batch_norm_inference(ctx, operand, scale, offset, mean, variance, *, epsilon=0.0, feature_index=0):
     """``stablehlo.batch_norm_inference``:
     ``scale * (x - mean) / sqrt(variance + epsilon) + offset`` with the 1-D

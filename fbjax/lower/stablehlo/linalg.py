@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from jax import lax
 
-from ... import batch_rules
+from ... import op_rules
 from ._util import ints, register
 
 OP_SET = "stablehlo"
@@ -23,7 +23,12 @@ def _operands(ctx, lhs, rhs):
     return lhs, rhs
 
 
-@register(OP_SET, "stablehlo.dot", batch=batch_rules.hlo_dot)
+def _dot_batch(node, carrying, batch) -> None:
+    if op_rules.carries(node, carrying)[1:2] == [True]:
+        raise op_rules.refusal(node, "contracts a batch-carrying right operand")
+
+
+@register(OP_SET, "stablehlo.dot", batch=_dot_batch)
 def dot(ctx, lhs, rhs):
     """``stablehlo.dot`` (deprecated in the spec): vector.vector,
     matrix.vector or matrix.matrix product contracting the last dimension of
@@ -34,7 +39,24 @@ def dot(ctx, lhs, rhs):
     return lax.dot(lhs, rhs, preferred_element_type=ctx.out_dtype(0))
 
 
-@register(OP_SET, "stablehlo.dot_general", batch=batch_rules.hlo_dot_general)
+def _dot_general_batch(node, carrying, batch) -> None:
+    a = node.attrs
+    carries = op_rules.carries(node, carrying)
+    lb, rb = op_rules.ints(a.get("lhs_batching_dimensions")), op_rules.ints(a.get("rhs_batching_dimensions"))
+    lc, rc = op_rules.ints(a.get("lhs_contracting_dimensions")), op_rules.ints(a.get("rhs_contracting_dimensions"))
+    lhs_c, rhs_c = carries[0], carries[1] if len(carries) > 1 else False
+    if lhs_c and rhs_c:
+        ok = lb[:1] == [0] and rb[:1] == [0]
+    elif lhs_c:
+        ok = not lb and 0 not in lc
+    else:
+        ok = False
+    if not ok:
+        raise op_rules.refusal(node, f"does not keep the batch as dimension 0 (lhs batching {lb}, contracting {lc}; "
+                               f"rhs batching {rb}, contracting {rc})")
+
+
+@register(OP_SET, "stablehlo.dot_general", batch=_dot_general_batch)
 def dot_general(ctx, lhs, rhs, *, lhs_batching_dimensions=(), rhs_batching_dimensions=(),
                 lhs_contracting_dimensions=(), rhs_contracting_dimensions=()):
     """``stablehlo.dot_general``: result dims are batch, lhs free, rhs free

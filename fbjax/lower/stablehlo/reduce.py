@@ -29,8 +29,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ... import batch_rules
-from ...formats.regions import scalar_regions
+from ... import op_rules
+from ...op_rules import Region, n_in
+from . import _util
 from ._util import ints, pairs, register
 
 OP_SET = "stablehlo"
@@ -110,8 +111,9 @@ def _body(ctx, computation: int):
     return fn
 
 
-@register(OP_SET, "stablehlo.reduce", batch=batch_rules.hlo_dimensions,
-          scalar_regions=scalar_regions(OP_SET, "stablehlo.reduce"), full_precision=True)
+@register(OP_SET, "stablehlo.reduce",
+          regions={"computation": Region(lambda n: (n_in(n), n_in(n) // 2), scalar=True)},
+          batch=_util.dimensions_batch, full_precision=True)
 def reduce(ctx, *args, dimensions=(), computation=-1):
     """``stablehlo.reduce``: reduces N operands over ``dimensions`` with the
     body graph ``computation`` (accumulators first), starting from N scalar
@@ -140,8 +142,18 @@ def reduce(ctx, *args, dimensions=(), computation=-1):
     return list(lax.reduce(tuple(operands), tuple(inits), _body(ctx, computation), dims))
 
 
-@register(OP_SET, "stablehlo.reduce_window", batch=batch_rules.hlo_reduce_window,
-          scalar_regions=scalar_regions(OP_SET, "stablehlo.reduce_window"), full_precision=True)
+def _reduce_window_batch(node, carrying, batch) -> None:
+    a = node.attrs
+    wd, ws = op_rules.ints(a.get("window_dimensions")), op_rules.ints(a.get("window_strides"))
+    bd, pad = op_rules.ints(a.get("base_dilations")), op_rules.ints(a.get("padding"))
+    if (wd[:1] or [1])[0] != 1 or (ws[:1] or [1])[0] != 1 or (bd[:1] or [1])[0] != 1 or any(pad[:2]):
+        raise op_rules.refusal(node, f"windows the batch dimension (window_dimensions {wd}, window_strides {ws}, "
+                               f"base_dilations {bd}, padding {pad[:2]})")
+
+
+@register(OP_SET, "stablehlo.reduce_window",
+          regions={"computation": Region(lambda n: (n_in(n), n_in(n) // 2), scalar=True)},
+          batch=_reduce_window_batch, full_precision=True)
 def reduce_window(ctx, *args, window_dimensions=(), window_strides=None, base_dilations=None,
                   window_dilations=None, padding=None, computation=-1):
     """``stablehlo.reduce_window``: windowed reduction of N operands with the

@@ -8,8 +8,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ... import batch_rules
-from ...formats.regions import scalar_regions
+from ... import op_rules
+from ...op_rules import Region, n_in, n_out
+from . import _util
 from ._util import ints, out_shape, register
 
 OP_SET = "stablehlo"
@@ -24,7 +25,13 @@ def reshape(ctx, operand):
     return operand.reshape(shape)
 
 
-@register(OP_SET, "stablehlo.broadcast_in_dim", batch=batch_rules.hlo_broadcast_in_dim)
+def _broadcast_in_dim_batch(node, carrying, batch) -> None:
+    dims = op_rules.ints(node.attrs.get("broadcast_dimensions"))
+    if not dims or dims[0] != 0:
+        raise op_rules.refusal(node, f"moves the batch dimension (broadcast_dimensions {dims})")
+
+
+@register(OP_SET, "stablehlo.broadcast_in_dim", batch=_broadcast_in_dim_batch)
 def broadcast_in_dim(ctx, operand, *, broadcast_dimensions=()):
     """``stablehlo.broadcast_in_dim``: operand dim ``i`` becomes result dim
     ``broadcast_dimensions[i]`` (size equal or 1); result shape from the
@@ -36,7 +43,20 @@ def broadcast_in_dim(ctx, operand, *, broadcast_dimensions=()):
     return lax.broadcast_in_dim(operand, out_shape(ctx, batch=batch), dims)
 
 
-@register(OP_SET, "stablehlo.slice", batch=batch_rules.hlo_slice)
+def _slice_batch(node, carrying, batch) -> None:
+    """slice: ``[0, 1)`` of the batch takes all of it (an int batch only)."""
+    a = node.attrs
+    st, li = op_rules.ints(a.get("start_indices")), op_rules.ints(a.get("limit_indices"))
+    if not st or st[0] != 0 or li[0] != 1:
+        raise op_rules.refusal(node, f"slices the batch dimension (start_indices {st}, limit_indices {li})")
+    if batch is None:
+        raise op_rules.refusal(node, "slices with static bounds; with batch_size=None its limit on the batch "
+                               "dimension is unknown (load with an int batch_size)")
+    node.attrs = dict(a, limit_indices=np.asarray([batch] + li[1:], np.int64),
+                      strides=np.asarray([1] + (op_rules.ints(a.get("strides")) or [1] * len(st))[1:], np.int64))
+
+
+@register(OP_SET, "stablehlo.slice", batch=_slice_batch)
 def slice(ctx, operand, *, start_indices=(), limit_indices=(), strides=None):  # noqa: A001
     """``stablehlo.slice``: static strided slice ``[start, limit)``."""
     st, li = ints(start_indices), ints(limit_indices)
@@ -46,7 +66,7 @@ def slice(ctx, operand, *, start_indices=(), limit_indices=(), strides=None):  #
     return lax.slice(operand, st, li, sd)
 
 
-@register(OP_SET, "stablehlo.concatenate", batch=batch_rules.hlo_concatenate)
+@register(OP_SET, "stablehlo.concatenate", batch=_util.dimension_batch(0))
 def concatenate(ctx, *inputs, dimension=0):
     """``stablehlo.concatenate``: joins the inputs along ``dimension``."""
     if not inputs:
@@ -65,7 +85,7 @@ def iota(ctx, *, iota_dimension=0):
     return lax.broadcasted_iota(ctx.out_dtype(0), shape, d)
 
 
-@register(OP_SET, "stablehlo.gather", batch=batch_rules.hlo_not_followed)
+@register(OP_SET, "stablehlo.gather", batch=_util.not_followed_batch)
 def gather(ctx, operand, start_indices, *, offset_dims=(), collapsed_slice_dims=(), start_index_map=(),
            index_vector_dim=0, slice_sizes=(), indices_are_sorted=False, operand_batching_dims=(),
            start_indices_batching_dims=()):
@@ -94,7 +114,14 @@ def gather(ctx, operand, start_indices, *, offset_dims=(), collapsed_slice_dims=
                       mode=lax.GatherScatterMode.CLIP)
 
 
-@register(OP_SET, "stablehlo.pad", batch=batch_rules.hlo_pad)
+def _pad_batch(node, carrying, batch) -> None:
+    a = node.attrs
+    for key in ("edge_padding_low", "edge_padding_high", "interior_padding"):
+        if (op_rules.ints(a.get(key))[:1] or [0])[0] != 0:
+            raise op_rules.refusal(node, f"pads the batch dimension ({key} {op_rules.ints(a.get(key))})")
+
+
+@register(OP_SET, "stablehlo.pad", batch=_pad_batch)
 def pad(ctx, operand, padding_value, *, edge_padding_low=(), edge_padding_high=(), interior_padding=()):
     """``stablehlo.pad``: ``interior_padding`` cells between elements, then
     low/high edge padding (negative values crop), filled with the scalar
@@ -109,7 +136,13 @@ def pad(ctx, operand, padding_value, *, edge_padding_low=(), edge_padding_high=(
     return lax.pad(x, jnp.asarray(padding_value, x.dtype).reshape(()), list(zip(lo, hi, it)))
 
 
-@register(OP_SET, "stablehlo.transpose", batch=batch_rules.hlo_transpose)
+def _transpose_batch(node, carrying, batch) -> None:
+    perm = op_rules.ints(node.attrs.get("permutation"))
+    if perm and perm[0] != 0:
+        raise op_rules.refusal(node, f"moves the batch dimension (permutation {perm})")
+
+
+@register(OP_SET, "stablehlo.transpose", batch=_transpose_batch)
 def transpose(ctx, operand, *, permutation=()):
     """``stablehlo.transpose``: result dim ``i`` is operand dim ``permutation[i]``."""
     perm = ints(permutation)
@@ -118,7 +151,7 @@ def transpose(ctx, operand, *, permutation=()):
     return lax.transpose(operand, perm)
 
 
-@register(OP_SET, "stablehlo.reverse", batch=batch_rules.hlo_dimensions)
+@register(OP_SET, "stablehlo.reverse", batch=_util.dimensions_batch)
 def reverse(ctx, operand, *, dimensions=()):
     """``stablehlo.reverse``: reverses the element order along ``dimensions``."""
     dims = ints(dimensions)
@@ -144,7 +177,7 @@ def _start(ctx, indices, shape, sizes):
     return out
 
 
-@register(OP_SET, "stablehlo.dynamic_slice", batch=batch_rules.hlo_not_followed)
+@register(OP_SET, "stablehlo.dynamic_slice", batch=_util.not_followed_batch)
 def dynamic_slice(ctx, operand, *start_indices, slice_sizes=()):
     """``stablehlo.dynamic_slice``: a ``slice_sizes`` block at the scalar
     ``start_indices``, each clamped to ``[0, dim - size]``."""
@@ -155,7 +188,7 @@ def dynamic_slice(ctx, operand, *start_indices, slice_sizes=()):
     return lax.dynamic_slice(x, _start(ctx, start_indices, x.shape, sizes), sizes)
 
 
-@register(OP_SET, "stablehlo.dynamic_update_slice", batch=batch_rules.hlo_not_followed)
+@register(OP_SET, "stablehlo.dynamic_update_slice", batch=_util.not_followed_batch)
 def dynamic_update_slice(ctx, operand, update, *start_indices):
     """``stablehlo.dynamic_update_slice``: ``operand`` with ``update``
     written at the scalar ``start_indices`` (clamped so it fits)."""
@@ -227,8 +260,9 @@ def _scatter_kind(model, index: int, n: int):
     return _SCATTER_MONOIDS.get(m)
 
 
-@register(OP_SET, "stablehlo.scatter", batch=batch_rules.hlo_not_followed,
-          scalar_regions=scalar_regions(OP_SET, "stablehlo.scatter"))
+@register(OP_SET, "stablehlo.scatter",
+          regions={"update_computation": Region(lambda n: (2 * (n_in(n) - 1) // 2, n_out(n)), scalar=True)},
+          batch=_util.not_followed_batch)
 def scatter(ctx, *args, update_window_dims=(), inserted_window_dims=(), scatter_dims_to_operand_dims=(),
             index_vector_dim=0, indices_are_sorted=False, unique_indices=False, input_batching_dims=(),
             scatter_indices_batching_dims=(), update_computation=-1):

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ... import batch_rules
+from ... import op_rules
 from ..registry import register
 
 
@@ -63,13 +63,13 @@ def BROADCAST_ARGS(ctx, s0, s1):
     return np.asarray(out, ctx.out_dtype(0))
 
 
-@register("tflite", "SHAPE", int_passthrough=True)
+@register("tflite", "SHAPE", int_passthrough=True, shape_only=True)
 def SHAPE(ctx, x, *, out_type=None):
     """TFLite SHAPE: the input's shape as a 1-D ``out_type`` vector (static)."""
     return np.asarray(jnp.shape(x), ctx.out_dtype(0))
 
 
-@register("tflite", "RANK")
+@register("tflite", "RANK", shape_only=True)
 def RANK(ctx, x):
     """TFLite RANK: the input's rank as an int32 scalar (static)."""
     return np.asarray(jnp.ndim(x), ctx.out_dtype(0))
@@ -97,13 +97,13 @@ def RANGE(ctx, start, limit, delta):
     return (s + d * np.arange(max(n, 0))).astype(dt)
 
 
-@register("tflite", "PACK", int_passthrough=True, batch=batch_rules.tflite_axis_attr)
+@register("tflite", "PACK", int_passthrough=True, batch=op_rules.axis_not_batch())
 def PACK(ctx, *xs, values_count=0, axis=0):
     """TFLite PACK: stack the inputs along a new ``axis``."""
     return jnp.stack([jnp.asarray(x) for x in xs], axis=_axis(ctx, axis, jnp.ndim(xs[0]) + 1))
 
 
-@register("tflite", "UNPACK", int_passthrough=True, batch=batch_rules.tflite_axis_attr)
+@register("tflite", "UNPACK", int_passthrough=True, batch=op_rules.axis_not_batch())
 def UNPACK(ctx, x, *, num=0, axis=0):
     """TFLite UNPACK: split along ``axis`` into ``num`` tensors, dropping it."""
     x = jnp.asarray(x)
@@ -111,7 +111,12 @@ def UNPACK(ctx, x, *, num=0, axis=0):
     return [lax.index_in_dim(x, i, a, keepdims=False) for i in range(x.shape[a])]
 
 
-@register("tflite", "SPLIT", static_inputs=(0,), int_passthrough=True, batch=batch_rules.tflite_split)
+def _split_batch(node, carrying, batch) -> None:
+    """SPLIT (axis, x): the constant axis is not 0."""
+    op_rules.refuse_axis0(node, op_rules.const(node.inputs[0]), op_rules.rank(node.inputs[1]))
+
+
+@register("tflite", "SPLIT", static_inputs=(0,), int_passthrough=True, batch=_split_batch)
 def SPLIT(ctx, axis, x, *, num_splits=0):
     """TFLite SPLIT (axis first): ``num_splits`` equal pieces along ``axis``."""
     x = jnp.asarray(x)
@@ -121,7 +126,12 @@ def SPLIT(ctx, axis, x, *, num_splits=0):
     return jnp.split(x, int(num_splits), axis=a)
 
 
-@register("tflite", "SPLIT_V", static_inputs=(1, 2), int_passthrough=True, batch=batch_rules.tflite_split_v)
+def _split_v_batch(node, carrying, batch) -> None:
+    """SPLIT_V (x, sizes, axis): the constant axis is not 0."""
+    op_rules.refuse_axis0(node, op_rules.const(node.inputs[2]), op_rules.rank(node.inputs[0] if node.inputs else None))
+
+
+@register("tflite", "SPLIT_V", static_inputs=(1, 2), int_passthrough=True, batch=_split_v_batch)
 def SPLIT_V(ctx, x, size_splits, axis, *, num_splits=0):
     """TFLite SPLIT_V: pieces of ``size_splits`` along ``axis`` (one -1 inferred)."""
     x = jnp.asarray(x)
@@ -153,7 +163,14 @@ def EXPAND_DIMS(ctx, x, axis):
     return jnp.expand_dims(x, _axis(ctx, axis, jnp.ndim(x) + 1))
 
 
-@register("tflite", "TRANSPOSE", static_inputs=(1,), int_passthrough=True, batch=batch_rules.tflite_transpose)
+def _transpose_batch(node, carrying, batch) -> None:
+    """TRANSPOSE: dimension 0 must stay first."""
+    perm = op_rules.const(node.inputs[1])
+    if perm is None or int(np.asarray(perm).reshape(-1)[0]) != 0:
+        raise op_rules.refusal(node, f"moves the batch dimension (perm {None if perm is None else perm.tolist()})")
+
+
+@register("tflite", "TRANSPOSE", static_inputs=(1,), int_passthrough=True, batch=_transpose_batch)
 def TRANSPOSE(ctx, x, perm):
     """TFLite TRANSPOSE: permute dims by ``perm``."""
     p = _ints(perm)
@@ -162,7 +179,20 @@ def TRANSPOSE(ctx, x, perm):
     return jnp.transpose(x, p)
 
 
-@register("tflite", "SLICE", static_inputs=(2,), int_passthrough=True, batch=batch_rules.tflite_slice)
+def _slice_batch(node, carrying, batch) -> None:
+    """SLICE: taking ``[0, 1)`` of the batch dimension takes all of it."""
+    ins = node.inputs
+    begin, size = op_rules.const(ins[1]), op_rules.const(ins[2])
+    if begin is None or size is None:
+        raise op_rules.refusal(node, "has computed begin/size")
+    if int(begin[0]) != 0 or int(size[0]) not in (1, -1):
+        raise op_rules.refusal(node, f"slices the batch dimension (begin {begin.tolist()}, size {size.tolist()})")
+    new = size.copy()
+    new[0] = -1
+    ins[2] = op_rules.new_const(ins[2], new)
+
+
+@register("tflite", "SLICE", static_inputs=(2,), int_passthrough=True, batch=_slice_batch)
 def SLICE(ctx, x, begin, size):
     """TFLite SLICE: ``x[begin : begin + size]`` per dim; size -1 = to the end.
     ``size`` must be static; a ``begin`` computed at run time (e.g. from a
@@ -183,7 +213,7 @@ def SLICE(ctx, x, begin, size):
     return lax.slice(x, b, end)
 
 
-@register("tflite", "REVERSE_V2", static_inputs=(1,), int_passthrough=True, batch=batch_rules.tflite_axis_attr)
+@register("tflite", "REVERSE_V2", static_inputs=(1,), int_passthrough=True, batch=op_rules.axis_not_batch())
 def REVERSE_V2(ctx, x, axis):
     """TFLite REVERSE_V2: reverse along the listed axes."""
     return lax.rev(jnp.asarray(x), sorted({_axis(ctx, a, jnp.ndim(x)) for a in _ints(axis)}))

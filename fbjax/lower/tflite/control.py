@@ -17,6 +17,7 @@ import numpy as np
 from jax import lax
 
 from ...ir import Node, Value
+from ...op_rules import Region, n_in, n_out
 from ..autodiff import reverse_mode_guard
 from ..registry import register
 
@@ -89,7 +90,9 @@ def _pred(x):
     return jnp.reshape(jnp.asarray(x), (-1,))[0].astype(bool)
 
 
-@register("tflite", "WHILE", foldable=False)
+@register("tflite", "WHILE",
+          regions={"cond_subgraph_index": Region(lambda n: (n_in(n), 1)),
+                    "body_subgraph_index": Region(lambda n: (n_in(n), n_in(n)))}, foldable=False)
 def WHILE(ctx, *xs, cond_subgraph_index=0, body_subgraph_index=0):
     """TFLite WHILE: ``while cond(*v): v = body(*v)``; returns the final
     values. The condition subgraph returns one bool (any shape with one
@@ -164,7 +167,9 @@ def _bounded_while(cond, body, init, n):
                  else r for r in res)
 
 
-@register("tflite", "IF", foldable=False)
+@register("tflite", "IF",
+          regions={"then_subgraph_index": Region(lambda n: (n_in(n) - 1, n_out(n))),
+                    "else_subgraph_index": Region(lambda n: (n_in(n) - 1, n_out(n)))}, foldable=False)
 def IF(ctx, cond, *xs, then_subgraph_index=0, else_subgraph_index=0):
     """TFLite IF: ``then(*xs)`` if ``cond`` (a one-element bool) else
     ``else(*xs)``; both branches must give the same output shapes and dtypes
@@ -185,7 +190,8 @@ def IF(ctx, cond, *xs, then_subgraph_index=0, else_subgraph_index=0):
         raise ctx.error(f"the branches' outputs differ in shape or dtype: {str(e)[:300]}") from None
 
 
-@register("tflite", "CALL", foldable=False)
+@register("tflite", "CALL",
+          regions={"subgraph": Region(lambda n: (n_in(n), n_out(n)))}, foldable=False)
 def CALL(ctx, *xs, subgraph=0):
     """TFLite CALL: evaluate ``subgraph`` on the inputs (inlined)."""
     return ctx.call_graph(int(subgraph), *xs)

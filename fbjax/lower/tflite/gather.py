@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ... import batch_rules, bound_rules
+from ... import op_rules
 from ...errors import InputError
 from ..registry import register
 
@@ -31,7 +31,7 @@ def _axis(ctx, a, rank):
     return a % max(rank, 1)
 
 
-@register("tflite", "GATHER", int_passthrough=True, batch=batch_rules.tflite_gather)
+@register("tflite", "GATHER", int_passthrough=True, batch=op_rules.axis_not_batch(0))
 def GATHER(ctx, params, indices, *, axis=0, batch_dims=0):
     """TFLite GATHER: ``out[b.., i.., r..] = params[b.., indices[b.., i..], r..]``
     along ``axis`` with the first ``batch_dims`` dims shared (TF semantics)."""
@@ -75,7 +75,7 @@ def SCATTER_ND(ctx, indices, updates, shape):
     return jnp.zeros(shape, ctx.out_dtype(0)).at[idx].add(jnp.asarray(updates), mode="drop")
 
 
-@register("tflite", "ONE_HOT", static_inputs=(1,), batch=batch_rules.tflite_axis_attr)
+@register("tflite", "ONE_HOT", static_inputs=(1,), batch=op_rules.axis_not_batch())
 def ONE_HOT(ctx, indices, depth, on_value, off_value, *, axis=-1):
     """TFLite ONE_HOT: ``on_value`` where ``indices == j``, else
     ``off_value``; the new depth dim is inserted at ``axis`` (-1 = last)."""
@@ -109,20 +109,20 @@ def _arg(ctx, fn, x, axis):
 
 
 @register("tflite", "ARG_MAX", static_inputs=(1,), differentiable=False,
-          int_passthrough=True, batch=batch_rules.tflite_axis_attr)
+          int_passthrough=True, batch=op_rules.axis_not_batch())
 def ARG_MAX(ctx, x, axis, *, output_type=None):
     """TFLite ARG_MAX: index of the first maximum along ``axis``."""
     return _arg(ctx, jnp.argmax, x, axis)
 
 
 @register("tflite", "ARG_MIN", static_inputs=(1,), differentiable=False,
-          int_passthrough=True, batch=batch_rules.tflite_axis_attr)
+          int_passthrough=True, batch=op_rules.axis_not_batch())
 def ARG_MIN(ctx, x, axis, *, output_type=None):
     """TFLite ARG_MIN: index of the first minimum along ``axis``."""
     return _arg(ctx, jnp.argmin, x, axis)
 
 
-@register("tflite", "CUMSUM", static_inputs=(1,), batch=batch_rules.tflite_axis_attr)
+@register("tflite", "CUMSUM", static_inputs=(1,), batch=op_rules.axis_not_batch())
 def CUMSUM(ctx, x, axis, *, exclusive=False, reverse=False):
     """TFLite CUMSUM along ``axis``; ``exclusive`` shifts by one (first
     element 0), ``reverse`` sums from the end."""
@@ -218,14 +218,59 @@ def DYNAMIC_UPDATE_SLICE(ctx, operand, update, start_indices):
     return lax.dynamic_update_slice(operand, jnp.asarray(update, operand.dtype), starts)
 
 
-@register("tflite", "EMBEDDING_LOOKUP")
+@register("tflite", "EMBEDDING_LOOKUP", table_lookup=True)
 def EMBEDDING_LOOKUP(ctx, ids, params):
     """TFLite EMBEDDING_LOOKUP: rows ``params[ids]`` (ids 1-D int32)."""
     return jnp.take(jnp.asarray(params), jnp.asarray(ids), axis=0, mode="clip")
 
 
+def _hashtable_lookup_batch(node, carrying, batch) -> None:
+    """The lookup keys (input 0) may carry the batch; the table may not."""
+    if any(op_rules.carries(node, carrying)[1:3]):
+        raise op_rules.refusal(node, "looks up in a batch-carrying table (keys or values)")
+
+
+@register("tflite", "HASHTABLE_LOOKUP", int_passthrough=True, batch=_hashtable_lookup_batch)
+def HASHTABLE_LOOKUP(ctx, lookup, keys, values):
+    """TFLite HASHTABLE_LOOKUP (``kernels/hashtable_lookup.cc``): for each
+    int32 ``lookup[i]`` (shape ``[N]``), the row of ``values`` (``[K, ...]``,
+    numeric) whose entry of the sorted int32 ``keys`` (``[K]``) equals it,
+    and ``hits[i]`` (uint8) 1; a key not found gives a row of zeros and 0.
+
+    Returns ``(output [N, ...] in the values' dtype, hits [N] uint8)``.
+    String tables are not supported (no string tensors in fbjax)."""
+    lookup, keys, values = jnp.asarray(lookup), jnp.asarray(keys), jnp.asarray(values)
+    if keys.ndim != 1 or values.ndim < 1 or keys.shape[0] != values.shape[0]:
+        raise ctx.error(f"keys of shape {tuple(keys.shape)} do not index the rows of values "
+                        f"{tuple(values.shape)}")
+    k = keys.shape[0]
+    pos = jnp.searchsorted(keys, lookup)  # the kernel binary-searches the sorted keys
+    row = jnp.clip(pos, 0, max(k - 1, 0))
+    hit = (pos < k) & (keys[row] == lookup) if k else jnp.zeros(lookup.shape, bool)
+    rows = jnp.take(values, row, axis=0) if k else jnp.zeros(lookup.shape + values.shape[1:], values.dtype)
+    mask = hit.reshape(hit.shape + (1,) * (values.ndim - 1))
+    return jnp.where(mask, rows, jnp.zeros((), values.dtype)), hit.astype(jnp.uint8)
+
+
+def _bounded(node, n_out: int, bound):
+    """WHERE/UNIQUE's ``static_bound`` rule: only where the input is not
+    stored in the file (a stored input's result size is known at load); the
+    count named after the first output."""
+    x = node.inputs[0] if node.inputs else None
+    out = node.outputs[0] if node.outputs else None
+    if x is None or x.data is not None or out is None or len(node.outputs) != n_out or not x.static_shape:
+        return None
+    out.shape = bound(x)
+    return out
+
+
+def _where_bound(node):
+    """``[condition size, rank]`` coordinates: one row per element."""
+    return _bounded(node, 1, lambda x: (op_rules.size(x), len(x.shape)))
+
+
 @register("tflite", "WHERE", static_inputs=(0,), differentiable=False, bounded_inputs=(0,),
-          static_bound=bound_rules.tflite_where)
+          static_bound=_where_bound)
 def WHERE(ctx, cond):
     """TFLite WHERE (one input, ``kernels/where.cc``): ``[num_true, rank]``
     int64 coordinates of the nonzero elements of ``cond`` (bool or numeric),
@@ -262,8 +307,13 @@ def SPARSE_TO_DENSE(ctx, indices, output_shape, values, default_value, *, valida
     return out.at[tuple(idx[:, j] for j in range(idx.shape[1]))].set(vals.astype(out.dtype), mode="drop")
 
 
+def _unique_bound(node):
+    """``[input size]`` values: every element distinct."""
+    return _bounded(node, 2, lambda x: (op_rules.size(x),))
+
+
 @register("tflite", "UNIQUE", static_inputs=(0,), differentiable=False, bounded_inputs=(0,),
-          static_bound=bound_rules.tflite_unique)
+          static_bound=_unique_bound)
 def UNIQUE(ctx, x, *, idx_out_type=None):
     """TFLite UNIQUE (``kernels/unique.cc``): the distinct values ``y`` of 1-D
     ``x`` in order of first appearance (each the value at its first

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ... import batch_rules
+from ... import op_rules
 from ..registry import register
 from .elementwise import require_unquantized
 
@@ -142,7 +142,7 @@ def GELU(ctx, x, *, approximate=False):
     return jax.nn.gelu(jnp.asarray(x), approximate=bool(approximate))
 
 
-@register("tflite", "SOFTMAX", reads_input_twice=True, batch=batch_rules.tflite_axis_attr, full_precision=True,
+@register("tflite", "SOFTMAX", reads_input_twice=True, batch=op_rules.axis_not_batch(), full_precision=True,
           squashing=True)
 def SOFTMAX(ctx, x, *, beta=1.0):
     """TFLite SOFTMAX: ``softmax(beta * x)`` over the last axis, float."""
@@ -151,7 +151,7 @@ def SOFTMAX(ctx, x, *, beta=1.0):
     return jax.nn.softmax(x * jnp.asarray(beta, x.dtype), axis=-1)
 
 
-@register("tflite", "LOG_SOFTMAX", reads_input_twice=True, batch=batch_rules.tflite_axis_attr, full_precision=True)
+@register("tflite", "LOG_SOFTMAX", reads_input_twice=True, batch=op_rules.axis_not_batch(), full_precision=True)
 def LOG_SOFTMAX(ctx, x):
     """TFLite LOG_SOFTMAX over the last axis, float."""
     require_unquantized(ctx, "LOG_SOFTMAX")

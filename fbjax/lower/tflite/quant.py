@@ -8,7 +8,12 @@ import numpy as np
 from ..registry import register
 
 
-@register("tflite", "DEQUANTIZE")
+def _float_input(node) -> bool:
+    """DEQUANTIZE of a float (float16) value is an elementwise cast: it keeps its input's layout."""
+    return node.inputs[0] is not None and np.dtype(node.inputs[0].dtype).kind == "f"
+
+
+@register("tflite", "DEQUANTIZE", layout_passthrough=_float_input)
 def DEQUANTIZE(ctx, x):
     """TFLite DEQUANTIZE (``reference_ops::Dequantize``) to float32.
 

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ... import batch_rules
+from ... import op_rules
 from ..registry import register
 from .elementwise import require_unquantized
 
@@ -24,7 +24,16 @@ def _axes(ctx, axis, rank):
     return tuple(sorted(out))
 
 
-@register("tflite", "MEAN", static_inputs=(1,), batch=batch_rules.tflite_reduce, full_precision=True)
+def _reduce_batch(node, carrying, batch) -> None:
+    """MEAN, SUM, REDUCE_*: constant axes (input 1) that leave dimension 0."""
+    x = node.inputs[0] if node.inputs else None
+    axes = op_rules.const(node.inputs[1])
+    rank = op_rules.rank(x)
+    if axes is None or rank is None or any(int(ax) % rank == 0 for ax in np.asarray(axes).reshape(-1)):
+        raise op_rules.refusal(node, "reduces over the batch dimension")
+
+
+@register("tflite", "MEAN", static_inputs=(1,), batch=_reduce_batch, full_precision=True)
 def MEAN(ctx, x, axis, *, keep_dims=False):
     """TFLite MEAN (``kernels/reduce.cc``): mean over the static ``axis``
     tensor (negative axes count from the end, duplicates ignored), keeping
@@ -62,39 +71,39 @@ def _extreme(ctx, fn, x, axis, keep_dims, lowest: bool):
     return fn(x, axis=axes, keepdims=bool(keep_dims))
 
 
-@register("tflite", "SUM", static_inputs=(1,), batch=batch_rules.tflite_reduce, full_precision=True)
+@register("tflite", "SUM", static_inputs=(1,), batch=_reduce_batch, full_precision=True)
 def SUM(ctx, x, axis, *, keep_dims=False):
     """TFLite SUM over the static ``axis`` tensor (see :func:`MEAN` for axes)."""
     return _reduce(ctx, jnp.sum, x, axis, keep_dims, dtype=jnp.asarray(x).dtype)
 
 
-@register("tflite", "REDUCE_PROD", static_inputs=(1,), batch=batch_rules.tflite_reduce, full_precision=True)
+@register("tflite", "REDUCE_PROD", static_inputs=(1,), batch=_reduce_batch, full_precision=True)
 def REDUCE_PROD(ctx, x, axis, *, keep_dims=False):
     """TFLite REDUCE_PROD: product over ``axis``."""
     return _reduce(ctx, jnp.prod, x, axis, keep_dims, dtype=jnp.asarray(x).dtype)
 
 
-@register("tflite", "REDUCE_MAX", static_inputs=(1,), int_passthrough=True, batch=batch_rules.tflite_reduce)
+@register("tflite", "REDUCE_MAX", static_inputs=(1,), int_passthrough=True, batch=_reduce_batch)
 def REDUCE_MAX(ctx, x, axis, *, keep_dims=False):
     """TFLite REDUCE_MAX: max over ``axis`` (empty set: the dtype's lowest
     finite value, as LiteRT's kernel)."""
     return _extreme(ctx, jnp.max, x, axis, keep_dims, True)
 
 
-@register("tflite", "REDUCE_MIN", static_inputs=(1,), int_passthrough=True, batch=batch_rules.tflite_reduce)
+@register("tflite", "REDUCE_MIN", static_inputs=(1,), int_passthrough=True, batch=_reduce_batch)
 def REDUCE_MIN(ctx, x, axis, *, keep_dims=False):
     """TFLite REDUCE_MIN: min over ``axis`` (empty set: the dtype's largest
     finite value, as LiteRT's kernel)."""
     return _extreme(ctx, jnp.min, x, axis, keep_dims, False)
 
 
-@register("tflite", "REDUCE_ANY", static_inputs=(1,), batch=batch_rules.tflite_reduce)
+@register("tflite", "REDUCE_ANY", static_inputs=(1,), batch=_reduce_batch)
 def REDUCE_ANY(ctx, x, axis, *, keep_dims=False):
     """TFLite REDUCE_ANY: logical or over ``axis`` (bool)."""
     return _reduce(ctx, jnp.any, x, axis, keep_dims)
 
 
-@register("tflite", "REDUCE_ALL", static_inputs=(1,), batch=batch_rules.tflite_reduce)
+@register("tflite", "REDUCE_ALL", static_inputs=(1,), batch=_reduce_batch)
 def REDUCE_ALL(ctx, x, axis, *, keep_dims=False):
     """TFLite REDUCE_ALL: logical and over ``axis`` (bool)."""
     return _reduce(ctx, jnp.all, x, axis, keep_dims)

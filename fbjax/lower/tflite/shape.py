@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ... import batch_rules
+from ... import op_rules
 from ..registry import register
 
 
@@ -26,7 +26,7 @@ def _same_quant(a, b) -> bool:
             and a.quantized_dimension == b.quantized_dimension)
 
 
-@register("tflite", "CONCATENATION", batch=batch_rules.tflite_axis_attr)
+@register("tflite", "CONCATENATION", batch=op_rules.axis_not_batch())
 def CONCATENATION(ctx, *xs, axis=0, fused_activation_function="NONE"):
     """TFLite CONCATENATION (``kernels/concatenation.cc``): joins the inputs
     along ``axis`` (negative counts from the end). Like the builtin kernel,
@@ -73,7 +73,24 @@ def _resolve_shape(ctx, shape, size):
     return tuple(shape)
 
 
-@register("tflite", "RESHAPE", static_inputs=(1,), int_passthrough=True, batch=batch_rules.tflite_reshape)
+def _reshape_batch(node, carrying, batch) -> None:
+    """RESHAPE: a constant target (shape input or ``new_shape``) gets -1 as
+    its leading entry when it provably addresses the batch."""
+    ins = node.inputs
+    x = ins[0] if ins else None
+    shape = op_rules.const(ins[1]) if len(ins) > 1 else None
+    if shape is not None and shape.ndim == 1:
+        target = op_rules.batch_target(node, shape.astype(np.int64).tolist(), x)
+        ins[1] = op_rules.new_const(ins[1], np.asarray(target, shape.dtype))
+    elif len(ins) > 1 and ins[1] is not None and ins[1].data is None:
+        raise op_rules.refusal(node, "takes its target shape from a computed tensor")
+    new_shape = node.attrs.get("new_shape")
+    if new_shape is not None and np.size(new_shape) > 0 and (shape is None or shape.ndim != 1):
+        node.attrs = dict(node.attrs, new_shape=np.asarray(
+            op_rules.batch_target(node, np.asarray(new_shape).reshape(-1).tolist(), x)))
+
+
+@register("tflite", "RESHAPE", static_inputs=(1,), int_passthrough=True, batch=_reshape_batch)
 def RESHAPE(ctx, x, shape=None, *, new_shape=None):
     """TFLite RESHAPE (``kernels/reshape.cc``).
 
@@ -134,7 +151,12 @@ def DEPTH_TO_SPACE(ctx, x, *, block_size=0):
     return y.reshape(n, h * b, w * b, co)
 
 
-@register("tflite", "DENSIFY")
+def _keeps_layout(node) -> bool:
+    """DENSIFY is the identity: a float weight keeps its layout through it."""
+    return node.inputs[0] is not None and np.dtype(node.inputs[0].dtype).kind == "f"
+
+
+@register("tflite", "DENSIFY", layout_passthrough=_keeps_layout)
 def DENSIFY(ctx, x):
     """TFLite DENSIFY (``kernels/densify.cc``): identity here, because sparse
     constants are already densified when the file is read."""
@@ -267,8 +289,27 @@ def strided_slice_plan(in_shape, begin, end, strides, *, begin_mask=0, end_mask=
     return tuple(eff_shape), plan, tuple(shrink), tuple(out_shape)
 
 
+def _strided_slice_batch(node, carrying, batch) -> None:
+    """STRIDED_SLICE: ``[0, 1)`` with stride 1 gets ``end_mask`` bit 0 set."""
+    a, ins = node.attrs, node.inputs
+    begin, end = op_rules.const(ins[1]), op_rules.const(ins[2])
+    strides = op_rules.const(ins[3]) if len(ins) > 3 else None
+    if begin is None or end is None:
+        raise op_rules.refusal(node, "has computed begin/end")
+    if int(a.get("ellipsis_mask", 0) or 0) & 1:
+        return  # dimension 0 is inside the ellipsis: taken whole
+    if int(a.get("new_axis_mask", 0) or 0) & 1 or int(a.get("shrink_axis_mask", 0) or 0) & 1:
+        raise op_rules.refusal(node, "adds or removes an axis in front of the batch")
+    s0 = 1 if strides is None else int(strides[0])
+    b_all = bool(int(a.get("begin_mask", 0) or 0) & 1) or int(begin[0]) == 0
+    e_all = bool(int(a.get("end_mask", 0) or 0) & 1) or int(end[0]) >= 1
+    if s0 != 1 or not b_all or not e_all:
+        raise op_rules.refusal(node, f"slices the batch dimension (begin {begin.tolist()}, end {end.tolist()})")
+    node.attrs = dict(a, end_mask=int(a.get("end_mask", 0) or 0) | 1, begin_mask=int(a.get("begin_mask", 0) or 0) | 1)
+
+
 @register("tflite", "STRIDED_SLICE", static_inputs=(1, 2, 3),
-          int_passthrough=True, batch=batch_rules.tflite_strided_slice)
+          int_passthrough=True, batch=_strided_slice_batch)
 def STRIDED_SLICE(ctx, x, begin, end, strides, *, begin_mask=0, end_mask=0, ellipsis_mask=0,
                   new_axis_mask=0, shrink_axis_mask=0, offset=False):
     """TFLite STRIDED_SLICE (``kernels/strided_slice.cc``): numpy-like

@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import ModelFormatError
+from ...op_rules import Region
 from ..registry import register
 from ..state import apply_with_state, has_state, initial_state, ready, running  # noqa: F401  (re-exported)
 
@@ -44,8 +45,9 @@ def _run_call_once(program, params, state) -> None:
             state.update(new)
 
 
-@register("tflite", "CALL_ONCE", differentiable=False, foldable=False, stateful=True,
-          init_state=(0, _run_call_once))
+@register("tflite", "CALL_ONCE",
+          regions={"init_subgraph_index": Region(lambda n: (0, None))}, differentiable=False, foldable=False,
+          stateful=True, init_state=(0, _run_call_once))
 def CALL_ONCE(ctx, *, init_subgraph_index=0):
     """TFLite CALL_ONCE: run the initialisation subgraph the first time only
     (when the state was not supplied by the caller)."""

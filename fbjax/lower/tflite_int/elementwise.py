@@ -205,7 +205,7 @@ def _minus(q, z):
     return lax.sub(q, np.int32(z)) if z else q
 
 
-@register(OP_SET, "QUANTIZE", differentiable=False, fq_rounding=rounding.quantize)
+@register(OP_SET, "QUANTIZE", differentiable=False, fq_rounding=rounding.quantize, quant_conversion="quantize")
 def QUANTIZE(ctx, x):
     """TFLite QUANTIZE: float -> ``round_half_even(x * (1/s)) + zp`` (float32,
     as the builtin x86 kernel), or integer requantization
@@ -240,7 +240,7 @@ def QUANTIZE(ctx, x):
     return fp.requantize(_minus(x, zi), m, s, ties_up=ties_up, offset=zo, clamp=(lo, hi), dtype=vo.dtype)
 
 
-@register(OP_SET, "DEQUANTIZE", differentiable=False)
+@register(OP_SET, "DEQUANTIZE", differentiable=False, quant_conversion="dequantize")
 def DEQUANTIZE(ctx, x):
     """TFLite DEQUANTIZE: ``(q - zp) * scale`` in float32 (per-channel along
     ``quantized_dimension``)."""

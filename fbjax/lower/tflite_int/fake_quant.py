@@ -38,7 +38,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ... import batch_rules
+from ... import op_rules
 from ..registry import register
 
 ROUNDINGS = ("half_even", "half_away", "half_up")
@@ -256,7 +256,7 @@ def CLIP_WEIGHTS(ctx, w, *, scale=(1.0,), zero_point=(0,), axis=0, qmin=-128, qm
     return jnp.where(inside, w, jax.lax.stop_gradient(jnp.clip(w, lo, hi)))
 
 
-@register("fbjax", "IDENTITY", batch=batch_rules.same_as_input)
+@register("fbjax", "IDENTITY", batch=op_rules.same_as_input)
 def IDENTITY(ctx, x):
     """Pass ``x`` through (float mode: the float op of a requantizing
     QUANTIZE, DEQUANTIZE of an already float tensor)."""

@@ -5,11 +5,20 @@ from __future__ import annotations
 
 import numpy as np
 
+from ... import op_rules
+from ...op_rules import Region, any_arity
 from ..registry import register
 from ._util import OP_SET, axis as norm_axis, ints, out
 
 
-@register(OP_SET, "If")
+def _if_dtype(node, k, graphs):
+    """Output ``k`` of the ``then_branch`` graph's."""
+    body = graphs[int(node.attrs["then_branch"])]
+    return body.outputs[k].dtype if k < len(body.outputs) and body.outputs[k] is not None else None
+
+
+@register(OP_SET, "If", out_dtype=_if_dtype,
+          regions={"then_branch": Region(any_arity, required=True), "else_branch": Region(any_arity, required=True)})
 def If(ctx, cond, *captured, then_branch=-1, else_branch=-1, then_branch_captures=(),
        else_branch_captures=()):
     """numpy ONNX ``If``."""
@@ -19,7 +28,19 @@ def If(ctx, cond, *captured, then_branch=-1, else_branch=-1, then_branch_capture
     return ctx.call_graph(g, *[allin[p] for p in pos])
 
 
-@register(OP_SET, "Loop")
+def _loop_dtype(node, k, graphs):
+    """Output ``k + 1`` of the ``body`` graph's (after its condition), else
+    the initial value's (the state outputs)."""
+    body = graphs[int(node.attrs["body"])]
+    b = body.outputs[k + 1] if k + 1 < len(body.outputs) else None
+    if b is not None and b.dtype is not None:
+        return b.dtype
+    v = node.inputs[k + 2] if k + 2 < len(node.inputs) else None
+    return v.dtype if v is not None else None
+
+
+@register(OP_SET, "Loop", out_dtype=_loop_dtype,
+          regions={"body": Region(any_arity, required=True)})
 def Loop(ctx, M=None, cond=None, *rest, body=-1, body_captures=()):
     """numpy ONNX ``Loop``. In static-bound mode (a trailing ``:valid_count``
     output) the scan outputs are padded with zeros to the trip count ``M``
@@ -64,7 +85,7 @@ def SequenceConstruct(ctx, *inputs):
     return [list(inputs)]
 
 
-@register(OP_SET, "SequenceLength")
+@register(OP_SET, "SequenceLength", out_dtype=op_rules.int32_out)
 def SequenceLength(ctx, input_sequence):
     """numpy ONNX ``SequenceLength``."""
     return out(ctx, np.int32(len(input_sequence)))

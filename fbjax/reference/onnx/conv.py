@@ -7,6 +7,7 @@ import itertools
 
 import numpy as np
 
+from ... import op_rules
 from ..registry import register
 from ._util import OP_SET, ints, out, pad_pairs, per_dim
 
@@ -49,7 +50,7 @@ def Conv(ctx, X, W, B=None, *, auto_pad="Same", pads=None, groups=0, strides=Non
     return out(ctx, y)
 
 
-@register(OP_SET, "ConvInteger")
+@register(OP_SET, "ConvInteger", out_dtype=op_rules.int32_out)
 def ConvInteger(ctx, x, w, x_zero_point=None, w_zero_point=None, *, auto_pad="Same", pads=None, groups=0,
                 strides=None, dilations=None):
     """numpy ONNX ``ConvInteger`` (int64 accumulation)."""
@@ -105,7 +106,7 @@ def MatMul(ctx, A, B):
     return out(ctx, np.matmul(np.asarray(A, np.float64), np.asarray(B, np.float64)))
 
 
-@register(OP_SET, "MatMulInteger")
+@register(OP_SET, "MatMulInteger", out_dtype=op_rules.int32_out)
 def MatMulInteger(ctx, A, B, a_zero_point=None, b_zero_point=None):
     """numpy ONNX ``MatMulInteger``."""
     a = np.asarray(A, np.int64)

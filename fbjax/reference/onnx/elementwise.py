@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 
+from ... import op_rules
 from ..registry import register
 from ._util import OP_SET, out
 
@@ -114,26 +115,26 @@ def _make_cmp(name, f):
         return out(ctx, f(np.asarray(A), np.asarray(B)).astype(np.int32))
     op.__name__ = op.__qualname__ = name
     op.__doc__ = f"numpy ONNX ``{name}`` -> int32 0/1."
-    register(OP_SET, name)(op)
+    register(OP_SET, name, out_dtype=op_rules.int32_out)(op)
 
 
 for _n, _f in _CMP.items():
     _make_cmp(_n, _f)
 
 
-@register(OP_SET, "Not")
+@register(OP_SET, "Not", out_dtype=op_rules.int32_out)
 def Not(ctx, X):
     """numpy ONNX ``Not`` -> int32 0/1."""
     return out(ctx, (np.asarray(X) == 0).astype(np.int32))
 
 
-@register(OP_SET, "IsNaN")
+@register(OP_SET, "IsNaN", out_dtype=op_rules.int32_out)
 def IsNaN(ctx, X):
     """numpy ONNX ``IsNaN``."""
     return out(ctx, np.isnan(X).astype(np.int32))
 
 
-@register(OP_SET, "IsInf")
+@register(OP_SET, "IsInf", out_dtype=op_rules.int32_out)
 def IsInf(ctx, X):
     """numpy ONNX ``IsInf``."""
     return out(ctx, np.isinf(X).astype(np.int32))
@@ -164,7 +165,13 @@ def Clip(ctx, X, min=None, max=None):
     return out(ctx, y)
 
 
-@register(OP_SET, "Where")
+def _where_dtype(node, k, graphs):
+    """The dtype of ``X`` (input 1)."""
+    x = node.inputs[1] if len(node.inputs) > 1 else None
+    return x.dtype if x is not None and x.dtype is not None else None
+
+
+@register(OP_SET, "Where", out_dtype=_where_dtype)
 def Where(ctx, condition, X, Y):
     """numpy ONNX ``Where``."""
     return out(ctx, np.where(np.asarray(condition) != 0, X, Y))
@@ -203,13 +210,24 @@ def Gelu(ctx, X, *, approximate="None"):
     return out(ctx, 0.5 * x * (1 + _erf(x / np.sqrt(2))))
 
 
-@register(OP_SET, "Cast")
+def _cast_dtype(node, k, graphs):
+    """``to`` (absent: RTen's DataType 0, int32)."""
+    return node.attrs.get("to") or np.dtype(np.int32)
+
+
+@register(OP_SET, "Cast", out_dtype=_cast_dtype)
 def Cast(ctx, input, *, to=np.dtype(np.int32)):
     """numpy ONNX ``Cast`` (float -> int truncates)."""
     return np.asarray(input).astype(np.dtype(to if to is not None else np.int32))
 
 
-@register(OP_SET, "CastLike")
+def _castlike_dtype(node, k, graphs):
+    """The dtype of input 1 (``target_type``)."""
+    t = node.inputs[1] if len(node.inputs) > 1 else None
+    return None if t is None else (t.dtype or np.dtype(np.float32))
+
+
+@register(OP_SET, "CastLike", out_dtype=_castlike_dtype)
 def CastLike(ctx, input, target_type):
     """numpy ONNX ``CastLike``."""
     return np.asarray(input).astype(np.asarray(target_type).dtype)

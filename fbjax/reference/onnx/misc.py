@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from ... import op_rules
 from ..registry import register
 from ._util import OP_SET, ints, out
 
 
-@register(OP_SET, "STFT")
+@register(OP_SET, "STFT", out_dtype=op_rules.float32_out)
 def STFT(ctx, signal, frame_step, window=None, frame_length=None, *, onesided=True):
     """numpy ONNX ``STFT`` via ``np.fft.fft`` of each windowed frame."""
     x = np.asarray(signal, np.float64)
@@ -23,7 +24,7 @@ def STFT(ctx, signal, frame_step, window=None, frame_length=None, *, onesided=Tr
     return out(ctx, np.stack([spec.real, spec.imag], -1))
 
 
-@register(OP_SET, "NonMaxSuppression")
+@register(OP_SET, "NonMaxSuppression", out_dtype=op_rules.int32_out)
 def NonMaxSuppression(ctx, boxes, scores, max_output_boxes_per_class=None, iou_threshold=None,
                       score_threshold=None, *, box_order="TopLeftBottomRight"):
     """numpy ONNX ``NonMaxSuppression`` (greedy, per batch and class)."""
@@ -68,25 +69,25 @@ def _rng(ctx, seed):
     return np.random.default_rng(None if seed is None else int(seed))
 
 
-@register(OP_SET, "RandomUniform")
+@register(OP_SET, "RandomUniform", out_dtype=op_rules.float32_out)
 def RandomUniform(ctx, *, shape=(), high=0.0, low=0.0, seed=None):
     """numpy ONNX ``RandomUniform`` (numpy's generator: distribution twin, not bit twin)."""
     return out(ctx, _rng(ctx, seed).uniform(low, high, tuple(shape)))
 
 
-@register(OP_SET, "RandomUniformLike")
+@register(OP_SET, "RandomUniformLike", out_dtype=op_rules.float32_out)
 def RandomUniformLike(ctx, input, *, high=0.0, low=0.0, seed=None):
     """numpy ONNX ``RandomUniformLike``."""
     return out(ctx, _rng(ctx, seed).uniform(low, high, np.shape(input)))
 
 
-@register(OP_SET, "RandomNormal")
+@register(OP_SET, "RandomNormal", out_dtype=op_rules.float32_out)
 def RandomNormal(ctx, *, mean=0.0, scale=0.0, seed=None, shape=()):
     """numpy ONNX ``RandomNormal``."""
     return out(ctx, _rng(ctx, seed).normal(mean, scale, tuple(shape)))
 
 
-@register(OP_SET, "RandomNormalLike")
+@register(OP_SET, "RandomNormalLike", out_dtype=op_rules.float32_out)
 def RandomNormalLike(ctx, input, *, mean=0.0, scale=0.0, seed=None):
     """numpy ONNX ``RandomNormalLike``."""
     return out(ctx, _rng(ctx, seed).normal(mean, scale, np.shape(input)))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ... import op_rules
 from ..registry import register
 from ._util import OP_SET, axis as norm_axis, out
 
@@ -17,7 +18,13 @@ def _b(v, x, axis):
     return v
 
 
-@register(OP_SET, "QuantizeLinear")
+def _quantizelinear_dtype(node, k, graphs):
+    """``output_dtype``, else the zero point's dtype, else uint8 (the ONNX default)."""
+    zp = node.inputs[2] if len(node.inputs) > 2 else None
+    return node.attrs.get("output_dtype") or (zp.dtype if zp is not None and zp.dtype else np.dtype(np.uint8))
+
+
+@register(OP_SET, "QuantizeLinear", out_dtype=_quantizelinear_dtype)
 def QuantizeLinear(ctx, x, y_scale, y_zero_point=None, *, axis=0, output_dtype=None):
     """numpy ONNX ``QuantizeLinear`` (round half to even, saturate)."""
     x = np.asarray(x, np.float32)
@@ -30,7 +37,7 @@ def QuantizeLinear(ctx, x, y_scale, y_zero_point=None, *, axis=0, output_dtype=N
     return out(ctx, np.clip(q, i.min, i.max).astype(dt))
 
 
-@register(OP_SET, "DequantizeLinear")
+@register(OP_SET, "DequantizeLinear", out_dtype=op_rules.float32_out)
 def DequantizeLinear(ctx, x, x_scale, x_zero_point=None, *, axis=0):
     """numpy ONNX ``DequantizeLinear``."""
     xi = np.asarray(x, np.int64)
@@ -39,7 +46,12 @@ def DequantizeLinear(ctx, x, x_scale, x_zero_point=None, *, axis=0):
     return out(ctx, xi * _b(x_scale, xi, axis).astype(np.float64))
 
 
-@register(OP_SET, "DynamicQuantizeLinear")
+def _dynamicquantizelinear_dtype(node, k, graphs):
+    """(y uint8, y_scale float32, y_zero_point uint8)."""
+    return np.dtype(np.float32) if k == 1 else np.dtype(np.uint8)
+
+
+@register(OP_SET, "DynamicQuantizeLinear", out_dtype=_dynamicquantizelinear_dtype)
 def DynamicQuantizeLinear(ctx, x):
     """numpy ONNX ``DynamicQuantizeLinear`` (uint8)."""
     x = np.asarray(x, np.float32)

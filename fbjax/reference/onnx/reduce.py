@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ... import op_rules
 from ...errors import InputError
 from ..registry import register
 from ._util import OP_SET, axis as norm_axis, ints, out
@@ -49,7 +50,7 @@ def _arg(name, f):
         return out(ctx, np.expand_dims(y, a) if keep_dims else y)
     op.__name__ = op.__qualname__ = name
     op.__doc__ = f"numpy ONNX ``{name}`` (first extreme)."
-    register(OP_SET, name)(op)
+    register(OP_SET, name, out_dtype=op_rules.int32_out)(op)
 
 
 _arg("ArgMax", np.argmax)
@@ -63,7 +64,12 @@ def CumSum(ctx, x, axis):
     return out(ctx, np.cumsum(x, axis=norm_axis(ints(axis)[0], x.ndim, ctx)))
 
 
-@register(OP_SET, "TopK")
+def _topk_dtype(node, k, graphs):
+    """Output 1 (indices) is int32; output 0 has the input's dtype."""
+    return np.dtype(np.int32) if k == 1 else None
+
+
+@register(OP_SET, "TopK", out_dtype=_topk_dtype)
 def TopK(ctx, X, K, *, axis=0, largest=False, sorted=False):
     """numpy ONNX ``TopK`` (stable: ties keep the lower index first). In
     static-bound mode (a trailing ``:valid_count`` output) both outputs have

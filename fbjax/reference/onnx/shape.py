@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from ... import op_rules
 from ..registry import register
 from ._util import OP_SET, axis as norm_axis, ints, out
 
 
-@register(OP_SET, "Shape")
+@register(OP_SET, "Shape", out_dtype=op_rules.int32_out)
 def Shape(ctx, data, *, start=None, end=None):
     """numpy ONNX ``Shape`` (int32, optional clamped ``[start:end]``)."""
     shp = list(np.shape(data))
@@ -20,7 +21,7 @@ def Shape(ctx, data, *, start=None, end=None):
     return out(ctx, np.array(shp[s:e], np.int32))
 
 
-@register(OP_SET, "Size")
+@register(OP_SET, "Size", out_dtype=op_rules.int32_out)
 def Size(ctx, data):
     """numpy ONNX ``Size``."""
     return out(ctx, np.int32(np.size(data)))
@@ -139,7 +140,12 @@ def Pad(ctx, data, pads, constant_value=None, axes=None, *, mode="Constant"):
     return out(ctx, np.pad(x, cfg, mode={"Reflect": "reflect", "Edge": "edge", "Wrap": "wrap"}[mode]))
 
 
-@register(OP_SET, "ConstantOfShape")
+def _constantofshape_dtype(node, k, graphs):
+    """The dtype of ``value`` (absent: float32 0)."""
+    return np.asarray(node.attrs.get("value", np.float32(0))).dtype
+
+
+@register(OP_SET, "ConstantOfShape", out_dtype=_constantofshape_dtype)
 def ConstantOfShape(ctx, input, *, value=None):
     """numpy ONNX ``ConstantOfShape``."""
     v = np.float32(0) if value is None else value
@@ -154,7 +160,12 @@ def Range(ctx, start, limit, delta):
     return out(ctx, s + np.arange(n) * d)
 
 
-@register(OP_SET, "EyeLike")
+def _eyelike_dtype(node, k, graphs):
+    """``dtype`` (absent: the input's)."""
+    return node.attrs.get("dtype") or None
+
+
+@register(OP_SET, "EyeLike", out_dtype=_eyelike_dtype)
 def EyeLike(ctx, input, *, dtype=None, k=0):
     """numpy ONNX ``EyeLike``."""
     r, c = np.shape(input)
@@ -193,7 +204,7 @@ def DepthToSpace(ctx, input, *, mode="DCR", block_size=0):
     return out(ctx, y.reshape(n, c // (b * b), h * b, w * b))
 
 
-@register(OP_SET, "NonZero")
+@register(OP_SET, "NonZero", out_dtype=op_rules.int32_out)
 def NonZero(ctx, X):
     """numpy ONNX ``NonZero``."""
     x = np.asarray(X)

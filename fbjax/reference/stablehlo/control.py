@@ -7,6 +7,7 @@ import functools
 
 import numpy as np
 
+from ...op_rules import Region, n_in, n_out
 from .. import composites
 from ..registry import register
 from ._util import ints
@@ -14,7 +15,8 @@ from ._util import ints
 OP_SET = "stablehlo"
 
 
-@register(OP_SET, "stablehlo.sort")
+@register(OP_SET, "stablehlo.sort",
+          regions={"comparator": Region(lambda n: (2 * n_in(n), 1), scalar=True)})
 def sort(ctx, *inputs, dimension=-1, is_stable=False, comparator=-1):
     """Stable merge sort of each 1-D slice along ``dimension`` with the
     comparator body called on scalar pairs (``comparator(lhs0, rhs0, ...)``)."""
@@ -40,7 +42,8 @@ def sort(ctx, *inputs, dimension=-1, is_stable=False, comparator=-1):
     return [np.moveaxis(o, -1, d) for o in outs]
 
 
-@register(OP_SET, "stablehlo.while")
+@register(OP_SET, "stablehlo.while",
+          regions={"cond": Region(lambda n: (n_in(n), 1)), "body": Region(lambda n: (n_in(n), n_in(n)))})
 def while_(ctx, *operands, cond=-1, body=-1):
     """Apply ``body`` while ``cond`` is true."""
     state = [np.asarray(x) for x in operands]
@@ -59,7 +62,8 @@ def case(ctx, index, *operands, branches=()):
     return [np.asarray(v) for v in ctx.call_graph(br[i], *operands)]
 
 
-@register(OP_SET, "stablehlo.composite")
+@register(OP_SET, "stablehlo.composite",
+          regions={"decomposition": Region(lambda n: (n_in(n), n_out(n)))})
 def composite(ctx, *inputs, name="", decomposition=-1, composite_attributes=b"", version=0):
     """The numpy twin registered under ``name`` (:mod:`fbjax.reference.composites`)
     when the run's ``composites`` mode fuses it, else the decomposition graph

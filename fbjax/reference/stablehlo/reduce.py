@@ -11,6 +11,7 @@ import itertools
 
 import numpy as np
 
+from ...op_rules import Region, n_in
 from ..registry import register
 from ._util import ints, pad_dilate, pairs
 
@@ -39,7 +40,8 @@ def _fold(ctx, computation, accs, columns):
     return accs
 
 
-@register(OP_SET, "stablehlo.reduce")
+@register(OP_SET, "stablehlo.reduce",
+          regions={"computation": Region(lambda n: (n_in(n), n_in(n) // 2), scalar=True)})
 def reduce(ctx, *args, dimensions=(), computation=-1):
     """Reduce N operands over ``dimensions`` from N init values."""
     n = len(args) // 2
@@ -63,7 +65,8 @@ def reduce(ctx, *args, dimensions=(), computation=-1):
     return outs
 
 
-@register(OP_SET, "stablehlo.reduce_window")
+@register(OP_SET, "stablehlo.reduce_window",
+          regions={"computation": Region(lambda n: (n_in(n), n_in(n) // 2), scalar=True)})
 def reduce_window(ctx, *args, window_dimensions=(), window_strides=None, base_dilations=None,
                   window_dilations=None, padding=None, computation=-1):
     """Pad each operand with its init value (edges and base-dilation holes),

@@ -6,6 +6,7 @@ import builtins
 
 import numpy as np
 
+from ...op_rules import Region, n_in, n_out
 from ..registry import register
 from ._util import ints, out_shape
 
@@ -140,7 +141,8 @@ def dynamic_update_slice(ctx, operand, update, *start_indices):
     return x
 
 
-@register(OP_SET, "stablehlo.scatter")
+@register(OP_SET, "stablehlo.scatter",
+          regions={"update_computation": Region(lambda n: (2 * (n_in(n) - 1) // 2, n_out(n)), scalar=True)})
 def scatter(ctx, *args, update_window_dims=(), inserted_window_dims=(), scatter_dims_to_operand_dims=(),
             index_vector_dim=0, indices_are_sorted=False, unique_indices=False, input_batching_dims=(),
             scatter_indices_batching_dims=(), update_computation=-1):

@@ -180,6 +180,28 @@ def EMBEDDING_LOOKUP(ctx, ids, params):
     return np.asarray(params)[np.asarray(ids)]
 
 
+@register("tflite", "HASHTABLE_LOOKUP")
+def HASHTABLE_LOOKUP(ctx, lookup, keys, values):
+    """Each lookup key's row of ``values`` by binary search in the sorted
+    ``keys`` (zeros and hit 0 when absent), and the uint8 hits."""
+    lookup, keys, values = np.asarray(lookup), np.asarray(keys), np.asarray(values)
+    if keys.ndim != 1 or values.ndim < 1 or keys.shape[0] != values.shape[0]:
+        raise ctx.error(f"keys of shape {keys.shape} do not index the rows of values {values.shape}")
+    out = np.zeros(lookup.shape + values.shape[1:], values.dtype)
+    hits = np.zeros(lookup.shape, np.uint8)
+    for i, key in enumerate(lookup.tolist()):
+        lo, hi = 0, len(keys)
+        while lo < hi:  # bisection, one probe at a time
+            mid = (lo + hi) // 2
+            if keys[mid] < key:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo < len(keys) and keys[lo] == key:
+            out[i], hits[i] = values[lo], 1
+    return out, hits
+
+
 @register("tflite", "WHERE", static_inputs=(0,))
 def WHERE(ctx, cond):
     """Coordinates of true elements; static-bound mode: padded with -1 rows

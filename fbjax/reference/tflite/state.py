@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...op_rules import Region
 from ..registry import register
 
 
@@ -14,7 +15,8 @@ def _state(ctx) -> dict:
     return ctx.run.state
 
 
-@register("tflite", "CALL_ONCE")
+@register("tflite", "CALL_ONCE",
+          regions={"init_subgraph_index": Region(lambda n: (0, None))})
 def CALL_ONCE(ctx, *, init_subgraph_index=0):
     """Reset the variables and run the initialiser (each run is a first call)."""
     ctx.run.state.clear()
