@@ -267,3 +267,21 @@ def require(module: str, reason: str = ""):
     except ImportError as e:
         pytest.fail(f"{module} ({reason or 'a test dependency'}) cannot be imported: {e}; "
                     "install the test dependencies with pip install '.[test]'")
+
+
+@pytest.fixture(autouse=True)
+def _registrations_stay_in_their_test():
+    """Ops a test registers (``register_custom_op``, ``register_custom_call``)
+    are removed after it, and ones it replaced are put back, so that no test
+    sees another's ops (a gradient-coverage check would otherwise count a
+    custom op registered by an earlier test module)."""
+    import fbjax  # noqa: F401  (every op family registers at import)
+    from fbjax.lower import LOWERINGS
+    from fbjax.reference.registry import REFERENCE
+
+    before = [(reg, dict(reg._ops)) for reg in (LOWERINGS, REFERENCE)]
+    yield
+    for reg, ops in before:
+        if reg._ops != ops:
+            reg._ops.clear()
+            reg._ops.update(ops)

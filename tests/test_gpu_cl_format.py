@@ -27,6 +27,7 @@ import fbjax
 import fbjax.formats.gpu_cl_writer
 import fbjax.reference
 from fbjax.errors import ModelFormatError, UnsupportedOperatorError
+from fbjax.ir import Graph, ModelIR
 from fbjax.formats import detect_format, gpu_cl, read_model, tflite
 from fbjax.formats._generated import gpu_cl_litert_generated as GL
 from fbjax.formats._generated import gpu_cl_tf25_generated as G25
@@ -95,7 +96,7 @@ def test_no_generation_says_why():
     # a TF 2.5 file with its input_refs/output_refs stripped from the root vtable would verify as seed;
     # with them, the seed schema refuses it by the root fields it does not define
     buf = (GPU / "tflm_sine_float.F32.BUFFER.bin").read_bytes()
-    assert gpu_cl._root_unknown_fields(buf, 11)
+    assert gpu_cl.generations.root_unknown_fields(buf, 11)
 
 
 def test_seed_shared_slots_must_agree():
@@ -249,9 +250,9 @@ def test_tf27_layout_reads_as_its_original(f):
     assert gpu_cl.detect_generation(b27).name == "tf2.7"
     assert gpu_cl.detect_generation(src).name == "tf2.5"
     with pytest.raises(ModelFormatError):  # neither layout verifies as the other
-        fbjax.formats.verify.verify(src, "gpu_cl_tf27", unchecked_enums=gpu_cl._UNCHECKED_ENUMS)
+        fbjax.formats.verify.verify(src, "gpu_cl_tf27", unchecked_enums=gpu_cl.generations.UNCHECKED_ENUMS)
     with pytest.raises(ModelFormatError):
-        fbjax.formats.verify.verify(b27, "gpu_cl_tf25", unchecked_enums=gpu_cl._UNCHECKED_ENUMS)
+        fbjax.formats.verify.verify(b27, "gpu_cl_tf25", unchecked_enums=gpu_cl.generations.UNCHECKED_ENUMS)
     a, b = read_model(src), read_model(b27)
     assert b.metadata["generation"] == "tf2.7" and a.metadata["driver_version"] is None
     assert b.metadata["driver_version"] == TF27_DRIVER and b.metadata["binary_programs"] == progs
@@ -345,6 +346,24 @@ def _jax_check(f):
 @pytest.mark.parametrize("f", [f for f in NUMERIC if f in FAST_JAX])
 def test_jax_matches_gpu_and_cpu(f):
     _jax_check(f)
+
+
+def test_cpu_executor_relays_convolution_filters():
+    """convolution_2d declares its OHWI filter (``weights`` fact), so on CPU the prepared program reads every
+    general convolution's filter relaid to HWIO, as for TFLite's CONV_2D; the outputs still match the delegate's."""
+    import jax
+
+    from fbjax.executors import planner
+
+    f = "mediapipe_hand_recrop.F32.BUFFER.bin"
+    m = fbjax.load(GPU / f)
+    sources, _ = planner.plan(m.program, backend="cpu")
+    convs = [n for n in m.program.model.main_graph.nodes
+             if n.op_name == "convolution_2d" and n.attrs.get("variant") in ("general", "1x1")]
+    assert convs and len(sources) == len(convs), (len(sources), len(convs))
+    assert all(layouts == ("OHWI", "HWIO") for layouts in sources.values()), sources
+    if jax.default_backend() == "cpu":
+        _jax_check(f)
 
 
 @pytest.mark.slow
@@ -446,6 +465,22 @@ def _op_records() -> dict:
 OP_RECORDS = _op_records() if GPU.is_dir() else {}
 
 
+def test_reader_attributes_are_the_ops_attributes():
+    """Every attribute the op table's readers set on the shared files' nodes is one the op's lowering and twin
+    take (a misspelt one would be dropped silently and its default used)."""
+    from fbjax.lower import LOWERINGS
+    from fbjax.reference.registry import REFERENCE
+
+    seen = set()
+    for f in FILES:
+        for n in read_model(GPU / f).main_graph.nodes:
+            names = set(n.attrs) - {"gpu_node", "gpu_index"}
+            for reg in (LOWERINGS, REFERENCE):
+                assert names <= reg.get("gpu", n.op_name).attr_names, (f, n.op_name, sorted(names))
+            seen.add(n.op_name)
+    assert seen == set(gpu_cl.KERNELS), sorted(set(gpu_cl.KERNELS) - seen)
+
+
 def test_op_records_cover_the_op_set():
     assert {k.split("[")[0] for k in OP_RECORDS} == set(fbjax.supported_ops("gpu")["gpu"])
 
@@ -454,7 +489,6 @@ def test_op_records_cover_the_op_set():
 def test_op_lowering_matches_numpy_twin(key):
     """One node as a model, random normal inputs: the lowering and the twin agree to float32 rounding of
     what each output sums (K terms of |x|*|w|, K = taps x input channels; K = 1 for element-wise ops)."""
-    from fbjax.ir import Graph, ModelIR
     from fbjax.lower.build import build
 
     f, i = OP_RECORDS[key]
@@ -539,6 +573,103 @@ def test_unknown_node_kind_names_it():
     bad = buf.replace(b"sigmoid", b"sigmoix", 1)  # same length: only the name changes
     with pytest.raises(UnsupportedOperatorError, match=r"gpu:sigmoix.*node \d+ \('.*sigmoix"):
         read_model(bad)
+
+
+SELFIE = "mediapipe_selfie_segmentation.F32.BUFFER.bin"
+
+
+def _edited(f: str, edit) -> bytes:
+    """The TF 2.5 file ``f`` with ``edit(InferenceContextT)`` applied, re-encoded."""
+    buf = (GPU / f).read_bytes()
+    ic = G25.InferenceContextT.InitFromBuf(buf, G25.InferenceContext.GetRootAs(buf, 0)._tab.Pos)
+    edit(ic)
+    b = flatbuffers.Builder(len(buf))
+    b.Finish(ic.Pack(b))
+    return bytes(b.Output())
+
+
+def _node(ic, first: str):
+    """The node whose first op is ``first`` (``"mean 6"``)."""
+    return next(n for n in ic.nodes if n.name.decode().split(" linked : ")[0] == first)
+
+
+def test_every_gap_listed_at_once():
+    """Unknown op types and kernel variants fbjax does not read, in several nodes: one error lists them all."""
+    def edit(ic):
+        _node(ic, "fully_connected 9").name = b"fully_connected 9 linked : sigmoix 10"
+        _node(ic, "mean 6").name = b"meanx 6"
+        _node(ic, "add 91").inputIds = [92]  # an add of one tensor: a constant operand fbjax does not read
+        r = _node(ic, "resize 89").gpuOp
+        r.code = r.code.replace(b"mix(", b"nix(").replace(b"st.x", b"sx.x")  # nearest sampling
+    with pytest.raises(UnsupportedOperatorError) as e:
+        read_model(_edited(SELFIE, edit))
+    assert set(e.value.ops) == {"gpu:sigmoix", "gpu:meanx", "gpu:add (a constant operand)",
+                                "gpu:resize (nearest-neighbour sampling)"}, e.value.ops
+    assert "node 5 ('fully_connected 9 linked : sigmoix 10'): sigmoix" in str(e.value)
+    assert "node 55 (add 91)" in str(e.value)
+
+
+def test_reflect_padding_is_a_variant():
+    """The reader reads zero padding only; a pad kernel whose code reflects (``reflect_coord``) is refused."""
+    def edit(ic):
+        n = next(n for n in ic.nodes if n.name.startswith(b"pad "))
+        n.gpuOp.code = b"int reflect_coord(int x, int size) { return x; }\n" + n.gpuOp.code
+    with pytest.raises(UnsupportedOperatorError, match=r"gpu:pad \(reflect padding\)"):
+        read_model(_edited("mediapipe_face_detection_short_range.F32.BUFFER.bin", edit))
+
+
+def test_slice_offset_in_slices_when_aligned():
+    """StridedSlice reads whole slices when its channel stride is 1 and its start a multiple of 4; its
+    ``offset_z`` then counts slices of 4 channels (TF ``tasks/strided_slice.cc``): offset_z = 1 starts at channel 4."""
+    def edit(ic):
+        n = next(n for n in ic.nodes if n.name.startswith(b"slice "))
+        next(v for v in n.gpuOp.arguments.intValues if v.name == b"offset_z").value = 1
+        return n.name
+    ir = read_model(_edited("mediapipe_hand_recrop.F32.API.bin", edit))
+    node = next(n for n in ir.main_graph.nodes if n.op_name == "slice")
+    assert "ReadPerChannel" not in ir.metadata["nodes"][node.attrs["gpu_index"]].code
+    assert node.attrs["offsets"] == (0, 0, 4) and node.attrs["strides"] == (1, 1, 1)
+    x = np.arange(64, dtype=np.float32).reshape(1, 1, 1, 64) * np.ones((1, 4, 4, 1), np.float32)
+    g = Graph("slice", [node.inputs[0]], node.outputs, [node], [node.inputs[0], *node.outputs])
+    (y,) = fbjax.reference.run(ModelIR("gpu_cl", [g]), x)
+    assert np.array_equal(y[0, 0, 0], np.arange(4, 36, dtype=np.float32))
+
+
+def test_prelu_with_clip_is_a_variant():
+    """A linked PReLU with a ``clip_link<N>`` argument (the kernel's clipped form) is refused, not read unclipped."""
+    def edit(ic):
+        a = _node(ic, "convolution_2d 0").gpuOp.arguments
+        v = G25.FloatValueT()
+        v.name, v.value = b"clip_link1", 6.0
+        a.floatValues = (a.floatValues or []) + [v]
+    with pytest.raises(UnsupportedOperatorError, match=r"gpu:prelu \(a clip\)"):
+        read_model(_edited("mediapipe_hand_recrop.F32.BUFFER.bin", edit))
+
+
+def test_unowned_object_is_a_variant():
+    def edit(ic):
+        a = _node(ic, "fully_connected 7").gpuOp.arguments
+        for m in (a.bufferObjects or []) + (a.tensorLinearObjects or []):
+            if m.key == b"biases":
+                m.key = b"scales"
+    with pytest.raises(UnsupportedOperatorError, match=r"fully_connected \(object\(s\) 'scales' fbjax does not read\)"):
+        read_model(_edited(SELFIE, edit))
+
+
+@pytest.mark.parametrize("name, ids, match", [
+    ("convolution_2d 12 linked : concat 99", None, r"concat is linked .* only element-wise"),
+    ("mean 6", [7, 3], r"2 inputs leave 2 for mean after 0 for its linked ops; mean reads 1"),
+    ("convolution_2d 22 linked : sigmoid 23", None, r"linked op 1 \(sigmoid\) reads 2 tensor\(s\); it takes 1"),
+])
+def test_nodes_contradicting_the_op_table_are_format_errors(name, ids, match):
+    """A node whose tensors do not fit its op (checked at load, not when the first call traces)."""
+    def edit(ic):
+        n = _node(ic, name.split(" linked")[0])
+        n.name = name.encode()
+        if ids is not None:
+            n.inputIds = ids
+    with pytest.raises(ModelFormatError, match=match):
+        read_model(_edited(SELFIE, edit))
 
 
 def test_truncated_files_are_format_errors():

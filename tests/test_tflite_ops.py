@@ -189,3 +189,49 @@ def test_writer_models_round_trip_through_frontend():
     np.testing.assert_array_equal(node.inputs[1].data, x)
     assert [tuple(v.shape) for v in g.inputs] == [(2, 4)]
     assert [tuple(v.shape) for v in g.outputs] == [(2, 3)]
+
+
+# --- edge values, bit for bit against LiteRT ------------------------------------------------------
+
+def _edge_models():
+    """``(id, model, inputs)``: ops whose float semantics show at edge values:
+    MAXIMUM/MINIMUM (``a > b ? a : b``: NaN and signed zeros depend on the
+    operand order), CAST float -> integer (saturating, NaN to the maximum),
+    DIV by a broadcast divisor (one rounding per element, not ``x * (1/y)``),
+    FLOOR_DIV (the floor of the exact quotient: LiteRT divides in double)."""
+    edges = np.array([np.nan, 0.0, -0.0, np.inf, -np.inf, 1.5], F32)
+    a, b = (v.reshape(-1).copy() for v in np.meshgrid(edges, edges))
+    out = [(op, single_op_model(op, [(36,), (36,)], output_shapes=[(36,)]), [a, b]) for op in ("MAXIMUM", "MINIMUM")]
+    x = np.array([np.nan, np.inf, -np.inf, 1e10, -1e10, 300.7, -300.7, -0.9, 2.5, -2.5, 255.9, 2147483520.0], F32)
+    for dt in (np.uint8, np.int8, np.int32):
+        out.append((f"CAST-{np.dtype(dt).name}", single_op_model("CAST", [x.shape], output_shapes=[x.shape],
+                                                                  output_dtypes=[dt], input_dtypes=[F32]), [x]))
+    rng = np.random.default_rng(0)
+    num, den = rng.standard_normal((8, 3, 4)).astype(F32), rng.standard_normal((3, 4)).astype(F32)
+    out.append(("DIV-broadcast", single_op_model("DIV", [num.shape, den.shape], output_shapes=[num.shape]),
+                [num, den]))
+    # exact multiples (quotients that round up to an integer in float32), signed zeros, infinities, NaN
+    num = (rng.integers(-50, 50, (8, 3, 4)) * den).astype(F32)
+    num.reshape(-1)[:8] = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e30, -3e-38, 0.5]
+    out.append(("FLOOR_DIV", single_op_model("FLOOR_DIV", [num.shape, den.shape], output_shapes=[num.shape]),
+                [num, den]))
+    return out
+
+
+@pytest.mark.parametrize("name,model,inputs", [pytest.param(*m, id=m[0]) for m in _edge_models()])
+def test_edge_values_match_litert_bits(name, model, inputs):
+    """Both fbjax and its numpy reference give LiteRT's bits (NaN where
+    LiteRT has NaN): each op here is one comparison, conversion or correctly
+    rounded division per element, so any correct implementation agrees."""
+    from fbjax import reference
+
+    (want,) = litert_run(model, inputs)
+    for label, got in (("fbjax", run_fbjax(model, inputs)[0]), ("reference", _as_list(reference.run(model, *inputs))[0])):
+        assert got.dtype == want.dtype and got.shape == want.shape, f"{name}: {label} {got.dtype}{got.shape}"
+        if want.dtype.kind == "f":
+            nan = np.isnan(want)
+            assert np.array_equal(np.isnan(got), nan), f"{name}: {label} NaNs differ from LiteRT"
+            same = got.view(np.uint32) == want.view(np.uint32)
+            assert (same | nan).all(), f"{name}: {label} {got[~(same | nan)]} != LiteRT {want[~(same | nan)]}"
+        else:
+            np.testing.assert_array_equal(got, want, err_msg=f"{name}: {label} vs LiteRT")

@@ -5,6 +5,15 @@ from the file's tensor descriptors) fixes padding and crop where the kernel
 arguments give only the leading offset (``padding_x`` is minus the padding
 before). Attributes are those :mod:`fbjax.formats.gpu_cl` reads from the
 kernel's arguments and code.
+
+Facts declared at the registrations (:class:`fbjax._registry.OpDef`): every op
+keeps the batch in dimension 0 (no ``batch`` rule); ``convolution_2d`` and
+``fully_connected`` declare their ``weights`` (OHWI / OI, as TFLite's CONV_2D
+and FULLY_CONNECTED: the CPU executor relays the filters to HWIO); ``mean`` and
+``pooling_2d`` compute in float32 under a reduced ``compute_dtype`` (as
+TFLite's MEAN and AVERAGE_POOL_2D); ``sigmoid`` squashes its input (precision
+comparisons read its logits, as TFLite's LOGISTIC); ``resize`` lowers
+bilinear sampling only.
 """
 
 from __future__ import annotations
@@ -17,6 +26,9 @@ from .. import kernels
 from ..registry import register
 
 OP_SET = "gpu"
+
+#: where the delegate's max pooling kernel starts its running maximum (TF ``tasks/pooling.cc``)
+MAX_POOL_START = -10000.0
 
 
 def _pads(in_hw, out_hw, kernel, strides, dilations, before):
@@ -39,7 +51,7 @@ def _channels(x, c: int):
     return jnp.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, c - have)])
 
 
-@register(OP_SET, "convolution_2d")
+@register(OP_SET, "convolution_2d", weights=((1, "OHWI"), (2, "O")))
 def convolution_2d(ctx, x, w=None, b=None, *, kernel=(1, 1), strides=(1, 1), dilations=(1, 1), padding=(0, 0),
                    variant="general"):
     """Convolution (TF 2.5 ``ConvPowerVR`` / ``ConvBuffer1x1``): ``x [B,H,W,I]``, ``w [O,KH,KW,I]`` (OHWI),
@@ -51,8 +63,9 @@ def convolution_2d(ctx, x, w=None, b=None, *, kernel=(1, 1), strides=(1, 1), dil
         return x
     out = ctx.outputs[0].shape
     pads = _pads(x.shape[1:3], out[1:3], kernel, strides, dilations, padding)
+    rhs = kernels.weight_layout(ctx, 1, "OHWI")  # HWIO when relaid for XLA:CPU (fbjax.executors.planner)
     y = kernels.conv(x, w, window_strides=tuple(strides), padding=pads, rhs_dilation=tuple(dilations),
-                     dimension_numbers=("NHWC", "OHWI", "NHWC"), backend=ctx.backend,
+                     dimension_numbers=("NHWC", rhs, "NHWC"), backend=ctx.backend,
                      options=kernels.kernel_options(ctx))
     return _crop(y, out) + b
 
@@ -68,7 +81,7 @@ def depthwise_convolution(ctx, x, w, b, *, kernel=(3, 3), strides=(1, 1), dilati
     return _crop(y, out) + b
 
 
-@register(OP_SET, "fully_connected")
+@register(OP_SET, "fully_connected", weights=((1, "OI"), (2, "O")))
 def fully_connected(ctx, x, w, b):
     """``FullyConnected``: ``x [B,1,1,I]`` (flattened), ``w [O,I]``, ``b [O]`` -> ``[B,1,1,O]``."""
     y = jnp.dot(x.reshape(x.shape[0], -1), w.T, precision=kernels.precision(ctx)) + b
@@ -87,13 +100,15 @@ def convolution_transposed(ctx, x, w, b, *, kernel=(2, 2), strides=(2, 2), varia
     return y[:, :out[1], :out[2], :]
 
 
-@register(OP_SET, "pooling_2d")
+@register(OP_SET, "pooling_2d", full_precision=True)
 def pooling_2d(ctx, x, *, kind="max", kernel=(1, 1), strides=(1, 1), dilations=(1, 1), padding=(0, 0)):
-    """``Pooling``: max (padded taps skipped) or average over the in-bounds taps."""
+    """``Pooling``: max (padded taps skipped) or average over the in-bounds taps. The max kernel starts from
+    ``-10000`` (``FLT4 maximum = INIT_FLT4(-10000.0f)`` in its code), so its result is never below that."""
     out = ctx.outputs[0].shape
     pads = _pads(x.shape[1:3], out[1:3], kernel, strides, (1, 1), padding)
     if kind == "max":
         y = kernels.max_pool(x, window=kernel, strides=strides, padding=pads, spatial_axes=(1, 2))
+        y = jnp.maximum(y, np.float32(MAX_POOL_START))
     else:
         y = kernels.avg_pool(x, window=kernel, strides=strides, padding=pads, spatial_axes=(1, 2))
     return _crop(y, out)
@@ -133,7 +148,7 @@ def relu(ctx, x, *, clip=0.0, alpha=0.0):
     return jnp.minimum(y, np.float32(clip)) if clip else y
 
 
-@register(OP_SET, "sigmoid")
+@register(OP_SET, "sigmoid", squashing=True)
 def sigmoid(ctx, x):
     """``1 / (1 + exp(-x))``, as the kernel writes it."""
     return 1.0 / (1.0 + jnp.exp(-x))
@@ -159,7 +174,7 @@ def reshape(ctx, x):
     return x.reshape(x.shape[0], *ctx.outputs[0].shape[1:])
 
 
-@register(OP_SET, "mean")
+@register(OP_SET, "mean", full_precision=True)
 def mean(ctx, x):
     """Mean over H and W (``MeanStdDevNormalization``'s sibling ``Mean``): ``[B,1,1,C]``."""
     return jnp.mean(x, axis=(1, 2), keepdims=True)
@@ -173,16 +188,31 @@ def pad(ctx, x, *, prepended=(0, 0, 0)):
     return jnp.pad(x, widths)
 
 
+def _strided(x, axis: int, start: int, step: int, n: int):
+    """``n`` entries of ``x`` along ``axis`` from ``start`` in steps of ``step`` (negative: backwards)."""
+    if step > 0:
+        return lax.slice_in_dim(x, start, start + (n - 1) * step + 1, step, axis=axis)
+    return jnp.take(x, start + step * np.arange(n), axis=axis)
+
+
 @register(OP_SET, "slice")
-def slice_(ctx, x, *, offsets=(0, 0, 0), strides=(1, 1)):
-    """Strided slice: start ``offsets`` (y, x, channel), steps ``strides`` (y, x), size from the output."""
+def slice_(ctx, x, *, offsets=(0, 0, 0), strides=(1, 1, 1)):
+    """Strided slice (``StridedSlice``): ``out[b, y, x, c] = x[b, oy + y*sy, ox + x*sx, oc + c*sc]``, the
+    start ``offsets`` (y, x, channel), steps ``strides`` (y, x, channel; negative steps go backwards), the
+    size from the output."""
     out = ctx.outputs[0].shape
-    oy, ox, oc = offsets
-    sy, sx = strides
-    return x[:, oy:oy + (out[1] - 1) * sy + 1:sy, ox:ox + (out[2] - 1) * sx + 1:sx, oc:oc + out[3]]
+    for axis, start, step in zip((1, 2, 3), offsets, tuple(strides) + (1,) * (3 - len(strides))):
+        x = _strided(x, axis, int(start), int(step), out[axis])
+    return x
 
 
-@register(OP_SET, "resize")
+def _bilinear_only(node):
+    """The ``check`` of ``resize``: only bilinear sampling has a kernel here (the reader refuses nearest)."""
+    m = node.attrs.get("method", "bilinear")
+    return None if m == "bilinear" else f"method {m!r}: only bilinear resize is lowered"
+
+
+@register(OP_SET, "resize", check=_bilinear_only)
 def resize(ctx, x, *, method="bilinear", half_pixel=True, scale=(1.0, 1.0)):
     """Bilinear resize as the kernel computes it: source coordinate ``(X + 0.5) * scale - 0.5`` (half pixel)
     or ``X * scale``, ``scale`` the file's float, low index clamped at 0, high at ``in - 1``."""

@@ -76,9 +76,10 @@ def convolution_transposed(ctx, x, w, b, *, kernel=(2, 2), strides=(2, 2), varia
 
 @register(OP_SET, "pooling_2d")
 def pooling_2d(ctx, x, *, kind="max", kernel=(1, 1), strides=(1, 1), dilations=(1, 1), padding=(0, 0)):
-    """Max over in-bounds taps, or their mean (the count of in-bounds taps divides)."""
+    """Max over in-bounds taps, or their mean (the count of in-bounds taps divides). The delegate's max kernel
+    (TF ``gpu/common/tasks/pooling.cc``) starts its running maximum at -10000, not at the first tap."""
     out = ctx.outputs[0].shape
-    best = np.full((x.shape[0], out[1], out[2], x.shape[3]), -np.inf)
+    best = np.full((x.shape[0], out[1], out[2], x.shape[3]), -10000.0)
     total = np.zeros_like(best)
     count = np.zeros((out[1], out[2]))
     for _, _, patch, inside in _taps(x.astype(np.float64), out[1:3], kernel, strides, (1, 1), padding):
@@ -124,8 +125,13 @@ def prelu(ctx, x, alpha):
 
 @register(OP_SET, "relu")
 def relu(ctx, x, *, clip=0.0, alpha=0.0):
-    """``x`` where positive, ``alpha * x`` (alpha may be 0) elsewhere; capped at ``clip`` if non-zero."""
-    y = np.where(x >= 0, x, x * np.float32(alpha))
+    """The delegate's ``CreateReLU`` (``gpu/common/tasks/relu.cc``): the lower bound is
+    ``min(alpha * x, 0)`` (0 when ``alpha`` is 0), so ``clamp(x, lower, clip)`` when ``clip`` is not 0, else
+    ``max(x, lower)``: a negative ``alpha`` gives 0 below zero and an ``alpha`` above 1 gives ``x``, not
+    ``alpha * x``."""
+    x = np.asarray(x, np.float32)
+    lower = np.minimum(x * np.float32(alpha), np.float32(0)) if alpha else np.zeros_like(x)
+    y = np.maximum(x, lower)
     if clip:
         y = np.minimum(y, np.float32(clip))
     return y.astype(np.float32)
@@ -175,13 +181,15 @@ def pad(ctx, x, *, prepended=(0, 0, 0)):
 
 
 @register(OP_SET, "slice")
-def slice(ctx, x, *, offsets=(0, 0, 0), strides=(1, 1)):
-    """``out[b, y, x, c] = x[b, oy + y*sy, ox + x*sx, oc + c]``."""
+def slice(ctx, x, *, offsets=(0, 0, 0), strides=(1, 1, 1)):
+    """``out[b, y, x, c] = x[b, oy + y*sy, ox + x*sx, oc + c*sc]`` (the kernel's source index per axis)."""
     _, oh, ow, oc_n = ctx.outputs[0].shape
     oy, ox, oc = offsets
-    ys = oy + np.arange(oh) * strides[0]
-    xs = ox + np.arange(ow) * strides[1]
-    return x[:, ys][:, :, xs][..., oc:oc + oc_n]
+    sy, sx, sc = tuple(strides) + (1,) * (3 - len(strides))
+    ys = oy + np.arange(oh) * sy
+    xs = ox + np.arange(ow) * sx
+    cs = oc + np.arange(oc_n) * sc
+    return x[:, ys][:, :, xs][..., cs]
 
 
 @register(OP_SET, "resize")

@@ -34,13 +34,18 @@ def multiply(ctx, lhs, rhs):
 
 @register(OP_SET, "stablehlo.divide")
 def divide(ctx, lhs, rhs):
-    """IEEE division for floats; integer division truncating toward zero."""
+    """IEEE division for floats; integer division truncating toward zero.
+    Integer division by zero gives -1 (all bits set) and ``INT_MIN / -1``
+    gives ``INT_MIN``: the spec leaves both implementation-defined, these
+    are XLA's (``ElementalIrEmitter::EmitIntegerDivide``), which the lowering
+    runs."""
     a, b = np.asarray(lhs), np.asarray(rhs)
     if np.issubdtype(a.dtype, np.integer):
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             q = np.abs(a.astype(np.int64)) // np.where(b == 0, 1, np.abs(b.astype(np.int64)))
             neg = (a < 0) != (b < 0)
-            return np.where(neg, -q, q).astype(a.dtype)
+            q = np.where(b == 0, -1, np.where(neg, -q, q))
+            return np.asarray(q).astype(np.dtype(f"u{a.dtype.itemsize}")).view(a.dtype)
     return _wrap(np.divide, a, b)
 
 
@@ -85,9 +90,23 @@ def clamp(ctx, min, operand, max):  # noqa: A002
 
 @register(OP_SET, "stablehlo.convert")
 def convert(ctx, operand):
-    """Conversion to the output tensor's type (float -> int truncates)."""
+    """Conversion to the output tensor's type. Float -> integer truncates
+    toward zero and saturates: values beyond the type's range give its
+    minimum or maximum, NaN gives 0 (the spec leaves out-of-range values
+    to be decided; this is what XLA, which the lowering runs, computes)."""
+    x = np.asarray(operand)
+    out = np.dtype(ctx.out_dtype(0))
+    if x.dtype.kind == "f" and out.kind in "iu":
+        info = np.iinfo(out)
+        t = np.trunc(x.astype(np.float64))
+        hi, lo = t >= float(info.max), t <= float(info.min)
+        mid = ~(hi | lo | np.isnan(t))
+        r = np.zeros(x.shape, out)
+        r[hi], r[lo] = info.max, info.min
+        r[mid] = t[mid].astype(out)
+        return r
     with np.errstate(invalid="ignore", over="ignore"):
-        return np.asarray(operand).astype(ctx.out_dtype(0))
+        return x.astype(out)
 
 
 @register(OP_SET, "stablehlo.batch_norm_inference")
@@ -148,8 +167,11 @@ def _shift(a, b, kind):
             out[i] = np.array(((v << s) & ((1 << n) - 1)) if 0 <= s < n else 0).astype(udt).view(a.dtype)
         elif kind == "logical":
             out[i] = np.array((v & ((1 << n) - 1)) >> s if 0 <= s < n else 0).astype(udt).view(a.dtype)
-        else:  # arithmetic: Python's >> on the signed value fills with the sign
-            out[i] = v >> s if 0 <= s < n else (-1 if v < 0 else 0)
+        else:  # arithmetic: the bit pattern read as signed (unsigned types too), >> fills with its sign bit
+            v &= (1 << n) - 1
+            v = v - (1 << n) if v >> (n - 1) else v
+            r = v >> s if 0 <= s < n else (-1 if v < 0 else 0)
+            out[i] = np.array(r & ((1 << n) - 1)).astype(udt).view(a.dtype)
     return out
 
 
@@ -167,7 +189,9 @@ def shift_right_logical(ctx, lhs, rhs):
 
 @register(OP_SET, "stablehlo.shift_right_arithmetic")
 def shift_right_arithmetic(ctx, lhs, rhs):
-    """Sign-filling right shift; 0 or -1 for shifts outside ``[0, bits)``."""
+    """Sign-filling right shift of the bit pattern (the top bit fills, for
+    unsigned types too: the StableHLO interpreter's ``APInt::ashr``); all
+    sign bits for shifts outside ``[0, bits)``."""
     return _shift(lhs, rhs, "arithmetic")
 
 

@@ -97,8 +97,12 @@ def DEPTHWISE_CONV_2D(ctx, x, w, b=None, *, padding="SAME", stride_w=1, stride_h
 
 @register("tflite", "FULLY_CONNECTED")
 def FULLY_CONNECTED(ctx, x, w, b=None, *, fused_activation_function="NONE",
-                    weights_format="DEFAULT", keep_num_dims=False):
+                    weights_format="DEFAULT", keep_num_dims=False, asymmetric_quantize_inputs=False):
     """``y = x @ w.T + b`` (kernels/fully_connected.cc, float path).
+
+    ``asymmetric_quantize_inputs`` only applies to the hybrid kernel (int8
+    weights: the ``"tflite.hybrid"`` twin); the float path ignores it, as the
+    lowering does.
 
     ``w`` is ``[O, I]``. With ``keep_num_dims`` the output is
     ``x.shape[:-1] + (O,)``; without it ``x`` is flattened to ``[-1, I]`` and

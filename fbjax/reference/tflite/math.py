@@ -168,7 +168,10 @@ def LOG_SOFTMAX(ctx, x):
 
 @register("tflite", "CAST")
 def CAST(ctx, x, *, in_data_type=None, out_data_type=None):
-    """Convert to the output dtype: float -> int truncates, -> bool is ``!= 0``."""
+    """Convert to the output dtype: float -> int truncates toward zero and
+    saturates (kernels/cast.cc ``SaturatingCastFloatingToInteger``: below the
+    range the type's minimum, above it or NaN its maximum), -> bool is
+    ``!= 0``, complex keeps its real part."""
     dt = np.dtype(ctx.out_dtype(0))
     x = np.asarray(x)
     if dt == np.bool_:
@@ -176,7 +179,14 @@ def CAST(ctx, x, *, in_data_type=None, out_data_type=None):
     if np.iscomplexobj(x) and dt.kind != "c":
         x = x.real
     if dt.kind in "iu" and x.dtype.kind == "f":
-        x = np.trunc(x)
+        info = np.iinfo(dt)
+        t = np.trunc(x.astype(np.float64))
+        hi, lo = np.isnan(t) | (t >= float(info.max)), t <= float(info.min)
+        out = np.zeros(x.shape, dt)
+        out[hi], out[lo] = info.max, info.min
+        mid = ~(hi | lo)
+        out[mid] = t[mid].astype(dt)
+        return out
     with np.errstate(all="ignore"):
         return x.astype(dt)
 
@@ -189,14 +199,15 @@ def _b(ctx, fn, a, b):
 
 @register("tflite", "MAXIMUM")
 def MAXIMUM(ctx, a, b):
-    """Element-wise max, broadcasting."""
-    return _b(ctx, np.maximum, a, b)
+    """Element-wise ``a > b ? a : b``, broadcasting (kernels/maximum_minimum.cc
+    ``MaximumOp``: NaN in ``a`` gives ``b``, NaN in ``b`` gives NaN)."""
+    return _b(ctx, lambda x, y: np.where(x > y, x, y), a, b)
 
 
 @register("tflite", "MINIMUM")
 def MINIMUM(ctx, a, b):
-    """Element-wise min, broadcasting."""
-    return _b(ctx, np.minimum, a, b)
+    """Element-wise ``a < b ? a : b``, broadcasting (``MinimumOp``)."""
+    return _b(ctx, lambda x, y: np.where(x < y, x, y), a, b)
 
 
 @register("tflite", "POW")
