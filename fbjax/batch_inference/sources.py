@@ -17,8 +17,9 @@ exhausted). Three ways, chosen from the examples:
   a view of it (no copy, no per-example work; :class:`ArraySteps`);
 * a directory for a one-input model: each ``.npy`` file is read straight
   into the step's buffer (:class:`NpyFiles`: the header compared as bytes
-  with those parsed before, the data read with ``readinto``); any other
-  file (another dtype, shape or order, ``.npz``) the general way;
+  with those parsed before, the data read with ``readinto``), between
+  dispatches, without a reader thread; any other file (another dtype,
+  shape or order, ``.npz``) the general way;
 * anything else: example by example, each checked (shape, ``same_kind``
   dtype cast) and copied into a fresh buffer per step.
 """
@@ -287,9 +288,13 @@ class ArraySteps:
 class _DirectorySteps:
     """Steps of a directory of ``.npy`` files for a one-input model: each
     file read into the step's buffer (:class:`NpyFiles`), any other file
-    the general way (checked)."""
+    the general way (checked). Read by the thread that dispatches the steps
+    (:attr:`cheap`): the steps in flight keep the device busy while it
+    reads, and a reader thread only competed for the cores and the GIL
+    (side by side on a quiet 2-core machine, steps of 1 and 8 examples:
+    the thread took 1.01-1.21x as long as reading in place)."""
 
-    cheap = False
+    cheap = True
 
     def __init__(self, folder: str, files: list, spec, shape: tuple, step: int, check: _Checker):
         self.folder, self.files, self.spec, self.shape, self.step = folder, files, spec, shape, step
