@@ -24,12 +24,17 @@ and times, on the same ``--examples`` random examples (float: normal, seed
 * ``batched`` (with ``--batched``): ``jax.jit(poly.apply)`` on the examples
   stacked S at a time.
 
-Each round runs every variant once (loops once per round, whatever the step
-sizes), in an order that alternates between rounds; the machine is shared,
-so the ratios are *paired*: within each round, the loop's time over
-``infer``'s time (of the same load mode, the same source: ``infer dir``
-against ``loop dir``), then the median over rounds (target: >= 1).
-``vs mem loop`` is ``infer dir`` against the in-memory loop. ``load`` is the
+Each round runs every ``infer`` variant back to back with the loop it is
+compared with (same load mode, same source: ``infer dir`` with ``loop
+dir``), the pairs in an order that reverses between rounds and which of a
+pair runs first alternating; the machine is shared, so the ratios are
+*paired*: the loop's time over ``infer``'s within each pair, then the median
+over rounds (target: >= 1); also the ratio of the minima over all runs
+(the least disturbed run of each) and of the medians. ``A/A`` times the
+same loop against itself the same way (``loop again``): its paired median
+and range over rounds show what this protocol reads when nothing differs.
+``dir / mem loop`` is ``infer dir`` against the in-memory loop (a ratio of
+medians: they do not run back to back). ``load`` is the
 1-minute load average (``os.getloadavg``) at the row's end. Every variant's
 outputs are compared with the fixed model's loop (max abs difference / max
 abs value over all outputs).
@@ -50,7 +55,6 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the other benchmark scripts
-from ab import _rounds  # noqa: E402
 
 SHARED = os.path.join(ROOT, "..", "shared", "models", "tflite")
 
@@ -82,6 +86,48 @@ def _examples(spec, n: int) -> np.ndarray:
         info = np.iinfo(dtype)
         return rng.integers(info.min, int(info.max) + 1, (n, *shape)).astype(dtype)
     return rng.standard_normal((n, *shape)).astype(dtype)
+
+
+def _paired_rounds(fns: dict, runs: int) -> tuple:
+    """Time every ``infer ...`` variant back to back with the loop it is
+    compared with (``infer MODE S`` with ``loop MODE``, ``infer dir MODE S``
+    with ``loop dir MODE``), ``runs`` rounds; the pairs' order reverses every
+    round and which of the two runs first alternates, so a change of the
+    machine's load within a round hits both sides of a pair alike. Other
+    variants (``batched``) run once per round between the pairs.
+
+    Returns ``(times, ratios)``: seconds per variant (a loop once per pair
+    it is in), and ``{(infer key, loop key): [loop s / infer s per pair]}``.
+    """
+    pairs = []
+    for k in fns:
+        if k.startswith("loop again "):  # A/A: the same loop twice, the noise of this protocol
+            pairs.append((k, "loop " + k.split()[2]))
+        elif k.startswith("infer dir "):
+            pairs.append((k, "loop dir " + k.split()[2]))
+        elif k.startswith("infer "):
+            pairs.append((k, "loop " + k.split()[1]))
+    others = [k for k in fns if not k.startswith(("infer ", "loop "))]
+    ts = {k: [] for k in fns}
+    ratios = {p: [] for p in pairs}
+
+    def timed(k):
+        t = time.perf_counter()
+        fns[k]()
+        dt = time.perf_counter() - t
+        ts[k].append(dt)
+        return dt
+
+    for r in range(runs):
+        for i, (a, b) in enumerate(pairs if r % 2 else pairs[::-1]):
+            if (r + i) % 2:
+                ta, tb = timed(a), timed(b)
+            else:
+                tb, ta = timed(b), timed(a)
+            ratios[(a, b)].append(tb / ta)
+        for k in others:
+            timed(k)
+    return ts, ratios
 
 
 def bench_model(path: str, steps, n: int, runs: int, batched: bool = False):
@@ -120,6 +166,7 @@ def bench_model(path: str, steps, n: int, runs: int, batched: bool = False):
         for mode, m in models.items():
             fns[f"loop {mode}"] = lambda m=m: jax.block_until_ready([m(x[None]) for x in xs])
             fns[f"loop dir {mode}"] = lambda m=m: jax.block_until_ready([m(np.load(f)[None]) for f in files])
+            fns[f"loop again {mode}"] = fns[f"loop {mode}"]  # A/A control (see _paired_rounds)
             for s in steps:
                 fns[f"infer {mode} {s}"] = lambda m=m, s=s: fbjax.infer(m, xs, step_size=s, progress=False)
                 fns[f"infer dir {mode} {s}"] = lambda m=m, s=s: fbjax.infer(m, d, step_size=s, progress=False)
@@ -145,11 +192,19 @@ def bench_model(path: str, steps, n: int, runs: int, batched: bool = False):
                                                                   zip(*[_outs(y) for y in got])]
             errs[k] = _rel_err(got, ref)
         setup = time.perf_counter() - t0
-        ts = _rounds(fns, runs)  # alternating order, round by round (benchmarks/ab.py)
+        ts, pair_ratios = _paired_rounds(fns, runs)
     load = round(os.getloadavg()[0], 1)
 
     def paired(num, den):
-        return round(float(np.median([a / b for a, b in zip(ts[num], ts[den])])), 2)
+        if (den, num) in pair_ratios:  # infer and its loop run back to back (see _paired_rounds)
+            return round(float(np.median(pair_ratios[(den, num)])), 2)
+        return round(float(np.median(ts[num]) / np.median(ts[den])), 2)  # not run side by side: medians
+
+    def of_min(num, den):
+        return round(float(min(ts[num]) / min(ts[den])), 2)
+
+    def of_median(num, den):
+        return round(float(np.median(ts[num]) / np.median(ts[den])), 2)
 
     for mode in models:
         for s in steps:
@@ -161,6 +216,17 @@ def bench_model(path: str, steps, n: int, runs: int, batched: bool = False):
                    "infer / loop": paired(f"loop {mode}", f"infer {mode} {s}"),
                    "dir / loop dir": paired(f"loop dir {mode}", f"infer dir {mode} {s}"),
                    "dir / mem loop": paired(f"loop {mode}", f"infer dir {mode} {s}"),
+                   "infer / loop min": of_min(f"loop {mode}", f"infer {mode} {s}"),
+                   "infer / loop median": of_median(f"loop {mode}", f"infer {mode} {s}"),
+                   "dir / loop dir min": of_min(f"loop dir {mode}", f"infer dir {mode} {s}"),
+                   "dir / loop dir median": of_median(f"loop dir {mode}", f"infer dir {mode} {s}"),
+                   "A/A loop / loop": paired(f"loop {mode}", f"loop again {mode}"),
+                   "A/A range": [round(float(min(pair_ratios[(f"loop again {mode}", f"loop {mode}")])), 2),
+                                 round(float(max(pair_ratios[(f"loop again {mode}", f"loop {mode}")])), 2)],
+                   "rounds infer / loop": [round(float(x), 3) for x in pair_ratios[(f"infer {mode} {s}", f"loop {mode}")]],
+                   "rounds dir / loop dir": [round(float(x), 3)
+                                             for x in pair_ratios[(f"infer dir {mode} {s}", f"loop dir {mode}")]],
+                   "rounds A/A": [round(float(x), 3) for x in pair_ratios[(f"loop again {mode}", f"loop {mode}")]],
                    "load": load,
                    "max rel err": max(errs[f"infer {mode} {s}"], errs[f"infer dir {mode} {s}"]),
                    "setup s": round(setup, 1)}
@@ -174,13 +240,17 @@ def bench_model(path: str, steps, n: int, runs: int, batched: bool = False):
 
 
 def markdown(records, skipped) -> str:
-    head = ("| model | load | step | loop ex/s | infer ex/s | infer / loop | loop dir ex/s | infer dir ex/s "
-            "| dir / loop dir | dir / mem loop | load avg | max rel err |")
-    lines = [head, "|" + "---|" * 12]
+    head = ("| model | load | step | loop ex/s | infer ex/s | infer / loop (paired, min, median) | loop dir ex/s "
+            "| infer dir ex/s | dir / loop dir (paired, min, median) | dir / mem loop | A/A loop / loop (range) "
+            "| load avg | max rel err |")
+    lines = [head, "|" + "---|" * 13]
     for r in records:
         lines.append(f"| {r['model']} | {r['load mode']} | {r['step']} | {r['loop ex/s']:.0f} | "
-                     f"{r['infer ex/s']:.0f} | {r['infer / loop']:.2f} | {r['loop dir ex/s']:.0f} | "
-                     f"{r['infer dir ex/s']:.0f} | {r['dir / loop dir']:.2f} | {r['dir / mem loop']:.2f} | "
+                     f"{r['infer ex/s']:.0f} | {r['infer / loop']:.2f}, {r['infer / loop min']:.2f}, "
+                     f"{r['infer / loop median']:.2f} | {r['loop dir ex/s']:.0f} | "
+                     f"{r['infer dir ex/s']:.0f} | {r['dir / loop dir']:.2f}, {r['dir / loop dir min']:.2f}, "
+                     f"{r['dir / loop dir median']:.2f} | {r['dir / mem loop']:.2f} | "
+                     f"{r['A/A loop / loop']:.2f} ({r['A/A range'][0]:.2f}-{r['A/A range'][1]:.2f}) | "
                      f"{r['load']:.1f} | {r['max rel err']:.1e} |")
     for name, why in skipped:
         lines.append(f"\n{name}: not timed: {why}")

@@ -17,8 +17,8 @@ from .errors import FbjaxError, InputError, ModelFormatError, UnsupportedOperato
 from .model import Model, SignatureSpec, TensorSpec, load
 from .options import KernelOptions  # fbjax.load(..., kernel_options=KernelOptions(...))
 from .train import trainable
-from .infer import infer  # the function; the module stays importable as fbjax.infer
-from .generate import generate  # the function; the module stays importable as fbjax.generate
+from .batch_inference import infer  # the module: fbjax.batch_inference (sources, sinks, stepping)
+from .generation import generate  # the module: fbjax.generation
 from .llm_bundle import LlmBundle  # what fbjax.load returns for a .litertlm / LLM .task bundle
 from .lower.stablehlo.custom import register_custom_call
 from .custom import register_custom_op

@@ -20,7 +20,7 @@ through :func:`fbjax.infer` -- the same steps, padding and programs as
 ``fbjax.infer(model, examples, step_size=step_size)`` on the whole dataset,
 so each example's result has the same bits (on one CPU device every step
 runs as calls of the same ``k`` examples, ``k`` fixed by ``step_size`` and
-the model alone; see :mod:`fbjax.infer`).
+the model alone; see :mod:`fbjax.batch_inference`).
 
 Batch size. The model is loaded batch-polymorphic
 (``fbjax.load(path, batch_size=None)``, as :func:`fbjax.infer` needs it),
@@ -52,7 +52,7 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise ImportError("fbjax.beam needs Apache Beam: pip install 'fbjax[beam]'") from e
 
 from .errors import InputError
-from .infer import infer
+from .batch_inference import infer
 from .model import Model, load
 
 __all__ = ["FbjaxModelHandler", "DEFAULT_STEP_SIZE"]

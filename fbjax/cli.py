@@ -539,7 +539,7 @@ def cmd_infer(args) -> int:
     import jax
 
     from . import infer, load
-    from .infer import FILE_NAMES_KEY, check_out_path, effective_batch_size, example_files
+    from .batch_inference import FILE_NAMES_KEY, check_out_path, effective_batch_size, example_files
 
     # what can be checked without the model first (infer checks again, cheaply)
     check_out_path(args.out)
@@ -547,14 +547,12 @@ def cmd_infer(args) -> int:
     from .errors import InputError
 
     if args.signature is None:
-        try:
-            model = load(args.model, format=args.format, batch_size=None, quantized=args.quantized,
-                         constant_inputs=_constant_inputs(args), static_bounds=args.static_bounds)
-        except InputError as e:
-            if not str(e).startswith("batch_size:"):
-                raise
-            # the batch-polymorphic rewrite refused: say what infer needs and what else works
-            raise SystemExit(f"fbjax infer: {_infer_needs(args.model, e)}") from None
+        # loaded the default way (the file's shapes), as fbjax.infer takes it: on one CPU device a
+        # batch-1 model runs as its own calls (also a graph the batch rewrite refuses, e.g. a ViT's
+        # MEAN over the batch); infer loads it again batch-polymorphic only where that runs faster
+        # or where it must (several devices, an accelerator)
+        model = load(args.model, format=args.format, quantized=args.quantized,
+                     constant_inputs=_constant_inputs(args), static_bounds=args.static_bounds)
     else:  # one entry point, at the file's shapes (a batch-1 signature runs vmapped over the examples)
         loaded = load(args.model, format=args.format, quantized=args.quantized,
                       constant_inputs=_constant_inputs(args), static_bounds=args.static_bounds)
@@ -578,7 +576,13 @@ def cmd_infer(args) -> int:
     print(f"{n} examples in {args.inputs}; {len(jax.devices())} device(s) ({jax.default_backend()}); "
           f"step size {eff} examples ({how})")
     t0 = time.perf_counter()
-    out = infer(model, args.inputs, step_size=args.batch_size, out=args.out, progress=not args.no_progress)
+    try:
+        out = infer(model, args.inputs, step_size=args.batch_size, out=args.out, progress=not args.no_progress)
+    except InputError as e:
+        if args.signature is not None or not str(e).startswith("batch_size:"):
+            raise
+        # the batch-polymorphic rewrite refused where infer needs it: say why and what else works
+        raise SystemExit(f"fbjax infer: {_infer_needs(args.model, e)}") from None
     dt = time.perf_counter() - t0
     order = f"sorted file-name order, names in {FILE_NAMES_KEY!r}" if out.endswith(".npz") else "sorted file-name order"
     print(f"wrote {out}: {n} examples ({order}) in {dt:.2f} s ({n / dt:.1f} examples/s, including compilation)")
@@ -591,7 +595,8 @@ def _infer_needs(path: str, error) -> str:
     what to do instead."""
     from .formats import read_model
 
-    msg = (f"it batches the examples itself, so it loads the model batch-polymorphic "
+    msg = (f"it batches the examples itself: a model whose inputs lead with a batch of 1 runs as its own "
+           f"calls on one CPU device, anything else needs the model batch-polymorphic "
            f"(fbjax.load(path, batch_size=None)), which this model refuses: {error}")
     sigs = read_model(path).signatures
     if sigs:
@@ -693,7 +698,7 @@ def cmd_generate(args) -> int:
 
     from . import load
     from .errors import InputError
-    from .generate import generate
+    from .generation import generate
 
     if is_bundle(args.model):
         return generate_bundle(args)
@@ -849,7 +854,8 @@ def build_parser() -> argparse.ArgumentParser:
         "(row i of each output is the i-th file of DIR sorted by name); an .npz output also holds those "
         "file names as the string array '__files__' (never an output's key).",
     )
-    pf.add_argument("model", help="model file stored with batch 1 (loaded batch-polymorphic)")
+    pf.add_argument("model", help="model file stored with batch 1 (loaded the default way; on one CPU device it runs "
+                    "as its own batch-1 calls, else, or where that is faster, loaded again batch-polymorphic)")
     pf.add_argument("--input-dir", "--inputs", dest="inputs", required=True, metavar="DIR",
                     help="directory of per-example .npy/.npz files, each without the batch dimension "
                     "(--inputs: the old spelling)")

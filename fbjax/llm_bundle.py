@@ -2,7 +2,7 @@
 
 ``fbjax.load("model.litertlm")`` returns an :class:`LlmBundle`: the bundle's
 TFLite prefill/decode model as a :class:`~fbjax.Model` (its signatures
-driven as :mod:`fbjax.generate` drives them), its tokenizer
+driven as :mod:`fbjax.generation` drives them), its tokenizer
 (``sentencepiece`` or HuggingFace ``tokenizers``), start and stop tokens,
 prompt templates, Jinja chat template and sampler defaults.
 
@@ -18,7 +18,7 @@ the runtime's:
 * generation stops at a stop token (not part of the text), or when the KV
   cache is full (``capacity - tokens so far`` new tokens at most; capacity:
   ExecutorMetadata's ``sequence_axis`` of the K cache where present, else the
-  mask's or the cache's sequence axis as :mod:`fbjax.generate` reads it), or
+  mask's or the cache's sequence axis as :mod:`fbjax.generation` reads it), or
   after ``max_new_tokens``;
 * text streams one piece per token (special tokens included, as the
   tokenizer decodes them), the first piece without its leading space.
@@ -54,7 +54,7 @@ import numpy as np
 from .errors import InputError, ModelFormatError
 from .formats import llm_bundle as _fmt
 from .formats._writing import write_file
-from .generate import _cache_positions, _causal_mask, _CACHE_PREFIX, llm_signatures
+from .generation import _cache_positions, _causal_mask, _CACHE_PREFIX, llm_signatures
 
 __all__ = ["LlmBundle", "Tokenizer", "Sampler", "ChatSession", "open_bundle"]
 
@@ -194,7 +194,7 @@ class _Runner:
         fn = self._jit.get("prefill")
         if fn is None:
             fn = self._jit["prefill"] = jax.jit(jax.vmap(self._prefill_row, in_axes=(None, 0, 0, 0)))
-        with jax.enable_x64(self.model._x64):
+        with jax.enable_x64(self.model.x64):
             return fn(params, kv, np.asarray(tokens, np.int32), np.asarray(start, np.int32))
 
     def decode(self, params, kv, token, pos, key, sampler: Sampler):
@@ -206,7 +206,7 @@ class _Runner:
                 logits, kv = jax.vmap(self._decode_row, in_axes=(None, 0, 0, 0))(params, kv, token, pos)
                 return _sample(logits, key, sampler.temperature, sampler.top_k, sampler.top_p), kv
             fn = self._jit[ck] = jax.jit(step)
-        with jax.enable_x64(self.model._x64):
+        with jax.enable_x64(self.model.x64):
             return fn(params, kv, np.asarray(token, np.int32), np.asarray(pos, np.int32), key)  # numpy: no extra dispatch
 
 

@@ -117,6 +117,38 @@ def _batch_hint(want: tuple, got: tuple) -> str:
         return ""
     return " (load the model with fbjax.load(path, batch_size=None) for other batch sizes)"
 
+class BatchCache:
+    """What :func:`fbjax.infer` and :func:`fbjax.generate` keep on a
+    :class:`Model` between calls (:attr:`Model.batch_cache`), so repeated calls on a model neither load,
+    measure nor compile again. Nothing in it changes a result: each entry is
+    derived from the model and its options alone, or (the stream choosers)
+    decides only how many identical steps run at once.
+
+    Attributes:
+        example_bytes: the largest activation set of one example in bytes
+            (``None`` until first needed; ``fbjax.batch_inference.stepping.example_bytes``).
+        batch_polymorphic: the model loaded again with ``batch_size=None``
+            (its other load options kept), or the :class:`InputError` that
+            refused it; ``None`` until first needed.
+        stream_choosers: ``{streams: StreamChooser}`` timing one stream of
+            steps against several at once (``fbjax.batch_inference.stepping``).
+        compiled_steps: the examples per call already run (compiled) on one CPU device.
+        mesh_programs: ``{(entry point, device ids): jitted apply}`` for steps over a device mesh
+            (the model's own, and those of its signatures).
+        generate_programs: the jitted prefill + decode programs of
+            :func:`fbjax.generate` on this model, keyed by its signatures,
+            ``max_new_tokens``, sampling options and prompt starts.
+    """
+
+    def __init__(self):
+        self.example_bytes: Optional[int] = None
+        self.batch_polymorphic = None
+        self.stream_choosers: dict = {}
+        self.compiled_steps: set = set()
+        self.mesh_programs: dict = {}
+        self.generate_programs: dict = {}
+
+
 class Model:
     """A model file loaded as a JAX function.
 
@@ -167,6 +199,9 @@ class Model:
             ranges, image color space, per-output names, labels per locale,
             bounding-box semantics), or ``None`` when the file has none (and
             for other formats).
+        batch_cache: the :class:`BatchCache` :func:`fbjax.infer` keeps
+            between calls on this model (reloads, timings, compiled programs;
+            never a result).
     """
 
     def __init__(self, ir: ModelIR, program: Program, path: Optional[str] = None, *,
@@ -179,6 +214,7 @@ class Model:
         self.program = program
         #: the fbjax.load keyword arguments that made this model (to load it again with another batch)
         self._load_kwargs = dict(load_kwargs or {})
+        self.batch_cache = BatchCache()
         #: the dtype float ops compute in (``fbjax.load(..., compute_dtype=...)``)
         self.compute_dtype = "float32" if getattr(program, "compute_dtype", None) is None else program.compute_dtype.name
         g = ir.main_graph
@@ -225,6 +261,12 @@ class Model:
         or integer kernels that need 64-bit arithmetic (see the class
         docstring). :meth:`apply` follows the caller's configuration."""
         return self._x64
+
+    @property
+    def load_kwargs(self) -> dict:
+        """The keyword arguments of :func:`fbjax.load` that made this model
+        (a copy; e.g. to load the file again with another ``batch_size``)."""
+        return dict(self._load_kwargs)
 
     @property
     def checks_inputs(self) -> bool:

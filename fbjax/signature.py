@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .errors import InputError
-from .generate import _CACHE_PREFIX, _cache_positions
+from .generation import _CACHE_PREFIX, _cache_positions
 
 
 class SignatureRunner:
@@ -63,7 +63,7 @@ class SignatureRunner:
         self._out_values = list(sig.outputs.values())
         self._out_pos = [out_ids.get(id(v)) for v in self._out_values]
         self._jitted = jax.jit(self.apply_tuple)
-        self._examples = None  # the ExamplesOf view, made once (fbjax.infer caches its jit on it)
+        self._examples = None  # the ExamplesOf view, made once
 
     @property
     def params(self) -> dict:
@@ -71,8 +71,9 @@ class SignatureRunner:
         return self.model.params
 
     @property
-    def _x64(self) -> bool:
-        return self.model._x64
+    def x64(self) -> bool:
+        """Whether calls run under a scoped ``jax.enable_x64(True)`` (:attr:`fbjax.Model.x64`)."""
+        return self.model.x64
 
     @property
     def path(self):
@@ -181,14 +182,14 @@ class SignatureRunner:
         """
         vals = self._bind(args, kwargs)
         if any(isinstance(x, jax.core.Tracer) for x in vals):
-            with jax.enable_x64(self._x64):
+            with jax.enable_x64(self.x64):
                 return self.apply(self.model.params, *vals)
         if self.model._stateful:
             raise InputError(f"signature {self.key!r}: models with resource variables run only through "
                              "Model.apply(..., state=...) for now")
         vals = self._check(vals, cast=True)
         self._check_positions(vals)
-        with jax.enable_x64(self._x64):
+        with jax.enable_x64(self.x64):
             outs = self._jitted(self.model.params, *vals)
         return dict(zip(self._out_names, outs))
 
@@ -275,8 +276,9 @@ class ExamplesOf:
         return self.runner.params
 
     @property
-    def _x64(self) -> bool:
-        return self.runner._x64
+    def x64(self) -> bool:
+        """Whether calls run under a scoped ``jax.enable_x64(True)`` (:attr:`fbjax.Model.x64`)."""
+        return self.runner.x64
 
     @property
     def path(self):

@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 
 import fbjax
+from fbjax.batch_inference import stepping
 from fbjax.errors import InputError
 from fbjax.formats.tflite_builder import TFLiteBuilder
 
@@ -402,7 +403,7 @@ def test_cli_infer_header_prints_the_effective_batch_size_on_2_devices(tmp_path)
 
 
 def test_infer_effective_batch_size():
-    from fbjax.infer import effective_batch_size
+    from fbjax.batch_inference import effective_batch_size
 
     assert [effective_batch_size(b, 2) for b in (None, 1, 2, 3, 4)] == [16, 2, 2, 4, 4]
     assert effective_batch_size(5, 1) == 5 and effective_batch_size(9, 8) == 16
@@ -478,7 +479,7 @@ def test_infer_progress_bar_knows_the_total(tmp_path, monkeypatch):
 
 def test_infer_npz_holds_the_example_file_names_in_result_order(tmp_path):
     from fbjax.cli import build_parser
-    from fbjax.infer import FILE_NAMES_KEY, _output_keys
+    from fbjax.batch_inference.sinks import FILE_NAMES_KEY, output_keys
 
     src = conv_reshape_fc()
     rng = np.random.default_rng(12)
@@ -497,7 +498,7 @@ def test_infer_npz_holds_the_example_file_names_in_result_order(tmp_path):
         for i, n in enumerate(files):
             assert_within(z["out"][i], want[n], bound[n], n)
     # an output literally named "__files__" is stored as output_<k>, never under the file-names key
-    assert _output_keys(["__files__", "y"]) == ["output_0", "y"]
+    assert output_keys(["__files__", "y"]) == ["output_0", "y"]
     # --help documents the order and the key
     sub = build_parser().subcommand_parsers["infer"]
     text = " ".join(sub.format_help().split())
@@ -521,16 +522,16 @@ def test_infer_runs_cache_sized_chunks_of_the_prepared_program_on_cpu():
     model(x) on chunks whose activations fit KernelOptions.chunk_bytes (one
     example for palm detection, 3.5 MB per example), padding the last batch:
     results within the shared-model bound of per-example calls."""
-    from fbjax.infer import _chunk, _plan
+    from fbjax.batch_inference.stepping import chunk, plan
 
     path = TFLITE_MODELS / "mediapipe_face_detection_short_range.tflite"
     model = fbjax.load(path, batch_size=None)
     palm = fbjax.load(TFLITE_MODELS / "mediapipe_palm_detection_lite.tflite", batch_size=None)
-    assert _chunk(palm, 8) == 1 and _chunk(palm, 64) == 1
-    assert _plan(palm, 8) == (1, 2)  # one example fills the cache: batch-1 steps, two streams timed
-    k = _chunk(model, 6)
+    assert chunk(palm, 8) == 1 and chunk(palm, 64) == 1
+    assert plan(palm, 8) == (1, 2)  # one example fills the cache: batch-1 steps, two streams timed
+    k = chunk(model, 6)
     assert 1 <= k < 6 and 6 % k == 0  # 1.3 MB per example: more than one chunk per batch of 6
-    assert _plan(model, 6) == (k, 2)  # two examples fit: two streams of steps at once
+    assert plan(model, 6) == (k, 2)  # two examples fit: two streams of steps at once
     xs = np.random.default_rng(5).random((7, 128, 128, 3), dtype=F32)  # 6 + 1 padded
     got = fbjax.infer(model, xs, step_size=6, progress=False)
     single = fbjax.load(path)
@@ -559,12 +560,12 @@ def test_infer_reader_errors_reach_the_caller_and_the_reader_stops():
 
 def test_infer_reads_npy_files_into_the_step_buffer_and_names_bad_files(tmp_path):
     """A directory of .npy files for a one-input model is read by header
-    bytes + readinto (fbjax.infer._NpyFiles): one header parsed for many
+    bytes + readinto (fbjax.batch_inference.sources.NpyFiles): one header parsed for many
     files, files in another layout (float64, Fortran order, format 2.0)
     read the general way, the same numbers as the same examples from an
     array (the same program on the same step buffers: identical results),
     and a file of another kind, shape or length rejected naming it."""
-    from fbjax.infer import _NpyFiles
+    from fbjax.batch_inference.sources import NpyFiles
 
     src = conv_reshape_fc()
     model = fbjax.load(src, batch_size=None)
@@ -578,7 +579,7 @@ def test_infer_reads_npy_files_into_the_step_buffer_and_names_bad_files(tmp_path
     np.testing.assert_array_equal(got, fbjax.infer(model, xs, step_size=4, progress=False))
     assert_per_sample(got, src, xs, "infer from a directory of .npy files")
 
-    npy = _NpyFiles((6, 6, 3), F32)
+    npy = NpyFiles((6, 6, 3), F32)
     dest = np.empty((6, 6, 3), F32)
     view = memoryview(dest.reshape(-1).view(np.uint8))
     for i in (0, 1, 2, 6):
@@ -607,7 +608,7 @@ def test_infer_int64_model_keeps_64_bits_in_the_worker_threads():
     setting: steps run in worker threads (two streams on one CPU device)
     must set it there too, or int64 inputs above 2**31 lose their high bits.
     ADD of integers is exact: x + x == 2 * x."""
-    from fbjax.infer import _plan
+    from fbjax.batch_inference.stepping import plan
 
     b = TFLiteBuilder()
     x = b.add_input((1, 4), dtype=np.int64, name="x")
@@ -616,7 +617,7 @@ def test_infer_int64_model_keeps_64_bits_in_the_worker_threads():
     b.add_output(y)
     model = fbjax.load(b.build(), batch_size=None)
     xs = (np.int64(2) ** 40 + np.arange(7 * 4, dtype=np.int64)).reshape(7, 4)
-    assert _plan(model, 2)[1] == 2  # a tiny model: two streams
+    assert plan(model, 2)[1] == 2  # a tiny model: two streams
     for _ in range(2):  # the first call runs its first step in this thread, the second all in workers
         got = fbjax.infer(model, xs, step_size=2, progress=False)
         assert got.dtype == np.int64
@@ -624,71 +625,149 @@ def test_infer_int64_model_keeps_64_bits_in_the_worker_threads():
 
 
 def test_stream_chooser_keeps_the_faster_way_and_measures_again():
-    """_StreamChooser: probe one stream, then two, keep the faster (by the
+    """StreamChooser: probe one stream, then two, keep the faster (by the
     times given), then probe again; driven here by fake clock readings."""
-    inf = sys.modules["fbjax.infer"]  # (fbjax.infer, the attribute, is the function)
 
-    for t1, t2, keep in ((2.0, 1.0, 2), (1.0, 2.0, 1)):
-        c = inf._StreamChooser(2)
+    for t1, t2, keep in ((2.0, 1.0, 2), (1.0, 2.0, 1), (1.0, 0.95, 1)):  # two streams 5 % faster: not enough
+        c = stepping.StreamChooser(2)
         clock, modes = 0.0, []
         per_step = {1: t1, 2: t2}
-        for _ in range(2 * inf.STREAM_PROBE_STEPS + inf.STREAM_KEEP_STEPS + 1):
+        for _ in range(2 * stepping.STREAM_PROBE_STEPS + stepping.STREAM_KEEP_STEPS + 1):
             if c.due():
                 c.begin(clock)
             c.took()
             modes.append(c.mode)
             clock += per_step[c.mode]
-        p = inf.STREAM_PROBE_STEPS
+        p = stepping.STREAM_PROBE_STEPS
         assert modes[:p] == [1] * p and modes[p:2 * p] == [2] * p
-        assert modes[2 * p:-1] == [keep] * inf.STREAM_KEEP_STEPS
+        assert modes[2 * p:-1] == [keep] * stepping.STREAM_KEEP_STEPS
         assert modes[-1] == 1  # measuring again
 
 
+def test_stream_chooser_keeps_a_confirmed_choice_longer(monkeypatch):
+    """Each probe round that confirms the way kept doubles how long it is
+    kept (up to STREAM_KEEP_MAX_STEPS), so probing the slower way costs a
+    shrinking share of the steps; a round with another winner starts again
+    from STREAM_KEEP_STEPS. Driven by a fake clock."""
+    keep = stepping.STREAM_KEEP_STEPS
+    monkeypatch.setattr(stepping, "STREAM_KEEP_MAX_STEPS", 4 * keep)
+    c = stepping.StreamChooser(2)
+    clock, per_step = 0.0, {1: 1.0, 2: 2.0}  # one stream faster
+
+    def next_keep():
+        """Run steps until a kept phase starts; its (way, steps)."""
+        nonlocal clock
+        while True:
+            kept = c.due() and (c.begin(clock) or c.left != stepping.STREAM_PROBE_STEPS)
+            c.took()
+            clock += per_step[c.mode]
+            if kept:
+                return c.phases[0]
+
+    assert [next_keep() for _ in range(4)] == [(1, keep), (1, 2 * keep), (1, 4 * keep), (1, 4 * keep)]
+    per_step = {1: 2.0, 2: 1.0}  # the load changed: two streams faster
+    assert next_keep() == (2, keep)
+    assert next_keep() == (2, 2 * keep)
+
+
+def test_stream_chooser_runs_a_kept_way_across_calls_and_restarts_cut_probes():
+    """Across infer calls (resume): a kept way counts its steps on, so the
+    next probe comes after exactly STREAM_KEEP_STEPS kept steps however the
+    calls cut them; a probe phase cut by a call's end starts again whole
+    (its time would span the gap between the calls). Fake clock."""
+    p, keep = stepping.STREAM_PROBE_STEPS, stepping.STREAM_KEEP_STEPS
+    c = stepping.StreamChooser(2)
+    clock, modes = 0.0, []
+
+    def call(steps):
+        nonlocal clock
+        c.resume()
+        for _ in range(steps):
+            if c.due():
+                c.begin(clock)
+            c.took()
+            modes.append(c.mode)
+            clock += {1: 1.0, 2: 2.0}[c.mode]
+
+    call(p - 1)  # the first probe cut short: not timed
+    call(2 * p + 3)  # probed whole, both ways, then 3 steps kept
+    assert modes[p - 1:] == [1] * p + [2] * p + [1] * 3
+    for _ in range(3):
+        call(keep // 4)
+    call(keep - 3 - 3 * (keep // 4) + 1)  # the kept steps run out: the next step probes again
+    assert modes[-(keep - 3 - 3 * (keep // 4) + 1):-1] == [1] * (keep - 3 - 3 * (keep // 4))
+    assert c.phases == [(1, p), (2, p)] and c.left == p - 1
+
+
+def test_stream_chooser_decides_on_calls_as_long_as_a_probe():
+    """Calls of exactly STREAM_PROBE_STEPS steps (tflm_sine at step size 8 on
+    64 examples): each probe ends with a call and is closed there
+    (end_call), timed, so the chooser decides and keeps the faster way; it
+    used to close them at the next call, untimed, and probe the slow way
+    every other call (0.2x a loop). Fake clock."""
+    p = stepping.STREAM_PROBE_STEPS
+    c = stepping.StreamChooser(2)
+    clock, modes = 0.0, []
+    for _ in range(4 + stepping.STREAM_KEEP_STEPS // p):
+        c.resume()
+        clock += 100.0  # the gap between calls
+        for _ in range(p):
+            if c.due():
+                c.begin(clock)
+            c.took()
+            modes.append(c.mode)
+            clock += {1: 1.0, 2: 5.0}[c.mode]
+        c.end_call(clock)
+    assert modes[:2 * p] == [1] * p + [2] * p
+    keep = stepping.STREAM_KEEP_STEPS
+    assert modes[2 * p:2 * p + keep] == [1] * keep  # the faster kept
+    assert modes[2 * p + keep:4 * p + keep] == [1] * p + [2] * p  # then probed again, both timed
+    assert c.phases == [(1, 2 * keep)]  # and one stream kept twice as long
+
+
 def test_infer_results_do_not_depend_on_the_streams_chosen(monkeypatch):
-    """Whatever _StreamChooser picks, each step is the same program on the
+    """Whatever StreamChooser picks, each step is the same program on the
     same examples: identical results to one stream throughout (an identical
     program), within the per-sample bound of batch-1 calls."""
-    inf = sys.modules["fbjax.infer"]  # (fbjax.infer, the attribute, is the function)
 
     made = []
 
-    class Recording(inf._StreamChooser):
+    class Recording(stepping.StreamChooser):
         def __init__(self, streams):
             super().__init__(streams)
             made.append(self)
 
-    monkeypatch.setattr(inf, "_StreamChooser", Recording)
-    monkeypatch.setattr(inf, "STREAM_PROBE_STEPS", 2)
-    monkeypatch.setattr(inf, "STREAM_KEEP_STEPS", 3)
+    monkeypatch.setattr(stepping, "StreamChooser", Recording)
+    monkeypatch.setattr(stepping, "STREAM_PROBE_STEPS", 2)
+    monkeypatch.setattr(stepping, "STREAM_KEEP_STEPS", 3)
     src = conv_reshape_fc()
     model = fbjax.load(src, batch_size=None)
     xs = np.random.default_rng(14).standard_normal((23, 6, 6, 3)).astype(F32)
-    assert inf._plan(model, 1) == (1, 2)
+    assert stepping.plan(model, 1) == (1, 2)
     got = fbjax.infer(model, xs, step_size=1, progress=False)
     assert {m for m, _ in made[-1].history} == {1, 2}  # both ways ran
     one = fbjax.load(src, batch_size=None, kernel_options=fbjax.KernelOptions(chunk_threads=1))  # one stream
-    assert inf._plan(one, 1) == (1, 1)
+    assert stepping.plan(one, 1) == (1, 1)
     np.testing.assert_array_equal(got, fbjax.infer(one, xs, step_size=1, progress=False))
     assert_per_sample(got, src, xs, "infer with streams chosen by timing")
 
 
 def test_infer_calls_on_one_model_continue_the_stream_choice(monkeypatch):
-    """A second infer call on the same model resumes its _StreamChooser: a
+    """A second infer call on the same model resumes its StreamChooser: a
     choice being kept goes on (no new probing at the call's start), and the
     results stay within the per-sample bound of batch-1 calls."""
-    inf = sys.modules["fbjax.infer"]
-    monkeypatch.setattr(inf, "STREAM_PROBE_STEPS", 2)
-    monkeypatch.setattr(inf, "STREAM_KEEP_STEPS", 50)
+    monkeypatch.setattr(stepping, "STREAM_PROBE_STEPS", 2)
+    monkeypatch.setattr(stepping, "STREAM_KEEP_STEPS", 50)
     src = conv_reshape_fc()
     model = fbjax.load(src, batch_size=None)
     xs = np.random.default_rng(15).standard_normal((12, 6, 6, 3)).astype(F32)
     fbjax.infer(model, xs, step_size=1, progress=False)  # 1 compiling step, 2 + 2 probing, 7 kept
-    ch = model._infer_choosers[2]
+    ch = model.batch_cache.stream_choosers[2]
     best, left = ch.phases[0]
     assert [m for m, _ in ch.history] == [1, 2] and left == 50 and best in (1, 2)
     n = len(ch.history)
     got = fbjax.infer(model, xs, step_size=1, progress=False)
-    assert model._infer_choosers[2] is ch
+    assert model.batch_cache.stream_choosers[2] is ch
     assert {m for m, _ in ch.history[n:]} == {best}  # only the kept way ran: no probing
     assert_per_sample(got, src, xs, "infer resuming the stream choice")
 
@@ -696,7 +775,7 @@ def test_infer_calls_on_one_model_continue_the_stream_choice(monkeypatch):
 
 
 class _Recorder:
-    """What infer runs per step (``fbjax.infer._own_call``), recording the
+    """What infer runs per step (``fbjax.batch_inference.stepping.own_call``), recording the
     input shapes of every call."""
 
     def __init__(self, call):
@@ -708,20 +787,19 @@ class _Recorder:
 
 
 def _recording(monkeypatch, model) -> _Recorder:
-    inf = sys.modules["fbjax.infer"]
-    own = inf._own_call
+    own = stepping.own_call
     rec = _Recorder(own(model))
-    monkeypatch.setattr(inf, "_own_call", lambda m: rec if m is model else own(m))
+    monkeypatch.setattr(stepping, "own_call", lambda m: rec if m is model else own(m))
     return rec
 
 
 def _counting_loads(monkeypatch) -> list:
     """fbjax.load's keyword arguments of every call infer makes from now on."""
-    import fbjax.model as fmodel
+    import fbjax.batch_inference as bi
 
     loads = []
-    real_load = fmodel.load
-    monkeypatch.setattr(fmodel, "load", lambda *a, **k: loads.append(k) or real_load(*a, **k))
+    real_load = bi.load
+    monkeypatch.setattr(bi, "load", lambda *a, **k: loads.append(k) or real_load(*a, **k))
     return loads
 
 
@@ -745,7 +823,7 @@ def test_infer_runs_a_fixed_batch_model_as_its_own_calls(monkeypatch, tmp_path):
         for _ in range(2):
             np.testing.assert_array_equal(fbjax.infer(model, xs, step_size=4, progress=False), loop)
         assert rec.shapes == [((1, 6, 6, 3),)] * 18  # one call per example, none padded to the step size
-        assert loads == [] and not isinstance(model.__dict__.get("_infer_poly"), fbjax.Model)
+        assert loads == [] and not isinstance(model.batch_cache.batch_polymorphic, fbjax.Model)
 
 
 def test_infer_loads_a_small_fixed_batch_model_again_once(monkeypatch, tmp_path):
@@ -761,7 +839,7 @@ def test_infer_loads_a_small_fixed_batch_model_again_once(monkeypatch, tmp_path)
     xs = np.random.default_rng(20).standard_normal((9, 6, 6, 3)).astype(F32)
     got = [fbjax.infer(model, xs, step_size=4, progress=False) for _ in range(2)]
     assert [k.get("batch_size", "?") for k in loads] == [None]
-    assert model._infer_poly.inputs[0].shape == (None, 6, 6, 3)
+    assert model.batch_cache.batch_polymorphic.inputs[0].shape == (None, 6, 6, 3)
     for g in got:
         assert_per_sample(g, src, xs, "small model loaded again batch-polymorphic")
 
@@ -800,25 +878,50 @@ def test_infer_runs_a_model_that_cannot_take_another_batch():
     np.testing.assert_array_equal(fbjax.infer(model, xs, step_size=2, progress=False), loop)
 
 
+def test_cli_infer_runs_a_model_that_cannot_take_another_batch(tmp_path):
+    """Issue 28 item 6: ``fbjax infer`` loads the model the default way and
+    lets infer choose, as the Python API does: litert-torch's ViT, which
+    ``batch_size=None`` refuses (a MEAN over the batch), runs from a
+    directory as its own batch-1 calls (the CLI used to load it
+    batch-polymorphic and refuse it); the results are the loop's (the same
+    compiled program on the same examples), in file-name order."""
+    from fbjax.cli import main
+
+    path = ROOT / "tests" / "data" / "litert_torch" / "vit_f32.tflite"
+    with pytest.raises(InputError, match="batch"):
+        fbjax.load(path, batch_size=None)
+    xs = np.random.default_rng(21).standard_normal((5, 3, 32, 32)).astype(F32)
+    d = _sample_dir(tmp_path / "in", xs)
+    out = tmp_path / "o.npz"
+    assert main(["infer", str(path), "--input-dir", str(d), "--out", str(out), "--step-size", "2",
+                 "--no-progress"]) == 0
+    model = fbjax.load(path)
+    loop = np.concatenate([np.asarray(model(x[None])) for x in xs])
+    from fbjax.batch_inference.sinks import output_keys
+
+    with np.load(out) as z:
+        np.testing.assert_array_equal(z[output_keys([o.name for o in model.outputs])[0]], loop)
+        assert list(z["__files__"]) == [f"s{i:03d}.npy" for i in range(5)]
+
+
 def test_infer_loads_a_fixed_batch_model_again_once_per_model(monkeypatch, tmp_path):
     """Where a fixed batch model does not run as its own calls (several
     devices or an accelerator; faked here), infer loads it again
     batch-polymorphic once and keeps it on the model: a second call loads
     nothing. From bytes there is no path to load again: InputError."""
-    inf = sys.modules["fbjax.infer"]
     src = conv_reshape_fc()
     from_bytes = fbjax.load(src)
     path = tmp_path / "m.tflite"
     path.write_bytes(src)
     model = fbjax.load(path)
-    monkeypatch.setattr(inf, "_fixed_batch", lambda model: None)
+    monkeypatch.setattr(stepping, "fixed_batch", lambda model: None)
     loads = _counting_loads(monkeypatch)
     xs = np.random.default_rng(19).standard_normal((5, 6, 6, 3)).astype(F32)
     with pytest.raises(InputError, match="batch_size=None"):
         fbjax.infer(from_bytes, xs, progress=False)
     got = [fbjax.infer(model, xs, step_size=2, progress=False) for _ in range(2)]
     assert [k.get("batch_size", "?") for k in loads] == [None]
-    assert model._infer_poly.inputs[0].shape == (None, 6, 6, 3)
+    assert model.batch_cache.batch_polymorphic.inputs[0].shape == (None, 6, 6, 3)
     for g in got:
         assert_per_sample(g, src, xs, "batch-polymorphic model loaded again")
 
@@ -833,7 +936,7 @@ def test_infer_does_not_take_a_files_leading_2_for_a_batch(tmp_path):
     path = tmp_path / "add.tflite"
     path.write_bytes(single_op_model("ADD", [(2, 3), (2, 3)]))
     model = fbjax.load(path)
-    assert sys.modules["fbjax.infer"]._fixed_batch(model) is None
+    assert stepping.fixed_batch(model) is None
     with pytest.raises(InputError, match="leading batch dimension of 1"):
         fbjax.infer(model, [(np.ones(3, F32), np.ones(3, F32))], progress=False)
-    assert sys.modules["fbjax.infer"]._fixed_batch(fbjax.load(conv_reshape_fc(), batch_size=3)) == 3
+    assert stepping.fixed_batch(fbjax.load(conv_reshape_fc(), batch_size=3)) == 3

@@ -267,11 +267,11 @@ def generate(model, prompt_tokens, max_new_tokens: int, *, key=None, temperature
         rows_sharding = NamedSharding(mesh, P("batch"))
         tokens, lengths, keys = (jax.device_put(a, rows_sharding) for a in (tokens, lengths, keys))
         params = jax.device_put(model.params if params is None else params, NamedSharding(mesh, P()))
-    cache = model.__dict__.setdefault("_generate_jit", {})
+    cache = model.batch_cache.generate_programs
     ck = (pre.key, dec.key, int(max_new_tokens), float(temperature), top_k, starts)
     fn = cache.get(ck)
     if fn is None:
         fn = cache[ck] = jax.jit(_program(pre, dec, int(max_new_tokens), float(temperature), top_k, starts))
-    with jax.enable_x64(model._x64):
+    with jax.enable_x64(model.x64):
         out = np.asarray(fn(model.params if params is None else params, tokens, lengths, keys))[:n_rows]
     return out[0] if single else out
