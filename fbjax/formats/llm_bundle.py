@@ -1,7 +1,7 @@
 """LLM bundles: LiteRT-LM ``.litertlm`` files and MediaPipe LLM ``.task`` zips, read and written back.
 
 A bundle holds a TFLite prefill/decode model (litert-torch's generative
-export: see :mod:`fbjax.generate`), its tokenizer and the metadata a runtime
+export: see :mod:`fbjax.generation`), its tokenizer and the metadata a runtime
 needs to turn text into text. :func:`read_bundle` returns a
 :class:`BundleFile` with every section's bytes; :func:`write_bundle` writes
 the bundle back with the model section replaced and every other byte kept.
