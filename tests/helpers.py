@@ -53,3 +53,15 @@ TOL = 1e-4
 #: published formulas, LiteRT having no kernel for them (read by scripts/coverage_table.py).
 COVERED_CUSTOM_OPS = ("Landmarks2TransformMatrix", "TransformLandmarks", "TransformTensorBilinear",
                       "TransformTensor")
+
+
+def custom_op_model(code: str, version: int, in_shapes, out_shape, options, description: str = "fbjax tests") -> bytes:
+    """A TFLite model of one custom op ``code`` (``version``): float32 model
+    inputs of ``in_shapes``, one float32 output of ``out_shape``, the
+    flexbuffer ``options`` (MediaPipe's geometry ops...)."""
+    b = TFLiteBuilder(description=description)
+    ins = [b.add_input(s) for s in in_shapes]
+    out = b.add_tensor(out_shape)
+    b.add_op(code, ins, [out], custom=True, custom_options=options, version=version)
+    b.add_output(out)
+    return b.build()

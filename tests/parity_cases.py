@@ -63,6 +63,7 @@ from fbjax.ir import Graph, ModelIR, Node, Value
 from fbjax.formats.tflite_builder import TFLiteBuilder, stablehlo_op_model
 
 import stablehlo_op_cases
+from helpers import custom_op_model
 import tflite_builtin_cases
 import tflite_op_cases
 
@@ -263,12 +264,7 @@ def _op_case(case, op) -> ParityCase:
 # --- tflite.custom: MediaPipe's geometry ops (no fixture; written here) ----------------------------
 
 def _custom_model(code, version, in_shapes, out_shape, options):
-    b = TFLiteBuilder(description="fbjax parity case")
-    ins = [b.add_input(s) for s in in_shapes]
-    out = b.add_tensor(out_shape)
-    b.add_op(code, ins, [out], custom=True, custom_options=options, version=version)
-    b.add_output(out)
-    return b.build()
+    return custom_op_model(code, version, in_shapes, out_shape, options, description="fbjax parity case")
 
 
 def _affine(rng):

@@ -36,6 +36,7 @@ from fbjax.errors import ModelFormatError
 from fbjax.formats.tflite_builder import TFLiteBuilder
 
 from conftest import assert_within, bilinear_bound, gamma
+from helpers import custom_op_model
 
 def _as_list(y):
     return [np.asarray(v) for v in (y if isinstance(y, (list, tuple)) else [y])]
@@ -43,12 +44,7 @@ def _as_list(y):
 
 def _model(code, version, in_shapes, out_shape, options):
     """One custom op with model inputs ``in_shapes`` and one float32 output."""
-    b = TFLiteBuilder(description="fbjax tests: MediaPipe geometry op")
-    ins = [b.add_input(s) for s in in_shapes]
-    out = b.add_tensor(out_shape)
-    b.add_op(code, ins, [out], custom=True, custom_options=options, version=version)
-    b.add_output(out)
-    return b.build()
+    return custom_op_model(code, version, in_shapes, out_shape, options, description="fbjax tests: MediaPipe geometry op")
 
 
 def _both(model, *inputs):
