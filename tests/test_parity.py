@@ -42,6 +42,8 @@ Exclusions carry their reason in :data:`NO_CASE`.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -60,6 +62,11 @@ import parity_cases as pc
 #: the op sets checked here (ONNX and GPU have their own parity tests)
 OP_SETS = ("tflite", "tflite.custom", "tflite.int", "tflite.hybrid", "fbjax", "stablehlo",
            "stablehlo.custom_call", "composite")
+#: op sets whose lowering/twin parity is checked in another module
+PARITY_ELSEWHERE = {
+    "gpu": "tests/test_parity_gpu.py",
+    "onnx": "tests/test_onnx_conformance.py (test_every_rten_op_has_lowering_and_twin; the node suite runs both)",
+}
 
 
 def _registered(registry) -> dict:
@@ -359,3 +366,13 @@ def test_every_op_has_a_case(op_set):
     assert len(with_case) == len(registered) - len(excluded)
     print(f"[parity] {op_set}: {len(registered)} registered, {len(with_case)} with a generated case, "
           f"{len(excluded)} excluded")
+
+
+def test_every_op_set_has_a_parity_test():
+    """Each op set the lowering registers is checked here or in the module
+    :data:`PARITY_ELSEWHERE` names, so a new op set cannot go unchecked."""
+    sets = set(LOWERINGS.ops())
+    missing = sorted(sets - set(OP_SETS) - set(PARITY_ELSEWHERE))
+    assert not missing, f"op sets without a lowering/twin parity test: {missing}"
+    for where in PARITY_ELSEWHERE.values():
+        assert (Path(__file__).parent.parent / where.split()[0]).is_file(), where
