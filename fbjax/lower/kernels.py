@@ -63,6 +63,22 @@ _ACTIVATIONS = ("NONE", "RELU", "RELU_N1_TO_1", "RELU6", "TANH", "SIGN_BIT")
 _LOW_FLOATS = frozenset({np.dtype(np.float16), np.dtype(jnp.bfloat16)})
 
 
+def ieee_divide(a, b):
+    """Float ``a / b`` (broadcasting) rounded once per element, as IEEE 754
+    division, TFLite's DIV kernel, ONNX ``Div`` (onnxruntime) and
+    ``stablehlo.divide`` compute it.
+
+    XLA's algebraic simplifier rewrites a division by a broadcast or a
+    constant (``x / broadcast(y)``) into ``x * broadcast(1 / y)``: two
+    roundings, 1 ulp off in about a third of the elements. The divisor goes
+    through an optimization barrier at the result's shape, so XLA keeps the
+    division. Shapes: ``a`` and ``b`` broadcast together; the result has
+    their broadcast shape and dtype."""
+    a, b = jnp.asarray(a), jnp.asarray(b)
+    shape = jnp.broadcast_shapes(a.shape, b.shape)
+    return jnp.divide(a, lax.optimization_barrier(jnp.broadcast_to(b, shape)))
+
+
 def accumulation_dtype(*operands):
     """``preferred_element_type`` for a contraction: float32 when an operand is
     float16/bfloat16 (``fbjax.load(..., compute_dtype=...)``: products

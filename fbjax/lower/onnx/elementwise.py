@@ -15,6 +15,7 @@ import numpy as np
 from jax import lax
 
 from ... import op_rules
+from .. import kernels
 from ..registry import register
 from . import random as _random
 from ._util import OP_SET, as_bool, from_bool, is_float
@@ -114,8 +115,8 @@ def _int_div(a, b):
 _binary("Add", lambda ctx, a, b: a + b, "``A + B``.")
 _binary("Sub", lambda ctx, a, b: a - b, "``A - B``.")
 _binary("Mul", lambda ctx, a, b: a * b, "``A * B``.")
-_binary("Div", lambda ctx, a, b: a / b if is_float(a) else _int_div(a, b),
-        "``A / B``; integers truncate toward zero.")
+_binary("Div", lambda ctx, a, b: kernels.ieee_divide(a, b) if is_float(a) else _int_div(a, b),
+        "``A / B``, rounded once per element (:func:`fbjax.lower.kernels.ieee_divide`); integers truncate toward zero.")
 
 
 @register(OP_SET, "Pow")

@@ -12,6 +12,7 @@ import numpy as np
 from jax import lax
 
 from ... import op_rules
+from .. import kernels
 from ._util import register
 
 OP_SET = "stablehlo"
@@ -37,8 +38,11 @@ def multiply(ctx, lhs, rhs):
 
 @register(OP_SET, "stablehlo.divide")
 def divide(ctx, lhs, rhs):
-    """``stablehlo.divide``: IEEE division for floats, division truncating
+    """``stablehlo.divide``: IEEE division for floats, rounded once per
+    element (:func:`fbjax.lower.kernels.ieee_divide`), division truncating
     toward zero for integers (``lax.div``)."""
+    if jnp.issubdtype(lhs.dtype, jnp.floating) or jnp.issubdtype(lhs.dtype, jnp.complexfloating):
+        return kernels.ieee_divide(lhs, rhs)
     return lax.div(lhs, rhs)
 
 

@@ -73,18 +73,7 @@ def _div(a, b):
     if jnp.issubdtype(jnp.result_type(a, b), jnp.integer):
         a, b = jnp.broadcast_arrays(a, b)
         return lax.div(a, b)  # C division: truncates toward zero
-    return ieee_divide(a, b)
-
-
-def ieee_divide(a, b):
-    """Float ``a / b`` rounded once, as TFLite's DIV kernel (``x / y`` per
-    element) and IEEE 754 divide: XLA's algebraic simplifier rewrites a
-    division by a broadcast (``x / broadcast(y)``, a divisor of smaller shape
-    or a constant) into ``x * broadcast(1 / y)``, two roundings, 1 ulp off in
-    about a third of the elements; the divisor goes through an optimization
-    barrier at the result's shape so XLA keeps the division."""
-    shape = jnp.broadcast_shapes(a.shape, b.shape)
-    return jnp.divide(a, lax.optimization_barrier(jnp.broadcast_to(b, shape)))
+    return kernels.ieee_divide(a, b)
 
 
 @register("tflite", "DIV")
