@@ -112,18 +112,25 @@ def detector_base() -> bytes:
     return b.build()
 
 
-def write_detector(path: str) -> None:
-    from tflite_support.metadata_writers import object_detector
-
+def _write_with_labels(path: str, writer_module, base: bytes, labels: str, label_file: str) -> None:
+    """``base`` with TFLite Support's metadata writer ``writer_module``
+    (``object_detector``, ``image_segmenter``): input normalization mean 0,
+    std 255, and ``labels`` packed as the associated file ``label_file``."""
     with tempfile.TemporaryDirectory() as tmp:
-        labels = os.path.join(tmp, "labelmap.txt")
-        with open(labels, "w") as f:
-            f.write("red thing\nblue thing\n")
-        writer = object_detector.MetadataWriter.create_for_inference(
-            bytearray(detector_base()), input_norm_mean=[0.0], input_norm_std=[255.0], label_file_paths=[labels])
+        label_path = os.path.join(tmp, label_file)
+        with open(label_path, "w") as f:
+            f.write(labels)
+        writer = writer_module.MetadataWriter.create_for_inference(
+            bytearray(base), input_norm_mean=[0.0], input_norm_std=[255.0], label_file_paths=[label_path])
         data = writer.populate()
     with open(path, "wb") as f:
         f.write(data)
+
+
+def write_detector(path: str) -> None:
+    from tflite_support.metadata_writers import object_detector
+
+    _write_with_labels(path, object_detector, detector_base(), "red thing\nblue thing\n", "labelmap.txt")
 
 
 def segmenter_base() -> bytes:
@@ -146,15 +153,7 @@ def segmenter_base() -> bytes:
 def write_segmenter(path: str) -> None:
     from tflite_support.metadata_writers import image_segmenter
 
-    with tempfile.TemporaryDirectory() as tmp:
-        labels = os.path.join(tmp, "labels.txt")
-        with open(labels, "w") as f:
-            f.write("red\ngreen\nblue\n")
-        writer = image_segmenter.MetadataWriter.create_for_inference(
-            bytearray(segmenter_base()), input_norm_mean=[0.0], input_norm_std=[255.0], label_file_paths=[labels])
-        data = writer.populate()
-    with open(path, "wb") as f:
-        f.write(data)
+    _write_with_labels(path, image_segmenter, segmenter_base(), "red\ngreen\nblue\n", "labels.txt")
 
 
 def write_classifier(path: str) -> None:
