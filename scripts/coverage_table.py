@@ -84,6 +84,8 @@ def tested_ops() -> dict[str, list[str]]:
 #: transcriptions of the published formulas (tests/test_tflite_mediapipe_ops.py): the
 #: ``COVERED_CUSTOM_OPS`` tuple of the tests' helper module.
 NO_LITERT_TESTS = ROOT / "tests" / "helpers.py"
+#: the test module that checks them (what the table names)
+NO_LITERT_TEST_MODULE = "tests/test_tflite_mediapipe_ops.py"
 
 
 def tested_without_litert() -> set[str]:
@@ -147,7 +149,7 @@ def build_table() -> str:
         if n in tested:
             return "yes " + ", ".join(f"`{c}`" for c in tested[n][:3])
         if n in no_litert:
-            return (f"yes `{NO_LITERT_TESTS.relative_to(ROOT).as_posix()}` (no LiteRT kernel: "
+            return (f"yes `{NO_LITERT_TEST_MODULE}` (no LiteRT kernel: "
                     "numpy reference and formula transcriptions)")
         return "—"
 
