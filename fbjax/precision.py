@@ -183,6 +183,8 @@ def table(paths: Sequence[str], dtypes: Sequence[str] = ("bfloat16", "float16"),
 
 
 def main(argv=None) -> int:
+    """``python -m fbjax.precision MODEL...``: print the precision table of the
+    models (:func:`table`: :func:`compare` per compute dtype); returns the exit status."""
     ap = argparse.ArgumentParser(prog="python -m fbjax.precision", description=__doc__.split("\n")[0])
     ap.add_argument("models", nargs="+", help="model files")
     a = ap.parse_args(argv)

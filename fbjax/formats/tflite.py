@@ -192,6 +192,17 @@ CUSTOM_OPTION_DECODERS: dict[str, Callable[[bytes], dict]] = {
 
 
 def decode_custom_options(code: str, raw: bytes) -> dict:
+    """The keyword attributes of a TFLite custom op ``code`` from its
+    ``custom_options`` bytes: a decoder of :data:`CUSTOM_OPTION_DECODERS`
+    where the code has one (``Convolution2DTransposeBias``'s packed struct),
+    else the flexbuffer map (bounded first by
+    :func:`fbjax.formats.verify.check_flexbuffer`), else
+    ``{"custom_options": raw}`` for bytes that are no flexbuffer; ``{}`` when
+    empty.
+
+    Raises:
+        ModelFormatError: a code-specific decoder refuses the bytes.
+    """
     dec = CUSTOM_OPTION_DECODERS.get(code)
     if dec is not None:
         return dec(raw)
@@ -307,6 +318,8 @@ def densify(values: np.ndarray, dense_shape: tuple, sparsity: Any) -> np.ndarray
 
 
 def is_tflite(head: bytes) -> bool:
+    """Whether the first 8 (or more) bytes of a file carry the TFLite
+    flatbuffer file identifier ``TFL3`` at offset 4 (``schema.fbs``)."""
     return len(head) >= 8 and head[4:8] == FILE_IDENTIFIER
 
 
