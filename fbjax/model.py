@@ -132,7 +132,11 @@ class BatchCache:
             refused it; ``None`` until first needed.
         stream_choosers: ``{streams: StreamChooser}`` timing one stream of
             steps against several at once (``fbjax.batch_inference.stepping``).
-        compiled_steps: the examples per call already run (compiled) on one CPU device.
+        compiled_steps: ``(program, examples per call)`` already run (compiled) on one CPU device;
+            the program ``"own"`` (the model's own calls) or ``"per example"``.
+        per_example_program: the jitted ``jax.vmap`` of the batch-1 program over a stack of
+            examples, for a batch-1 model whose graph cannot take another batch
+            (``fbjax.batch_inference.stepping.per_example_call``); ``None`` until first needed.
         mesh_programs: ``{(entry point, device ids): jitted apply}`` for steps over a device mesh
             (the model's own, and those of its signatures).
         generate_programs: the jitted prefill + decode programs of
@@ -145,6 +149,7 @@ class BatchCache:
         self.batch_polymorphic = None
         self.stream_choosers: dict = {}
         self.compiled_steps: set = set()
+        self.per_example_program = None
         self.mesh_programs: dict = {}
         self.generate_programs: dict = {}
 

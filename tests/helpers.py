@@ -1,5 +1,5 @@
 """Helpers several test modules share (test modules never import each other):
-small models, the LLM fixtures' float32 bound, and the custom ops tested
+small models, the LLM and ViT fixtures' float32 bounds, and the custom ops tested
 without LiteRT."""
 
 from __future__ import annotations
@@ -9,6 +9,16 @@ from pathlib import Path
 import numpy as np
 
 from fbjax.formats.tflite_builder import TFLiteBuilder
+
+
+# The deepest chain of float32 sums of litert-torch's ViT fixture
+# (tests/data/litert_torch/torch_reference.py), in terms: 8x8 patches of 3 channels (192), 2
+# blocks of width 64 (layer norm: mean and variance, 2 x 64; QKV 64; scores 32; softmax and
+# weighted sum over 17 tokens; output projection 64; layer norm 128; MLP 64 and 128), final layer
+# norm (128) and head (64). Two programs that order these sums differently (a vmapped batch
+# against batch-1 calls) agree within 2 gamma_K max(1, |out|): activations are layer-normalised
+# before every sum, so the terms' magnitudes stay of order max(1, |out|).
+K_VIT = 192 + 2 * (128 + 64 + 32 + 17 + 17 + 64 + 128 + 64 + 128) + 128 + 64
 
 
 def relu_model(tmp_path) -> Path:

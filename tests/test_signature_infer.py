@@ -33,6 +33,7 @@ import pytest
 import fbjax
 
 from conftest import assert_within, gamma
+from helpers import K_VIT
 
 HERE = os.path.dirname(__file__)
 LLM = os.path.join(HERE, "data", "llm")
@@ -44,11 +45,6 @@ RNG = np.random.default_rng(1717)
 # (32), softmax (64), the weighted sum of values (64), output projection (W), RMS norm (W), gated
 # MLP in (W) and out (256); then the final norm (W) and the LM head (W)
 K_LLM = 2 * (128 + 128 + 32 + 64 + 64 + 128 + 128 + 128 + 256) + 128 + 128
-# ViT fixture (tests/data/litert_torch/torch_reference.py): 8x8 patches of 3 channels (192), 2
-# blocks of width 64 (layer norm: mean and variance, 2 x 64; QKV 64; scores 32; softmax and
-# weighted sum over 17 tokens; output projection 64; layer norm 128; MLP 64 and 128), final layer
-# norm (128) and head (64)
-K_VIT = 192 + 2 * (128 + 64 + 32 + 17 + 17 + 64 + 128 + 64 + 128) + 128 + 64
 
 
 def _bound(ref, k: int):

@@ -72,13 +72,16 @@ def infer(
             (the file's shapes, the default of :func:`fbjax.load`; or
             ``batch_size=B``) runs on one CPU device as its own calls of
             ``B`` examples, the last padded: the program and results of a
-            loop of ``model(x)``, also for graphs that cannot take another
-            batch; except a batch-1 model whose several examples' activations
-            fit in cache (a small model: batch-1 calls cost mostly host work),
-            which is loaded again batch-polymorphic, once, when its graph
-            allows (else its own calls). On several devices or an accelerator it is loaded again
+            loop of ``model(x)``; except a batch-1 model whose several
+            examples' activations fit in cache (a small model: batch-1 calls
+            cost mostly host work). That one, and any fixed-batch model on
+            several devices or an accelerator, is loaded again
             batch-polymorphic from its path, once per model (kept on it for
-            later calls). Or a
+            later calls); a batch-1 model whose graph cannot take another
+            batch (litert-torch's ViT: a ``MEAN`` over the batch) or that was
+            loaded from bytes runs instead its batch-1 program on each
+            example under ``jax.vmap``
+            (:func:`fbjax.batch_inference.stepping.per_example_apply`). Or a
             signature, ``model.signature(key)``: one whose inputs have an
             unknown leading dimension takes the batch there; one with fixed
             shapes (litert-torch's batch-1 ``prefill_N``/``decode`` and
@@ -122,7 +125,8 @@ def infer(
         InputError: examples that do not match the model's inputs (naming the
             file when they come from a directory), a model that cannot be
             made batch-polymorphic where one is needed (several devices or an
-            accelerator; a fixed-batch model loaded from bytes there), a
+            accelerator and a fixed batch other than 1 that the graph cannot
+            drop, or was loaded from bytes), a
             non-positive ``step_size``, both
             ``step_size`` and ``batch_size`` given, a bad
             ``out`` path (wrong suffix, missing folder).
@@ -153,7 +157,7 @@ def infer(
     one_cpu = n_proc == 1 and n_local == 1 and devs[0].platform == "cpu"
     step = effective_batch_size(step_size, n_local)
 
-    model, fixed = _runnable(model, one_cpu, step)
+    model, fixed, per_example = _runnable(model, one_cpu, step)
     specs = model.inputs
     for s in specs:
         if any(d is None for d in s.shape[1:]):
@@ -163,11 +167,16 @@ def infer(
     if one_cpu and isinstance(model, Model) and model.state is None:
         k, streams = stepping.plan(model, step)
         k = fixed or k  # a fixed-batch model: its own calls of B examples, whatever the step size
-        steps = stepping.CpuSteps(model, params, k, streams)
+        steps = stepping.CpuSteps(model, params, k, streams, per_example=per_example)
     else:
         k = step
-        owner, key = _cache_owner(model)
-        apply = model.apply_tuple if isinstance(model, SignatureRunner) else model.apply
+        owner, key = _cache_owner(model, per_example)
+        if per_example:
+            apply = stepping.per_example_apply(model)
+        elif isinstance(model, SignatureRunner):
+            apply = model.apply_tuple
+        else:
+            apply = model.apply
         steps = stepping.MeshSteps(model, apply, params, devs, n_proc, owner.batch_cache, key)
     sink = sinks.make_sink(out, [s.name for s in model.outputs], files)
     bar = None
@@ -187,37 +196,45 @@ def infer(
 
 
 def _runnable(model, one_cpu: bool, step: int) -> tuple:
-    """``(model to run, fixed batch or None)``: a path loaded batch-polymorphic;
-    a batch-1 signature over the examples (:class:`~fbjax.signature.ExamplesOf`);
-    a fixed-batch model on one CPU device as its own calls
-    (:func:`~fbjax.batch_inference.stepping.fixed_batch`), or loaded again
-    batch-polymorphic once where its own calls are not what runs."""
+    """``(model to run, fixed batch or None, per example)``: a path loaded
+    batch-polymorphic; a batch-1 signature over the examples
+    (:class:`~fbjax.signature.ExamplesOf`); a fixed-batch model on one CPU
+    device as its own calls (:func:`~fbjax.batch_inference.stepping.fixed_batch`),
+    or loaded again batch-polymorphic once where its own calls are not what
+    runs; a batch-1 model whose graph cannot take another batch (or that
+    has no path to load again), where its own calls are not what runs, as
+    its batch-1 program on each example under ``jax.vmap``
+    (``per example``: :func:`~fbjax.batch_inference.stepping.per_example_apply`)."""
     if not isinstance(model, (Model, SignatureRunner, ExamplesOf)):
         model = load(model, batch_size=None)
     if isinstance(model, SignatureRunner) and model.has_fixed_shapes():
         model = model.over_examples()  # a batch-1 signature: jax.vmap over the examples (fbjax.signature)
-    fixed = stepping.fixed_batch(model) if isinstance(model, Model) and one_cpu else None
-    if fixed == 1 and stepping.plan(model, step)[0] > 1:
+    fixed = stepping.fixed_batch(model) if isinstance(model, Model) else None
+    if fixed == 1 and (not one_cpu or stepping.plan(model, step)[0] > 1):
         # several examples' activations fit in cache (small models): one call of k examples
-        # beats k batch-1 calls, whose per-call host work dominates; so the batch-polymorphic
-        # model runs, loaded once, when the graph allows it
+        # beats k batch-1 calls, whose per-call host work dominates; or several devices or an
+        # accelerator, which take steps split along a batch. The batch-polymorphic model runs,
+        # loaded once, when the graph allows it; else the batch-1 program on each example, vmapped
         poly = stepping.batch_polymorphic(model, load, quiet=True)
-        if poly is not None:
-            model, fixed = poly, None
+        if poly is None:
+            return model, None, True
+        model, fixed = poly, None
+    if not one_cpu:
+        fixed = None  # a fixed batch B > 1 runs as steps split over the mesh: loaded batch-polymorphic
     if fixed is None and any(s.shape is None or not s.shape or s.shape[0] is not None for s in model.inputs):
         if isinstance(model, SignatureRunner):
             raise InputError(f"infer needs a batch-polymorphic signature; {model.key!r} has inputs {model.inputs}")
         model = stepping.batch_polymorphic(model, load)
-    return model, fixed
+    return model, fixed, False
 
 
-def _cache_owner(model) -> tuple:
+def _cache_owner(model, per_example: bool = False) -> tuple:
     """``(the Model whose batch_cache keeps what infer compiles for model, key)``."""
     if isinstance(model, ExamplesOf):
         return model.runner.model, ("examples", model.key)
     if isinstance(model, SignatureRunner):
         return model.model, ("signature", model.key)
-    return model, ("model",)
+    return model, ("model per example",) if per_example else ("model",)
 
 
 def _empty_metas(model, params, fixed) -> list:

@@ -41,11 +41,13 @@ from typing import Optional
 import jax
 import numpy as np
 
+from ..cache import compiler_options
 from ..errors import InputError
 from ..options import kernel_options
 
 __all__ = ["effective_batch_size", "example_bytes", "plan", "chunk", "fixed_batch", "own_call",
-           "batch_polymorphic", "StreamChooser", "Prefetch", "Direct", "CpuSteps", "MeshSteps", "run_steps",
+           "per_example_apply", "per_example_call", "batch_polymorphic", "StreamChooser", "Prefetch", "Direct",
+           "CpuSteps", "MeshSteps", "run_steps",
            "STREAM_PROBE_STEPS", "STREAM_KEEP_STEPS", "STREAM_KEEP_MAX_STEPS", "STREAM_MARGIN"]
 
 
@@ -161,6 +163,38 @@ def own_call(model):
         return jl(leaves(params), *inputs)
 
     return call
+
+
+def per_example_apply(model):
+    """``fn(params, *inputs) -> tuple``: ``model``'s batch-1 program on each
+    of a stack of examples under ``jax.vmap``, for a batch-1 model whose graph
+    cannot take another batch (:func:`batch_polymorphic` refused it, as it
+    does litert-torch's ViT, whose ``MEAN`` reduces over the batch
+    dimension, or a model loaded from bytes): ``inputs[i]`` has shape
+    ``(k, *input i's shape without its leading 1)``; output ``j`` comes as
+    ``(k, *output j's shape without its leading 1)``. Each example sees the
+    shapes of one ``model(x)`` call, so a graph that reduces over its batch
+    of 1 computes each example as the call does; the vmapped program may
+    order float sums differently from a batch-1 call (the bound is that of a
+    reordered sum, as for :class:`fbjax.signature.ExamplesOf`)."""
+    n = len(model.inputs)
+
+    def one(params, *xs):
+        outs = model.apply(params, *[x[None] for x in xs])
+        return tuple(o[0] for o in (outs if isinstance(outs, tuple) else (outs,)))
+
+    return jax.vmap(one, in_axes=(None,) + (0,) * n)
+
+
+def per_example_call(model):
+    """:func:`per_example_apply` jitted with the model's compile options
+    (:func:`fbjax.cache.compiler_options`, as its own calls), made once per
+    model and kept in its :attr:`~fbjax.Model.batch_cache`."""
+    cache = model.batch_cache
+    if cache.per_example_program is None:
+        opts = compiler_options(model.program.backend, kernel_options(model.program).xla_defaults)
+        cache.per_example_program = jax.jit(per_example_apply(model), compiler_options=opts)
+    return cache.per_example_program
 
 
 def batch_polymorphic(model, load, quiet: bool = False):
@@ -435,22 +469,28 @@ def _host(res) -> list:
 
 class CpuSteps:
     """Steps on one CPU device: each a call of the model's own compiled
-    program (:func:`own_call`) on ``k`` examples, dispatched asynchronously;
-    with ``streams > 1`` the :class:`StreamChooser` decides per phase
-    between one stream and ``streams`` steps at once in worker threads.
+    program (:func:`own_call`) on ``k`` examples, or with ``per_example``
+    its batch-1 program on each of ``k`` examples under ``jax.vmap``
+    (:func:`per_example_call`), dispatched asynchronously; with
+    ``streams > 1`` the :class:`StreamChooser` decides per phase between
+    one stream and ``streams`` steps at once in worker threads.
 
     The first call of a model on a step size compiles; on a model loaded
     with ``tiered_compile=True`` the batch job skips the quick tier (a
     batch job only pays its compile and slower calls) and, if the model ran
     before, waits for the optimised program after the first step."""
 
-    def __init__(self, model, params, k: int, streams: int):
+    def __init__(self, model, params, k: int, streams: int, per_example: bool = False):
         self.model, self.k, self.streams = model, k, streams
-        self.run1 = own_call(model)  # what Model.__call__ runs (fbjax.executors), without its input checks
+        if per_example:
+            self.run1 = per_example_call(model)
+        else:  # what Model.__call__ runs (fbjax.executors), without its input checks
+            self.run1 = own_call(model)
+        self.warm_key = ("per example" if per_example else "own", k)  # in batch_cache.compiled_steps
         model.skip_quick_tier()
         self.params = model.params if params is None else params  # (its relaid copies are cached per array)
         self.x64 = model.x64
-        if streams == 1 and k in model.batch_cache.compiled_steps:
+        if streams == 1 and self.warm_key in model.batch_cache.compiled_steps:
             self.dispatch = self._call  # compiled and waited for before: the bare call
         if streams > 1:
             self.pool = stream_pool(streams)
@@ -474,17 +514,17 @@ class CpuSteps:
         warm = self.model.batch_cache.compiled_steps
         if self.streams == 1:
             res = self.run1(self.params, *placed)
-            if self.k not in warm:  # the first step of this size compiled; if the model ran before
+            if self.warm_key not in warm:  # the first step of this size compiled; if the model ran before
                 # infer, that was the quick tier (fbjax.executors.tiered): the rest run the optimised program
                 jax.block_until_ready(res)
                 self.model.wait_optimised()
-                warm.add(self.k)
+                warm.add(self.warm_key)
             self.dispatch = self._call
             return res
-        if self.k not in warm:
+        if self.warm_key not in warm:
             done: Future = Future()
             done.set_result(self._run_step(placed))  # the first step of this size runs here (compiles)
-            warm.add(self.k)
+            warm.add(self.warm_key)
             self.model.wait_optimised()  # the timings below run the optimised program
             return done
         ch = self.chooser
