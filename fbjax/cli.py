@@ -548,9 +548,10 @@ def cmd_infer(args) -> int:
 
     if args.signature is None:
         # loaded the default way (the file's shapes), as fbjax.infer takes it: on one CPU device a
-        # batch-1 model runs as its own calls (also a graph the batch rewrite refuses, e.g. a ViT's
-        # MEAN over the batch); infer loads it again batch-polymorphic only where that runs faster
-        # or where it must (several devices, an accelerator)
+        # batch-1 model whose example fills the cache runs as its own calls; infer loads it again
+        # batch-polymorphic only where that runs faster or where it must (several devices, an
+        # accelerator), and runs a graph the batch rewrite refuses (a ViT's MEAN over the batch)
+        # as its batch-1 program vmapped over the examples
         model = load(args.model, format=args.format, quantized=args.quantized,
                      constant_inputs=_constant_inputs(args), static_bounds=args.static_bounds)
     else:  # one entry point, at the file's shapes (a batch-1 signature runs vmapped over the examples)
