@@ -402,7 +402,11 @@ def test_node_subset_explicit_defaults(name):
     case = node_cases()[name]
     assert case.explicit_changed, f"the pre-pass should state {name}'s Softmax axis"
     assert excluded(name, AS_CONVERTED) and not excluded(name, EXPLICIT)
-    assert run_case(case, mode=AS_CONVERTED) is not None, "as converted the file says axis 0"
+    if name == "test_logsoftmax_example_1":  # its (1, 3) input: axis 0 has size 1, which load warns about
+        with pytest.warns(UserWarning, match="normalize over an axis of size 1"):
+            assert run_case(case, mode=AS_CONVERTED) is not None, "as converted the file says axis 0"
+    else:
+        assert run_case(case, mode=AS_CONVERTED) is not None, "as converted the file says axis 0"
     msg = run_case(case, mode=EXPLICIT)
     assert msg is None, f"{name} (explicit defaults): {msg}"
 

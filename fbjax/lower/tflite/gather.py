@@ -67,12 +67,14 @@ def GATHER_ND(ctx, params, indices):
 @register("tflite", "SCATTER_ND", static_inputs=(2,))
 def SCATTER_ND(ctx, indices, updates, shape):
     """TFLite SCATTER_ND: zeros of ``shape`` with ``updates`` added at
-    ``indices`` (duplicates accumulate, like the reference kernel's ``+=``)."""
+    ``indices`` (duplicates accumulate, like the reference kernel's ``+=``).
+    The output has the updates' dtype, as the kernel requires (so a float64
+    trace of a float32 file, as gradient checks run, stays float64)."""
     shape = tuple(int(s) for s in np.asarray(shape).reshape(-1))
-    indices = jnp.asarray(indices)
+    indices, updates = jnp.asarray(indices), jnp.asarray(updates)
     k = indices.shape[-1]
     idx = tuple(indices[..., j] for j in range(k))
-    return jnp.zeros(shape, ctx.out_dtype(0)).at[idx].add(jnp.asarray(updates), mode="drop")
+    return jnp.zeros(shape, updates.dtype).at[idx].add(updates, mode="drop")
 
 
 @register("tflite", "ONE_HOT", static_inputs=(1,), batch=op_rules.axis_not_batch())
