@@ -45,7 +45,9 @@ class FbjaxPredictor:
             :attr:`fbjax.Model.inputs` order (default: the input names);
             each column an array ``(rows, *input shape without batch)``.
         load_options: other keyword arguments of ``fbjax.load`` (not
-            ``batch_size``: the model is loaded batch-polymorphic).
+            ``batch_size``: the model is loaded batch-polymorphic, or at the
+            file's batch of 1 where its graph cannot take another batch:
+            ``fbjax.batch_inference.load_for_infer``).
 
     Calling it on a batch (``dict`` of numpy columns) returns the batch
     without its input columns, plus one column per model output named as
@@ -57,7 +59,8 @@ class FbjaxPredictor:
                  load_options: Optional[Mapping] = None):
         import fbjax
 
-        self.model = fbjax.load(model_path, batch_size=None, **dict(load_options or {}))
+        # batch-polymorphic, or at the file's batch of 1 where the graph cannot take another batch
+        self.model = fbjax.batch_inference.load_for_infer(model_path, **dict(load_options or {}))
         self.step_size = step_size
         names = [s.name for s in self.model.inputs]
         self.input_columns = list(input_columns) if input_columns is not None else names
@@ -147,7 +150,7 @@ def main(argv=None) -> int:
         ray.init(address=args.address)
     else:
         ray.init(include_dashboard=False)
-    model = fbjax.load(args.model, batch_size=None)
+    model = fbjax.batch_inference.load_for_infer(args.model)
     out_name = model.outputs[0].name
     t = time.perf_counter()
     ids, ys = collect(build(args.examples, args.model, step_size=args.step_size, batch_size=args.batch_size,

@@ -23,8 +23,10 @@ runs as calls of the same ``k`` examples, ``k`` fixed by ``step_size`` and
 the model alone; see :mod:`fbjax.batch_inference`).
 
 Batch size. The model is loaded batch-polymorphic
-(``fbjax.load(path, batch_size=None)``, as :func:`fbjax.infer` needs it),
-never with a fixed batch: Beam's batches vary in size (the end of a bundle,
+(``fbjax.load(path, batch_size=None)``; a graph that cannot take another
+batch at the file's batch of 1, which :func:`fbjax.infer` runs vmapped over
+each step's examples: :func:`fbjax.batch_inference.load_for_infer`), never
+with a fixed batch B > 1: Beam's batches vary in size (the end of a bundle,
 a streaming timeout), and a fixed-batch model would have to pad every short
 batch to its size anyway. What is fixed is ``step_size``, the examples per
 compiled call: every Beam batch, whatever its size, runs as steps of
@@ -52,8 +54,8 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise ImportError("fbjax.beam needs Apache Beam: pip install 'fbjax[beam]'") from e
 
 from .errors import InputError
-from .batch_inference import infer
-from .model import Model, load
+from .batch_inference import infer, load_for_infer
+from .model import Model
 
 __all__ = ["FbjaxModelHandler", "DEFAULT_STEP_SIZE"]
 
@@ -146,14 +148,17 @@ class FbjaxModelHandler(_beam.ModelHandler[Example, _beam.PredictionResult, Mode
 
     def load_model(self) -> Model:
         """Load the model batch-polymorphic (``fbjax.load(path,
-        batch_size=None, **load_options)``); Beam calls this once per worker
-        process and shares it between the process's threads.
+        batch_size=None, **load_options)``), or at the file's batch of 1
+        where its graph cannot take another batch (run vmapped over each
+        step's examples: :func:`fbjax.batch_inference.load_for_infer`); Beam
+        calls this once per worker process and shares it between the
+        process's threads.
 
         Raises:
             FileNotFoundError, ModelFormatError, UnsupportedOperatorError:
                 as :func:`fbjax.load`.
-            InputError: the model cannot take another batch (as
-                :func:`fbjax.load` with ``batch_size=None``).
+            InputError: the model cannot take another batch and its file's
+                leading dimension is not a batch of 1.
         """
         source: Union[str, bytes] = os.path.expanduser(self._model_path)
         if "://" in source and not os.path.exists(source):
@@ -161,7 +166,7 @@ class FbjaxModelHandler(_beam.ModelHandler[Example, _beam.PredictionResult, Mode
 
             with FileSystems.open(source) as f:  # gs://, s3://, hdfs://... as bytes
                 source = f.read()
-        return load(source, **dict(self._load_options, batch_size=None))
+        return load_for_infer(source, **self._load_options)
 
     def run_inference(self, batch: Sequence[Example], model: Model,
                       inference_args: Optional[dict] = None) -> Iterable[_beam.PredictionResult]:

@@ -116,6 +116,29 @@ def test_beam_batches_smaller_than_a_step_give_the_same_bits(tmp_path, dense_pat
         assert np.array_equal(np.load(tmp_path / f"{i}.npy"), ref[i]), f"example {i}"
 
 
+def test_beam_runs_a_model_that_cannot_take_another_batch(tmp_path):
+    """litert-torch's ViT refuses batch_size=None (a MEAN over the batch): the handler
+    loads it at the file's batch of 1 (fbjax.batch_inference.load_for_infer), which
+    fbjax.infer runs as its batch-1 program vmapped over steps of examples; Beam batches
+    of 1-3 examples with step_size 4 give fbjax.infer's bits on the whole dataset (the
+    same program at the same step shape, padded), and the handler refused it before."""
+    from fbjax.beam import FbjaxModelHandler
+
+    path = str(ROOT / "tests" / "data" / "litert_torch" / "vit_f32.tflite")
+    with pytest.raises(InputError, match="reduces over the batch dimension"):
+        fbjax.load(path, batch_size=None)
+    n = 7
+    x = np.random.default_rng(6).standard_normal((n, 3, 32, 32)).astype(np.float32)
+    x[:, 0, 0, 0] = np.arange(n)
+    ref = fbjax.infer(fbjax.load(path), x, step_size=4, progress=False)
+    handler = FbjaxModelHandler(path, step_size=4, min_batch_size=1, max_batch_size=3)
+    assert handler.load_model().inputs[0].shape == (1, 3, 32, 32)
+    _run_beam(handler, list(x), tmp_path, lambda r: (int(r.example[0, 0, 0]), r))
+    assert sorted(int(f.stem) for f in tmp_path.glob("*.npy")) == list(range(n))
+    for i in range(n):
+        assert np.array_equal(np.load(tmp_path / f"{i}.npy"), ref[i]), f"example {i}"
+
+
 def test_beam_handler_direct_calls(dense_path):
     """run_inference outside a pipeline: one PredictionResult per example, in order;
     pre-batched (N, ...) arrays as with_no_batching() passes them; byte count;

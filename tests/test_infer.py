@@ -1014,3 +1014,8 @@ def test_infer_does_not_take_a_files_leading_2_for_a_batch(tmp_path):
     with pytest.raises(InputError, match="leading batch dimension of 1"):
         fbjax.infer(model, [(np.ones(3, F32), np.ones(3, F32))], progress=False)
     assert stepping.fixed_batch(fbjax.load(conv_reshape_fc(), batch_size=3)) == 3
+    # loaded for a batch job: the batch rewrite's refusal stands, as the file's (2, 3) is no batch of 1
+    with pytest.raises(InputError, match="leading batch dimension of 1"):
+        fbjax.batch_inference.load_for_infer(path)
+    with pytest.raises(InputError, match="leave batch_size out"):
+        fbjax.batch_inference.load_for_infer(path, batch_size=2)

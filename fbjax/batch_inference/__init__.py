@@ -49,7 +49,7 @@ from .sinks import FILE_NAMES_KEY, check_out_path
 from .sources import example_files, iter_examples
 from .stepping import effective_batch_size
 
-__all__ = ["infer", "iter_examples", "example_files", "effective_batch_size", "check_out_path", "FILE_NAMES_KEY"]
+__all__ = ["infer", "load_for_infer", "iter_examples", "example_files", "effective_batch_size", "check_out_path", "FILE_NAMES_KEY"]
 
 
 def infer(
@@ -193,6 +193,38 @@ def infer(
         sink.close()
         if bar is not None:
             bar.close()
+
+
+def load_for_infer(source, **load_options) -> Model:
+    """A model loaded the way a batch job (a Beam worker, a Ray actor) hands
+    it to :func:`infer`: batch-polymorphic (``fbjax.load(source,
+    batch_size=None, **load_options)``), or, where the batch rewrite refuses
+    the graph (litert-torch's ViT: a ``MEAN`` over the batch), at the file's
+    batch of 1, which :func:`infer` runs as its batch-1 program vmapped over
+    each step's examples (or as its own calls where one example fills the
+    cache). Either way each example's result depends on the model, the
+    options and ``step_size`` only, not on how the job cut the data.
+
+    Args:
+        source: a path or the file's bytes, as :func:`fbjax.load` takes.
+        **load_options: other keyword arguments of :func:`fbjax.load` (not
+            ``batch_size``).
+
+    Raises:
+        InputError: ``batch_size`` among the options; the batch rewrite's
+            refusal where the file's own leading dimension is not a batch of 1.
+        FileNotFoundError, ModelFormatError, UnsupportedOperatorError: as
+            :func:`fbjax.load`.
+    """
+    if "batch_size" in load_options:
+        raise InputError("load_for_infer loads the model with any batch: leave batch_size out")
+    try:
+        return load(source, batch_size=None, **load_options)
+    except InputError as refused:
+        model = load(source, **load_options)  # the file's shapes (another error of the options is raised here)
+        if stepping.fixed_batch(model) != 1:
+            raise refused
+        return model
 
 
 def _runnable(model, one_cpu: bool, step: int) -> tuple:
