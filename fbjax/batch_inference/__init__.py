@@ -49,7 +49,8 @@ from .sinks import FILE_NAMES_KEY, check_out_path
 from .sources import example_files, iter_examples
 from .stepping import effective_batch_size
 
-__all__ = ["infer", "load_for_infer", "iter_examples", "example_files", "effective_batch_size", "check_out_path", "FILE_NAMES_KEY"]
+__all__ = ["infer", "load_for_infer", "iter_examples", "example_files", "effective_batch_size", "check_out_path",
+           "FILE_NAMES_KEY"]
 
 
 def infer(
