@@ -27,6 +27,9 @@ import fbjax
 from fbjax.errors import InputError
 from fbjax.formats.tflite_builder import single_op_model
 
+from conftest import assert_within, gamma
+from helpers import K_VIT
+
 ROOT = Path(__file__).resolve().parents[1]
 STEP = 8
 
@@ -120,8 +123,10 @@ def test_beam_runs_a_model_that_cannot_take_another_batch(tmp_path):
     """litert-torch's ViT refuses batch_size=None (a MEAN over the batch): the handler
     loads it at the file's batch of 1 (fbjax.batch_inference.load_for_infer), which
     fbjax.infer runs as its batch-1 program vmapped over steps of examples; Beam batches
-    of 1-3 examples with step_size 4 give fbjax.infer's bits on the whole dataset (the
-    same program at the same step shape, padded), and the handler refused it before."""
+    of 1-3 examples with step_size 4 give fbjax.infer's results on the whole dataset (the
+    same program at the same step shape, padded; an example may sit in another row of the
+    step, and a vmapped program's rows need not round alike on every CPU, so within the
+    bound of reordered sums, helpers.K_VIT); the handler refused it before."""
     from fbjax.beam import FbjaxModelHandler
 
     path = str(ROOT / "tests" / "data" / "litert_torch" / "vit_f32.tflite")
@@ -135,8 +140,8 @@ def test_beam_runs_a_model_that_cannot_take_another_batch(tmp_path):
     assert handler.load_model().inputs[0].shape == (1, 3, 32, 32)
     _run_beam(handler, list(x), tmp_path, lambda r: (int(r.example[0, 0, 0]), r))
     assert sorted(int(f.stem) for f in tmp_path.glob("*.npy")) == list(range(n))
-    for i in range(n):
-        assert np.array_equal(np.load(tmp_path / f"{i}.npy"), ref[i]), f"example {i}"
+    bound = 2 * gamma(K_VIT) * np.maximum(1.0, np.abs(ref.astype(np.float64)))
+    assert_within(np.stack([np.load(tmp_path / f"{i}.npy") for i in range(n)]), ref, bound, "ViT through Beam")
 
 
 def test_beam_handler_direct_calls(dense_path):
