@@ -486,9 +486,16 @@ def _image_outputs(args, model, image, outs) -> None:
         draw_overlay(image, res, args.overlay)
         what = [w for w, have in (("mask", res.mask is not None), (f"{len(res.boxes)} box(es)", res.boxes),
                                   (f"{len(res.keypoints)} keypoints", res.keypoints),
-                                  (f"{len(res.landmarks)} landmarks", res.landmarks)) if have]
-        print(f"wrote {args.overlay} ({', '.join(what) or 'nothing recognised to draw: the photo as it was'})")
-    elif res.kind in ("detector", "segmenter", "landmarks"):
+                                  (f"{len(res.landmarks)} landmarks", res.landmarks),
+                                  (f"the top {len(res.classes)} label(s)", res.classes)) if have]
+        if res.found is False:
+            nothing = (f"nothing drawn: no {res.layout.subject} found ({res.layout.subject} presence "
+                       f"{res.presence:.4f}, not above {args.threshold:g}); the photo as it was. Give the model "
+                       f"a crop around one {res.layout.subject}")
+        else:
+            nothing = "nothing recognised to draw: the photo as it was"
+        print(f"wrote {args.overlay} ({', '.join(what) or nothing})")
+    elif res.kind in ("classifier", "detector", "segmenter", "landmarks") and res.found is not False:
         print(f"(--overlay OUT.png draws the {res.kind} output on the photo)")
 
 

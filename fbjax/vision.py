@@ -28,6 +28,19 @@ non-maximum suppression at intersection over union 0.3. They differ in the
 feature-map strides: :data:`SSD_LAYOUTS` lists them, and :func:`ssd_anchors`
 picks the one whose anchor count equals the model's ``N`` at its input size
 (a model matching none is reported as raw scores, not guessed at).
+
+MediaPipe's landmark models (face mesh, hand, iris) output landmarks in the
+input's pixels whatever the picture shows; the graph that runs them decides
+from the model's own score whether there is anything there.
+:data:`LANDMARK_LAYOUTS` lists them, recognised by their outputs' sizes in
+the file's order (their metadata, where present, names the outputs in
+another order or not at all): the face mesh's face flag is a logit (the
+graph takes its sigmoid), the hand model's presence is a probability; the
+graphs keep the landmarks when that score is above 0.5 and drop them
+otherwise, and so does :func:`interpret` (with its ``threshold``). Each
+expects a crop around one face, hand or eye, which the graph cuts from the
+photo with a detector's box (or the face mesh's eye points); on a whole
+photo they find nothing, or points that mean little.
 """
 
 from __future__ import annotations
@@ -41,7 +54,7 @@ import numpy as np
 from .errors import InputError
 
 __all__ = ["load_image", "preprocess", "interpret", "draw_overlay", "ssd_anchors", "SSD_LAYOUTS", "Result",
-           "decode_ssd"]
+           "decode_ssd", "LANDMARK_LAYOUTS", "LandmarkLayout"]
 
 #: MediaPipe SSD anchor layouts: (strides of the anchor layers, anchors per cell per layer), from the
 #: SsdAnchorsCalculator options of MediaPipe's detector graphs. Consecutive layers with one stride share a
@@ -55,6 +68,64 @@ SSD_LAYOUTS = {
     "strides 8, 16, 32, 32, 32, 2 anchors per cell and layer (MediaPipe pose_detection 224x224: 2254 anchors)":
         ((8, 16, 32, 32, 32), 2),
 }
+
+
+@dataclasses.dataclass(frozen=True)
+class LandmarkLayout:
+    """What the outputs of one MediaPipe landmark model mean, from the graph that runs it.
+
+    Attributes:
+        subject: what the model looks at (``"face"``, ``"hand"``, ``"eye"``).
+        sizes: values per output, in the file's output order (how the model
+            is recognised).
+        landmarks: ``{output index: what its points are}``, points
+            ``(x, y, z)`` in input pixels (drawn).
+        presence: index of the presence output, or None (the model has no
+            score: its points are always drawn).
+        presence_is_logit: the graph applies a sigmoid to the presence
+            output (else the model outputs a probability).
+        handedness: index of the one-value handedness output (probability
+            of ``labels[0]``), or None.
+        labels: handedness labels.
+        world: index of the world-landmark output (metres; not drawn), or None.
+        crop: what the model expects as input.
+        source: the MediaPipe graph files these facts come from.
+    """
+
+    subject: str
+    sizes: tuple
+    landmarks: dict
+    presence: Optional[int] = None
+    presence_is_logit: bool = False
+    handedness: Optional[int] = None
+    labels: tuple = ()
+    world: Optional[int] = None
+    crop: str = ""
+    source: str = ""
+
+
+#: MediaPipe landmark models, recognised by their outputs' sizes (see the module docstring). The presence
+#: threshold of every graph is 0.5 (``ThresholdingCalculator``: present when the score is above it).
+LANDMARK_LAYOUTS = (
+    LandmarkLayout(
+        "face", (468 * 3, 1), {0: "face mesh landmarks"}, presence=1, presence_is_logit=True,
+        crop="a crop around one face: MediaPipe cuts the face detector's box enlarged 1.5x to a square "
+             "(run mediapipe_face_detection_short_range on the photo first and crop its box)",
+        source="mediapipe/modules/face_landmark/face_landmark_cpu.pbtxt: face presence = sigmoid(face flag), "
+               "landmarks kept above 0.5"),
+    LandmarkLayout(
+        "hand", (21 * 3, 1, 1, 21 * 3), {0: "hand landmarks"}, presence=1, handedness=2, labels=("Left", "Right"),
+        world=3,
+        crop="a crop around one hand: MediaPipe cuts the palm detector's box enlarged 2.6x, moved up by half its "
+             "height, to a square (run mediapipe_palm_detection_lite on the photo first and crop that)",
+        source="mediapipe/modules/hand_landmark/hand_landmark_cpu.pbtxt: outputs landmarks, hand presence, "
+               "handedness, world landmarks; landmarks and handedness kept above 0.5"),
+    LandmarkLayout(
+        "eye", (71 * 3, 5 * 3), {0: "eye contour and brow landmarks", 1: "iris landmarks"},
+        crop="a 64x64 crop around one eye: MediaPipe cuts a square 2.3x the eye's width around the face mesh's "
+             "eye corners, a right eye mirrored (this model has no score saying whether an eye is there)",
+        source="mediapipe/modules/iris_landmark/iris_landmark_cpu.pbtxt, iris_landmark_landmarks_to_roi.pbtxt"),
+)
 
 
 def load_image(path):
@@ -181,6 +252,14 @@ class Result:
             map, or None.
         kind: ``"classifier"``, ``"detector"``, ``"segmenter"``,
             ``"landmarks"`` or ``"unknown"`` (the main one found).
+        classes: ``[(label, score)]``, the best classes of the first
+            classifier output, best first (drawn as text).
+        layout: the :class:`LandmarkLayout` the outputs were read with, or
+            None.
+        presence: that model's presence probability (None: it has none).
+        found: whether the landmark model says its subject is there (None:
+            not a landmark model with a presence score); when False,
+            ``landmarks`` is empty.
     """
 
     lines: list = dataclasses.field(default_factory=list)
@@ -190,6 +269,10 @@ class Result:
     mask: Optional[np.ndarray] = None
     mask_labels: Optional[list] = None
     kind: str = "unknown"
+    classes: list = dataclasses.field(default_factory=list)
+    layout: Optional[LandmarkLayout] = None
+    presence: Optional[float] = None
+    found: Optional[bool] = None
 
 
 def ssd_anchors(size: tuple, count: int):
@@ -280,7 +363,11 @@ def interpret(model, outputs: Sequence[np.ndarray], *, top_k: int = 5, threshold
     outputs beside it); a MediaPipe detector pair (``[1, N, 4 + 2K]`` and
     ``[1, N, 1]`` with ``N`` one of :data:`SSD_LAYOUTS`); an image-shaped
     output (``[1, H, W, C]`` with H, W at least a quarter of the input's:
-    a mask, C = 1 probability or argmax over C classes); a vector of 3K
+    a mask, C = 1 probability or argmax over C classes); all outputs
+    together matching one of :data:`LANDMARK_LAYOUTS` (a MediaPipe face
+    mesh, hand or iris model: landmarks kept only when the model's presence
+    score is above ``threshold``, the score printed as ``face presence
+    0.0038``, and a line on the crop the model expects); a vector of 3K
     values (K >= 5) named neither "world" nor "score": landmarks (x, y, z)
     in input pixels.
 
@@ -288,7 +375,8 @@ def interpret(model, outputs: Sequence[np.ndarray], *, top_k: int = 5, threshold
         model: the :class:`fbjax.Model` (its inputs' size and metadata).
         outputs: its outputs for one image (numpy, batch 1).
         top_k: classes printed per classifier output.
-        threshold: minimum detection score.
+        threshold: minimum detection score; a landmark model's presence
+            score must be above it (MediaPipe's graphs use 0.5).
         locale: label locale (default: the first label file).
 
     Returns:
@@ -378,6 +466,8 @@ def interpret(model, outputs: Sequence[np.ndarray], *, top_k: int = 5, threshold
             best = np.argsort(-s)[:top_k]
             res.lines.append(f"{names[i]}: top {len(best)} of {len(labels)}")
             res.lines += [f"  {s[k]:.4f}  {labels[k]}" for k in best]
+            if not res.classes:
+                res.classes = [(labels[k], float(s[k])) for k in best]
         elif o.size == 1 and len(labels) == 2:
             used.add(i)
             p = float(o.ravel()[0])
@@ -385,6 +475,8 @@ def interpret(model, outputs: Sequence[np.ndarray], *, top_k: int = 5, threshold
             # the first label's, the second label gets 1 - score
             res.lines.append(f"{names[i]}: {labels[0]} {p:.4f}, {labels[1]} {1 - p:.4f} (one score for two "
                              f"labels, read as MediaPipe does: the first label's probability)")
+            if not res.classes:
+                res.classes = sorted([(labels[0], p), (labels[1], 1 - p)], key=lambda c: -c[1])
     # segmentation masks
     for i, o in enumerate(outs):
         if i in used or o.ndim != 4 or o.shape[0] != 1 or o.shape[1] * 4 < ih or o.shape[2] * 4 < iw:
@@ -406,6 +498,11 @@ def interpret(model, outputs: Sequence[np.ndarray], *, top_k: int = 5, threshold
             res.lines.append(f"{names[i]}: {o.shape[3]}-class mask {o.shape[1]}x{o.shape[2]}: "
                              + ", ".join(f"{lab[k] if k < len(lab) else k} {counts[k]:.1%}" for k in top))
         break
+    # MediaPipe landmark models: their own presence score says whether to keep the points
+    layout = next((lay for lay in LANDMARK_LAYOUTS if tuple(o.size for o in outs) == lay.sizes), None)
+    if layout is not None and not used:
+        _read_landmark_layout(res, layout, outs, names, (ih, iw), threshold)
+        used.update(range(len(outs)))
     # landmarks
     for i, o in enumerate(outs):
         name = names[i].lower()
@@ -432,6 +529,41 @@ def interpret(model, outputs: Sequence[np.ndarray], *, top_k: int = 5, threshold
     return res
 
 
+def _read_landmark_layout(res: Result, layout: LandmarkLayout, outs, names, size, threshold: float) -> None:
+    """Fill ``res`` from a MediaPipe landmark model's outputs read as ``layout`` says."""
+    ih, iw = size
+    res.kind, res.layout = "landmarks", layout
+    n = {i: outs[i].size // 3 for i in layout.landmarks}
+    if layout.presence is not None:
+        raw = float(outs[layout.presence].ravel()[0])
+        p = 1.0 / (1.0 + math.exp(-min(max(raw, -100.0), 100.0))) if layout.presence_is_logit else raw
+        how = (f"sigmoid of {names[layout.presence]} = {raw:.4f}" if layout.presence_is_logit
+               else names[layout.presence])
+        res.presence, res.found = p, p > threshold
+        verdict = (f"a {layout.subject} found" if res.found else
+                   f"no {layout.subject} found: its {' and '.join(f'{n[i]} {w}' for i, w in layout.landmarks.items())}"
+                   " are not drawn (MediaPipe drops them too)")
+        res.lines.append(f"{layout.subject} presence {p:.4f} ({how}; present above {threshold:g}): {verdict}")
+    if res.found is not False:
+        if layout.handedness is not None:
+            h = float(outs[layout.handedness].ravel()[0])
+            a, b = layout.labels
+            res.lines.append(f"handedness: {a} {h:.4f}, {b} {1 - h:.4f} ({names[layout.handedness]}: the first "
+                             "label's probability; MediaPipe names the hand as seen in a mirrored, selfie-camera "
+                             "picture)")
+        for i, what in layout.landmarks.items():
+            pts = outs[i].reshape(-1, 3)[:, :2] / np.array([iw, ih], np.float32)
+            res.landmarks += [tuple(map(float, q)) for q in pts]
+            res.lines.append(f"{what} ({names[i]}): {len(pts)} points (x, y, z in input pixels), x "
+                             f"{pts[:, 0].min():.3f}..{pts[:, 0].max():.3f}, y {pts[:, 1].min():.3f}.."
+                             f"{pts[:, 1].max():.3f} (fractions of the image)")
+        if layout.world is not None:
+            res.lines.append(f"world landmarks ({names[layout.world]}): {outs[layout.world].size // 3} points in "
+                             f"metres around the {layout.subject}'s centre, not drawn")
+    res.lines.append(f"this model expects {layout.crop}")
+    res.lines.append(f"(outputs read as in MediaPipe's {layout.source})")
+
+
 def _fits(tm, o) -> bool:
     """Whether metadata entry ``tm`` can describe output array ``o``."""
     labels = tm.label_list()
@@ -450,7 +582,11 @@ def draw_overlay(image, result: Result, path) -> None:
     """Write ``image`` with ``result`` drawn on it as a PNG at ``path``: the
     mask tinted (a probability mask green where > 0.5, blended by its value;
     a class map in one colour per class), boxes with their label and score,
-    detector keypoints as dots, landmarks as small dots.
+    detector keypoints as dots, landmarks as small dots, the best classes
+    as text in the top-left corner. Text is sized to the image (a line is
+    about 1/20 of its shorter side, at least 12 pixels) on a dark
+    half-transparent band. Nothing is drawn for a landmark model that found
+    nothing (``result.found`` False).
 
     Raises:
         InputError: Pillow is missing.
@@ -473,14 +609,52 @@ def draw_overlay(image, result: Result, path) -> None:
             base = Image.blend(base, col, 0.45)
     d = ImageDraw.Draw(base)
     lw = max(2, round(min(W, H) / 150))
+    texts = []  # (x, y, text, colour, above): drawn last, on their bands
     for k, (x0, y0, x1, y1, label, score) in enumerate(result.boxes):
         c = _PALETTE[k % len(_PALETTE)]
         d.rectangle([x0 * W, y0 * H, x1 * W, y1 * H], outline=c, width=lw)
-        d.text((x0 * W + lw + 1, y0 * H + lw + 1), f"{label} {score:.2f}".strip(), fill=c)
+        texts.append((x0 * W, y0 * H, f"{label} {score:.2f}".strip(), c, True))
     r = max(2, lw)
     for x, y in result.keypoints:
         d.ellipse([x * W - r, y * H - r, x * W + r, y * H + r], fill=(255, 255, 0), outline=(0, 0, 0))
     r2 = max(1, lw // 2)
     for x, y in result.landmarks:
         d.ellipse([x * W - r2, y * H - r2, x * W + r2, y * H + r2], fill=(0, 255, 120))
+    if result.classes:
+        texts.append((0, 0, "\n".join(f"{label} {score:.2f}" for label, score in result.classes), _PALETTE[0],
+                      False))
+    if texts:
+        base = _draw_texts(base, texts)
     base.save(path, format="PNG")
+
+
+def _font_size(size) -> int:
+    """Text height in pixels for an image of ``size = (W, H)``: about 1/20 of its shorter side, at least 12."""
+    return max(12, round(min(size) / 20))
+
+
+def _draw_texts(base, texts):
+    """``base`` with each ``(x, y, text, colour, above)`` written in the
+    colour on a dark half-transparent band (Pillow's scalable default font)
+    whose top-left corner is (x, y), or whose bottom-left corner is (x, y)
+    when ``above`` and the band fits there (a box's label: above the box,
+    not over what it boxes)."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    size = _font_size(base.size)
+    try:
+        font = ImageFont.load_default(size=size)  # scalable since Pillow 10.1 (fbjax[image] requires it)
+    except TypeError:  # an older Pillow: its one bitmap font, about 11 pixels high
+        font = ImageFont.load_default()
+    layer = Image.new("RGBA", base.size, (0, 0, 0, 0))
+    d = ImageDraw.Draw(layer)
+    pad = max(2, size // 4)
+    for x, y, text, colour, above in texts:
+        x, y = min(max(x, 0), base.size[0] - 1), min(max(y, 0), base.size[1] - 1)
+        l, t, r, b = d.multiline_textbbox((x + pad, y + pad), text, font=font, spacing=pad)
+        if above and y - (b + pad - y) >= 0:
+            y -= b + pad - y
+            l, t, r, b = d.multiline_textbbox((x + pad, y + pad), text, font=font, spacing=pad)
+        d.rectangle([x, y, r + pad, b + pad], fill=(0, 0, 0, 170))
+        d.multiline_text((x + pad, y + pad), text, font=font, fill=(*colour, 255), spacing=pad)
+    return Image.alpha_composite(base.convert("RGBA"), layer).convert("RGB")
