@@ -125,29 +125,30 @@ def _cache_positions(dec) -> Optional[int]:
 
 
 def _program(pre, dec, max_new_tokens: int, temperature: float, top_k: Optional[int], starts: tuple = (0,)):
-    """The jittable ``(params, tokens [B, T], lengths [B], keys [B]) -> [B, max_new_tokens]``:
-    one prefill call per entry of ``starts`` (each chunk's first position), then the decode loop."""
+    """The jittable ``(params, buffers, tokens [B, T], lengths [B], keys [B]) -> [B, max_new_tokens]``:
+    one prefill call per entry of ``starts`` (each chunk's first position), then the decode loop
+    (``buffers``: :attr:`fbjax.Model.buffers`, arguments rather than constants of the program)."""
     pre_in = {s.name: s for s in pre.inputs}
     dec_in = {s.name: s for s in dec.inputs}
     cache_names = [n for n in dec_in if n.startswith(_CACHE_PREFIX)]
     n_prefill = pre_in["tokens"].shape[-1]
 
-    def prefill(params, tokens, kv, start):
+    def prefill(params, buffers, tokens, kv, start):
         pos = start + jnp.arange(n_prefill, dtype=jnp.int32)
         chunk = jax.lax.dynamic_slice_in_dim(tokens, start, n_prefill)
         ins = dict(kv, tokens=chunk[None].astype(pre_in["tokens"].dtype),
                    input_pos=pos.astype(pre_in["input_pos"].dtype))
         if "mask" in pre_in:
             ins["mask"] = _causal_mask(pre_in["mask"], pos)
-        out = pre.apply(params, **ins)
+        out = pre.apply(params, buffers=buffers, **ins)
         return {n: out[n] for n in cache_names}
 
-    def row(params, tokens, length, key):
+    def row(params, buffers, tokens, length, key):
         kv = {n: jnp.zeros(dec_in[n].shape, dec_in[n].dtype) for n in cache_names}
         if len(starts) == 1:
-            kv = prefill(params, tokens, kv, jnp.int32(starts[0]))
+            kv = prefill(params, buffers, tokens, kv, jnp.int32(starts[0]))
         else:  # one compiled prefill body, called per chunk
-            kv, _ = jax.lax.scan(lambda kv, start: (prefill(params, tokens, kv, start), None), kv,
+            kv, _ = jax.lax.scan(lambda kv, start: (prefill(params, buffers, tokens, kv, start), None), kv,
                                  jnp.asarray(starts, jnp.int32))
         last = tokens[length - 1]
 
@@ -157,7 +158,7 @@ def _program(pre, dec, max_new_tokens: int, temperature: float, top_k: Optional[
                        input_pos=p.reshape(dec_in["input_pos"].shape).astype(dec_in["input_pos"].dtype))
             if "mask" in dec_in:
                 ins["mask"] = _causal_mask(dec_in["mask"], p.reshape(1))
-            out = dec.apply(params, **ins)
+            out = dec.apply(params, buffers=buffers, **ins)
             logits = out["logits"].reshape(-1, out["logits"].shape[-1])[-1]
             nxt = _sample(logits, k, temperature, top_k)
             return (nxt, p + 1, {n: out[n] for n in cache_names}), nxt
@@ -166,8 +167,8 @@ def _program(pre, dec, max_new_tokens: int, temperature: float, top_k: Optional[
         _, toks = jax.lax.scan(step, (last.astype(jnp.int32), (length - 1).astype(jnp.int32), kv), keys)
         return toks
 
-    def run(params, tokens, lengths, keys):
-        return jax.vmap(row, in_axes=(None, 0, 0, 0))(params, tokens, lengths, keys)
+    def run(params, buffers, tokens, lengths, keys):
+        return jax.vmap(row, in_axes=(None, None, 0, 0, 0))(params, buffers, tokens, lengths, keys)
 
     return run
 
@@ -267,11 +268,14 @@ def generate(model, prompt_tokens, max_new_tokens: int, *, key=None, temperature
         rows_sharding = NamedSharding(mesh, P("batch"))
         tokens, lengths, keys = (jax.device_put(a, rows_sharding) for a in (tokens, lengths, keys))
         params = jax.device_put(model.params if params is None else params, NamedSharding(mesh, P()))
+        buffers = jax.device_put(model.buffers, NamedSharding(mesh, P()))
+    else:
+        buffers = model.buffers
     cache = model.batch_cache.generate_programs
     ck = (pre.key, dec.key, int(max_new_tokens), float(temperature), top_k, starts)
     fn = cache.get(ck)
     if fn is None:
         fn = cache[ck] = jax.jit(_program(pre, dec, int(max_new_tokens), float(temperature), top_k, starts))
     with jax.enable_x64(model.x64):
-        out = np.asarray(fn(model.params if params is None else params, tokens, lengths, keys))[:n_rows]
+        out = np.asarray(fn(model.params if params is None else params, buffers, tokens, lengths, keys))[:n_rows]
     return out[0] if single else out

@@ -97,6 +97,11 @@ class Value:
         data: constant contents with ``dtype`` and ``shape``, else ``None``.
         index: the tensor's index in the source file (for error messages).
         is_variable: a TFLite variable tensor (state kept between calls).
+        storage_bits: for a constant the file stores narrower than
+            ``dtype`` (TFLite ``INT4``: two values per byte, ``data``
+            unpacked to int8), its bits per value; 0 otherwise. The lowering
+            keeps such a weight buffer packed on the device
+            (:func:`fbjax.lower.build.buffer_array`).
     """
 
     name: str
@@ -106,6 +111,7 @@ class Value:
     data: Optional[np.ndarray] = None
     index: int = -1
     is_variable: bool = False
+    storage_bits: int = 0
 
     @property
     def is_constant(self) -> bool:

@@ -171,43 +171,50 @@ class _Runner:
     def zeros(self, batch: int) -> dict:
         return {n: jnp.zeros((batch,) + tuple(self.dec_in[n].shape), self.dec_in[n].dtype) for n in self.cache_names}
 
-    def _prefill_row(self, params, kv, tokens, start):
+    def _prefill_row(self, params, buffers, kv, tokens, start):
         pos = start + jnp.arange(self.n, dtype=jnp.int32)
         ins = dict(kv, tokens=tokens.reshape(self.pre_in["tokens"].shape).astype(self.pre_in["tokens"].dtype),
                    input_pos=pos.reshape(self.pre_in["input_pos"].shape).astype(self.pre_in["input_pos"].dtype))
         if "mask" in self.pre_in:
             ins["mask"] = _causal_mask(self.pre_in["mask"], pos)
-        out = self.pre.apply(params, **ins)
+        out = self.pre.apply(params, buffers=buffers, **ins)
         return {n: out[n] for n in self.cache_names}
 
-    def _decode_row(self, params, kv, token, pos):
+    def _decode_row(self, params, buffers, kv, token, pos):
         ins = dict(kv, tokens=token.reshape(self.dec_in["tokens"].shape).astype(self.dec_in["tokens"].dtype),
                    input_pos=pos.reshape(self.dec_in["input_pos"].shape).astype(self.dec_in["input_pos"].dtype))
         if "mask" in self.dec_in:
             ins["mask"] = _causal_mask(self.dec_in["mask"], pos.reshape(1))
-        out = self.dec.apply(params, **ins)
+        out = self.dec.apply(params, buffers=buffers, **ins)
         logits = out["logits"].reshape(-1, out["logits"].shape[-1])[-1]
         return logits, {n: out[n] for n in self.cache_names}
 
     def prefill(self, params, kv, tokens, start):
-        """``tokens`` int32 ``[B, n]`` at positions ``start[b] ..`` -> the new caches."""
+        """``tokens`` int32 ``[B, n]`` at positions ``start[b] ..`` -> the new caches.
+
+        ``kv`` is donated: its buffers are updated in place where the
+        backend can (the caller keeps only the returned caches)."""
         fn = self._jit.get("prefill")
         if fn is None:
-            fn = self._jit["prefill"] = jax.jit(jax.vmap(self._prefill_row, in_axes=(None, 0, 0, 0)))
+            fn = self._jit["prefill"] = jax.jit(jax.vmap(self._prefill_row, in_axes=(None, None, 0, 0, 0)),
+                                                donate_argnums=(2,))
         with jax.enable_x64(self.model.x64):
-            return fn(params, kv, np.asarray(tokens, np.int32), np.asarray(start, np.int32))
+            return fn(params, self.model.buffers, kv, np.asarray(tokens, np.int32), np.asarray(start, np.int32))
 
     def decode(self, params, kv, token, pos, key, sampler: Sampler):
-        """Feed ``token`` ``[B]`` at ``pos`` ``[B]``; returns (next token ``[B]``, caches)."""
+        """Feed ``token`` ``[B]`` at ``pos`` ``[B]``; returns (next token ``[B]``, caches).
+
+        ``kv`` is donated (updated in place where the backend can)."""
         ck = ("decode", sampler.temperature, sampler.top_k, sampler.top_p)
         fn = self._jit.get(ck)
         if fn is None:
-            def step(params, kv, token, pos, key):
-                logits, kv = jax.vmap(self._decode_row, in_axes=(None, 0, 0, 0))(params, kv, token, pos)
+            def step(params, buffers, kv, token, pos, key):
+                logits, kv = jax.vmap(self._decode_row, in_axes=(None, None, 0, 0, 0))(params, buffers, kv, token, pos)
                 return _sample(logits, key, sampler.temperature, sampler.top_k, sampler.top_p), kv
-            fn = self._jit[ck] = jax.jit(step)
+            fn = self._jit[ck] = jax.jit(step, donate_argnums=(2,))
         with jax.enable_x64(self.model.x64):
-            return fn(params, kv, np.asarray(token, np.int32), np.asarray(pos, np.int32), key)  # numpy: no extra dispatch
+            return fn(params, self.model.buffers, kv, np.asarray(token, np.int32), np.asarray(pos, np.int32),
+                      key)  # numpy: no extra dispatch
 
 
 @dataclasses.dataclass

@@ -184,6 +184,11 @@ class Model:
     Attributes:
         params: dict of the file's float weights (tensor name -> jax array;
             float16 weights are widened to float32 master weights).
+        buffers: dict of the file's large integer constants (a quantized
+            model's int8/int4 weights, int32 biases, tables; tensor name ->
+            jax array, int4 held two per byte): not trainable, on the device
+            once; signatures, :func:`fbjax.generate` and LLM bundles pass
+            them to their compiled programs as arguments.
         inputs: list of :class:`TensorSpec`.
         outputs: list of :class:`TensorSpec`.
         signatures: dict of :class:`SignatureSpec` (empty if the file has none).
@@ -240,6 +245,9 @@ class Model:
         self._x64 = _needs_x64(ir)
         with jax.enable_x64(self._x64):
             self.params = {k: jax.device_put(v) for k, v in program.params.items()}  # no per-shape compiles (jnp.asarray: ~1 s)
+        #: the weight buffers (quantized integer weights, int4 packed; :attr:`Program.buffers`): on the device
+        #: once, passed as arguments to the programs of every signature and batch (see :meth:`apply`)
+        self.buffers = program.device_buffers()
         # Resource variables (VAR_HANDLE ...) -> explicit state, see
         # fbjax.lower.state; None for models without variables.
         self._stateful = _st.has_state(ir)  # TFLite variables/random ops, ONNX random ops
@@ -360,7 +368,8 @@ class Model:
             raise InputError(f"missing input {', '.join(map(repr, missing))} (the model's inputs are {names})")
         return tuple(inputs) + tuple(named[k] for k in names[len(inputs):])
 
-    def apply(self, params: dict, *inputs, state: Optional[dict] = None, **named):
+    def apply(self, params: dict, *inputs, state: Optional[dict] = None, buffers: Optional[dict] = None,
+              **named):
         """Pure forward pass.
 
         Args:
@@ -369,7 +378,14 @@ class Model:
                 are cast to it, float32, before use).
             *inputs: one array per :attr:`inputs` entry, in order; or
                 ``**named``: by input name, for those not given by position
-                (an input called ``state`` or ``params`` must be positional).
+                (an input called ``state``, ``buffers`` or ``params`` must be
+                positional).
+            buffers: :attr:`buffers` (or arrays of the same shapes and
+                dtypes) to pass the integer weights as arguments of a
+                ``jax.jit`` of this function (``jax.jit(lambda p, b, x:
+                model.apply(p, x, buffers=b))``): its compiled program then
+                does not hold them as constants. None (default): they are
+                constants of the traced program.
 
         Returns:
             one array, or a tuple of arrays for multi-output models; for
@@ -395,10 +411,11 @@ class Model:
             params = {k: v if getattr(v, "dtype", None) == want[k].dtype else jnp.asarray(v, want[k].dtype)
                       for k, v in params.items()}
         if self._stateful:  # models with resource variables: (outputs, new_state)
-            outs, new_state = self.program.apply(params, self.state if state is None else state, *inputs)
+            outs, new_state = self.program.apply(params, self.state if state is None else state, *inputs,
+                                                 buffers=buffers)
             outs = tuple(jnp.asarray(o) for o in outs)
             return (outs[0] if len(outs) == 1 else outs), new_state
-        outs, _ = self.program.apply(params, None, *inputs)
+        outs, _ = self.program.apply(params, None, *inputs, buffers=buffers)
         outs = tuple(jnp.asarray(o) for o in outs)
         return outs[0] if len(outs) == 1 else outs
 

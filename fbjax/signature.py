@@ -13,7 +13,7 @@ signature is a gradient of :attr:`fbjax.Model.params`.
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Mapping, Optional
 
 import jax
 import jax.numpy as jnp
@@ -62,7 +62,7 @@ class SignatureRunner:
         out_ids = {id(v): k for k, v in enumerate(graph.outputs)}
         self._out_values = list(sig.outputs.values())
         self._out_pos = [out_ids.get(id(v)) for v in self._out_values]
-        self._jitted = jax.jit(self.apply_tuple)
+        self._jitted = jax.jit(self._apply_buffers)
         self._examples = None  # the ExamplesOf view, made once
 
     @property
@@ -129,10 +129,15 @@ class SignatureRunner:
         return out
 
     # -- pure function -------------------------------------------------------
-    def apply_tuple(self, params: dict, *inputs) -> tuple:
+    def _apply_buffers(self, params: dict, buffers: dict, *inputs) -> tuple:
+        return self.apply_tuple(params, *inputs, buffers=buffers)
+
+    def apply_tuple(self, params: dict, *inputs, buffers: Optional[dict] = None) -> tuple:
         """:meth:`apply` with inputs positional in :attr:`inputs` order (not
         checked, not cast) and the outputs as a tuple in :attr:`outputs`
-        order; what :func:`fbjax.infer` and :func:`fbjax.generate` call."""
+        order; what :func:`fbjax.infer` and :func:`fbjax.generate` call.
+        ``buffers``: :attr:`fbjax.Model.buffers` passed as arguments of the
+        caller's ``jax.jit`` (None: read as constants)."""
         self.model._check_params(params)
         want = self.model.program.params
         if any(getattr(params[k], "dtype", None) != want[k].dtype for k in want):
@@ -140,7 +145,7 @@ class SignatureRunner:
                       for k, v in params.items()}
         graph_inputs = [inputs[i] for i in self._order]
         program = self.model.program
-        outs, _ = program.apply_graph(self.graph_index, params, None, *graph_inputs)
+        outs, _ = program.apply_graph(self.graph_index, params, None, *graph_inputs, buffers=buffers)
         res = []
         for v, k in zip(self._out_values, self._out_pos):
             if k is None:  # a signature output that is not a graph output (a constant, say)
@@ -149,7 +154,7 @@ class SignatureRunner:
             res.append(jnp.asarray(outs[k]))
         return tuple(res)
 
-    def apply(self, params: dict, *args, **kwargs) -> dict:
+    def apply(self, params: dict, *args, buffers: Optional[dict] = None, **kwargs) -> dict:
         """Pure forward pass of the signature (for ``jax.grad``, ``jit``, ``vmap``).
 
         Args:
@@ -157,6 +162,9 @@ class SignatureRunner:
                 the model, whichever signature reads it).
             *args, **kwargs: the inputs, positional in :attr:`inputs` order
                 and/or by their signature names.
+            buffers: :attr:`fbjax.Model.buffers` (the integer weights) as
+                arguments of the caller's ``jax.jit``, so that its program
+                does not hold them as constants; None: constants.
 
         Returns:
             ``{output name: array}`` in :attr:`outputs` order.
@@ -170,7 +178,7 @@ class SignatureRunner:
             raise InputError(f"signature {self.key!r}: models with resource variables run only through "
                              "Model.apply(..., state=...) for now")
         vals = self._check(self._bind(args, kwargs), cast=True)
-        outs = self.apply_tuple(params, *vals)
+        outs = self.apply_tuple(params, *vals, buffers=buffers)
         return dict(zip(self._out_names, outs))
 
     def __call__(self, *args, **kwargs) -> dict:
@@ -190,7 +198,7 @@ class SignatureRunner:
         vals = self._check(vals, cast=True)
         self._check_positions(vals)
         with jax.enable_x64(self.x64):
-            outs = self._jitted(self.model.params, *vals)
+            outs = self._jitted(self.model.params, self.model.buffers, *vals)
         return dict(zip(self._out_names, outs))
 
     def _check_positions(self, vals) -> None:
@@ -287,11 +295,12 @@ class ExamplesOf:
     def __repr__(self) -> str:
         return f"<fbjax.signature.ExamplesOf {self.key!r}: inputs={self.inputs} outputs={self.outputs}>"
 
-    def apply(self, params: dict, *inputs) -> tuple:
+    def apply(self, params: dict, *inputs, buffers: Optional[dict] = None) -> tuple:
         """The signature on every example.
 
         Args:
             params: like :attr:`fbjax.Model.params`.
+            buffers: like :attr:`fbjax.Model.buffers` (jit arguments), or None.
             *inputs: per signature input (its order), the examples stacked:
                 shape ``(N, *example shape)`` (see the class docstring), the
                 input's dtype.
@@ -302,7 +311,7 @@ class ExamplesOf:
         """
         def one(*xs):
             xs = [x[None] if lead else x for x, lead in zip(xs, self._in_lead)]
-            outs = self.runner.apply_tuple(params, *xs)
+            outs = self.runner.apply_tuple(params, *xs, buffers=buffers)
             return tuple(o[0] if lead else o for o, lead in zip(outs, self._out_lead))
 
         return jax.vmap(one)(*inputs)

@@ -380,6 +380,7 @@ def _tensor_value(t, ti: int, buffers, raw, where: str, shared: Optional[dict] =
     key = (int(t.buffer), t.type, tuple(d if d is not None else 1 for d in shape))
     if shared is not None and t.sparsity is None and key in shared:
         v.data = shared[key]
+        v.storage_bits = 4 if TENSOR_TYPE_NAMES.get(t.type) == "INT4" else 0
         return v
     data = _buffer_bytes(buffers, t.buffer, raw, desc)
     if data is not None and dtype != np.object_:
@@ -389,6 +390,7 @@ def _tensor_value(t, ti: int, buffers, raw, where: str, shared: Optional[dict] =
             v.data = densify(vals, dense_shape, t.sparsity)
         elif TENSOR_TYPE_NAMES.get(t.type) == "INT4":
             v.data = _unpack_int4(data, [d if d is not None else 1 for d in shape], desc)
+            v.storage_bits = 4
         else:
             v.data = _view(data, dtype, tuple(d if d is not None else 1 for d in shape), desc)
         if shared is not None and t.sparsity is None:

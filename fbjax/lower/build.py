@@ -7,6 +7,16 @@ scalars and constants holding -inf/inf/NaN stay numpy, like integer
 constants); integer constants stay numpy arrays, known at trace time, so
 shape-like values (RESHAPE shapes, PAD amounts, slice bounds, and whatever is
 computed from them and from static shapes) are resolved while tracing.
+
+Large integer constants that no node reads as a load-time operand -- the
+integer weights of quantized models (int8, int4 kept two per byte), their
+int32 biases, lookup tables -- are *weight buffers* (:func:`buffer_names`):
+not trainable, but passed to the compiled programs as arguments too
+(:attr:`Program.buffers`, ``apply_graph(..., buffers=...)``), so that a
+program's size and compile time do not grow with the bytes of its weights
+and every program of a model (each signature, batch size, executor) reads
+one copy. Without ``buffers`` (a caller's own ``jax.jit`` of
+:meth:`fbjax.Model.apply`) they are read as numpy constants, as before.
 """
 
 from __future__ import annotations
@@ -57,6 +67,9 @@ class Run:
         initialised: False while the initial state is made (initialisers
             such as TFLite CALL_ONCE run then, and only then).
         var_names: TFLite VAR_HANDLE handles -> variable names, in trace order.
+        buffers: weight buffer name -> array (jit arguments or tracers;
+            :attr:`Program.buffers`), or None: the buffers are read as the
+            numpy constants they hold (folded into the traced program).
         narrow: whether float ops compute in the program's reduced
             ``compute_dtype`` here (False inside a ``full_precision`` op's
             subgraph, and for programs computing in float32).
@@ -67,6 +80,7 @@ class Run:
     initialised: bool = True
     var_names: list = field(default_factory=list)
     narrow: bool = False
+    buffers: Optional[dict] = None
 
 
 class LowerContext(OpContext):
@@ -179,6 +193,13 @@ class Program:
         param_of: id(Value) -> param name.
         backend: JAX backend the lowering targets.
         options: lowering options (see :func:`build`).
+        buffers: weight buffer name -> numpy array (the file's values; int4
+            unpacked to int8), for the constants :func:`buffer_names`
+            picks; not trainable. :meth:`device_buffers` puts them on a
+            device as the programs take them.
+        buffer_of: id(Value) -> weight buffer name.
+        buffer_bits: weight buffer name -> bits per value the file stores
+            (4 for TFLite ``INT4``), for those narrower than their dtype.
     """
 
     model: ModelIR
@@ -187,6 +208,9 @@ class Program:
     backend: str
     registry: object = LOWERINGS
     options: dict = field(default_factory=dict)
+    buffers: dict = field(default_factory=dict)
+    buffer_of: dict = field(default_factory=dict)
+    buffer_bits: dict = field(default_factory=dict)
 
     def __post_init__(self):
         cd = self.options.get("compute_dtype")
@@ -198,6 +222,15 @@ class Program:
         if kernels not in KERNEL_CHOICES:
             raise ValueError(f"lowering option kernels={kernels!r}: expected one of {KERNEL_CHOICES}")
 
+    def device_buffers(self, device=None) -> dict:
+        """The weight buffers as JAX arrays on ``device`` (default: JAX's
+        default device), each held once, in the dtype the file stores
+        (int4 values two per byte: :func:`buffer_array`): pass them as the
+        ``buffers`` argument of :meth:`apply` / :meth:`apply_graph` to the
+        programs that share them."""
+        return {k: jax.device_put(buffer_array(v, self.buffer_bits.get(k, 0)), device)
+                for k, v in self.buffers.items()}
+
     @property
     def kernel_backend(self) -> str:
         """The backend whose kernel choices the lowerings make (``ctx.backend``):
@@ -207,13 +240,16 @@ class Program:
             return "cpu_quick"
         return self.backend
 
-    def apply(self, params: dict, state: Optional[dict], *inputs) -> tuple:
+    def apply(self, params: dict, state: Optional[dict], *inputs, buffers: Optional[dict] = None) -> tuple:
         """Run the main graph: pure and traceable.
 
         Args:
             params: param name -> array (every name of :attr:`params`).
             state: the run state before the call (:mod:`fbjax.lower.state`),
                 or None for a program without state.
+            buffers: weight buffer name -> array (every name of
+                :attr:`buffers`, as jit arguments), or None to read them
+                as numpy constants.
 
         Returns:
             ``(outputs, new_state)``: a tuple with one entry per graph
@@ -222,15 +258,15 @@ class Program:
         Raises:
             ModelFormatError: ``state`` is None but an op needs it.
         """
-        return self.apply_graph(self.model.main, params, state, *inputs)
+        return self.apply_graph(self.model.main, params, state, *inputs, buffers=buffers)
 
     def apply_graph(self, index: int, params: dict, state: Optional[dict], *inputs,
-                    initialise: bool = False) -> tuple:
+                    initialise: bool = False, buffers: Optional[dict] = None) -> tuple:
         """:meth:`apply` for ``model.graphs[index]`` (a signature's
         subgraph); ``initialise=True`` runs initialisers (making the initial
         state, :func:`fbjax.lower.state.initial_state`)."""
         run = Run(params, None if state is None else dict(state), initialised=not initialise,
-                  narrow=self.compute_dtype is not None)
+                  narrow=self.compute_dtype is not None, buffers=buffers)
         outs = self.eval_graph(index, list(inputs), run)
         if self.compute_dtype is not None and index == self.model.main:  # the file's dtypes
             outs = [_to_file_dtype(o, v) for o, v in zip(outs, self.model.main_graph.outputs)]
@@ -260,7 +296,11 @@ class Program:
             return env[key]
         if v.data is not None:
             name = self.param_of.get(key)
-            val = run.params[name] if name is not None else v.data
+            if name is not None:
+                val = run.params[name]
+            else:
+                buf = self.buffer_of.get(key) if run.buffers is not None else None
+                val = v.data if buf is None else run.buffers[buf]
             env[key] = val
             return val
         if v.is_variable and v.static_shape:
@@ -516,6 +556,64 @@ def unique_param_names(model: ModelIR) -> dict:
     return names
 
 
+#: integer constants of at least this many elements may be weight buffers
+#: (:func:`buffer_names`); smaller ones (shape arithmetic, index tables of a
+#: few entries) stay numpy constants known while tracing
+BUFFER_MIN_ELEMENTS = 4096
+
+
+def _load_time_operands(model: ModelIR, registry) -> set:
+    """ids of the Values some node reads at a load-time position (its op's
+    ``static_inputs``): they must stay numpy."""
+    out = set()
+    for g in model.graphs:
+        for node in g.nodes:
+            opdef = registry.get(node.op_set, node.op_name)
+            if opdef is None:
+                continue
+            out.update(id(node.inputs[i]) for i in opdef.static_inputs
+                       if i < len(node.inputs) and node.inputs[i] is not None)
+    return out
+
+
+def buffer_names(model: ModelIR, registry=LOWERINGS) -> dict:
+    """id(Value) -> unique name for every weight buffer: an integer constant
+    of at least :data:`BUFFER_MIN_ELEMENTS` values that no node reads as a
+    load-time operand (``static_inputs``) -- a quantized model's integer
+    weights, int32 biases and tables. Named like params (tensor names,
+    repeats ``#1``...); Values on one array (weights that several
+    signatures' subgraphs share) get one name."""
+    fixed = _load_time_operands(model, registry)
+    names: dict[int, str] = {}
+    used: Counter = Counter()
+    by_data: dict[int, str] = {}
+    for g in model.graphs:
+        for v in g.values:
+            if (id(v) in names or v.data is None or id(v) in fixed or is_param(v)
+                    or not np.issubdtype(np.dtype(v.dtype), np.integer)
+                    or np.size(v.data) < BUFFER_MIN_ELEMENTS):
+                continue
+            if id(v.data) in by_data:
+                names[id(v)] = by_data[id(v.data)]
+                continue
+            base = v.name or f"tensor_{v.index}"
+            name = base if used[base] == 0 else f"{base}#{used[base]}"
+            used[base] += 1
+            names[id(v)] = by_data[id(v.data)] = name
+    return names
+
+
+def buffer_array(data: np.ndarray, storage_bits: int = 0) -> np.ndarray:
+    """The array a weight buffer is put on the device as: ``data``, or for
+    a constant the file stores in 4 bits (``storage_bits == 4``, TFLite
+    ``INT4``; :attr:`fbjax.ir.Value.storage_bits`) the same values as
+    ``int4`` (``ml_dtypes``; XLA holds them two per byte), which the
+    lowerings widen where they compute."""
+    if storage_bits == 4:
+        return np.asarray(data).astype(jax.numpy.int4)
+    return np.asarray(data)
+
+
 def build(model: ModelIR, *, backend: Optional[str] = None, options: Optional[dict] = None,
           check_static: bool = True) -> Program:
     """Lower a model.
@@ -553,7 +651,15 @@ def build(model: ModelIR, *, backend: Optional[str] = None, options: Optional[di
     for vid, name in param_of.items():
         if name not in params:  # (one param for the Values of several subgraphs on one buffer)
             params[name] = master_weight(values[vid].data)
-    program = Program(model, params, param_of, backend or jax.default_backend(), options=dict(options or {}))
+    buffer_of = buffer_names(model)
+    buffers, bits = {}, {}
+    for vid, name in buffer_of.items():
+        if name not in buffers:
+            buffers[name] = values[vid].data
+            if values[vid].storage_bits:
+                bits[name] = values[vid].storage_bits
+    program = Program(model, params, param_of, backend or jax.default_backend(), options=dict(options or {}),
+                      buffers=buffers, buffer_of=buffer_of, buffer_bits=bits)
     if check_static:
         check_static_inputs(program)
     return program

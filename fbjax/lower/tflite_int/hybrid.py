@@ -90,6 +90,81 @@ def _ints(w):
     return jnp.asarray(w).astype(jnp.int32)
 
 
+#: up to this many input rows a hybrid dense kernel multiplies as one fused
+#: multiply-reduce over its integer weights (each weight read once, widened
+#: in registers); more rows (prefill) go through XLA's dot, which first
+#: widens the weights to int32 once for all rows. Measured on litert-torch's
+#: SmolLM2-135M-shaped int8 decode step (``benchmarks/llm_realsize.py``):
+#: the fused form 2.3x faster at one row, the same bits (integer sums).
+REDUCE_MAX_ROWS = 4
+
+
+def _as_int8(w):
+    """Integer weights as int8 (int4 buffers and float mode's traced weights: the values fit)."""
+    w = jnp.asarray(w)
+    return w if w.dtype == jnp.int8 else w.astype(jnp.int8)
+
+
+@jax.custom_batching.custom_vmap
+def _int_matmul(q, z, w):
+    """``sum_i (q[r, i] - z[r]) * w[o, i]`` exactly in int32: ``q`` int32
+    ``[R, I]`` in [-128, 127], ``z`` int32 ``[R]`` (zero points; zeros for
+    symmetric rows), ``w`` integer ``[O, I]`` (int8, or int4 held two per
+    byte). Few rows (decode): one fused multiply-reduce; more: an int8 x
+    int8 -> int32 dot whose lhs carries a row of ones, so the weights' sums
+    for the zero points come from the same pass. |result| <= 255 * 128 * I:
+    exact for I < 2**16. Under ``vmap`` the batch joins the rows (one pass
+    over the weights for every row of every example)."""
+    if q.shape[0] <= REDUCE_MAX_ROWS:
+        return jnp.sum((q - z[:, None])[:, None, :] * jnp.asarray(w).astype(jnp.int32)[None], axis=-1)
+    lhs = jnp.concatenate([q, jnp.ones((1, q.shape[1]), q.dtype)], axis=0).astype(jnp.int8)
+    both = lax.dot_general(lhs, _as_int8(w), (((1,), (1,)), ((), ())), preferred_element_type=jnp.int32)
+    return both[:-1] - z[:, None] * both[-1][None, :]
+
+
+@_int_matmul.def_vmap
+def _int_matmul_vmap(axis_size, in_batched, q, z, w):
+    qb, zb, wb = in_batched
+    if wb:  # per-example weights (not how fbjax calls it): example by example
+        return lax.map(lambda a: _int_matmul(*a), (q if qb else jnp.broadcast_to(q, (axis_size,) + q.shape),
+                                                    z if zb else jnp.broadcast_to(z, (axis_size,) + z.shape), w)), True
+    q = q if qb else jnp.broadcast_to(q, (axis_size,) + q.shape)
+    z = z if zb else jnp.broadcast_to(z, (axis_size,) + z.shape)
+    out = _int_matmul(q.reshape((-1, q.shape[-1])), z.reshape(-1), w)
+    return out.reshape((axis_size, -1, out.shape[-1])), True
+
+
+@jax.custom_batching.custom_vmap
+def _block_matmul(q, w):
+    """Per block ``k`` of ``bs`` inputs: ``acc[k, r, o] = sum_c q[r, k, c] *
+    w[o, k, c]`` and ``ksum[k, o] = sum_c w[o, k, c]``, exactly in int32
+    (``q`` int32 ``[R, blocks, bs]`` in [-128, 127], ``w`` ``[O, blocks,
+    bs]`` int4/int8). Few rows: fused multiply-reduces; more: one int8 dot
+    with a row of ones. Under ``vmap`` the batch joins the rows."""
+    if q.shape[0] <= REDUCE_MAX_ROWS:
+        wi = jnp.asarray(w).astype(jnp.int32)
+        acc = jnp.sum(q[:, None] * wi[None], axis=-1)  # [R, O, blocks]
+        return jnp.transpose(acc, (2, 0, 1)), jnp.sum(wi, axis=-1).T
+    rows = q.shape[0]
+    lhs = jnp.concatenate([q, jnp.ones((1,) + q.shape[1:], q.dtype)], axis=0).astype(jnp.int8)
+    both = lax.dot_general(lhs, _as_int8(w), (((2,), (2,)), ((1,), (1,))), preferred_element_type=jnp.int32)
+    return both[:, :rows], both[:, rows]  # dot_general puts the block (batch) dimension first
+
+
+@_block_matmul.def_vmap
+def _block_matmul_vmap(axis_size, in_batched, q, w):
+    qb, wb = in_batched
+    if wb:
+        q = q if qb else jnp.broadcast_to(q, (axis_size,) + q.shape)
+        return lax.map(lambda a: _block_matmul(*a), (q, w)), (True, True)
+    if not qb:
+        acc, ksum = _block_matmul(q, w)
+        return (acc, ksum), (False, False)
+    acc, ksum = _block_matmul(q.reshape((-1,) + q.shape[2:]), w)  # [blocks, B * R, O]
+    acc = jnp.moveaxis(acc.reshape((acc.shape[0], axis_size, -1, acc.shape[-1])), 1, 0)
+    return (acc, ksum), (True, False)
+
+
 def symmetric_quantize(x2d):
     """``SymmetricQuantizeFloats`` of each row of float32 ``x2d`` [R, N]:
     ``(q int32 [R, N], scale float32 [R])``."""
@@ -247,10 +322,7 @@ def FULLY_CONNECTED(ctx, x, w, b=None, *, fused_activation_function="NONE", weig
     if ctx.inputs[1].quant.block_size:
         return _fc_blockwise(ctx, x.reshape(-1, i), w, b).reshape(lead + (o,))
     q, s, z = _quantize(x.reshape(-1, i), asymmetric_quantize_inputs)
-    wi = _ints(w)
-    acc = lax.dot_general(q, jnp.asarray(wi), (((1,), (1,)), ((), ())), preferred_element_type=jnp.int32)
-    if z is not None:
-        acc = acc - z[:, None] * wi.sum(axis=1)[None, :]  # |sum| <= 128 * I: exact in int32
+    acc = _int_matmul(q, jnp.zeros(q.shape[0], jnp.int32) if z is None else z, w)
     scale = _rounded(s[:, None] * jnp.asarray(_weight_scales(ctx, o))[None, :])
     y = _activation(ctx, _scale_out(acc, scale, b), fused_activation_function)
     return y.reshape(lead + (o,))
@@ -450,16 +522,19 @@ def _fc_blockwise(ctx, x2d, w, b):
     nb = i // bs
     scales = np.asarray(v.quant.scale, _F32).reshape(o, nb)
     q, s, z = asymmetric_quantize(x2d)
-    wb = _ints(w).reshape(o, nb, bs)  # the file's constants, or traced (float mode)
-    acc = jnp.einsum("rkc,okc->rok", q.reshape(q.shape[0], nb, bs), wb,
-                     preferred_element_type=jnp.int32)  # [R, O, blocks], exact
-    ksum = wb.sum(axis=2).astype(jnp.float32)  # [O, blocks], exact in float32
-    out = jnp.zeros((q.shape[0], o), jnp.float32)
-    kfsum = jnp.zeros(o, jnp.float32)
-    for k in range(nb):  # TFLite's order of float32 additions
-        sk = jnp.asarray(scales[:, k])
-        out = out + _rounded(acc[:, :, k].astype(jnp.float32) * sk[None, :])
-        kfsum = kfsum + _rounded(sk * ksum[:, k])
+    wb = jnp.asarray(w).reshape(o, nb, bs)  # int4/int8 as held (a buffer, a constant, or traced in float mode)
+    rows = q.shape[0]
+    acc, ksum = _block_matmul(q.reshape(rows, nb, bs), wb)  # [blocks, R, O]; [blocks, O]
+    ksum = ksum.astype(jnp.float32)  # exact in float32
+
+    def block(carry, xs):  # TFLite's order of float32 additions, one block after the other
+        out, kfsum = carry
+        acc_k, ksum_k, sk = xs
+        return (out + _rounded(acc_k.astype(jnp.float32) * sk[None, :]), kfsum + _rounded(sk * ksum_k)), None
+
+    # a scan, not a Python loop: one compiled body however many blocks (I / 32 of them)
+    (out, kfsum), _ = lax.scan(block, (jnp.zeros((rows, o), jnp.float32), jnp.zeros(o, jnp.float32)),
+                               (acc, ksum, jnp.asarray(np.ascontiguousarray(scales.T))))
     out = out - _rounded(z.astype(jnp.float32)[:, None] * kfsum[None, :])
     out = _rounded(out * s[:, None])
     if b is not None:
@@ -490,13 +565,14 @@ def EMBEDDING_LOOKUP(ctx, ids, table):
     product (one rounding). An id outside ``[0, rows)`` is an error in
     TFLite; here it is clamped (a traced index cannot raise).
     """
-    t = np.asarray(table)
-    rows = t.shape[0]
+    shape = tuple(np.shape(table))  # a numpy constant, or a weight buffer (traced; int4 held packed)
+    rows = shape[0]
     q = ctx.inputs[1].quant
-    if q.block_size:  # blockwise (int4, EvalBlockwise): row r's block k scaled by scale[r, k]
-        per = np.repeat(np.asarray(q.scale, _F32), q.block_size, axis=1).reshape(t.shape)
-    else:
-        per = np.broadcast_to(_row_scales(ctx, rows).reshape((rows,) + (1,) * (t.ndim - 1)), t.shape)
     idx = jnp.clip(jnp.asarray(ids, jnp.int32), 0, rows - 1)
-    vals = jnp.take(jnp.asarray(t.astype(np.int32)), idx, axis=0).astype(jnp.float32)
-    return vals * jnp.take(jnp.asarray(np.ascontiguousarray(per)), idx, axis=0)
+    vals = jnp.take(jnp.asarray(table), idx, axis=0).astype(jnp.float32)  # only the looked-up rows widen
+    if q.block_size:  # blockwise (int4, EvalBlockwise): row r's block k scaled by scale[r, k]
+        per = jnp.take(jnp.asarray(np.asarray(q.scale, _F32).reshape(rows, -1)), idx, axis=0)
+        per = jnp.repeat(per, q.block_size, axis=-1).reshape(vals.shape)
+    else:
+        per = jnp.take(jnp.asarray(_row_scales(ctx, rows)), idx, axis=0).reshape(idx.shape + (1,) * (len(shape) - 1))
+    return vals * per

@@ -1,0 +1,174 @@
+"""Realistic-size LLM bundles: fbjax and the LiteRT-LM runtime side by side, each measurement its own process.
+
+    python benchmarks/llm_realsize.py BUNDLE [BUNDLE ...] [--new-tokens 128] [--prompt-tokens 64]
+                                      [--runtime-python /work/genenv-llm/bin/python] [--json OUT]
+
+The bundles come from ``benchmarks/make_llm_bundles.py`` (random seeded
+weights in a public architecture's shape; not committed). Per bundle, each
+row below is a separate process run under ``/usr/bin/time -v`` (peak RSS:
+its "Maximum resident set size"), so that one measurement's compiled
+programs, caches and allocations do not reach another's:
+
+* ``fbjax cold``: ``fbjax.load`` then the first generation with an empty
+  compilation cache (``FBJAX_CACHE_DIR`` a fresh directory): load seconds,
+  first-call seconds (the first token of a ``--prompt-tokens`` prompt: trace,
+  compile and run of prefill and one decode step);
+* ``fbjax warm``: the same in a second process on that now filled cache
+  (what a user's second run costs), then, warmed up: time to first token
+  (``TTFT``: prefill of the prompt and the first decode step, token ids in,
+  the first id out), decode tokens/s over ``--new-tokens`` new tokens at
+  batch 1 (``(n - 1) / (t_last - t_first)`` between the first and the last
+  token's arrival), and a batch of 8 prompts of different lengths (the
+  prompt's 64, 56, ..., 8 tokens) in one ``LlmBundle.generate``: total new
+  tokens / seconds, prefill included;
+* ``runtime``: ``benchmarks/llm_runtime_side.py`` run by ``--runtime-python``
+  (the generator environment with ``litert-lm-api``): the same figures for
+  the LiteRT-LM runtime (CPU backend), whose Python API has no batch.
+
+The prompt is token ids (a seeded draw below the vocabulary's size, the start
+token first), fed to fbjax through the session's token path so that both
+sides see the same ids; stop tokens are not honoured on the fbjax side (the
+decode loop runs all ``--new-tokens`` steps). Prints a markdown table and
+writes the JSON (default ``benchmarks/llm_realsize_results.json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+def _prompt(vocab: int, n: int, start) -> list:
+    import numpy as np
+
+    ids = [int(t) for t in np.random.default_rng(0).integers(min(300, vocab // 4), min(vocab, 30000), n)]
+    return ([int(start)] + ids[:n - 1]) if start is not None else ids
+
+
+def _child(path: str, mode: str, prompt_tokens: int, new_tokens: int) -> dict:
+    """One measurement process (see the module docstring); returns its figures."""
+    t0 = time.perf_counter()
+    import numpy as np
+
+    import fbjax
+
+    t_import = time.perf_counter() - t0
+    t = time.perf_counter()
+    b = fbjax.load(path)
+    out = {"import_s": t_import, "load_s": time.perf_counter() - t}
+    prompt = _prompt(b.vocab_size, prompt_tokens, b.start_token)
+    runner = b._runner
+
+    def first_token(ids, limit):
+        s = b.session(top_k=1)
+        it = s._decode_rows([ids], None)
+        t = time.perf_counter()
+        first = next(it)
+        stamps = [time.perf_counter()]
+        for _ in range(limit - 1):
+            next(it)
+            stamps.append(time.perf_counter())
+        return stamps[0] - t, stamps, first
+
+    t = time.perf_counter()
+    ttft, _, _ = first_token(prompt, 1)
+    out["first_call_s"] = time.perf_counter() - t
+    if mode == "cold":
+        return out
+    ttfts, tps = [], []
+    for _ in range(3):
+        ttft, stamps, _ = first_token(prompt, new_tokens)
+        ttfts.append(ttft)
+        tps.append((len(stamps) - 1) / (stamps[-1] - stamps[0]))
+    out["ttft_s"] = float(np.median(ttfts))
+    out["decode_tps_batch1"] = float(np.median(tps))
+    rows = [prompt[:max(2, prompt_tokens - 8 * i)] for i in range(8)]
+
+    def batch():
+        s = b.session(top_k=1)
+        it = s._decode_rows(rows, None)
+        t = time.perf_counter()
+        for _ in range(new_tokens):
+            next(it)
+        return time.perf_counter() - t
+
+    batch()  # compiles the batch-8 programs
+    secs = float(np.median([batch() for _ in range(3)]))
+    out["batch8_tps"] = 8 * new_tokens / secs
+    out["batch8_s"] = secs
+    out["capacity"] = runner.capacity
+    return out
+
+
+def _timed(cmd: list, env: dict) -> tuple[dict, float]:
+    """Run ``cmd`` under ``/usr/bin/time -v``; its last stdout line is JSON. Returns (figures, peak RSS MB)."""
+    p = subprocess.run(["/usr/bin/time", "-v"] + cmd, capture_output=True, text=True, env=env)
+    if p.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{p.stdout[-2000:]}\n{p.stderr[-4000:]}")
+    rss = float(re.search(r"Maximum resident set size \(kbytes\): (\d+)", p.stderr).group(1)) / 1024
+    return json.loads(p.stdout.strip().splitlines()[-1]), rss
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("bundles", nargs="*")
+    ap.add_argument("--new-tokens", type=int, default=128)
+    ap.add_argument("--prompt-tokens", type=int, default=64)
+    ap.add_argument("--runtime-python", default="/work/genenv-llm/bin/python",
+                    help="a Python with litert-lm-api (skipped if absent)")
+    ap.add_argument("--json", default=os.path.join(HERE, "llm_realsize_results.json"))
+    ap.add_argument("--child", choices=("cold", "warm"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        print(json.dumps(_child(args.bundles[0], args.child, args.prompt_tokens, args.new_tokens)))
+        return
+    rows = []
+    for path in args.bundles:
+        row = {"bundle": os.path.basename(path), "size_mb": os.path.getsize(path) / 2 ** 20,
+               "load_average_before": os.getloadavg()}
+        with tempfile.TemporaryDirectory() as cache:
+            env = dict(os.environ, FBJAX_CACHE_DIR=cache, PYTHONPATH=ROOT)
+            for mode in ("cold", "warm"):
+                figs, rss = _timed([sys.executable, __file__, path, "--child", mode, "--new-tokens",
+                                    str(args.new_tokens), "--prompt-tokens", str(args.prompt_tokens)], env)
+                row[f"fbjax_{mode}"] = dict(figs, peak_rss_mb=rss)
+                print(mode, json.dumps(row[f"fbjax_{mode}"]), flush=True)
+        side = os.path.join(HERE, "llm_runtime_side.py")
+        if os.path.exists(args.runtime_python) and os.path.exists(side):
+            figs, rss = _timed([args.runtime_python, side, path, "--new-tokens", str(args.new_tokens),
+                                "--prompt-tokens", str(args.prompt_tokens)], dict(os.environ))
+            row["runtime"] = dict(figs, peak_rss_mb=rss)
+            print("runtime", json.dumps(row["runtime"]), flush=True)
+        row["load_average_after"] = os.getloadavg()
+        rows.append(row)
+    res = {"machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs",
+           "command": "python benchmarks/llm_realsize.py " + " ".join(sys.argv[1:]), "rows": rows}
+    with open(args.json, "w") as f:
+        json.dump(res, f, indent=1)
+    print("| bundle | side | load s | first call s (cold / warm) | TTFT s | decode tok/s b1 | batch 8 tok/s "
+          "| peak RSS MB |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        c, w = r["fbjax_cold"], r["fbjax_warm"]
+        print(f"| {r['bundle']} | fbjax | {w['load_s']:.2f} | {c['first_call_s']:.1f} / {w['first_call_s']:.2f} | "
+              f"{w['ttft_s']:.3f} | {w['decode_tps_batch1']:.1f} | {w['batch8_tps']:.1f} | "
+              f"{max(c['peak_rss_mb'], w['peak_rss_mb']):.0f} |")
+        if "runtime" in r:
+            rt = r["runtime"]
+            print(f"| {r['bundle']} | runtime | {rt.get('load_s', float('nan')):.2f} | - | "
+                  f"{rt.get('ttft_s', float('nan')):.3f} | {rt.get('decode_tps', float('nan')):.1f} | - | "
+                  f"{rt['peak_rss_mb']:.0f} |")
+
+
+if __name__ == "__main__":
+    main()
