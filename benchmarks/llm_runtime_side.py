@@ -25,7 +25,8 @@ parsed from there), and prints every run and the medians, with the load average 
 
 ``--text OUT.json``: instead, records the runtime's greedy text for :data:`TEXT_PROMPTS` (no template,
 ``--text-tokens`` new tokens each, 32 by default): per prompt ``engine.tokenize(prompt)`` and the streamed
-pieces (one per decode step; the Python API gives text, not token ids).
+pieces (one per decode step; the Python API gives text, not token ids), and ``ids``: each piece's token id where
+``engine.tokenize`` maps it back to one token that detokenizes to it (else null).
 """
 
 from __future__ import annotations
@@ -138,6 +139,13 @@ def processes(args) -> dict:
             "runs": runs}
 
 
+def _piece_id(engine, piece: str):
+    """The token id of one streamed piece where it is recoverable: ``engine.tokenize(piece)`` is one id that
+    detokenizes back to the piece (byte-level BPE: distinct tokens are distinct byte strings); else None."""
+    ids = engine.tokenize(piece)
+    return ids[0] if len(ids) == 1 and engine.detokenize(ids) == piece else None
+
+
 def texts(args) -> dict:
     with _engine(args.bundle, args.threads, args.cache_dir, benchmark=False) as eng:
         rec = {"bundle": os.path.basename(args.bundle), "new_tokens": args.text_tokens,
@@ -147,7 +155,8 @@ def texts(args) -> dict:
                                     max_output_tokens=args.text_tokens) as s:
                 s.run_prefill([p])
                 pieces = [r.texts[0] for r in s.run_decode_async()]
-            rec["prompts"][p] = {"tokens": eng.tokenize(p), "pieces": pieces, "text": "".join(pieces)}
+            rec["prompts"][p] = {"tokens": eng.tokenize(p), "pieces": pieces,
+                                 "ids": [_piece_id(eng, x) for x in pieces], "text": "".join(pieces)}
     return rec
 
 

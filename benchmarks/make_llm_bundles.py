@@ -12,6 +12,11 @@ separate generator environment (fbjax needs none of these packages)::
     /work/genenv-llm/bin/python benchmarks/make_llm_bundles.py [OUT_DIR] [--config smollm2-135m]
         [--quant int8 int4] [--prefill 128] [--kv 256]
 
+Measured (2-core machine, load average 12-14 from other jobs, ``nice -n 5``): each 135M quantization
+exports in 7 min (411 s int8, 429 s int4; the two torch.export traces and MLIR lowerings take 1.3 min each),
+peak RSS 3.9 GB; the bundles are 142.7 MB (int8) and 79.1 MB (int4). The runtime's side of the benchmark:
+``benchmarks/llm_runtime_side.py BUNDLE --processes 3`` in this environment.
+
 ``OUT_DIR`` defaults to ``/work/bundles``. Written there, per configuration ``C`` and quantization ``Q``:
 
 * ``C_Q.litertlm``: the bundle (TFLite PREFILL_DECODE model, HF tokenizer, LlmMetadata, ExecutorMetadata);
@@ -31,7 +36,9 @@ Configurations (``--config``; values of the public HuggingFace ``config.json``):
   32 query heads over 8 KV heads, head_dim 64, vocabulary 128256, ``rope_theta`` 500000 with the ``llama3``
   rope scaling (factor 32, low_freq_factor 1, high_freq_factor 4, original_max_position_embeddings 8192),
   tied embeddings, RMS norm eps 1e-5 (litert-torch's ``examples/llama/llama.py`` rope). 1.24 G parameters: the
-  float32 torch model alone is 5 GB and the export needs several times that; only run where memory allows.
+  float32 torch model alone is 4.9 GB; the 135M export peaked at 3.9 GB RSS (7x its 0.54 GB of float32
+  weights), so expect ~35 GB here: not run on the 24 GB development machine (its tokenizer of 128256 entries
+  and a 1-layer model of this config were checked to build and run).
 
 Model: ``litert_torch.generative.utilities.model_builder.DecoderOnlyModel`` built from that config (as
 ``tests/data/llm/generate.py`` does for its tiny ones), weights drawn from a seeded normal of std
