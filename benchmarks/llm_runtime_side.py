@@ -18,7 +18,8 @@ at the end (what ``/usr/bin/time -v`` reports as "Maximum resident set size"). `
 sessions on the same engine (warm figures, ``warm``: their medians).
 
 The prompt: the longest word prefix of :data:`TEXT` that ``engine.tokenize`` maps to at most
-``--prompt-tokens`` tokens (``prompt_tokens`` says how many it has; the runtime adds the start token).
+``--prompt-tokens`` tokens (``prompt`` and ``prompt_tokens`` in the output; the runtime adds the start token,
+its ``prefill_tokens`` counts it).
 
 ``--processes N``: runs N such measurements, each its own process under ``/usr/bin/time -v`` (its peak RSS
 parsed from there), and prints every run and the medians, with the load average before and after.
@@ -108,7 +109,7 @@ def measure(args) -> dict:
         first = one_session(eng, prompt, args.new_tokens)
         warm = [one_session(eng, prompt, args.new_tokens) for _ in range(args.repeat)]
     out = {"bundle": args.bundle, "threads": args.threads, "cache_dir": args.cache_dir, "load_s": load_s,
-           "prompt_tokens": n, "new_tokens": args.new_tokens, **first,
+           "prompt": prompt, "prompt_tokens": n, "new_tokens": args.new_tokens, **first,
            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
     if warm:
         out["warm"] = {k: statistics.median(r[k] for r in warm) for k in ("ttft_s", "decode_tps", "pieces")}

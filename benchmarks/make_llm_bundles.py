@@ -14,8 +14,9 @@ separate generator environment (fbjax needs none of these packages)::
 
 Measured (2-core machine, load average 12-14 from other jobs, ``nice -n 5``): each 135M quantization
 exports in 7 min (411 s int8, 429 s int4; the two torch.export traces and MLIR lowerings take 1.3 min each),
-peak RSS 3.9 GB; the bundles are 142.7 MB (int8) and 79.1 MB (int4). The runtime's side of the benchmark:
-``benchmarks/llm_runtime_side.py BUNDLE --processes 3`` in this environment.
+peak RSS 3.9 GB (f32: 596 s, the same RSS); the bundles are 142.7 MB (int8), 79.1 MB (int4), 541.3 MB
+(f32). The runtime's side of the benchmark: ``benchmarks/llm_runtime_side.py BUNDLE --processes 3`` in this
+environment.
 
 ``OUT_DIR`` defaults to ``/work/bundles``. Written there, per configuration ``C`` and quantization ``Q``:
 
