@@ -105,6 +105,22 @@ def _as_int8(w):
     return w if w.dtype == jnp.int8 else w.astype(jnp.int8)
 
 
+def _fused_sum(a, w, chunk: int = 32):
+    """``sum(a * int32(w), axis=-1)`` (integer; broadcasting) as one pass over
+    ``w``: summed in chunks of ``chunk`` values, then over the chunks. A
+    single long integer reduction is rewritten by XLA:CPU into a tree of
+    reduce-windows, which first writes every product out ([R, O, I] int32);
+    chunks of at most 32 keep the widening product fused into the
+    reduction. Integer sums: the same result in any order."""
+    n = w.shape[-1]
+    wi = w.astype(jnp.int32)
+    if n <= chunk or n % chunk:
+        return jnp.sum(a * wi, axis=-1)
+    lead = jnp.broadcast_shapes(a.shape[:-1], w.shape[:-1])
+    prod = (a * wi).reshape(lead + (n // chunk, chunk))
+    return jnp.sum(jnp.sum(prod, axis=-1), axis=-1)
+
+
 @jax.custom_batching.custom_vmap
 def _int_matmul(q, z, w):
     """``sum_i (q[r, i] - z[r]) * w[o, i]`` exactly in int32: ``q`` int32
@@ -116,7 +132,7 @@ def _int_matmul(q, z, w):
     exact for I < 2**16. Under ``vmap`` the batch joins the rows (one pass
     over the weights for every row of every example)."""
     if q.shape[0] <= REDUCE_MAX_ROWS:
-        return jnp.sum((q - z[:, None])[:, None, :] * jnp.asarray(w).astype(jnp.int32)[None], axis=-1)
+        return _fused_sum(lax.optimization_barrier(q - z[:, None])[:, None, :], jnp.asarray(w)[None])
     lhs = jnp.concatenate([q, jnp.ones((1, q.shape[1]), q.dtype)], axis=0).astype(jnp.int8)
     both = lax.dot_general(lhs, _as_int8(w), (((1,), (1,)), ((), ())), preferred_element_type=jnp.int32)
     return both[:-1] - z[:, None] * both[-1][None, :]
@@ -143,7 +159,7 @@ def _block_matmul(q, w):
     with a row of ones. Under ``vmap`` the batch joins the rows."""
     if q.shape[0] <= REDUCE_MAX_ROWS:
         wi = jnp.asarray(w).astype(jnp.int32)
-        acc = jnp.sum(q[:, None] * wi[None], axis=-1)  # [R, O, blocks]
+        acc = _fused_sum(lax.optimization_barrier(q)[:, None], jnp.asarray(w)[None])  # [R, O, blocks]
         return jnp.transpose(acc, (2, 0, 1)), jnp.sum(wi, axis=-1).T
     rows = q.shape[0]
     lhs = jnp.concatenate([q, jnp.ones((1,) + q.shape[1:], q.dtype)], axis=0).astype(jnp.int8)
