@@ -23,7 +23,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from .cli_llm import add_chat_parser, add_sampler_options, generate_bundle, inspect_bundle, is_bundle
+from .cli_llm import add_chat_parser, add_sampler_options, generate_bundle, inspect_bundle, is_bundle, not_a_bundle
 from .formats._text import format_bytes
 
 
@@ -703,6 +703,8 @@ def cmd_generate(args) -> int:
 
     if is_bundle(args.model):
         return generate_bundle(args)
+    if args.prompt and not args.prompt_tokens:  # text for a file that is no bundle: what it is, what it takes
+        raise SystemExit(f"fbjax generate: {not_a_bundle('generate', args.model)}")
     if not args.prompt_tokens:
         raise SystemExit("fbjax generate: a .tflite takes token ids: --prompt-tokens 1,2,3 (--prompt TEXT needs a "
                          ".litertlm or LLM .task bundle, which holds a tokenizer)")
@@ -919,6 +921,11 @@ def _warn_line(command: str, message) -> str:
     return f"fbjax {command}: warning: {message}\n"
 
 
+#: optional top-level packages -> the fbjax extra that installs them (pyproject.toml)
+_EXTRAS = {"sentencepiece": "llm", "tokenizers": "llm", "jinja2": "llm", "PIL": "image", "onnx": "onnx",
+           "rten_convert": "onnx", "apache_beam": "beam"}
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """``fbjax`` entry point: fbjax's own errors print one line and return 1."""
     from .errors import FbjaxError
@@ -949,7 +956,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"fbjax {args.command}: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
     except FileNotFoundError as e:
-        print(f"fbjax {args.command}: {e}", file=sys.stderr)
+        print(f"fbjax {args.command}: " + (f"{e.filename}: no such file" if e.filename else str(e)), file=sys.stderr)
+        return 1
+    except ImportError as e:  # an optional package missing (fbjax's extras): one line naming the extra
+        name = (e.name or "").split(".")[0]
+        if "pip install" in str(e):  # fbjax's own hint (the tokenizer's, Pillow's...)
+            print(f"fbjax {args.command}: {e}", file=sys.stderr)
+        elif name in _EXTRAS:
+            print(f"fbjax {args.command}: this needs the {name!r} package, which is not installed: "
+                  f"pip install 'fbjax[{_EXTRAS[name]}]'", file=sys.stderr)
+        else:
+            raise
         return 1
     except BrokenPipeError:  # `fbjax inspect M --code N | head`: the reader left; no traceback
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (the exit's flush would raise again)
