@@ -501,16 +501,28 @@ def _floats(value: str) -> list:
 
 def cmd_convert(args) -> int:
     """``fbjax convert MODEL.onnx [OUT.rten]``: ONNX's defaults stated, then rten-convert (:mod:`fbjax.convert`)."""
-    from .convert import convert
+    from .convert import ConversionFailed, convert, summarize_log
 
-    report = convert(args.model, args.out, allow_changed_meaning=args.allow_changed_meaning,
-                     rten_convert_args=("--v1",) if args.v1 else ())
+    try:
+        report = convert(args.model, args.out, allow_changed_meaning=args.allow_changed_meaning,
+                         rten_convert_args=("--v1",) if args.v1 else ())
+    except ConversionFailed as e:
+        if args.verbose:  # rten-convert's own output, then the summary (main prints the error)
+            print(e.log, file=sys.stderr)
+        else:
+            print("(fbjax convert --verbose prints rten-convert's full output)", file=sys.stderr)
+        raise
     for line in report.stated:
         print(f"stated ONNX default: {line}")
     for line in report.left:
         print(f"fbjax convert: warning: meaning changed (--allow-changed-meaning): {line}", file=sys.stderr)
-    if report.log:
-        print(report.log)
+    if report.log and args.verbose:
+        print(report.log, file=sys.stderr)
+    elif report.log:
+        said = summarize_log(report.log)
+        print(f"rten-convert said ({len(said)} message(s); --verbose prints its full output):", file=sys.stderr)
+        for line in said:
+            print(f"  {line}", file=sys.stderr)
     what = f"{len(report.stated)} ONNX default(s) stated" if report.stated else "no ONNX default needed stating"
     print(f"wrote {report.out} ({what}); next: fbjax run {shlex.quote(report.out)}")
     return 0
@@ -665,11 +677,17 @@ def cmd_export(args) -> int:
     if args.to == "stablehlo":
         params_path = os.path.splitext(args.out)[0] + ".params.npz"
         np.savez(params_path, **{k: np.asarray(v) for k, v in model.params.items()})
+    names = ", ".join(s.name for s in model.inputs)
     print(f"wrote {args.out} ({args.to}, {len(data):,} {'chars' if mode == 'w' else 'bytes'}): "
-          f"call(params, {', '.join(s.name for s in model.inputs)}) -> {len(model.outputs)} output(s)")
+          f"call(params, {names}) -> {len(model.outputs)} output(s)")
     if params_path:
-        print(f"wrote {params_path} (the params argument, keyed by tensor name); load with "
-              "jax.export.deserialize(open(OUT, 'rb').read()).call(dict(np.load(PARAMS)), *inputs)")
+        print(f"wrote {params_path} (the params argument, keyed by tensor name)")
+        print(f"run it without fbjax: import jax, numpy as np; f = jax.export.deserialize(open({args.out!r}, "
+              f"'rb').read()); outputs = f.call(dict(np.load({params_path!r})), {names})  (differentiable: "
+              "jax.grad works through f.call)")
+    else:
+        print("StableHLO as MLIR text, to read or to feed MLIR tools (e.g. stablehlo-translate); "
+              "`--to stablehlo` writes the runnable jax.export artifact")
     return 0
 
 
@@ -822,6 +840,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="write the file even where an ONNX default cannot be stated (it then computes something "
                          "else there; each such node is named)")
     pc.add_argument("--v1", action="store_true", help="write the older .rten v1 layout (files under 2 GB)")
+    pc.add_argument("--verbose", "-v", action="store_true",
+                    help="print rten-convert's own output in full (default: one line per distinct message)")
     pc.set_defaults(func=cmd_convert)
 
     pg = sub.add_parser(
@@ -837,7 +857,8 @@ def build_parser() -> argparse.ArgumentParser:
     pg.add_argument("--prompt", action="append", metavar="TEXT", help="bundles: a prompt; repeat for several")
     pg.add_argument("--no-template", action="store_true", help="bundles: feed the prompt without the bundle's "
                     "prompt template (LiteRT-LM's --no-template)")
-    pg.add_argument("--verbose", "-v", action="store_true", help="bundles: print timings to stderr")
+    pg.add_argument("--verbose", "-v", action="store_true", help="bundles: print where the time goes to stderr "
+                    "(start-up and imports, load, first token with compilation, generation)")
     pg.add_argument("--prompt-tokens", "-p", dest="prompt_tokens", type=_token_list, action="append",
                     metavar="1,2,3", help=".tflite: a prompt's token ids; repeat for a batch of prompts")
     pg.add_argument("--max-new-tokens", "-n", type=_positive_int, default=None, metavar="N",

@@ -120,7 +120,13 @@ def generate_bundle(args) -> int:
     if not args.prompt:
         raise SystemExit("fbjax generate: a bundle takes text: --prompt \"...\" (repeatable); --prompt-tokens is "
                          "for bare .tflite files")
+    started = _process_age()  # the Python start and `import jax, fbjax` so far
+    t_load = time.perf_counter()
     b = load(args.model, quantized=args.quantized)
+    t_load = time.perf_counter() - t_load
+    if args.verbose:
+        print((f"[start-up (Python, import jax and fbjax): {started:.2f} s; " if started is not None else "[")
+              + f"load (read the bundle, its tokenizer, trace the model): {t_load:.2f} s]", file=sys.stderr)
     kw = _sampler_kw(args)
     for i, p in enumerate(args.prompt):
         if len(args.prompt) > 1:
@@ -137,7 +143,22 @@ def generate_bundle(args) -> int:
         print()
         if args.verbose:
             print(f"[{n} pieces in {dt:.2f} s; first after {first or 0:.2f} s (compile included)]", file=sys.stderr)
+    if args.verbose and started is not None:
+        print(f"[total since the process started: {_process_age():.2f} s]", file=sys.stderr)
     return 0
+
+
+def _process_age():
+    """Seconds since this process started (Linux ``/proc``; ``None`` elsewhere): what ``--verbose`` reports
+    as start-up, Python's own start and the imports before ``fbjax generate`` runs."""
+    try:
+        with open("/proc/self/stat") as f:
+            start = int(f.read().rsplit(")", 1)[1].split()[19])  # field 22, starttime, in clock ticks after boot
+        with open("/proc/uptime") as f:
+            up = float(f.read().split()[0])
+        return max(0.0, up - start / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def cmd_chat(args) -> int:

@@ -29,10 +29,23 @@ from typing import Mapping, Optional
 
 from ..errors import InputError, ModelFormatError
 from ..ir import ModelIR
-from . import gpu_cl, rten, stablehlo, tflite
+from . import tflite
+
+
+def _lazy(module: str, function: str):
+    """``fbjax.formats.<module>.<function>``, imported at its first call: a
+    ``.tflite`` or LLM bundle never imports the other formats' flatc bindings
+    (issue 35: about 0.3 s of ``fbjax generate``'s start-up on an idle 2-core
+    machine, over 1 s on a loaded one)."""
+    def call(*args, **kwargs):
+        return getattr(importlib.import_module(f"{__name__}.{module}"), function)(*args, **kwargs)
+    call.__name__ = call.__qualname__ = f"{module}.{function}"
+    return call
+
 
 #: format name -> reader(source) -> ModelIR
-READERS = {"tflite": tflite.read, "stablehlo": stablehlo.read, "rten": rten.read, "gpu_cl": gpu_cl.read}
+READERS = {"tflite": tflite.read, "stablehlo": _lazy("stablehlo", "read"), "rten": _lazy("rten", "read"),
+           "gpu_cl": _lazy("gpu_cl", "read")}
 
 
 def detect_format(source) -> str:
@@ -162,7 +175,8 @@ _CONVERT_ADVICE = {
 
 # Extra (name, probe(source, head) -> bool) pairs for formats without a file
 # identifier; filled by the format modules that need them.
-_PROBES: list = [("rten", rten.probe), ("stablehlo", stablehlo.probe), ("gpu_cl", gpu_cl.probe)]
+_PROBES: list = [("rten", _lazy("rten", "probe")), ("stablehlo", _lazy("stablehlo", "probe")),
+                 ("gpu_cl", _lazy("gpu_cl", "probe"))]
 
 
 def read_model(source, format: Optional[str] = None) -> ModelIR:
