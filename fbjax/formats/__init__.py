@@ -83,7 +83,7 @@ def detect_format(source) -> str:
             "file: it is already compiled from one, and runs without fbjax as "
             "jax.export.deserialize(open(PATH, 'rb').read()).call(params, *inputs); "
             "load the model file it was exported from instead")
-    if _ZIP_LOCAL in head:  # a zip (MediaPipe's writer may pad before it) no bundle reader took: say what it would have been, and where it ends
+    if _ZIP_LOCAL in head:  # a zip no bundle reader took (MediaPipe's writer may pad before it): what, where it ends
         raise ModelFormatError(_cut_zip(source, label))
     ext = os.path.splitext(label)[1].lower()
     named = _EXTENSION_FORMATS.get(ext)
