@@ -25,6 +25,7 @@ import argparse
 import os
 import sys
 import time
+import warnings
 from typing import Mapping, Optional, Sequence
 
 import numpy as np
@@ -96,20 +97,30 @@ def _add_images(batch: dict) -> dict:
 
 
 def build(n: int, model_path: str, *, step_size: int = 8, batch_size: int = 32, actors: int = 1,
-          num_gpus: float = 0, blocks: Optional[int] = None):
+          num_gpus: float = 0, blocks: Optional[int] = None, max_restarts: int = 0):
     """The Ray Data job (lazy): ``n`` example images (made in Ray tasks from
     ids, as a real job would read files), run by a pool of ``actors``
     :class:`FbjaxPredictor` actors with ``num_gpus`` GPUs each, batches of
     ``batch_size`` rows. Returns the ``ray.data.Dataset`` (columns ``id``
-    and the model's output names)."""
+    and the model's output names).
+
+    ``max_restarts``: restarts of a crashed actor (Ray's ``max_restarts``).
+    Ray Data's own default (-1, for ever) makes Ray 2.60 log an error-level
+    "has constructor arguments in the object store and max_restarts > 0"
+    line for every actor pool, however small its arguments (a Ray bug:
+    ray-project/ray#57733); 0 keeps the log clean, -1 gives Ray's fault
+    tolerance back."""
     import ray
 
     ds = ray.data.range(n, override_num_blocks=blocks or max(1, -(-n // batch_size)))
     ds = ds.map_batches(_add_images, batch_format="numpy")
-    return ds.map_batches(FbjaxPredictor, fn_constructor_kwargs={"model_path": model_path, "step_size": step_size,
-                                                                 "input_columns": ["image"]},
-                          batch_size=batch_size, batch_format="numpy",
-                          compute=ray.data.ActorPoolStrategy(size=actors), num_gpus=num_gpus)
+    with warnings.catch_warnings():  # Ray 2.60 takes max_restarts only among the **ray_remote_args it deprecates
+        warnings.filterwarnings("ignore", message="`ray_remote_args` is deprecated")  # (no named parameter yet)
+        return ds.map_batches(FbjaxPredictor, fn_constructor_kwargs={"model_path": model_path, "step_size": step_size,
+                                                                     "input_columns": ["image"]},
+                              batch_size=batch_size, batch_format="numpy",
+                              compute=ray.data.ActorPoolStrategy(size=actors), num_gpus=num_gpus,
+                              max_restarts=max_restarts)
 
 
 def collect(ds, output: str) -> tuple:

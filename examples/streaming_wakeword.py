@@ -99,8 +99,9 @@ def main() -> int:
     scanned = (np.asarray(ys).reshape(-1).astype(np.float64) - int(qout.zero_point[0])) * float(qout.scale[0])
     same = np.array_equal(scanned, np.asarray(probs))
 
-    print(f"{n} chunks ({n * stride * 10 / 1000:.1f} s of audio): max probability {max(probs):.3f}, "
-          f"detections at {detections or 'none'} ms")
+    print(f"{n} chunks ({n * stride * 10 / 1000:.1f} s of audio): max probability {max(probs):.3f}; "
+          + (f"detections at {', '.join(map(str, detections))} ms" if detections
+             else f"no detection (no {args.window}-chunk window averaged above {args.cutoff})"))
     if not args.features:
         print("(a synthetic stream, on which the detector stays low: it shows the mechanics, not a detection; "
               "give real microfrontend features with --features F.npy)")

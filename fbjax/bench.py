@@ -44,6 +44,7 @@ only, ``other`` ``None`` and a one-line ``no_reference`` explanation.
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import os
@@ -572,6 +573,7 @@ def markdown_table(records: Sequence[dict], summ: Optional[dict] = None) -> str:
         )
     notes = [f"{r['model']}: {r.get('no_reference') or _no_reference(r.get('format'))}; fbjax's own figures only."
              for r in records if "error" not in r and not r.get("other")]
+    notes += [f"{r['model']}: {r['error']}" for r in records if "error" in r and len(r["error"]) > 120]  # in full
     if notes or summ:
         lines.append("")
     lines.extend(notes)
@@ -582,9 +584,12 @@ def markdown_table(records: Sequence[dict], summ: Optional[dict] = None) -> str:
             cold, warm = g("geomean_first_call_cold_s"), g("geomean_first_call_warm_s")
             lines.append(_sentence(f"Geometric means over {n_lite} TFLite models (fbjax / LiteRT): ", [
                 _has(g("geomean_latency_ratio_vs_litert"))
-                and f"batch-1 latency ratio **{_f(g('geomean_latency_ratio_vs_litert'))}** (target <= 1.5)",
+                and f"batch-1 latency ratio **{_f(g('geomean_latency_ratio_vs_litert'))}** "
+                f"(fbjax takes {_f(g('geomean_latency_ratio_vs_litert'))}x LiteRT's time per call; goal: at most 1.5x)",
                 _has(g("geomean_throughput_ratio_vs_litert"))
-                and f"batch-{nb} throughput ratio **{_f(g('geomean_throughput_ratio_vs_litert'))}** (target >= 1.0)",
+                and f"batch-{nb} throughput ratio **{_f(g('geomean_throughput_ratio_vs_litert'))}** "
+                f"(fbjax gets through {_f(g('geomean_throughput_ratio_vs_litert'))}x LiteRT's examples per second; "
+                "goal: at least 1.0x)",
                 _has(cold) and f"first call {_f(cold)} s cold / {_f(warm)} s warm cache"]))
             lines.append(_sentence("Same with min / min instead of medians (less sensitive to other load): ", [
                 _has(g("geomean_latency_ratio_min_vs_litert"))
@@ -604,13 +609,16 @@ def markdown_table(records: Sequence[dict], summ: Optional[dict] = None) -> str:
             lines.append("The RSS budget is 2 x (file size + largest activation set: the bytes of one node's "
                          "non-constant inputs and outputs), what the model needs twice over; it is a target, not "
                          "a limit fbjax enforces. "
-                         f"Peak RSS above the `import jax, fbjax` baseline: {len(within)}/{n} models within budget "
-                         f"(cold). XLA floor (a fresh process compiling and running one trivial jit): {fl:.0f} MiB; "
-                         f"warm-cache peak RSS above baseline + floor: {len(within_fl)}/{n} models within budget.")
+                         f"Cold start: {len(within)} of {n} model(s) stayed within their budget (peak RSS above the "
+                         f"`import jax, fbjax` baseline); the others used more memory than that. XLA floor (what a "
+                         f"fresh process compiling and running one trivial jit adds): {fl:.0f} MiB; with a warm "
+                         f"cache and that floor set aside, {len(within_fl)} of {n} stayed within budget.")
         if n_rten:
             lines.append(_sentence(f"Geometric mean over {n_rten} .rten models (fbjax / onnxruntime): ", [
                 _has(g("geomean_latency_ratio_vs_onnxruntime"))
-                and f"batch-1 latency ratio **{_f(g('geomean_latency_ratio_vs_onnxruntime'))}** (target <= 1.5)",
+                and f"batch-1 latency ratio **{_f(g('geomean_latency_ratio_vs_onnxruntime'))}** "
+                f"(fbjax takes {_f(g('geomean_latency_ratio_vs_onnxruntime'))}x onnxruntime's time per call; "
+                "goal: at most 1.5x)",
                 _has(g("geomean_latency_ratio_min_vs_onnxruntime"))
                 and f"min / min {_f(g('geomean_latency_ratio_min_vs_onnxruntime'))}"]))
     lines = [ln for ln in lines if ln is not None]
@@ -677,6 +685,38 @@ def _check_models(models) -> None:
                                  f"light:NAME takes one of: {', '.join(names)}")
         elif not os.path.isfile(m):
             raise SystemExit(f"fbjax bench: no such file {m}")
+    _check_runtimes(models)
+
+
+def _check_runtimes(models) -> None:
+    """Refuse, before any benchmark runs, models whose reference runtime is
+    not installed: LiteRT for ``.tflite``, onnxruntime for ``light:NAME``
+    (bench's figures are ratios against it).
+
+    Raises:
+        SystemExit: naming the runtime, how to install it, and what runs without it.
+    """
+    from .errors import FbjaxError
+    from .formats import detect_format
+
+    need = {}
+    for m in models:
+        if m.startswith(LIGHT_PREFIX):
+            need.setdefault(("onnxruntime", "onnxruntime", "onnxruntime"), []).append(m)
+            continue
+        try:
+            fmt = detect_format(m)
+        except (FbjaxError, OSError):
+            continue  # fbjax.load's own refusal is the model's row in the table
+        if fmt == "tflite":
+            need.setdefault(("ai_edge_litert.interpreter", "LiteRT", "ai-edge-litert"), []).append(m)
+    for (module, runtime, package), ms in need.items():
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            raise SystemExit(f"fbjax bench: compares fbjax with {runtime}, which is not installed "
+                             f"(needed for {', '.join(ms)}): pip install {package} (or fbjax's '.[test]' extra); "
+                             "`fbjax run MODEL` times fbjax alone") from None
 
 
 def run_cli(args) -> int:

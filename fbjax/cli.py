@@ -23,7 +23,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from .cli_llm import add_chat_parser, add_sampler_options, generate_bundle, inspect_bundle, is_bundle
+from .cli_llm import add_chat_parser, add_sampler_options, generate_bundle, inspect_bundle, is_bundle, not_a_bundle
 from .formats._text import format_bytes
 
 
@@ -508,16 +508,28 @@ def _floats(value: str) -> list:
 
 def cmd_convert(args) -> int:
     """``fbjax convert MODEL.onnx [OUT.rten]``: ONNX's defaults stated, then rten-convert (:mod:`fbjax.convert`)."""
-    from .convert import convert
+    from .convert import ConversionFailed, convert, summarize_log
 
-    report = convert(args.model, args.out, allow_changed_meaning=args.allow_changed_meaning,
-                     rten_convert_args=("--v1",) if args.v1 else ())
+    try:
+        report = convert(args.model, args.out, allow_changed_meaning=args.allow_changed_meaning,
+                         rten_convert_args=("--v1",) if args.v1 else ())
+    except ConversionFailed as e:
+        if args.verbose:  # rten-convert's own output, then the summary (main prints the error)
+            print(e.log, file=sys.stderr)
+        else:
+            print("(fbjax convert --verbose prints rten-convert's full output)", file=sys.stderr)
+        raise
     for line in report.stated:
         print(f"stated ONNX default: {line}")
     for line in report.left:
         print(f"fbjax convert: warning: meaning changed (--allow-changed-meaning): {line}", file=sys.stderr)
-    if report.log:
-        print(report.log)
+    if report.log and args.verbose:
+        print(report.log, file=sys.stderr)
+    elif report.log:
+        said = summarize_log(report.log)
+        print(f"rten-convert said ({len(said)} message(s); --verbose prints its full output):", file=sys.stderr)
+        for line in said:
+            print(f"  {line}", file=sys.stderr)
     what = f"{len(report.stated)} ONNX default(s) stated" if report.stated else "no ONNX default needed stating"
     print(f"wrote {report.out} ({what}); next: fbjax run {shlex.quote(report.out)}")
     return 0
@@ -672,11 +684,17 @@ def cmd_export(args) -> int:
     if args.to == "stablehlo":
         params_path = os.path.splitext(args.out)[0] + ".params.npz"
         np.savez(params_path, **{k: np.asarray(v) for k, v in model.params.items()})
+    names = ", ".join(s.name for s in model.inputs)
     print(f"wrote {args.out} ({args.to}, {len(data):,} {'chars' if mode == 'w' else 'bytes'}): "
-          f"call(params, {', '.join(s.name for s in model.inputs)}) -> {len(model.outputs)} output(s)")
+          f"call(params, {names}) -> {len(model.outputs)} output(s)")
     if params_path:
-        print(f"wrote {params_path} (the params argument, keyed by tensor name); load with "
-              "jax.export.deserialize(open(OUT, 'rb').read()).call(dict(np.load(PARAMS)), *inputs)")
+        print(f"wrote {params_path} (the params argument, keyed by tensor name)")
+        print(f"run it without fbjax: import jax, numpy as np; f = jax.export.deserialize(open({args.out!r}, "
+              f"'rb').read()); outputs = f.call(dict(np.load({params_path!r})), {names})  (differentiable: "
+              "jax.grad works through f.call)")
+    else:
+        print("StableHLO as MLIR text, to read or to feed MLIR tools (e.g. stablehlo-translate); "
+              "`--to stablehlo` writes the runnable jax.export artifact")
     return 0
 
 
@@ -710,6 +728,8 @@ def cmd_generate(args) -> int:
 
     if is_bundle(args.model):
         return generate_bundle(args)
+    if args.prompt and not args.prompt_tokens:  # text for a file that is no bundle: what it is, what it takes
+        raise SystemExit(f"fbjax generate: {not_a_bundle('generate', args.model)}")
     if not args.prompt_tokens:
         raise SystemExit("fbjax generate: a .tflite takes token ids: --prompt-tokens 1,2,3 (--prompt TEXT needs a "
                          ".litertlm or LLM .task bundle, which holds a tokenizer)")
@@ -827,6 +847,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="write the file even where an ONNX default cannot be stated (it then computes something "
                          "else there; each such node is named)")
     pc.add_argument("--v1", action="store_true", help="write the older .rten v1 layout (files under 2 GB)")
+    pc.add_argument("--verbose", "-v", action="store_true",
+                    help="print rten-convert's own output in full (default: one line per distinct message)")
     pc.set_defaults(func=cmd_convert)
 
     pg = sub.add_parser(
@@ -842,7 +864,8 @@ def build_parser() -> argparse.ArgumentParser:
     pg.add_argument("--prompt", action="append", metavar="TEXT", help="bundles: a prompt; repeat for several")
     pg.add_argument("--no-template", action="store_true", help="bundles: feed the prompt without the bundle's "
                     "prompt template (LiteRT-LM's --no-template)")
-    pg.add_argument("--verbose", "-v", action="store_true", help="bundles: print timings to stderr")
+    pg.add_argument("--verbose", "-v", action="store_true", help="bundles: print where the time goes to stderr "
+                    "(start-up and imports, load, first token with compilation, generation)")
     pg.add_argument("--prompt-tokens", "-p", dest="prompt_tokens", type=_token_list, action="append",
                     metavar="1,2,3", help=".tflite: a prompt's token ids; repeat for a batch of prompts")
     pg.add_argument("--max-new-tokens", "-n", type=_positive_int, default=None, metavar="N",
@@ -926,6 +949,11 @@ def _warn_line(command: str, message) -> str:
     return f"fbjax {command}: warning: {message}\n"
 
 
+#: optional top-level packages -> the fbjax extra that installs them (pyproject.toml)
+_EXTRAS = {"sentencepiece": "llm", "tokenizers": "llm", "jinja2": "llm", "PIL": "image", "onnx": "onnx",
+           "rten_convert": "onnx", "apache_beam": "beam"}
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """``fbjax`` entry point: fbjax's own errors print one line and return 1."""
     from .errors import FbjaxError
@@ -956,7 +984,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"fbjax {args.command}: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
     except FileNotFoundError as e:
-        print(f"fbjax {args.command}: {e}", file=sys.stderr)
+        print(f"fbjax {args.command}: " + (f"{e.filename}: no such file" if e.filename else str(e)), file=sys.stderr)
+        return 1
+    except ImportError as e:  # an optional package missing (fbjax's extras): one line naming the extra
+        name = (e.name or "").split(".")[0]
+        if "pip install" in str(e):  # fbjax's own hint (the tokenizer's, Pillow's...)
+            print(f"fbjax {args.command}: {e}", file=sys.stderr)
+        elif name in _EXTRAS:
+            print(f"fbjax {args.command}: this needs the {name!r} package, which is not installed: "
+                  f"pip install 'fbjax[{_EXTRAS[name]}]'", file=sys.stderr)
+        else:
+            raise
         return 1
     except BrokenPipeError:  # `fbjax inspect M --code N | head`: the reader left; no traceback
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (the exit's flush would raise again)

@@ -7,12 +7,14 @@
 
 from __future__ import annotations
 
+import os
+import shlex
 import sys
 import time
 
 from .formats.llm_bundle import bundle_kind
 
-__all__ = ["is_bundle", "inspect_bundle", "generate_bundle", "cmd_chat", "add_chat_parser"]
+__all__ = ["is_bundle", "not_a_bundle", "inspect_bundle", "generate_bundle", "cmd_chat", "add_chat_parser"]
 
 
 def is_bundle(path) -> bool:
@@ -23,6 +25,34 @@ def is_bundle(path) -> bool:
         return False
 
 
+def not_a_bundle(command: str, path) -> str:
+    """Why ``fbjax COMMAND PATH`` (``generate --prompt`` or ``chat``: text in,
+    text out) cannot take ``path``, a file that is not an LLM bundle, and what
+    to run instead: a prefill/decode ``.tflite`` takes token ids, any other
+    model ``fbjax run``.
+
+    Raises:
+        FileNotFoundError: no such file.
+        ModelFormatError: not a file fbjax reads (a cut-off ``.task`` is named
+            as such: :func:`fbjax.formats.detect_format`).
+    """
+    from .formats import detect_format, read_model
+
+    if not os.path.exists(path):
+        raise FileNotFoundError(2, "no such file", os.fspath(path))
+    fmt = detect_format(path)
+    sigs = list(read_model(path, fmt).signatures) if fmt == "tflite" else []
+    what = "text in, text out" if command == "generate" else "a conversation"
+    need = (f"`fbjax {command}` with text ({what}) needs a .litertlm or MediaPipe LLM .task bundle, which holds the "
+            "tokenizer" + (" and chat template" if command == "chat" else ""))
+    q = shlex.quote(os.fspath(path))
+    if any(k.startswith("prefill") for k in sigs) and "decode" in sigs:
+        return (f"{path} is a .tflite LLM (prefill/decode signatures, no tokenizer): token ids in, ids out. {need}; "
+                f"this file runs as `fbjax generate {q} --prompt-tokens 1,2,3`")
+    return (f"{path} is a {fmt} model, not an LLM bundle. {need}; this file runs as `fbjax run {q}` "
+            f"(`fbjax inspect {q}` shows its inputs and outputs)")
+
+
 def _token_text(bundle, ids) -> str:
     return ", ".join(f"{i} {bundle.tokenizer.piece(i)!r}" for i in ids)
 
@@ -30,9 +60,10 @@ def _token_text(bundle, ids) -> str:
 def inspect_bundle(path) -> int:
     """Print a bundle's sections, model type, tokenizer, tokens, templates, sampler and signatures."""
     from . import load
+    from .formats import read_model
+    from .formats.llm_bundle import read_bundle
 
-    b = load(path)
-    f = b.file
+    f = read_bundle(path)  # the container needs no tokenizer package: its sections print without one
     print(f"bundle:    {path}")
     print(f"container: {f.container}" + (f" {'.'.join(map(str, f.version))}" if f.version else " (zip)"))
     for k, v in f.system_metadata.items():
@@ -44,6 +75,18 @@ def inspect_bundle(path) -> int:
     meta = f.llm_metadata
     mt = meta.llm_model_type.WhichOneof("model_type") if meta.HasField("llm_model_type") else None
     print(f"model type: {mt or '(not set)'}")
+    try:
+        b = load(path)
+    except ImportError as e:  # the tokenizer's package is missing (fbjax[llm]): what the file says without it
+        if "pip install" not in str(e):
+            raise
+        print(f"tokenizer:  {f.tokenizer_kind} (not read: {e})")
+        print("signatures:")
+        for key, sig in read_model(f.model.data).signatures.items():
+            print(f"  {key}: ({', '.join(sig.inputs)}) -> ({', '.join(sig.outputs)})")
+        print(f"start/stop tokens, templates and the sampler need the tokenizer: pip install 'fbjax[llm]', then "
+              f"`fbjax inspect {shlex.quote(os.fspath(path))}` again")
+        return 0
     print(f"tokenizer:  {b.tokenizer.kind}, vocabulary {b.tokenizer.vocab_size} (model logits {b.vocab_size})")
     print(f"start token: {_token_text(b, [b.start_token]) if b.start_token is not None else '(none)'}")
     print(f"stop tokens: {'; '.join(_token_text(b, s) for s in b.stop_tokens) or '(none)'}")
@@ -77,7 +120,13 @@ def generate_bundle(args) -> int:
     if not args.prompt:
         raise SystemExit("fbjax generate: a bundle takes text: --prompt \"...\" (repeatable); --prompt-tokens is "
                          "for bare .tflite files")
+    started = _process_age()  # the Python start and `import jax, fbjax` so far
+    t_load = time.perf_counter()
     b = load(args.model, quantized=args.quantized)
+    t_load = time.perf_counter() - t_load
+    if args.verbose:
+        print((f"[start-up (Python, import jax and fbjax): {started:.2f} s; " if started is not None else "[")
+              + f"load (read the bundle, its tokenizer, trace the model): {t_load:.2f} s]", file=sys.stderr)
     kw = _sampler_kw(args)
     for i, p in enumerate(args.prompt):
         if len(args.prompt) > 1:
@@ -94,7 +143,22 @@ def generate_bundle(args) -> int:
         print()
         if args.verbose:
             print(f"[{n} pieces in {dt:.2f} s; first after {first or 0:.2f} s (compile included)]", file=sys.stderr)
+    if args.verbose and started is not None:
+        print(f"[total since the process started: {_process_age():.2f} s]", file=sys.stderr)
     return 0
+
+
+def _process_age():
+    """Seconds since this process started (Linux ``/proc``; ``None`` elsewhere): what ``--verbose`` reports
+    as start-up, Python's own start and the imports before ``fbjax generate`` runs."""
+    try:
+        with open("/proc/self/stat") as f:
+            start = int(f.read().rsplit(")", 1)[1].split()[19])  # field 22, starttime, in clock ticks after boot
+        with open("/proc/uptime") as f:
+            up = float(f.read().split()[0])
+        return max(0.0, up - start / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def cmd_chat(args) -> int:
@@ -102,10 +166,13 @@ def cmd_chat(args) -> int:
     from . import load
     from .errors import InputError
 
+    if not is_bundle(args.model):
+        raise SystemExit(f"fbjax chat: {not_a_bundle('chat', args.model)}")
     b = load(args.model, quantized=args.quantized)
     chat = b.chat(**_sampler_kw(args))
     print(f"chatting with {args.model} ({b.capacity}-position KV cache); an empty line or Ctrl-D ends, "
           "/reset starts over")
+    advised = False  # the advice on a full cache is given once; later refusals are one short line
     while True:
         try:
             line = input("> ")
@@ -123,9 +190,35 @@ def cmd_chat(args) -> int:
                 sys.stdout.write(piece)
                 sys.stdout.flush()
         except InputError as e:
-            print(f"\n(fbjax chat: {e}; /reset starts a new conversation)")
+            if "KV cache" not in str(e):
+                print(f"\n(fbjax chat: {e}; /reset starts a new conversation)")
+            elif advised:
+                print(f"(does not fit either: {_positions_left(b, chat)} positions left; /reset starts over)")
+            else:
+                left = _positions_left(b, chat)
+                print(f"(fbjax chat: {str(e).removesuffix(': start a new chat')}; {left} of its positions are "
+                      f"left. {_room(args.model, left)})")
+                advised = True
             continue
         print()
+        if _positions_left(b, chat) <= 0 and not advised:  # the reply filled the cache: no later turn fits
+            print(f"(the KV cache is full: this conversation holds all {b.capacity} positions. "
+                  f"{_room(args.model, 0)})")
+            advised = True
+
+
+def _room(path, left: int) -> str:
+    """What to do when a chat's turns no longer fit its KV cache (``left`` positions unused)."""
+    return ("/reset starts a new conversation with an empty cache" + ("; a shorter message may still fit" if left > 0
+                                                                      else "")
+            + f"; `fbjax chat {shlex.quote(os.fspath(path))} -n N` caps each reply at N tokens, leaving room for "
+            "more turns")
+
+
+def _positions_left(bundle, chat) -> int:
+    """KV cache positions a chat has not used: the ids in the cache, plus the
+    reply's last token, which the next turn feeds first."""
+    return bundle.capacity - len(chat.tokens) - (1 if chat.tokens else 0)
 
 
 def add_chat_parser(sub, add_quantized) -> None:
@@ -136,7 +229,8 @@ def add_chat_parser(sub, add_quantized) -> None:
     pc.add_argument("model", help="a .litertlm or MediaPipe LLM .task bundle")
     add_sampler_options(pc)
     pc.add_argument("--max-new-tokens", "-n", type=int, default=None, metavar="N",
-                    help="at most N new tokens per reply (default: until a stop token or the KV cache is full)")
+                    help="at most N new tokens per reply (default: until a stop token or the KV cache is full; "
+                    "a small N leaves room in the cache for later turns)")
     add_quantized(pc)
     pc.set_defaults(func=cmd_chat)
 

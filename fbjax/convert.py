@@ -51,6 +51,53 @@ class ConversionRefused(InputError):
     message names the nodes); ``allow_changed_meaning=True`` writes it anyway."""
 
 
+class ConversionFailed(InputError):
+    """rten-convert exited with an error; the message summarises its output
+    (:func:`summarize_log`), :attr:`log` holds all of it."""
+
+    def __init__(self, message: str, log: str = ""):
+        super().__init__(message)
+        self.log = log
+
+
+def summarize_log(log: str) -> list:
+    """rten-convert's output ``log`` in fbjax's words, one line per distinct
+    message: its warnings (``WARNING: ...``, repeated prefixes dropped), the
+    operators it could not convert (``Error converting operator ...``), and
+    of each Python traceback only its last line (the exception), each with
+    how often it occurred. Lines of no such kind are kept as they are."""
+    import collections
+    import re
+
+    counts: dict = collections.Counter()
+    lines = log.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i].strip()
+        i += 1
+        if not line:
+            continue
+        if line.startswith("Traceback (most recent call last)"):  # skip to the exception line
+            while i < len(lines) and (lines[i].startswith((" ", "\t")) or not lines[i].strip()):
+                i += 1
+            if i < len(lines):
+                exc = lines[i].strip()
+                i += 1
+                name, _, msg = exc.partition(": ")
+                counts[f"rten-convert stopped: {msg or name} ({name.rsplit('.', 1)[-1]})"] += 1
+            continue
+        m = re.match(r"(?:WARNING: )+(.*)", line)
+        if m:
+            counts[f"warning: {m.group(1)}"] += 1
+            continue
+        m = re.match(r'Error converting operator "(.*?)": (.*)', line)
+        if m:
+            counts[f"not converted: {m.group(2)}" + (f" (node {m.group(1)!r})" if m.group(1) else "")] += 1
+            continue
+        counts[line] += 1
+    return [k + (f" (x{n})" if n > 1 else "") for k, n in counts.items()]
+
+
 #: Ops whose ``axis`` default rten-convert 0.22 replaces: its converter reads
 #: ``get_attr("axis", "int", 0)`` for Softmax and LogSoftmax, i.e. the RTen
 #: schema default 0, where ONNX says -1 (opset >= 13) or 1 with 2-D coercion
@@ -197,7 +244,8 @@ def convert(src, dst: Optional[str] = None, *, allow_changed_meaning: bool = Fal
 
     Raises:
         InputError: onnx or rten-convert missing (says what to install),
-            ``src`` missing or not ONNX, rten-convert failing (its message).
+            ``src`` missing or not ONNX.
+        ConversionFailed: rten-convert failing (its output summarised; all of it in ``.log``).
         ConversionRefused: nodes whose meaning would change, without
             ``allow_changed_meaning``; nothing is written.
     """
@@ -234,5 +282,6 @@ def convert(src, dst: Optional[str] = None, *, allow_changed_meaning: bool = Fal
             capture_output=True, text=True)
     log = (run.stdout + run.stderr).strip()
     if run.returncode != 0 or not os.path.isfile(dst):
-        raise InputError(f"{src}: rten-convert failed (exit {run.returncode}): {log[-2000:]}")
+        raise ConversionFailed(f"{src}: rten-convert failed (exit {run.returncode}): "
+                               f"{'; '.join(summarize_log(log)) or '(no output)'}", log)
     return ConvertReport(stated, left, dst, log)

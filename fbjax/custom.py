@@ -32,7 +32,6 @@ from __future__ import annotations
 from typing import Callable, Iterable, Optional
 
 from .lower.registry import LOWERINGS
-from .reference.registry import REFERENCE
 
 #: The op set of TFLite custom codes in fbjax's registries.
 CUSTOM_OP_SET = "tflite.custom"
@@ -80,6 +79,10 @@ def register_custom_op(
         LOWERINGS.register(CUSTOM_OP_SET, name, static_inputs=static, differentiable=differentiable,
                            replace=replace, **facts)(fn)
         if reference is not None:  # with the facts the reference needs to read a file, as the lowering has them
+            # imported here, not with fbjax: the numpy reference is fbjax.reference.run's, and importing its
+            # families costs every `fbjax` command ~0.1 s of CPU that only a reference registration needs
+            from .reference.registry import REFERENCE
+
             shared = {k: v for k, v in facts.items() if k in ("regions", "out_dtype")}
             REFERENCE.register(CUSTOM_OP_SET, name, static_inputs=static, replace=replace, **shared)(reference)
         return fn

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from typing import Optional, Sequence
 
 import numpy as np
@@ -447,8 +448,13 @@ def interpret(model, outputs: Sequence[np.ndarray], *, top_k: int = 5, threshold
         used.update((i, j))
         dets = decode_ssd(o[0], outs[j][0, :, 0], anchors, (ih, iw), threshold=threshold)
         res.kind = "detector"
+        # the layout's name lists every MediaPipe graph using it: name only the one of this size and count
+        graph = next((g for g, gh, gw, n in re.findall(r"(\w+) (\d+)x(\d+): (\d+)", layout)
+                      if (int(gh), int(gw), int(n)) == (ih, iw, o.shape[1])), None)
+        how = (f"MediaPipe {graph}'s SSD anchors ({layout.split(' (')[0]})" if graph
+               else f"the SSD anchors of {layout}")
         res.lines.append(f"{names[i]} + {names[j]}: {len(dets)} detection(s) with score >= {threshold:g} "
-                         f"(decoded with SSD anchors of {layout}; weighted NMS at IoU 0.3)")
+                         f"(decoded with {how}; weighted NMS at IoU 0.3)")
         for s, b, kps in dets:
             res.boxes.append((*b, "", s))
             res.keypoints += kps

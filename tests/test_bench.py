@@ -117,11 +117,11 @@ def test_rten_without_reference_runtime_says_so(tmp_path, capsys):
     notes = [line for line in table.splitlines() if line and not line.startswith("|")]
     assert notes == ["small: no reference runtime for this .rten (onnxruntime needs the source .onnx; pass "
                      "light:NAME for the onnx wheel's models); fbjax's own figures only."], notes
-    assert "target" not in table and "TFLite" not in table
+    assert "goal" not in table and "TFLite" not in table
 
     assert cli_main(["bench", path, "--runs", "2", "--batch", "0", "--no-first-call"]) == 0
     out = capsys.readouterr().out
-    assert "no reference runtime for this .rten" in out and "0 TFLite models" not in out and "target" not in out
+    assert "no reference runtime for this .rten" in out and "0 TFLite models" not in out and "goal" not in out
 
 
 def test_summary_lines_keep_only_existing_figures():
@@ -132,7 +132,7 @@ def test_summary_lines_keep_only_existing_figures():
     table = bench.markdown_table(recs, bench.summary(recs))
     text = [line for line in table.splitlines() if line and not line.startswith("|")]
     assert text[0] == ("Geometric means over 1 TFLite models (fbjax / LiteRT): batch-1 latency ratio **2.00** "
-                       "(target <= 1.5)."), text
+                       "(fbjax takes 2.00x LiteRT's time per call; goal: at most 1.5x)."), text
     assert text[1] == ("Same with min / min instead of medians (less sensitive to other load): batch-1 latency "
                        "ratio 1.50."), text
-    assert len(text) == 2 and "target >= 1.0" not in table and "first call" not in table.split("\n\n")[-1]
+    assert len(text) == 2 and "at least 1.0x" not in table and "first call" not in table.split("\n\n")[-1]

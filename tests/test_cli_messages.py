@@ -102,7 +102,8 @@ def test_a_file_of_another_format_is_refused_with_how_to_convert_it(tmp_path, su
     if advice:
         assert advice in str(e.value)
     else:
-        assert str(e.value).endswith("supported formats: gpu_cl, rten, stablehlo, tflite")
+        assert str(e.value).endswith("supported formats: gpu_cl, rten, stablehlo, tflite, and the bundles "
+                                     ".litertlm, MediaPipe LLM .task and MediaPipe Tasks vision .task")
 
 
 def test_an_empty_file_is_called_empty(tmp_path):

@@ -24,14 +24,28 @@ from __future__ import annotations
 
 import importlib
 import os
+import struct
 from typing import Mapping, Optional
 
 from ..errors import InputError, ModelFormatError
 from ..ir import ModelIR
-from . import gpu_cl, rten, stablehlo, tflite
+from . import tflite
+
+
+def _lazy(module: str, function: str):
+    """``fbjax.formats.<module>.<function>``, imported at its first call: a
+    ``.tflite`` or LLM bundle never imports the other formats' flatc bindings
+    (issue 35: about 0.3 s of ``fbjax generate``'s start-up on an idle 2-core
+    machine, over 1 s on a loaded one)."""
+    def call(*args, **kwargs):
+        return getattr(importlib.import_module(f"{__name__}.{module}"), function)(*args, **kwargs)
+    call.__name__ = call.__qualname__ = f"{module}.{function}"
+    return call
+
 
 #: format name -> reader(source) -> ModelIR
-READERS = {"tflite": tflite.read, "stablehlo": stablehlo.read, "rten": rten.read, "gpu_cl": gpu_cl.read}
+READERS = {"tflite": tflite.read, "stablehlo": _lazy("stablehlo", "read"), "rten": _lazy("rten", "read"),
+           "gpu_cl": _lazy("gpu_cl", "read")}
 
 
 def detect_format(source) -> str:
@@ -69,6 +83,8 @@ def detect_format(source) -> str:
             "file: it is already compiled from one, and runs without fbjax as "
             "jax.export.deserialize(open(PATH, 'rb').read()).call(params, *inputs); "
             "load the model file it was exported from instead")
+    if _ZIP_LOCAL in head:  # a zip no bundle reader took (MediaPipe's writer may pad before it): what, where it ends
+        raise ModelFormatError(_cut_zip(source, label))
     ext = os.path.splitext(label)[1].lower()
     named = _EXTENSION_FORMATS.get(ext)
     if named is not None:  # named like a format it does not probe as: say why that reader refuses it
@@ -82,8 +98,51 @@ def detect_format(source) -> str:
     advice = _CONVERT_ADVICE.get(ext, "")
     raise ModelFormatError(
         f"{label}: not a model file fbjax recognises (first bytes {head!r}); "
-        f"supported formats: {', '.join(sorted(READERS))}" + (f"; {advice}" if advice else "")
+        f"supported formats: {', '.join(sorted(READERS))}, and the bundles {BUNDLE_FORMATS}"
+        + (f"; {advice}" if advice else "")
     )
+
+
+#: the container formats fbjax.load opens besides the READERS (named in refusals)
+BUNDLE_FORMATS = ".litertlm, MediaPipe LLM .task and MediaPipe Tasks vision .task"
+_ZIP_LOCAL = b"PK\x03\x04"  # a zip member's local header signature
+
+
+def _cut_zip(source, label: str) -> str:
+    """Why a file that starts as a zip archive is no bundle fbjax opens: cut
+    off (no end-of-central-directory record, or a member's data running past
+    the end: a ``.task`` bundle loses its directory, stored at the end, first),
+    or a complete zip of something else. Names the bundle kind its first
+    member shows, and the size the local headers need against the file's."""
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        raw = bytes(source)
+    else:
+        with open(label, "rb") as f:
+            raw = f.read()
+    names, pos, need = [], raw.find(_ZIP_LOCAL, 0, 4096), 0
+    names_at = pos
+    while pos >= 0 and raw[pos:pos + 4] == _ZIP_LOCAL and pos + 30 <= len(raw):  # walk the local headers from the start
+        flags, csize, n, m = struct.unpack_from("<H10xIxxxxHH", raw, pos + 6)
+        names.append(raw[pos + 30:pos + 30 + n].decode("utf-8", "replace"))
+        need = pos + 30 + n + m + csize
+        if flags & 8 or need > len(raw):  # sizes in a trailing descriptor, or the data runs past the end
+            break
+        pos = need
+    first = names[0] if names else "?"
+    kind = ("a MediaPipe LLM .task bundle" if "TF_LITE_PREFILL_DECODE" in names
+            else "a MediaPipe Tasks .task bundle" if first.lower().endswith((".tflite", ".task")) else "a zip archive")
+    # complete: an end record whose central directory ends right before it (zipfile alone would also take
+    # the end record of a zip inside a member, e.g. a .tflite's associated files)
+    e = raw.rfind(b"PK\x05\x06")
+    complete = e >= 0 and e + 22 <= len(raw) and sum(struct.unpack_from("<II", raw, e + 12)) in (e, e - names_at)
+    if complete and need <= len(raw):
+        return (f"{label}: a complete zip archive (members {', '.join(names[:5])}{'...' if len(names) > 5 else ''}) "
+                f"that is no bundle fbjax opens: an LLM .task holds a TF_LITE_PREFILL_DECODE member, a vision .task "
+                f".tflite members; supported formats: {', '.join(sorted(READERS))}, and the bundles {BUNDLE_FORMATS}")
+    cut = (f"member {names[-1]!r} needs bytes up to {need:,}" if need > len(raw)
+           else "the end of its central directory (the member list, stored last) is missing")
+    return (f"{label}: {kind} (first member {first!r}) cut off at {len(raw):,} bytes: {cut}; the file looks "
+            "truncated (an interrupted download or copy?): fetch it again")
 
 
 #: the format a file's name suggests (its reader's refusal explains a file that probes as none)
@@ -116,7 +175,8 @@ _CONVERT_ADVICE = {
 
 # Extra (name, probe(source, head) -> bool) pairs for formats without a file
 # identifier; filled by the format modules that need them.
-_PROBES: list = [("rten", rten.probe), ("stablehlo", stablehlo.probe), ("gpu_cl", gpu_cl.probe)]
+_PROBES: list = [("rten", _lazy("rten", "probe")), ("stablehlo", _lazy("stablehlo", "probe")),
+                 ("gpu_cl", _lazy("gpu_cl", "probe"))]
 
 
 def read_model(source, format: Optional[str] = None) -> ModelIR:

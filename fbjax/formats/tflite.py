@@ -347,7 +347,8 @@ def _buffer_bytes(buffers, bidx: int, raw, where: str) -> Optional[np.ndarray]:
         end = b.offset + b.size
         if end > len(raw):
             raise ModelFormatError(
-                f"{where}: buffer {bidx} spans bytes {b.offset}..{end}, past the end of the file ({len(raw)})"
+                f"{where}: buffer {bidx} spans bytes {b.offset}..{end}, past the end of the file ({len(raw)}): "
+                "the file looks truncated (an interrupted download or copy?)"
             )
         return np.frombuffer(raw, np.uint8, count=b.size, offset=b.offset)
     if b.data is None or len(b.data) == 0:

@@ -259,12 +259,20 @@ class _Verifier:
     def fail(self, msg: str):
         raise ModelFormatError(f"{self.label}flatbuffer: {msg}")
 
+    def cut(self, needed: int) -> str:
+        """What a reference to byte ``needed`` (relative) past the end says: a
+        file cut off before it (within the format's 2 GiB reach)."""
+        if needed > 1 << 31:
+            return ""
+        return (f": the file looks truncated (it has {self.size:,} bytes; its offsets need at least {needed:,}: "
+                "an interrupted download or copy?)")
+
     def rel(self, pos: int) -> str:
         return f"0x{pos - self.start:x}"
 
     def past_end(self, what: str, pos: int, n: int):
         self.fail(f"{what} at offset {self.rel(pos)} ({self.where()}) needs bytes up to "
-                  f"{pos - self.start + n}, past the end of the {self.size}-byte file")
+                  f"{pos - self.start + n}, past the end of the {self.size}-byte file{self.cut(pos - self.start + n)}")
 
     # -- primitives
     def offset(self, pos: int) -> int:
@@ -275,7 +283,7 @@ class _Verifier:
         tgt = pos + o
         if tgt + 4 > self.end:
             self.fail(f"offset at {self.rel(pos)} ({self.where()}) points to {self.rel(tgt)}, "
-                      f"past the end of the {self.size}-byte file")
+                      f"past the end of the {self.size}-byte file{self.cut(tgt + 4 - self.start)}")
         return tgt
 
     def vector(self, pos: int, elem: int) -> tuple[int, int]:
@@ -286,7 +294,7 @@ class _Verifier:
         n = _u32(self.buf, v)[0]
         if v + 4 + n * elem > self.end:
             self.fail(f"vector at offset {self.rel(v)} ({self.where()}) has length {n}, "
-                      f"past the end of the {self.size}-byte file")
+                      f"past the end of the {self.size}-byte file{self.cut(v + 4 + n * elem - self.start)}")
         return n, v + 4
 
     def string(self, pos: int):
@@ -299,7 +307,7 @@ class _Verifier:
         n = _u32(self.buf, v)[0]
         if v + 4 + n + 1 > self.end:
             self.fail(f"string at offset {self.rel(v)} ({self.where()}) has length {n}, "
-                      f"past the end of the {self.size}-byte file")
+                      f"past the end of the {self.size}-byte file{self.cut(v + 5 + n - self.start)}")
         if self.buf[v + 4 + n] != 0:
             self.fail(f"string at offset {self.rel(v)} ({self.where()}) is not zero-terminated")
 
