@@ -50,7 +50,9 @@ from typing import Iterator, Optional, Sequence, Union
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import export
 
+from . import cache
 from .errors import InputError, ModelFormatError
 from .formats import llm_bundle as _fmt
 from .formats._writing import write_file
@@ -167,6 +169,35 @@ class _Runner:
         self.vocab = int({s.name: s for s in self.dec.outputs}["logits"].shape[-1])
         self.capacity = capacity
         self._jit = {}
+        self._base = False  # the trace-cache key base, computed on first use (None: no trace cache)
+
+    def _program(self, key: tuple, fn, args: tuple, donate: tuple):
+        """``fn`` jitted for ``args``' shapes (``key`` names it among this
+        runner's programs), with ``donate`` (argument positions) donated. Its
+        traced program is kept in fbjax's trace cache (a ``jax.export``
+        artifact keyed by the model file's bytes, the load options, ``key``
+        and the arguments' shapes: :func:`fbjax.cache.trace_key`), so a later
+        process skips tracing the whole graph (most of a warm first call;
+        the compiled code comes from the persistent compilation cache). The
+        weights are arguments, not constants, so the artifact is small.
+        Where the cache is off or export fails, a plain ``jax.jit``."""
+        fn_jit = jax.jit(fn, donate_argnums=donate)
+        if self._base is False:
+            tb = getattr(self.model, "trace_base", None)
+            self._base = tb(self.model.program, embeds_buffers=False) if tb is not None else None
+        if self._base is None:
+            return fn_jit
+        digest, options = self._base
+        backend = self.model.program.backend
+        ck = cache.trace_key(digest, options, args, extra=f"{backend} llm_bundle {key!r} {self.n} {self.capacity}")
+        try:
+            ex = cache.load_exported(ck)
+            if ex is None:
+                ex = export.export(fn_jit, platforms=(backend,))(*args)
+                cache.save_exported(ck, ex)
+        except Exception:  # noqa: BLE001 - anything export cannot take: the plain jit
+            return fn_jit
+        return jax.jit(ex.call, donate_argnums=donate)
 
     def zeros(self, batch: int) -> dict:
         return {n: jnp.zeros((batch,) + tuple(self.dec_in[n].shape), self.dec_in[n].dtype) for n in self.cache_names}
@@ -194,27 +225,34 @@ class _Runner:
 
         ``kv`` is donated: its buffers are updated in place where the
         backend can (the caller keeps only the returned caches)."""
-        fn = self._jit.get("prefill")
-        if fn is None:
-            fn = self._jit["prefill"] = jax.jit(jax.vmap(self._prefill_row, in_axes=(None, None, 0, 0, 0)),
-                                                donate_argnums=(2,))
+        args = (params, self.model.buffers, kv, np.asarray(tokens, np.int32), np.asarray(start, np.int32))
         with jax.enable_x64(self.model.x64):
-            return fn(params, self.model.buffers, kv, np.asarray(tokens, np.int32), np.asarray(start, np.int32))
+            ck = ("prefill", len(args[3]))
+            fn = self._jit.get(ck)
+            if fn is None:
+                fn = self._jit[ck] = self._program(
+                    ck, jax.vmap(self._prefill_row, in_axes=(None, None, 0, 0, 0)), args, (2,))
+            return fn(*args)
 
     def decode(self, params, kv, token, pos, key, sampler: Sampler):
         """Feed ``token`` ``[B]`` at ``pos`` ``[B]``; returns (next token ``[B]``, caches).
 
         ``kv`` is donated (updated in place where the backend can)."""
-        ck = ("decode", sampler.temperature, sampler.top_k, sampler.top_p)
-        fn = self._jit.get(ck)
-        if fn is None:
-            def step(params, buffers, kv, token, pos, key):
-                logits, kv = jax.vmap(self._decode_row, in_axes=(None, None, 0, 0, 0))(params, buffers, kv, token, pos)
-                return _sample(logits, key, sampler.temperature, sampler.top_k, sampler.top_p), kv
-            fn = self._jit[ck] = jax.jit(step, donate_argnums=(2,))
+        token = np.asarray(token, np.int32)  # numpy: no extra dispatch
+        args = (params, self.model.buffers, kv, token, np.asarray(pos, np.int32), jax.random.key_data(key))
+        ck = ("decode", len(token), sampler.temperature, sampler.top_k, sampler.top_p)
         with jax.enable_x64(self.model.x64):
-            return fn(params, self.model.buffers, kv, np.asarray(token, np.int32), np.asarray(pos, np.int32),
-                      key)  # numpy: no extra dispatch
+            fn = self._jit.get(ck)
+            if fn is None:
+                impl = jax.random.key_impl(key)
+
+                def step(params, buffers, kv, token, pos, key_data):
+                    logits, kv = jax.vmap(self._decode_row, in_axes=(None, None, 0, 0, 0))(
+                        params, buffers, kv, token, pos)
+                    key = jax.random.wrap_key_data(key_data, impl=impl)
+                    return _sample(logits, key, sampler.temperature, sampler.top_k, sampler.top_p), kv
+                fn = self._jit[ck] = self._program(ck, step, args, (2,))
+            return fn(*args)
 
 
 @dataclasses.dataclass

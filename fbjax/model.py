@@ -260,6 +260,10 @@ class Model:
         self._accepted: dict = {}
         self._warned_int: set = set()  # inputs already warned about integer data for a float input
         #: how calls run, chosen once here (:func:`fbjax.executors.select`): its ``name`` says which
+        #: ``f(program, embeds_buffers=True) -> (digest, load options) or None``: the key of this model's programs
+        #: in fbjax's trace cache (:func:`fbjax.executors.trace_base`), also for the programs LLM bundles build
+        #: on its signatures (which take the buffers as arguments: ``embeds_buffers=False``)
+        self.trace_base = trace_base
         self.executor = executors.select(
             program, self.apply, self._apply_leaves, stateful=self._stateful,
             compiler_options=compiler_options(program.backend, kernel_options(program).xla_defaults),
@@ -1108,7 +1112,7 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
 
     fixed_batch = options.rewrites_batch and options.batch_size is not None
     model = Model(ir, program, path, chunks=chunks if fixed_batch else None, load_kwargs=load_kwargs,
-                  trace_base=lambda prog: executors.trace_base(prog, source, options, constant_inputs),
+                  trace_base=lambda prog, **kw: executors.trace_base(prog, source, options, constant_inputs, **kw),
                   tiered=options.tiered_compile)
     model.input_quantization, model.output_quantization = file_quant
     _trace_at_load(model)  # every lowering error raised here, not at the first call (which reuses the trace)

@@ -147,7 +147,14 @@ class TraceCached(CpuPrepared):
         return super().trace(params, *specs)
 
 
-def trace_base(program, source, options, constant_inputs=None) -> Optional[tuple]:
+#: a model whose weight buffers (:attr:`fbjax.lower.build.Program.buffers`) hold more bytes than this keeps
+#: no traced main program: the prepared CPU program reads them as constants, so its ``Exported`` artifact
+#: would hold a copy of them (an LLM bundle's prefill graph: 130 MB per entry, written at load). LLM bundles
+#: cache their signatures' programs, which take the buffers as arguments (``fbjax.llm_bundle``).
+TRACE_MAX_BUFFER_BYTES = 16 * 2 ** 20
+
+
+def trace_base(program, source, options, constant_inputs=None, *, embeds_buffers: bool = True) -> Optional[tuple]:
     """The key under which :class:`TraceCached` may keep the traced
     program of the model read from ``source`` (a path or bytes) in fbjax's
     cache (:func:`fbjax.cache.trace_cache_dir`): ``(model digest, load
@@ -155,10 +162,14 @@ def trace_base(program, source, options, constant_inputs=None) -> Optional[tuple
     values of ``constant_inputs``, ``{name: array}``, key it too) when the
     cache is on, the model's input shapes are static and every lowering it
     uses is fbjax's own (a user's custom op could change without fbjax's
-    code changing); else None."""
+    code changing), and, for a program that would hold the weight buffers
+    as constants (``embeds_buffers``, the prepared CPU program), they are
+    at most :data:`TRACE_MAX_BUFFER_BYTES`; else None."""
     if cache.trace_cache_dir() is None:
         return None
     if any(v.shape is None or None in v.shape for v in program.model.main_graph.inputs):
+        return None
+    if embeds_buffers and sum(np.asarray(b).nbytes for b in program.buffers.values()) > TRACE_MAX_BUFFER_BYTES:
         return None
     for node in program.model.iter_nodes():
         od = program.registry.get(node.op_set, node.op_name)
