@@ -29,6 +29,7 @@ import fbjax.reference
 from fbjax.errors import ModelFormatError, UnsupportedOperatorError
 from fbjax.ir import Graph, ModelIR
 from fbjax.formats import detect_format, gpu_cl, read_model, tflite
+from fbjax.lower.build import build
 from fbjax.formats._generated import gpu_cl_litert_generated as GL
 from fbjax.formats._generated import gpu_cl_tf25_generated as G25
 
@@ -463,6 +464,9 @@ def _op_records() -> dict:
 
 
 OP_RECORDS = _op_records() if GPU.is_dir() else {}
+#: op types no shared file holds: each is read from a file written here with it linked after a convolution
+#: (:func:`test_linked_op_reads_its_runtime_second_tensor`)
+WRITTEN_ONLY = frozenset({"subtract", "div", "maximum", "minimum"})
 
 
 def test_reader_attributes_are_the_ops_attributes():
@@ -478,11 +482,14 @@ def test_reader_attributes_are_the_ops_attributes():
             for reg in (LOWERINGS, REFERENCE):
                 assert names <= reg.get("gpu", n.op_name).attr_names, (f, n.op_name, sorted(names))
             seen.add(n.op_name)
-    assert seen == set(gpu_cl.KERNELS), sorted(set(gpu_cl.KERNELS) - seen)
+    assert not seen & WRITTEN_ONLY, sorted(seen & WRITTEN_ONLY)  # a shared file has it now: drop it there
+    assert seen | WRITTEN_ONLY == set(gpu_cl.KERNELS), sorted(set(gpu_cl.KERNELS) - seen - WRITTEN_ONLY)
 
 
 def test_op_records_cover_the_op_set():
-    assert {k.split("[")[0] for k in OP_RECORDS} == set(fbjax.supported_ops("gpu")["gpu"])
+    recorded = {k.split("[")[0] for k in OP_RECORDS}
+    assert recorded | WRITTEN_ONLY == set(fbjax.supported_ops("gpu")["gpu"])
+    assert WRITTEN_ONLY <= {op for op, _ in LINKED_CASES}
 
 
 @pytest.mark.parametrize("key", sorted(OP_RECORDS))
@@ -654,6 +661,126 @@ def test_unowned_object_is_a_variant():
                 m.key = b"scales"
     with pytest.raises(UnsupportedOperatorError, match=r"fully_connected \(object\(s\) 'scales' fbjax does not read\)"):
         read_model(_edited(SELFIE, edit))
+
+
+# --- a runtime second tensor (issue 35: refused since the reader became table-driven) --------
+
+#: the delegate's two-input element-wise code (TF 2.5 ``GetTwoInputCode``) per op, as numpy computes it
+_TWO_INPUT = {"mul": ("res * second_val", np.multiply), "subtract": ("res - second_val", np.subtract),
+              "div": ("res / second_val", np.divide), "maximum": ("max(res, second_val)", np.maximum),
+              "minimum": ("min(res, second_val)", np.minimum)}
+
+
+def _as_object(args, key: bytes, data=None, keep_ints: bool = True) -> None:
+    """Move the tensor reference ``key`` of ``args`` to its tensor objects (holding ``data`` when given: a
+    constant), dropping its int arguments unless ``keep_ints``."""
+    m = next(m for m in args.tensorRefs if m.key == key)
+    args.tensorRefs = [r for r in args.tensorRefs if r is not m]
+    if data is not None:
+        m.value.data = list(np.asarray(data, np.float32).view(np.uint8))
+    args.tensorObjects = (args.tensorObjects or []) + [m]
+    if not keep_ints:
+        args.intValues = [v for v in args.intValues if not v.name.startswith(key + b"_")]
+
+
+def test_mul_reads_its_second_tensor_as_an_object():
+    """The form the issue's file has: a ``mul`` kernel whose runtime second operand is described by a tensor
+    object holding no data (``second_tensor``), not a reference. It reads the node's second tensor: the model
+    computes the same bits as the file with the reference, and matches the delegate's recorded outputs."""
+    def edit(ic):
+        _as_object(_node(ic, "mul 11").gpuOp.arguments, b"second_tensor")
+    buf = _edited(SELFIE, edit)
+    ir = read_model(buf)
+    assert "second_tensor" in ir.metadata["nodes"][_node_index(ir, "mul 11")].objects
+    node = next(n for n in ir.main_graph.nodes if n.attrs["gpu_node"] == "mul 11")
+    assert len(node.inputs) == 2
+    g = ir.main_graph
+    xs = _inputs(GPU / SELFIE, [(v.name, v.shape) for v in g.inputs])
+    outs = fbjax.reference.run(ir, *xs)
+    for a, b in zip(outs, fbjax.reference.run(read_model(GPU / SELFIE), *xs)):
+        np.testing.assert_array_equal(a, b)
+    _check_outputs(GPU / SELFIE, [v.name for v in g.outputs], outs)
+
+
+def _node_index(ir, first: str) -> int:
+    return next(n.index for n in ir.metadata["nodes"] if n.name.split(" linked : ")[0] == first)
+
+
+RECROP = "mediapipe_hand_recrop.F32.API.bin"
+#: a convolution with a linked add of a runtime tensor (tensor reference ``second_tensor_link1``)
+LINKED = "convolution_2d 40"
+
+
+def _linked_edit(op: str, form: str, data=None):
+    """An edit of :data:`RECROP`: node :data:`LINKED`'s linked ``add`` becomes ``op`` (name and code), its
+    second tensor described as ``form``: ``"ref"`` (as the delegate writes a runtime tensor), ``"object"`` (a
+    tensor object without data, its int arguments kept) or ``"bare object"`` (no int arguments either)."""
+    def edit(ic):
+        n = _node(ic, LINKED)
+        n.name = n.name.replace(b"linked : add", f"linked : {op}".encode())
+        n.gpuOp.code = n.gpuOp.code.replace(b"res = res + second_val;", f"res = {_TWO_INPUT[op][0]};".encode())
+        if form != "ref":
+            _as_object(n.gpuOp.arguments, b"second_tensor_link1", data, keep_ints=form == "object")
+    return edit
+
+
+def _upto(ir, names) -> ModelIR:
+    """``ir`` with the main graph's outputs replaced by its values ``names``."""
+    g = ir.main_graph
+    vals = {v.name: v for v in g.values}
+    return ModelIR("gpu_cl", [Graph("g", g.inputs, [vals[n] for n in names], g.nodes, g.values)])
+
+
+def _recorded_inputs(ir) -> list:
+    return _inputs(GPU / RECROP, [(v.name, v.shape) for v in ir.main_graph.inputs])
+
+
+#: (linked op, how the node describes its second tensor)
+LINKED_CASES = [("mul", "ref"), ("mul", "object"), ("mul", "bare object"), ("subtract", "object"),
+                ("div", "object"), ("maximum", "ref"), ("minimum", "bare object")]
+
+
+@pytest.mark.parametrize("op, form", LINKED_CASES)
+def test_linked_op_reads_its_runtime_second_tensor(op, form):
+    """A ``.bin`` written with a linked ``mul`` (or another two-input element-wise op) after a convolution,
+    reading a runtime second tensor: fbjax loads and runs it; in the numpy twin the linked op's output is the
+    convolution's output ``op`` the node's second tensor, both taken from the twin of the original file; in
+    JAX it is the same op of JAX's own two operands, bit for bit (one float32 rounding each)."""
+    ir0 = read_model(GPU / RECROP)
+    node0 = next(n for n in ir0.main_graph.nodes if n.attrs["gpu_node"].startswith(LINKED) and n.op_name == "add")
+    conv_out, second = (v.name for v in node0.inputs)
+    a, b = fbjax.reference.run(_upto(ir0, [conv_out, second]), *_recorded_inputs(ir0))
+
+    buf = _edited(RECROP, _linked_edit(op, form))
+    ir = read_model(buf)
+    node = next(n for n in ir.main_graph.nodes if n.attrs["gpu_node"].startswith(LINKED) and n.op_name == op)
+    conv = next(n for n in ir.main_graph.nodes if n.attrs["gpu_node"] == node.attrs["gpu_node"]
+                and n.op_name == "convolution_2d")
+    assert node.inputs[0] is conv.outputs[0] and [v.name for v in node.inputs[1:]] == [second]
+    names = [conv.outputs[0].name, second, node.outputs[0].name]
+    (got,) = fbjax.reference.run(_upto(ir, names[2:]), *_recorded_inputs(ir))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        np.testing.assert_array_equal(got, _TWO_INPUT[op][1](a, b).astype(np.float32))
+    assert not np.array_equal(got, a + b)  # the op changed what the node computes
+
+    prog = build(_upto(ir, names))
+    ja, jb, jgot = (np.asarray(v) for v in prog.apply(prog.params, None, *_recorded_inputs(ir))[0])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        np.testing.assert_array_equal(jgot, _TWO_INPUT[op][1](ja, jb).astype(np.float32))
+
+    if op != "mul":
+        return
+    m = fbjax.load(buf)  # the whole file, as a user loads it
+    outs = m(*_recorded_inputs(ir))
+    twin = fbjax.reference.run(ir, *_recorded_inputs(ir))
+    assert [np.shape(o) for o in (outs if isinstance(outs, tuple) else (outs,))] == [t.shape for t in twin]
+
+
+def test_linked_constant_second_tensor_is_a_variant():
+    """A ``second_tensor_link1`` object holding data is a constant operand: refused, not read as a tensor."""
+    buf = _edited(RECROP, _linked_edit("mul", "object", data=np.ones(64, np.float32)))
+    with pytest.raises(UnsupportedOperatorError, match=r"gpu:mul \(a constant operand, linked\)"):
+        read_model(buf)
 
 
 @pytest.mark.parametrize("name, ids, match", [

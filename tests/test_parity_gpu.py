@@ -164,6 +164,10 @@ def _cases() -> list:
     cs.append(Case("mul", [(2, 3, 4, 5), (2, 3, 4, 5)], (2, 3, 4, 5), label="2 inputs"))
     cs.append(Case("mul", [(1, 3, 4, 5), (1, 1, 1, 5)], (1, 3, 4, 5), label="per channel"))
     cs.append(Case("mul", [(1, 3, 4, 5), (1, 3, 4, 1)], (1, 3, 4, 5), label="per pixel"))
+    for op in ("subtract", "div", "maximum", "minimum"):  # the other two-input kernels of tasks/elementwise.cc
+        cs.append(Case(op, [(2, 3, 4, 5), (2, 3, 4, 5)], (2, 3, 4, 5), label="2 inputs"))
+        cs.append(Case(op, [(1, 3, 4, 5), (1, 3, 4, 1)], (1, 3, 4, 5), label="per pixel"))
+        cs.append(Case(op, [(1, 3, 4, 5), (1, 1, 1, 5)], (1, 3, 4, 5), label="per channel"))
     cs.append(Case("prelu", [(2, 3, 4, 5)], (2, 3, 4, 5), {}, [_w(rng, 1, 1, 5)]))
     for clip, alpha in ((0.0, 0.0), (6.0, 0.0), (0.0, 0.1), (1.0, 0.2), (0.0, -0.5), (0.0, 1.5), (2.0, 1.5)):
         cs.append(Case("relu", [(2, 3, 4, 5)], (2, 3, 4, 5), {"clip": clip, "alpha": alpha}, scale=3.0,
@@ -249,8 +253,16 @@ def _run(case: Case, compute_dtype=None):
     return xs, got, want
 
 
+#: ops whose result can be far larger than the twin on absolute values (``|x| - |y|`` for ``x - y``, ``min(|x|,
+#: |y|)`` for ``min(x, y)``): their magnitude is ``|x| + |y|``, which bounds each operand
+_OPERAND_MAGNITUDE = frozenset({"subtract", "maximum", "minimum"})
+
+
 def _abs_twin(case: Case, xs: list) -> np.ndarray:
-    """The twin on the absolute values of every input and weight: ``sum |x| |w| + |b|`` for a sum."""
+    """The twin on the absolute values of every input and weight: ``sum |x| |w| + |b|`` for a sum (for
+    :data:`_OPERAND_MAGNITUDE` ops ``|x| + |y|``)."""
+    if case.op in _OPERAND_MAGNITUDE:
+        return np.abs(xs[0]).astype(np.float64) + np.abs(xs[1]).astype(np.float64)
     return np.asarray(fbjax.reference.run(_graph(case, [np.abs(c) for c in case.consts]),
                                           *[np.abs(x) for x in xs])[0], np.float64)
 

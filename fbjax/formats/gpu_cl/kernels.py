@@ -270,7 +270,24 @@ def _slice(k: KernelCall) -> tuple[dict, list]:
             "strides": (ints.get("stride_y", 1), ints.get("stride_x", 1), ints.get("stride_z", 1))}, []
 
 
-_BINARY = dict(inputs=(2, None), few_inputs="a constant operand", linkable=True, link_inputs=(2, 2))
+def _second_tensor(k: KernelCall) -> tuple[dict, list]:
+    """Two-input element-wise kernels (TF 2.5 ``tasks/elementwise.cc`` ``CreateElementwiseTwoInput``, and
+    ``add`` also ``tasks/add.cc``): ``in_out_value = in_out_value <op> second_val``, the running value first.
+    The second operand is a runtime tensor, the node's tensor after the running value's, which the arguments
+    name ``second_tensor`` (``second_tensor_link<N>`` when linked): as a tensor reference, or as a tensor
+    object holding no data (both describe a tensor the graph computes). A ``second_tensor`` object holding
+    data is a constant operand (``CreateElementwise`` with a linear or HWC constant), which fbjax does not
+    decode."""
+    obj = k.node.objects.get(f"second_tensor{k.suffix}")
+    if obj is not None and obj.flat.size:
+        raise unsupported(k.where, k.op, "a constant operand" + (", linked" if k.link else ""))
+    return {}, []
+
+
+#: two-input element-wise ops: the kernel's own op reads 2 tensors (add and mul: 2 or more, as before), a linked
+#: one the running value and one more; the ``second_tensor`` object (a runtime tensor's descriptor) is theirs
+_BINARY = dict(read=_second_tensor, inputs=(2, 2), few_inputs="a constant operand", linkable=True,
+               link_inputs=(2, 2), objects=frozenset({"second_tensor"}), link_objects=frozenset({"second_tensor"}))
 
 #: op type -> its entry; the op names of op set "gpu"
 KERNELS: dict[str, Kernel] = {k.op: k for k in (
@@ -279,8 +296,12 @@ KERNELS: dict[str, Kernel] = {k.op: k for k in (
     Kernel("fully_connected", _fully_connected, objects=frozenset({"weights", "biases"})),
     Kernel("convolution_transposed", _convolution_transposed, objects=frozenset({"weights"})),
     Kernel("pooling_2d", _pooling_2d),
-    Kernel("add", **_BINARY),
-    Kernel("mul", **_BINARY),
+    Kernel("add", **{**_BINARY, "inputs": (2, None)}),
+    Kernel("mul", **{**_BINARY, "inputs": (2, None)}),
+    Kernel("subtract", **_BINARY),
+    Kernel("div", **_BINARY),
+    Kernel("maximum", **_BINARY),
+    Kernel("minimum", **_BINARY),
     Kernel("prelu", _prelu, objects=frozenset({"alpha"}), link_objects=frozenset({"alpha"}), linkable=True),
     Kernel("relu", _relu, linkable=True),
     Kernel("sigmoid", linkable=True),

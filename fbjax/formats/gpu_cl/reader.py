@@ -18,11 +18,16 @@ from .weights import WeightRef, decode
 
 
 def binary_links(node: GpuNode) -> list[bool]:
-    """For each linked op (1-based position N), whether the node's arguments name a second tensor for it."""
+    """For each linked op (1-based position N), whether it reads a runtime second tensor: the node's
+    arguments name one for it (``second_tensor_link<N>`` / ``src_data_1_link<N>``: int arguments of a tensor
+    reference, or a tensor object holding no data). An object of that name holding data is a constant
+    operand, not a tensor the node reads."""
     out = []
     for n in range(1, len(node.ops)):
-        keys = (f"second_tensor_link{n}_", f"src_data_1_link{n}_")
-        out.append(any(k.startswith(keys) for k in node.ints))
+        names = (f"second_tensor_link{n}", f"src_data_1_link{n}")
+        objs = [node.objects[k] for k in names if k in node.objects]
+        named = bool(objs) or any(k.startswith(tuple(f"{m}_" for m in names)) for k in node.ints)
+        out.append(named and not any(o.flat.size for o in objs))
     return out
 
 

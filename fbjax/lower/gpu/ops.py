@@ -134,6 +134,36 @@ def mul(ctx, x, *ys):
     return r
 
 
+@register(OP_SET, "subtract")
+def subtract(ctx, x, y):
+    """``x - y`` (TF 2.5 ``tasks/elementwise.cc``: ``in_out_value = in_out_value - second_val``), ``y``
+    broadcast over H, W or channels (a tensor of 1 channel repeats its ``.x``)."""
+    c = ctx.outputs[0].shape[3]
+    return _channels(x, c) - _channels(y, c)
+
+
+@register(OP_SET, "div")
+def div(ctx, x, y):
+    """``x / y``, one IEEE division per element (:func:`fbjax.lower.kernels.ieee_divide`: XLA would multiply
+    by a broadcast divisor's reciprocal), ``y`` broadcast as for ``subtract``."""
+    c = ctx.outputs[0].shape[3]
+    return kernels.ieee_divide(_channels(x, c), _channels(y, c))
+
+
+@register(OP_SET, "maximum")
+def maximum(ctx, x, y):
+    """``max(x, y)`` element-wise, ``y`` broadcast as for ``subtract``."""
+    c = ctx.outputs[0].shape[3]
+    return jnp.maximum(_channels(x, c), _channels(y, c))
+
+
+@register(OP_SET, "minimum")
+def minimum(ctx, x, y):
+    """``min(x, y)`` element-wise, ``y`` broadcast as for ``subtract``."""
+    c = ctx.outputs[0].shape[3]
+    return jnp.minimum(_channels(x, c), _channels(y, c))
+
+
 @register(OP_SET, "prelu")
 def prelu(ctx, x, alpha):
     """``max(x, 0) + min(x, 0) * alpha``, ``alpha [1,1,C]``."""

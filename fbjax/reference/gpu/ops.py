@@ -117,6 +117,34 @@ def mul(ctx, x, *ys):
     return r.astype(np.float32)
 
 
+@register(OP_SET, "subtract")
+def subtract(ctx, x, y):
+    """Difference, the running value minus the second tensor; a 1-channel tensor repeats over channels."""
+    c = ctx.outputs[0].shape[3]
+    return (_fit(x, c) - _fit(y, c)).astype(np.float32)
+
+
+@register(OP_SET, "div")
+def div(ctx, x, y):
+    """Quotient: one correctly rounded float32 division per element."""
+    c = ctx.outputs[0].shape[3]
+    return np.divide(_fit(x, c).astype(np.float32), _fit(y, c).astype(np.float32))
+
+
+@register(OP_SET, "maximum")
+def maximum(ctx, x, y):
+    """Larger of the two, element-wise."""
+    c = ctx.outputs[0].shape[3]
+    return np.maximum(_fit(x, c), _fit(y, c)).astype(np.float32)
+
+
+@register(OP_SET, "minimum")
+def minimum(ctx, x, y):
+    """Smaller of the two, element-wise."""
+    c = ctx.outputs[0].shape[3]
+    return np.minimum(_fit(x, c), _fit(y, c)).astype(np.float32)
+
+
 @register(OP_SET, "prelu")
 def prelu(ctx, x, alpha):
     """``x`` where positive, ``alpha * x`` elsewhere."""
