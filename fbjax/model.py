@@ -29,7 +29,7 @@ from .options import FILE_BATCH as _FILE
 from .options import KernelOptions, kernel_options
 from .options import LoadOptions
 from .passes.shapes import bind_inputs
-from .signature import SignatureRunner
+from .signature import SignatureRunner, trace_signatures
 
 
 class TensorSpec(NamedTuple):
@@ -1095,4 +1095,5 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
                   tiered=options.tiered_compile)
     model.input_quantization, model.output_quantization = file_quant
     _trace_at_load(model)  # every lowering error raised here, not at the first call (which reuses the trace)
+    trace_signatures(model)  # and those of every other signature (an LLM's decode)
     return model
