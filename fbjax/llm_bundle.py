@@ -248,8 +248,8 @@ class LlmBundle:
         meta = file.llm_metadata
         label = file.label
         try:
-            runner_pre, runner_dec = llm_signatures(model)
-        except InputError as e:
+            runner_pre, runner_dec = llm_signatures(model)  # and their contract (fbjax.llm_contract)
+        except (InputError, ModelFormatError) as e:
             raise ModelFormatError(f"{label}: section {file.model.index} ({file.model.kind}): {e}") from None
         vocab = int({s.name: s for s in runner_dec.outputs}["logits"].shape[-1])
         tw = f"{label}: section {file.tokenizer.index} ({file.tokenizer.kind})"
