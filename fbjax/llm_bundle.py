@@ -613,7 +613,9 @@ def open_bundle(source, loader, **load_kwargs) -> LlmBundle:
 
     Raises:
         ModelFormatError: see :func:`fbjax.formats.llm_bundle.read_bundle`, plus a tokenizer whose
-            vocabulary does not fit the model's logits, start/stop tokens outside the vocabulary.
+            vocabulary does not fit the model's logits, start/stop tokens outside the vocabulary, a
+            signature that does not trace (:func:`fbjax.signature.trace_signatures`) or prefill/decode
+            signatures that break the generation loop's contract (:mod:`fbjax.llm_contract`).
     """
     f = _fmt.read_bundle(source)
     try:

@@ -1044,8 +1044,12 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
             contradict the op, a case fbjax does not implement), found by
             an abstract trace of the model's first call at its input shapes
             (:func:`_trace_at_load`; nothing runs, and the first call reuses
-            the trace). Skipped for inputs with a dynamic (``None``)
-            dimension: those errors then come from the first call.
+            the trace), and of every signature of the file at its own input
+            shapes (:func:`fbjax.signature.trace_signatures`: an LLM's
+            ``decode``). Skipped for inputs with a dynamic (``None``)
+            dimension: those errors then come from the first call, a
+            ModelFormatError naming the node where ``jax.lax`` refuses the
+            file's own operands (:func:`fbjax.lower.build.file_error`).
         InputError: ``while_max_iterations`` is not None or an int >= 0;
             ``batch_size`` is not ``"file"``, None/``"dynamic"`` or a
             positive int, or the model cannot take another batch (the
