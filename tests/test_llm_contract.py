@@ -148,8 +148,8 @@ def test_second_signature_traced_at_load():
     x1, o1 = _mul_of_float_and_int(b)
     b.add_signature("bad", {"x": x1}, {"y": o1}, subgraph=1)
     with pytest.raises(ModelFormatError, match=r"signature 'bad' \(subgraph 1\): subgraph 1, operator 0 "
-                                               r"\(STABLEHLO_MULTIPLY\): stablehlo.multiply \(operands float32\[2, 4\], "
-                                               r"int32\[1, 4\]\) cannot be lowered"):
+                                               r"\(STABLEHLO_MULTIPLY\): stablehlo.multiply \(operands "
+                                               r"float32\[2, 4\], int32\[1, 4\]\) cannot be lowered"):
         fbjax.load(b.build())
 
 
