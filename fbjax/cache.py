@@ -48,7 +48,7 @@ import jax
 from .options import ENV
 
 __all__ = ["enable", "default_cache_dir", "cache_dir", "compiler_options", "trace_cache_dir", "trace_key",
-           "load_exported", "save_exported", "lapack_init_skipped", "NO_YNN_FUSION"]
+           "load_exported", "save_exported", "checked_marked", "mark_checked", "lapack_init_skipped", "NO_YNN_FUSION"]
 
 _state = {"done": False, "dir": None}
 
@@ -260,6 +260,28 @@ def lapack_init_skipped(exported):
         yield
     finally:
         ex._ensure_backends_initialized = orig
+
+
+def checked_marked(key: str) -> bool:
+    """Whether an earlier process recorded (:func:`mark_checked`) that the
+    load-time checks keyed ``key`` (:func:`trace_key`) passed: a file fbjax
+    traced before without error, under the same options and code."""
+    d = trace_cache_dir()
+    return d is not None and os.path.exists(os.path.join(d, key + ".checked"))
+
+
+def mark_checked(key: str) -> None:
+    """Record that the load-time checks keyed ``key`` passed (errors are
+    ignored: without the marker the next process checks again)."""
+    d = trace_cache_dir()
+    if d is None:
+        return
+    try:
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, key + ".checked"), "wb"):
+            pass
+    except OSError:
+        pass
 
 
 def save_exported(key: str, exported) -> None:

@@ -36,6 +36,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from .errors import InputError
+from .llm_contract import check_llm_contract
 
 __all__ = ["generate", "llm_signatures"]
 
@@ -54,6 +55,9 @@ def llm_signatures(model, prefill: Optional[str] = None, decode: str = "decode")
     Raises:
         InputError: the model lacks such signatures, or they lack ``tokens``,
             ``input_pos``, the ``kv_cache_*`` inputs or the decode ``logits``.
+        ModelFormatError: they have them but break the contract the
+            generation loop relies on (:func:`fbjax.llm_contract.check_llm_contract`:
+            dtypes, sizes, a KV cache input without its output, ...).
     """
     keys = list(model.signatures)
     if prefill is None:
@@ -76,6 +80,7 @@ def llm_signatures(model, prefill: Optional[str] = None, decode: str = "decode")
                              f"tokens, input_pos and {_CACHE_PREFIX}* (litert-torch's generative export)")
     if "logits" not in [s.name for s in dec.outputs]:
         raise InputError(f"generate: signature {dec.key!r} has no 'logits' output ({[s.name for s in dec.outputs]})")
+    check_llm_contract(model, pre, dec)  # names, shapes and dtypes the generation loop relies on
     return pre, dec
 
 

@@ -293,8 +293,8 @@ class LlmBundle:
         meta = file.llm_metadata
         label = file.label
         try:
-            runner_pre, runner_dec = llm_signatures(model)
-        except InputError as e:
+            runner_pre, runner_dec = llm_signatures(model)  # and their contract (fbjax.llm_contract)
+        except (InputError, ModelFormatError) as e:
             raise ModelFormatError(f"{label}: section {file.model.index} ({file.model.kind}): {e}") from None
         vocab = int({s.name: s for s in runner_dec.outputs}["logits"].shape[-1])
         tw = f"{label}: section {file.tokenizer.index} ({file.tokenizer.kind})"
@@ -658,7 +658,9 @@ def open_bundle(source, loader, **load_kwargs) -> LlmBundle:
 
     Raises:
         ModelFormatError: see :func:`fbjax.formats.llm_bundle.read_bundle`, plus a tokenizer whose
-            vocabulary does not fit the model's logits, start/stop tokens outside the vocabulary.
+            vocabulary does not fit the model's logits, start/stop tokens outside the vocabulary, a
+            signature that does not trace (:func:`fbjax.signature.trace_signatures`) or prefill/decode
+            signatures that break the generation loop's contract (:mod:`fbjax.llm_contract`).
     """
     f = _fmt.read_bundle(source)
     try:

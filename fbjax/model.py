@@ -29,7 +29,7 @@ from .options import FILE_BATCH as _FILE
 from .options import KernelOptions, kernel_options
 from .options import LoadOptions
 from .passes.shapes import bind_inputs
-from .signature import SignatureRunner
+from .signature import SignatureRunner, trace_signatures
 
 
 class TensorSpec(NamedTuple):
@@ -1065,8 +1065,12 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
             contradict the op, a case fbjax does not implement), found by
             an abstract trace of the model's first call at its input shapes
             (:func:`_trace_at_load`; nothing runs, and the first call reuses
-            the trace). Skipped for inputs with a dynamic (``None``)
-            dimension: those errors then come from the first call.
+            the trace), and of every signature of the file at its own input
+            shapes (:func:`fbjax.signature.trace_signatures`: an LLM's
+            ``decode``). Skipped for inputs with a dynamic (``None``)
+            dimension: those errors then come from the first call, a
+            ModelFormatError naming the node where ``jax.lax`` refuses the
+            file's own operands (:func:`fbjax.lower.build.file_error`).
         InputError: ``while_max_iterations`` is not None or an int >= 0;
             ``batch_size`` is not ``"file"``, None/``"dynamic"`` or a
             positive int, or the model cannot take another batch (the
@@ -1116,4 +1120,5 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
                   tiered=options.tiered_compile)
     model.input_quantization, model.output_quantization = file_quant
     _trace_at_load(model)  # every lowering error raised here, not at the first call (which reuses the trace)
+    trace_signatures(model)  # and those of every other signature (an LLM's decode)
     return model

@@ -13,13 +13,15 @@ signature is a gradient of :attr:`fbjax.Model.params`.
 
 from __future__ import annotations
 
+import warnings
 from typing import Mapping, Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .errors import InputError
+from . import cache
+from .errors import InputError, ModelFormatError
 from .generation import _CACHE_PREFIX, _cache_positions
 
 
@@ -317,4 +319,70 @@ class ExamplesOf:
         return jax.vmap(one)(*inputs)
 
 
-__all__ = ["SignatureRunner", "ExamplesOf"]
+def trace_signatures(model) -> dict:
+    """Trace every signature of ``model`` at its input shapes without running
+    it: the checks :func:`fbjax.load` makes on the main graph
+    (:func:`fbjax.model._trace_at_load`: each lowering's own refusals, and
+    JAX's refusal of the file's operands as a ModelFormatError naming the
+    node, :func:`fbjax.lower.build.file_error`) made at load for the other
+    entry points too (an LLM's ``decode`` and the subgraphs it calls), so a
+    file whose signature cannot run is refused by ``load``, not at a later
+    call. Abstract (``jax.eval_shape`` of the signature's jitted function:
+    nothing computed, and a call at those shapes reuses the trace).
+
+    Skipped: a file that passed these checks before under the same load
+    options and fbjax code (a marker in fbjax's trace cache,
+    :func:`fbjax.cache.checked_marked`; the trace takes seconds for a
+    30-layer LLM), models with resource variables (signatures do not run them), a
+    signature with a dynamic (``None``) input dimension, or whose runner
+    cannot be made (the call says why); a signature of the main graph reuses
+    the main graph's load-time trace (``model._traced_outputs``).
+
+    Returns:
+        ``{key: tuple of jax.ShapeDtypeStruct}``: each traced signature's
+        outputs in its :attr:`SignatureRunner.outputs` order (also kept as
+        ``model._traced_signatures``).
+
+    Raises:
+        ModelFormatError: the file contradicts an op's rules (the message
+            names the signature and the node).
+        InputError: the signature names an output that is not its graph's
+            (as its call would), or a lowering refuses these shapes.
+        UnsupportedOperatorError: what the lowerings refuse (as at the main
+            graph's load-time trace).
+    """
+    traced = {}
+    model.__dict__["_traced_signatures"] = traced
+    if model._stateful or not model.ir.signatures:
+        return traced
+    base = model.trace_base(model.program, embeds_buffers=False) if model.trace_base is not None else None
+    mark = None if base is None else cache.trace_key(base[0], base[1], (), extra="signatures traced at load")
+    if mark is not None and cache.checked_marked(mark):
+        return traced  # this file, these options and this code passed before: the trace (seconds at LLM size) is skipped
+    main = getattr(model, "_traced_outputs", None)
+    main = main if main is None or isinstance(main, (tuple, list)) else (main,)
+    for key in model.ir.signatures:
+        try:
+            runner = model.signature(key)
+        except InputError:  # a signature that does not bind its graph's inputs: its call says so
+            continue
+        if not runner.has_fixed_shapes():
+            continue
+        if runner.graph_index == model.ir.main:
+            if main is not None and all(k is not None and k < len(main) for k in runner._out_pos):
+                traced[key] = tuple(main[k] for k in runner._out_pos)
+            continue
+        specs = [jax.ShapeDtypeStruct(tuple(s.shape), s.dtype) for s in runner.inputs]
+        try:
+            with jax.enable_x64(model.x64), warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # the call itself warns about what it meets
+                out = jax.eval_shape(runner._jitted, model.params, model.buffers, *specs)
+        except (ModelFormatError, InputError) as e:
+            raise type(e)(f"signature {key!r} (subgraph {runner.graph_index}): {e}") from e
+        traced[key] = tuple(out)
+    if mark is not None:
+        cache.mark_checked(mark)
+    return traced
+
+
+__all__ = ["SignatureRunner", "ExamplesOf", "trace_signatures"]

@@ -150,6 +150,8 @@ def test_verifier_accepts_every_seed():
     for name, fmt, data in C.seeds():
         if fmt == "bundle":  # containers (a header flatbuffer plus sections, or a zip): not one flatbuffer
             continue
+        if fmt == "bundle_model":  # an LLM bundle's model section: a .tflite
+            fmt = "tflite"
         if fmt == "gpu_cl":  # one schema per generation: detect_generation verifies against each
             from fbjax.formats.gpu_cl import detect_generation
 
@@ -584,17 +586,24 @@ def test_fuzz_watchdogs_report_hangs_and_crashes(tmp_path):
 
 def test_fuzz_every_format(tmp_path):
     """Mutated files of every format, bundles included, loaded with
-    ``fbjax.load``: each outcome is a load, ModelFormatError,
-    UnsupportedOperatorError or InputError within 10 s (hangs are caught by
-    watchdogs). A fixed number of cases per format (``FBJAX_FUZZ_CASES``,
-    default 40), not a time share: on a loaded machine a worker's start-up
-    (JAX, the corpus) took most of a 12 s share and left too few cases, so
-    the count measured the machine. ``FBJAX_FUZZ_SECONDS`` (default 600)
-    only caps the run; each format must reach its count within its share."""
+    ``fbjax.load`` (an LLM bundle that loads then generates 2 tokens; the
+    ``bundle_model`` cases mutate only a bundle's model section): each
+    outcome is a load, ModelFormatError, UnsupportedOperatorError or
+    InputError within the format's case timeout (10 s; bundles 60 s: they
+    compile and run prefill and decode) -- hangs are caught by watchdogs. A
+    fixed number of cases per format (``FBJAX_FUZZ_CASES``, default 40;
+    ``bundle_model``: ``FBJAX_FUZZ_MODEL_CASES``, default 12, as most of its
+    cases compile), not a time share: on a loaded machine a worker's
+    start-up (JAX, the corpus) took most of a 12 s share and left too few
+    cases, so the count measured the machine. ``FBJAX_FUZZ_SECONDS``
+    (default 600) only caps the run; each format must reach its count
+    within its share."""
     cases = int(os.environ.get("FBJAX_FUZZ_CASES", "40"))
+    model_cases = int(os.environ.get("FBJAX_FUZZ_MODEL_CASES", "12"))
     seconds = float(os.environ.get("FBJAX_FUZZ_SECONDS", "600"))
     out = tmp_path / "fuzz.json"
     cmd = [sys.executable, str(FUZZ / "fuzz_harness.py"), "--seconds", str(seconds), "--max-cases", str(cases),
+           "--format-cases", f"bundle_model={model_cases}",
            "--json", str(out), "--crash-dir", str(tmp_path / "crashes")]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 120, cwd=ROOT)
     assert out.exists(), proc.stderr[-3000:]
@@ -604,8 +613,9 @@ def test_fuzz_every_format(tmp_path):
     problems = [(f, c) for f, r in rep["formats"].items() for c in r["crashes"]]
     assert rep["crashes_and_hangs"] == 0 and not problems, json.dumps(problems, indent=1)[:4000]
     for f, r in rep["formats"].items():
-        assert r["cases"] == cases, (f, r)
-        assert r["max_case_s"] < 10, (f, r["max_case_s"])
+        assert r["cases"] == (model_cases if f == "bundle_model" else cases), (f, r)
+        assert r["case_timeout"] == (60 if f.startswith("bundle") else 10), (f, r["case_timeout"])
+        assert r["max_case_s"] < r["case_timeout"], (f, r["max_case_s"])
 
 
 def test_dag_sharing_is_refused_before_unpacking():

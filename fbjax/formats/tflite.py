@@ -596,8 +596,10 @@ def _to_ir(m, raw, path) -> ModelIR:
     _verify.check_call_graph(n_sub, calls)
 
     sigs = {}
-    for sd in m.signatureDefs or []:
+    for si, sd in enumerate(m.signatureDefs or []):
         key = sd.signatureKey.decode("utf-8", "replace") if isinstance(sd.signatureKey, bytes) else sd.signatureKey
+        if key is None:  # (a signature is called by its key: one without cannot be)
+            raise ModelFormatError(f"signature_defs[{si}] has no signature_key")
         gi = int(sd.subgraphIndex)
         if not 0 <= gi < len(graphs):
             raise ModelFormatError(f"signature {key!r}: subgraph {gi} out of range")
@@ -607,6 +609,8 @@ def _to_ir(m, raw, path) -> ModelIR:
             out = {}
             for tm in tms or []:
                 n = tm.name.decode("utf-8", "replace") if isinstance(tm.name, bytes) else tm.name
+                if n is None:
+                    raise ModelFormatError(f"signature {key!r}: tensor {tm.tensorIndex} is mapped without a name")
                 if not 0 <= tm.tensorIndex < len(g.values):
                     raise ModelFormatError(f"signature {key!r}: tensor {tm.tensorIndex} out of range")
                 out[n] = g.values[tm.tensorIndex]

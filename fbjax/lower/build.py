@@ -267,7 +267,13 @@ class Program:
         state, :func:`fbjax.lower.state.initial_state`)."""
         run = Run(params, None if state is None else dict(state), initialised=not initialise,
                   narrow=self.compute_dtype is not None, buffers=buffers)
-        outs = self.eval_graph(index, list(inputs), run)
+        try:
+            outs = self.eval_graph(index, list(inputs), run)
+        except LOWERING_ERRORS as e:
+            err = file_error(e, self, index, params, inputs)
+            if err is e:
+                raise
+            raise err from e
         if self.compute_dtype is not None and index == self.model.main:  # the file's dtypes
             outs = [_to_file_dtype(o, v) for o, v in zip(outs, self.model.main_graph.outputs)]
         return tuple(outs), run.state
@@ -430,10 +436,10 @@ def _call_checked(opdef: OpDef, ctx, args, node: Node):
     past a weight's rank, a division by a stride of 0), the exception is
     re-raised unchanged (callers that feed their own dtypes may catch it) but
     labelled with the innermost node it came from (``exc.fbjax_node``, and a
-    note on Python >= 3.11):
-    the load-time trace (:func:`fbjax.model._trace_at_load`), which feeds the
-    file's own dtypes, turns a labelled error into a ModelFormatError naming
-    that node. fbjax's own errors and JAX's tracing signals
+    note on Python >= 3.11): :meth:`Program.apply_graph`, when the operands
+    were the file's own dtypes (the load-time trace, a call through a Model,
+    a signature or an LLM bundle), turns a labelled error into a
+    ModelFormatError naming that node (:func:`file_error`). fbjax's own errors and JAX's tracing signals
     (``jax.errors.JAXTypeError``: a value needed at trace time) are left as
     they are."""
     try:
@@ -445,6 +451,34 @@ def _call_checked(opdef: OpDef, ctx, args, node: Node):
             if hasattr(e, "add_note"):
                 e.add_note(f"fbjax: raised while lowering {e.fbjax_node}")
         raise
+
+
+def file_error(e: Exception, program: "Program", index: int, params: dict, inputs) -> Exception:
+    """What :meth:`Program.apply_graph` raises for a lowering error ``e`` met
+    while tracing ``model.graphs[index]`` (at load or at a call): a
+    :class:`ModelFormatError` naming the node when ``e`` is labelled
+    (:func:`_call_checked`) and the operands were the file's own -- every
+    input of the graph's dtype and every param of its file dtype (a call
+    through :class:`fbjax.Model`, a signature, or an LLM bundle's
+    generation, which cast their inputs) -- so the file contradicts the op's
+    rules; ``e`` itself otherwise (fbjax's own errors, unlabelled ones, and
+    a caller's own dtypes: ``model.apply`` traced on float64 keeps JAX's
+    ``TypeError``)."""
+    where = getattr(e, "fbjax_node", None)
+    if where is None or isinstance(e, FbjaxError):
+        return e
+    graph = program.model.graphs[index]
+    for x, v in zip(inputs, graph.inputs):
+        dt = getattr(x, "dtype", None)
+        if dt is None or v.dtype is None or np.dtype(dt) != np.dtype(v.dtype):
+            return e
+    for k, w in program.params.items():
+        p = params.get(k) if hasattr(params, "get") else None
+        if p is None or getattr(p, "dtype", None) is None or np.dtype(p.dtype) != w.dtype:
+            return e
+    why = str(e).split("\n----", 1)[0]  # (without JAX's note on the frames it filtered from the traceback)
+    return ModelFormatError(f"{where} cannot be lowered: {why} The file contradicts the op's rules; if its own "
+                            "runtime runs it, this is an fbjax bug: please report it with the file.")
 
 
 #: op sets of integer (quantized) kernels: their float inputs (scales, hybrid activations) stay float32

@@ -11,7 +11,10 @@ it (whole networks whose weights are constant subgraphs --
 there asks for terabytes); StableHLO flatbuffers (a REDUCE body, a
 convolution, and programs written by ``fbjax.export.to_stablehlo_flatbuffer``);
 TFLite GPU delegate ``.bin`` files (the seed, TF 2.5 and TF 2.7 generations);
-bundles (``.litertlm``, LLM and vision ``.task``).
+bundles (``.litertlm``, LLM and vision ``.task``), and the model sections of
+LLM bundles (format ``bundle_model``: the mutated model is packed back into
+its bundle, :func:`repack`, so the container stays valid and the model is
+what the mutations hit).
 """
 
 from __future__ import annotations
@@ -470,6 +473,28 @@ def gpu_cl_as_tf27(buf: bytes) -> tuple[bytes, list]:
 BUNDLES = ("llm_bundles/llama_q8_sp.litertlm", "llm_bundles/gemma_sp.task", "tasks/tiny_vision.task",
            "tasks/nested.task")
 
+#: LLM bundles whose model section the ``bundle_model`` cases mutate (the container re-packed around it)
+LLM_BUNDLES = ("llm_bundles/llama_q8_sp.litertlm", "llm_bundles/gemma_sp.task")
+
+
+@functools.lru_cache(maxsize=None)
+def llm_containers() -> dict:
+    """``{name: BundleFile}`` of :data:`LLM_BUNDLES` (the files present)."""
+    from fbjax.formats import llm_bundle
+
+    data_dir = Path(__file__).resolve().parents[1] / "data"
+    return {Path(f).name: llm_bundle.read_bundle((data_dir / f).read_bytes())
+            for f in LLM_BUNDLES if (data_dir / f).is_file()}
+
+
+def repack(name: str, model: bytes) -> bytes:
+    """The bundle ``name`` (:data:`LLM_BUNDLES`) with its model section's bytes replaced by ``model``
+    (``fbjax.formats.llm_bundle.write_bundle``: a valid container whatever the model bytes are)."""
+    from fbjax.formats import llm_bundle
+
+    return llm_bundle.write_bundle(llm_containers()[name], model)
+
+
 @functools.lru_cache(maxsize=None)
 def seeds() -> tuple[tuple[str, str, bytes], ...]:
     """All seeds as ``(name, format, bytes)``; real TFLite files where present."""
@@ -498,6 +523,8 @@ def seeds() -> tuple[tuple[str, str, bytes], ...]:
         p = data_dir / f
         if p.is_file():
             out.append((p.name, "bundle", p.read_bytes()))
+    for name, b in llm_containers().items():  # the model section alone: repack() puts it back in its bundle
+        out.append((name, "bundle_model", b.model.data))
     extra = os.environ.get("FBJAX_FUZZ_SEEDS")  # more files: path[:format],...
     for item in filter(None, (extra or "").split(",")):
         path, _, fmt = item.partition(":")

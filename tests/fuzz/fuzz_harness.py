@@ -1,4 +1,4 @@
-"""Mutation fuzzer for fbjax's model readers (TFLite, RTen, StableHLO).
+"""Mutation fuzzer for fbjax's model readers (TFLite, RTen, StableHLO, GPU-delegate ``.bin``, bundles).
 
 Each case takes a seed model (:mod:`fuzz_corpus`), applies 1-4 mutations
 (bit flips, byte/u16/u32/u64 overwrites with boundary values, truncation,
@@ -11,7 +11,15 @@ computed ahead of the first call), or with ``fbjax.formats.read_model`` +
 what happens after the lowering is built). Allowed outcomes: a successful
 load, ``ModelFormatError``, ``UnsupportedOperatorError`` or ``InputError``
 (a model fbjax cannot bind at its file's shapes). Anything else is a crash;
-a case taking more than ``--case-timeout`` seconds (default 10) is a hang.
+a case taking more than ``--case-timeout`` seconds (default 10; bundles
+:data:`TIMEOUT_SCALE` times that: 60 s) is a hang.
+
+LLM bundles (``bundle``: the whole file mutated; ``bundle_model``: only the
+model section, packed back into its container by
+:func:`fuzz_corpus.repack`) that load are then asked for 2 tokens
+(``generate("hi", max_new_tokens=2)``, which traces, compiles and runs the
+prefill and decode signatures): an error there must be fbjax's own too
+(counted under the same outcomes, its message class prefixed ``generate:``).
 The report names the slowest case of each format (``slowest``: case
 number, seed model, outcome, seconds) for ``--repro``.
 
@@ -56,8 +64,19 @@ for p in (str(ROOT), str(HERE)):
 
 #: ``bundle``: the containers fbjax.load opens (LiteRT-LM .litertlm, MediaPipe LLM and vision .task),
 #: loaded with the format detected (a vision bundle's members are each loaded too)
-FORMATS = ("tflite", "rten", "stablehlo", "gpu_cl", "bundle")
+#: ``bundle_model``: an LLM bundle whose model section alone is mutated (:func:`fuzz_corpus.repack`)
+FORMATS = ("tflite", "rten", "stablehlo", "gpu_cl", "bundle", "bundle_model")
 CASE_TIMEOUT = 10.0
+#: case timeout multiples per format: an LLM bundle that loads is also compiled and run (2 tokens): the int8
+#: bundle's load and generate take ~8 s on an idle 2-core machine, 15-30 s at a load average of 10
+TIMEOUT_SCALE = {"bundle": 6.0, "bundle_model": 6.0}
+#: the prompt and token count of the generation after an LLM bundle's load
+GENERATE_PROMPT, GENERATE_TOKENS = "hi", 2
+
+
+def format_timeout(fmt: str, case_timeout: float) -> float:
+    """The case timeout of ``fmt``: ``case_timeout`` times its :data:`TIMEOUT_SCALE`."""
+    return case_timeout * TIMEOUT_SCALE.get(fmt, 1.0)
 
 INTERESTING32 = [0, 1, 2, 3, 4, 8, 0x7F, 0x80, 0xFF, 0x100, 0x7FFF, 0x8000, 0xFFFF, 0x10000,
                  0x7FFFFFFF, 0x80000000, 0xFFFFFFFE, 0xFFFFFFFF]
@@ -245,10 +264,13 @@ class Runner:
             pass
 
     def _load(self, data, fmt):
-        if self.load_mode == "full" or fmt == "bundle":
-            m = self.fbjax_load(data, format=None if fmt == "bundle" else fmt)
+        if self.load_mode == "full" or fmt in ("bundle", "bundle_model"):
+            m = self.fbjax_load(data, format=None if fmt in ("bundle", "bundle_model") else fmt)
             for name in getattr(m, "names", ()):  # a vision .task: every member, as bundle[name] loads it
                 m[name]
+            if hasattr(m, "generate"):  # an LLM bundle: run what load prepared (prefill, decode)
+                self.stage = "generate"
+                m.generate(GENERATE_PROMPT, max_new_tokens=GENERATE_TOKENS)
             return getattr(m, "ir", None)  # (an LLM bundle's model: m.model.ir, not rewritten in place)
         ir = self.read_model(data, fmt)
         self.build(ir)
@@ -293,6 +315,7 @@ class Runner:
                 f.write(data)
             raw, data = data, path
         signal.setitimer(signal.ITIMER_REAL, self.case_timeout)
+        self.stage = "load"
         try:
             ir = self.load(data, None if detect else fmt)
             if via_file and ir is not None:
@@ -319,6 +342,8 @@ class Runner:
             out, detail = "crash", f"{type(e).__name__} at {where}: {str(e)[:120]}"
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
+        if self.stage != "load" and out not in ("ok", "hang"):
+            detail = f"{self.stage}: {detail}"
         dt = time.perf_counter() - t0
         if dt > self.case_timeout and out != "hang":
             out, detail = "hang", f"took {dt:.1f} s"
@@ -341,6 +366,10 @@ def make_case(mut: Mutator, seed: int, fmt: str, n: int):
     weights = [1.0 / (1 + len(mut.seeds[i][2]) / 200000) for i in idxs]  # large seeds a little less often
     idx = rng.choices(idxs, weights)[0]
     data, names = mut.mutate(rng, idx)
+    if fmt == "bundle_model":  # the mutated model section, back in its bundle
+        from fuzz_corpus import repack
+
+        data = repack(mut.seeds[idx][0], data)
     return idx, data, names, rng.random() < 0.1
 
 
@@ -452,9 +481,11 @@ def _watch(cmd, progress: str, budget: float, case_timeout: float):
 
 def fuzz(seconds: float, formats=FORMATS, seed: int = 0, strict: bool = False, chunk: float = 300.0,
          case_timeout: float = CASE_TIMEOUT, crash_dir: str | None = None, log=None,
-         max_cases: int = 1 << 62, load_mode: str = "full") -> dict:
+         max_cases: int = 1 << 62, load_mode: str = "full", format_cases: dict | None = None) -> dict:
     """Fuzz each format for ``seconds / len(formats)`` in worker subprocesses,
-    or until ``max_cases`` cases of it have run, whichever comes first.
+    or until ``max_cases`` cases of it have run (``format_cases[fmt]`` where
+    given), whichever comes first; each format's case timeout is
+    :func:`format_timeout`.
     A worker that dies (an abort, a segfault) or hangs in C code counts its
     case in progress as a crash or hang and a new worker goes on after it.
     Workers use a compilation cache of their own (a temporary
@@ -477,15 +508,18 @@ def fuzz(seconds: float, formats=FORMATS, seed: int = 0, strict: bool = False, c
                "classes": collections.Counter(), "fallbacks": collections.Counter(), "seconds": 0.0}
         n = 0
         t_fmt = time.monotonic()
-        while time.monotonic() - t_fmt < per - 1 and n < max_cases:
+        fmt_cases = (format_cases or {}).get(fmt, max_cases)
+        fmt_timeout = format_timeout(fmt, case_timeout)
+        agg["case_timeout"] = fmt_timeout
+        while time.monotonic() - t_fmt < per - 1 and n < fmt_cases:
             budget = min(chunk, per - (time.monotonic() - t_fmt))
             with tempfile.TemporaryDirectory() as td:
                 prog, out = os.path.join(td, "progress"), os.path.join(td, "result.json")
                 cmd = [sys.executable, __file__, "--worker", fmt, "--seed", str(seed), "--start", str(n),
                        "--seconds", str(budget), "--until", str(time.time() + budget), "--progress", prog,
-                       "--out", out, "--max-cases", str(max_cases - n),
-                       "--case-timeout", str(case_timeout), "--load", load_mode] + (["--strict"] if strict else [])
-                rc, err = _watch(cmd, prog, budget, case_timeout)
+                       "--out", out, "--max-cases", str(fmt_cases - n),
+                       "--case-timeout", str(fmt_timeout), "--load", load_mode] + (["--strict"] if strict else [])
+                rc, err = _watch(cmd, prog, budget, fmt_timeout)
                 res = json.load(open(out)) if os.path.exists(out) else None
                 if res is not None:  # the final result, or the last snapshot of a worker that died
                     agg["counts"].update(res["counts"])
@@ -536,7 +570,8 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--strict", action="store_true", help="TFLite reader re-raises stray exceptions")
     ap.add_argument("--chunk", type=float, default=300.0, help="seconds per worker process")
-    ap.add_argument("--case-timeout", type=float, default=CASE_TIMEOUT)
+    ap.add_argument("--case-timeout", type=float, default=CASE_TIMEOUT,
+                    help="seconds per case (bundle formats: TIMEOUT_SCALE times this)")
     ap.add_argument("--load", choices=LOAD_MODES, default="full",
                     help="full: fbjax.load (default); parse: the reader and build only (faster, sees less)")
     ap.add_argument("--json", help="write the report here")
@@ -547,6 +582,8 @@ def main(argv=None) -> int:
     ap.add_argument("--start", type=int, default=0)
     ap.add_argument("--max-cases", type=int, default=1 << 62,
                     help="stop each format after this many cases (a run bounded by work, not by time)")
+    ap.add_argument("--format-cases", default="",
+                    help="FORMAT=N,...: another case count for these formats (e.g. bundle_model=12)")
     ap.add_argument("--until", type=float, default=0.0, help="wall-clock end (time.time()), startup included")
     ap.add_argument("--progress")
     ap.add_argument("--out")
@@ -565,12 +602,14 @@ def main(argv=None) -> int:
         if a.crash_dir:
             os.makedirs(a.crash_dir, exist_ok=True)
             Path(a.crash_dir, f"{fmt}-{a.seed}-{n}.bin").write_bytes(data)
-        out, detail, dt = Runner(a.strict, a.case_timeout, a.load).run(fmt, data, detect)
+        out, detail, dt = Runner(a.strict, format_timeout(fmt, a.case_timeout), a.load).run(fmt, data, detect)
         print(f"{out} in {dt:.2f} s: {detail}")
         return 1 if out in ("crash", "hang") else 0
     t0 = time.monotonic()
     report = fuzz(a.seconds, a.formats.split(","), a.seed, a.strict, a.chunk, a.case_timeout, a.crash_dir,
-                  max_cases=a.max_cases, load_mode=a.load, log=lambda s: print(f"[{time.monotonic() - t0:7.0f}s] {s}", file=sys.stderr, flush=True))
+                  max_cases=a.max_cases, load_mode=a.load,
+                  format_cases={f: int(k) for f, _, k in (x.partition("=") for x in a.format_cases.split(",") if x)},
+                  log=lambda s: print(f"[{time.monotonic() - t0:7.0f}s] {s}", file=sys.stderr, flush=True))
     total = sum(r["cases"] for r in report.values())
     bad = sum(r["counts"].get("crash", 0) + r["counts"].get("hang", 0) for r in report.values())
     slow = max(((f, r["slowest"]) for f, r in report.items() if r.get("slowest")),
