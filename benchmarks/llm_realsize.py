@@ -55,7 +55,7 @@ def _prompt(vocab: int, n: int, start) -> list:
     return ([int(start)] + ids[:n - 1]) if start is not None else ids
 
 
-def _child(path: str, mode: str, prompt_tokens: int, new_tokens: int) -> dict:
+def _child(path: str, mode: str, prompt_tokens: int, new_tokens: int, repeats: int = 3) -> dict:
     """One measurement process (see the module docstring); returns its figures."""
     t0 = time.perf_counter()
     import numpy as np
@@ -86,7 +86,7 @@ def _child(path: str, mode: str, prompt_tokens: int, new_tokens: int) -> dict:
     if mode == "cold":
         return out
     ttfts, tps = [], []
-    for _ in range(3):
+    for _ in range(repeats):
         ttft, stamps, _ = first_token(prompt, new_tokens)
         ttfts.append(ttft)
         tps.append((len(stamps) - 1) / (stamps[-1] - stamps[0]))
@@ -103,11 +103,32 @@ def _child(path: str, mode: str, prompt_tokens: int, new_tokens: int) -> dict:
         return time.perf_counter() - t
 
     batch()  # compiles the batch-8 programs
-    secs = float(np.median([batch() for _ in range(3)]))
+    secs = float(np.median([batch() for _ in range(repeats)]))
     out["batch8_tps"] = 8 * new_tokens / secs
     out["batch8_s"] = secs
     out["capacity"] = runner.capacity
+    # the weight bytes one decode step reads: every buffer and param the decode graph's FULLY_CONNECTED
+    # nodes take (the embedding table gives one row per token: not counted)
+    prog = b.model.program
+    g = b.model.ir.graphs[runner.dec.graph_index]
+    names = {prog.buffer_of.get(id(v)) or prog.param_of.get(id(v)) for n in g.nodes if n.op_name == "FULLY_CONNECTED"
+             for v in n.inputs[1:] if v is not None}
+    out["weight_bytes_per_token"] = int(sum(b.model.buffers[k].nbytes if k in b.model.buffers else
+                                            b.model.params[k].nbytes for k in names if k is not None))
     return out
+
+
+def bandwidth_gbs(gib: float = 1.0, repeats: int = 5) -> float:
+    """This machine's read bandwidth: the best of ``repeats`` numpy sums over ``gib`` GiB (int64 view)."""
+    import numpy as np
+
+    a = np.ones(int(gib * 2 ** 30) // 8, np.int64)
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        a.sum()
+        best = min(best, time.perf_counter() - t)
+    return a.nbytes / best / 1e9
 
 
 def _timed(cmd: list, env: dict) -> tuple[dict, float]:
@@ -124,15 +145,18 @@ def main() -> None:
     ap.add_argument("bundles", nargs="*")
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--prompt-tokens", type=int, default=64)
+    ap.add_argument("--repeats", type=int, default=3, help="timed runs per figure (the median is reported)")
     ap.add_argument("--runtime-python", default="/work/genenv-llm/bin/python",
                     help="a Python with litert-lm-api (skipped if absent)")
     ap.add_argument("--json", default=os.path.join(HERE, "llm_realsize_results.json"))
     ap.add_argument("--child", choices=("cold", "warm"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        print(json.dumps(_child(args.bundles[0], args.child, args.prompt_tokens, args.new_tokens)))
+        print(json.dumps(_child(args.bundles[0], args.child, args.prompt_tokens, args.new_tokens, args.repeats)))
         return
     rows = []
+    bw = bandwidth_gbs()
+    print(f"read bandwidth (numpy sum over 1 GiB): {bw:.1f} GB/s", flush=True)
     for path in args.bundles:
         row = {"bundle": os.path.basename(path), "size_mb": os.path.getsize(path) / 2 ** 20,
                "load_average_before": os.getloadavg()}
@@ -140,7 +164,8 @@ def main() -> None:
             env = dict(os.environ, FBJAX_CACHE_DIR=cache, PYTHONPATH=ROOT)
             for mode in ("cold", "warm"):
                 figs, rss = _timed([sys.executable, __file__, path, "--child", mode, "--new-tokens",
-                                    str(args.new_tokens), "--prompt-tokens", str(args.prompt_tokens)], env)
+                                    str(args.new_tokens), "--prompt-tokens", str(args.prompt_tokens),
+                                    "--repeats", str(args.repeats)], env)
                 row[f"fbjax_{mode}"] = dict(figs, peak_rss_mb=rss)
                 print(mode, json.dumps(row[f"fbjax_{mode}"]), flush=True)
         side = os.path.join(HERE, "llm_runtime_side.py")
@@ -150,8 +175,14 @@ def main() -> None:
             row["runtime"] = dict(figs, peak_rss_mb=rss)
             print("runtime", json.dumps(row["runtime"]), flush=True)
         row["load_average_after"] = os.getloadavg()
+        w = row["fbjax_warm"]
+        row["decode_bandwidth_limit_tps"] = bw * 1e9 / w["weight_bytes_per_token"]
+        row["fbjax_fraction_of_limit"] = w["decode_tps_batch1"] / row["decode_bandwidth_limit_tps"]
+        if "runtime" in row and "decode_tps" in row["runtime"]:
+            row["runtime_fraction_of_limit"] = row["runtime"]["decode_tps"] / row["decode_bandwidth_limit_tps"]
         rows.append(row)
     res = {"machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs",
+           "read_bandwidth_gbs": bw,
            "command": "python benchmarks/llm_realsize.py " + " ".join(sys.argv[1:]), "rows": rows}
     with open(args.json, "w") as f:
         json.dump(res, f, indent=1)
