@@ -252,7 +252,8 @@ def assert_within(actual, expected, bound, what: str = "") -> float:
 
 
 #: the packages of the ``test`` extra (pyproject.toml): a test needing one fails when it is missing
-TEST_EXTRA = ("ai_edge_litert", "flax", "matplotlib", "onnx", "onnxruntime", "optax", "rten_convert")
+TEST_EXTRA = ("ai_edge_litert", "flax", "matplotlib", "onnx", "onnxruntime", "optax", "rten_convert", "PIL",
+              "sentencepiece", "tokenizers", "jinja2", "apache_beam", "ray", "nox", "xdist")
 
 
 def require(module: str, reason: str = ""):
@@ -285,3 +286,70 @@ def _registrations_stay_in_their_test():
         if reg._ops != ops:
             reg._ops.clear()
             reg._ops.update(ops)
+
+
+# --- one line per test file as it finishes (the README's `pytest -q` runs on 2 xdist workers) ---------
+
+class _FileProgress:
+    """Prints ``tests/test_x.py: 12 passed, 1 skipped (34 s, gw1) [7/84 files]``
+    (seconds from the file's first report to its last) when the last test of a file has reported, in the process that reports
+    (xdist's controller, or the only process without ``-n``). Under ``--dist
+    loadfile`` a file runs on one worker, so its tests report together."""
+
+    def __init__(self, config):
+        self.config = config
+        self.total: dict = {}      # file -> number of tests collected
+        self.done: dict = {}       # file -> Counter of outcomes
+        self.start: dict = {}      # file -> time of its first report
+        self.finished = 0
+
+    def _collected(self, nodeids):
+        if self.total:
+            return  # every xdist worker collects the same ids
+        for nid in nodeids:
+            f = nid.split("::", 1)[0]
+            self.total[f] = self.total.get(f, 0) + 1
+
+    def pytest_collection_finish(self, session):
+        if not hasattr(self.config, "workerinput"):  # not inside an xdist worker
+            self._collected([item.nodeid for item in session.items])
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node, ids):
+        self._collected(ids)
+
+    @pytest.hookimpl(trylast=True)  # after the terminal reporter has written the test's letter
+    def pytest_runtest_logreport(self, report):
+        import time
+        from collections import Counter
+
+        f = report.nodeid.split("::", 1)[0]
+        self.start.setdefault(f, time.monotonic())
+        c = self.done.setdefault(f, Counter())
+        if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
+            outcome = ("xfailed" if report.outcome == "skipped" else "xpassed") if hasattr(report, "wasxfail") \
+                else ("error" if report.when == "setup" and report.failed else report.outcome)
+            c[outcome] += 1
+        elif report.when == "teardown" and report.failed:
+            c["error"] += 1
+        if report.when != "teardown":
+            return
+        c["_n"] += 1
+        if c["_n"] != self.total.get(f):
+            return
+        self.finished += 1
+        tr = self.config.pluginmanager.get_plugin("terminalreporter")
+        if tr is None:
+            return
+        parts = ", ".join(f"{n} {k}" for k, n in sorted(c.items()) if k != "_n")
+        where = getattr(getattr(report, "node", None), "gateway", None)
+        worker = f", {where.id}" if where is not None else ""
+        if tr._tw.width_of_current_line:
+            tr._tw.line()
+        tr._tw.line(f"{f}: {parts} ({time.monotonic() - self.start[f]:.0f} s{worker}) "
+                      f"[{self.finished}/{len(self.total)} files]")
+
+
+def pytest_configure(config):
+    if not hasattr(config, "workerinput") and config.getoption("verbose") <= 0:
+        config.pluginmanager.register(_FileProgress(config), "fbjax-file-progress")

@@ -15,20 +15,14 @@ import numpy as np
 import pytest
 
 from fbjax.cli import main
+from conftest import require
 from helpers import relu_model as _relu_model
-
-try:
-    import ai_edge_litert.interpreter as litert
-except ImportError:  # only the oracle of the quantized-inspect test
-    litert = None
-
-needs_litert = pytest.mark.skipif(litert is None, reason="ai-edge-litert (the oracle) is not installed")
 
 MODEL = Path(__file__).parent / "data" / "quant" / "models" / "ssd_head_uint8.tflite"
 
 
-@needs_litert
 def test_inspect_quantized_model(capsys):
+    litert = require("ai_edge_litert.interpreter", "the oracle")  # in the test extra: missing fails
     assert main(["inspect", str(MODEL)]) == 0
     out = capsys.readouterr().out
     it = litert.Interpreter(model_path=str(MODEL))

@@ -201,10 +201,61 @@ def test_op_name_literals_stay_in_the_op_sets():
 
 
 def test_old_fact_tables_are_gone():
+    """The removed fact tables stay removed (their rules live beside the ops)."""
     import importlib.util
 
     for mod in ("fbjax.batch_rules", "fbjax.bound_rules", "fbjax.formats.regions"):
         assert importlib.util.find_spec(mod) is None, f"{mod} is back: its facts belong at the ops' registrations"
+
+
+def _resolves(name: str) -> bool:
+    """Whether a dotted ``fbjax.…`` name is a module, or an attribute reached
+    from the longest importable module prefix (an instance attribute of a
+    class counts when the class assigns ``self.<attr>`` or declares it)."""
+    import importlib
+    import inspect
+
+    parts = name.split(".")
+    for k in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:k]))
+        except ImportError:
+            continue
+        for attr in parts[k:]:
+            if hasattr(obj, attr):
+                obj = getattr(obj, attr)
+                continue
+            if inspect.isclass(obj):
+                declared = set(getattr(obj, "__dataclass_fields__", {})) | set(getattr(obj, "__annotations__", {}))
+                return attr in declared or f"self.{attr} =" in inspect.getsource(obj)
+            return False
+        return True
+    return False
+
+
+def test_dotted_names_in_the_code_and_docs_exist():
+    """Every ``fbjax.x.y`` that fbjax's modules, the README and docs/ name
+    (docstrings, messages, comments) is a module or attribute that exists:
+    a module moved or removed leaves no reference behind."""
+    import re
+    from pathlib import Path
+
+    root = Path(fbjax.__file__).resolve().parents[1]
+    pattern = re.compile(r"(?<![\w.<])fbjax(?:\.[A-Za-z_]\w*)+")
+    files = [p for p in sorted((root / "fbjax").rglob("*.py")) if "_generated" not in p.parts]
+    files += [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+    stale = {}
+    for path in files:
+        for m in pattern.finditer(path.read_text()):
+            name = m.group(0).rstrip(".")
+            if name not in stale and not _resolves(name):
+                stale[name] = str(path.relative_to(root))
+    assert not stale, f"names of modules or attributes that do not exist (name: first file): {stale}"
+
+
+def test_resolves_tells_stale_names():
+    assert _resolves("fbjax.passes.reading.complete") and _resolves("fbjax.Model.params")
+    assert not _resolves("fbjax.batch_rules") and not _resolves("fbjax.passes.reading.no_such_function")
 
 
 def test_new_facts_reach_the_registry():

@@ -95,19 +95,48 @@ def test_random_bytes_with_tflite_identifier(seed):
         fbjax.load(bytes(data))
 
 
+def _buffer_ranges(data: bytes) -> dict:
+    """``{buffer index: (start, end)}``: the byte ranges of the model's constant
+    data, read with the generated flatbuffer bindings (not fbjax's reader)."""
+    from fbjax.formats._generated import tflite_generated as T
+
+    m = T.Model.GetRootAs(data, 0)
+    out = {}
+    for i in range(m.BuffersLength()):
+        b = m.Buffers(i)
+        if b.DataLength():
+            start = b._tab.Vector(b._tab.Offset(4))
+            out[i] = (start, start + b.DataLength())
+    return out
+
+
 @pytest.mark.parametrize("seed", range(8))
 def test_corrupted_bytes_in_valid_model(seed):
-    """Overwriting part of a valid model either still loads (the bytes were
-    data) or raises ModelFormatError/UnsupportedOperatorError -- never a raw
-    parser exception."""
-    data = bytearray(_small_model())
+    """16 random bytes written over a valid model. Where they land only in a
+    constant's data (located with the generated bindings), the file is still
+    valid: it loads, and the weights it runs are the overwritten bytes. Where
+    they hit the flatbuffer's tables, offsets or lengths (seeds 0, 4, 5, 6
+    here), load raises ModelFormatError naming the offset in the file -- never
+    a raw parser exception, never a silent load."""
+    clean = _small_model()
+    data = bytearray(clean)
     rng = np.random.default_rng(200 + seed)
     start = int(rng.integers(8, len(data) - 16))
     data[start:start + 16] = rng.integers(0, 256, 16, dtype=np.uint8).tobytes()
-    try:
-        fbjax.load(bytes(data))
-    except (fbjax.ModelFormatError, fbjax.UnsupportedOperatorError):
-        pass
+    ranges = _buffer_ranges(clean)
+    inside = [i for i, (a, b) in ranges.items() if a <= start and start + 16 <= b]
+    if inside:
+        m = fbjax.load(bytes(data))
+        a, b = ranges[inside[0]]
+        want = np.frombuffer(bytes(data[a:b]), np.float32)
+        got = [np.asarray(p).ravel() for p in m.params.values() if np.asarray(p).size == want.size]
+        assert len(got) == 1, f"expected one param of {want.size} elements, got {[np.shape(p) for p in m.params.values()]}"
+        np.testing.assert_array_equal(got[0].view(np.uint32), want.view(np.uint32))  # bit for bit, NaNs too
+        assert not np.array_equal(want.view(np.uint32), np.frombuffer(clean[a:b], np.uint32)), "nothing was changed"
+    else:
+        with pytest.raises(fbjax.ModelFormatError, match=r"offset") as info:
+            fbjax.load(bytes(data))
+        assert "file" in str(info.value)
 
 
 def test_home_directory_path(tmp_path, monkeypatch):
@@ -153,16 +182,19 @@ def test_unsupported_custom_op_is_named():
 
 
 def test_unsupported_builtin_op_is_named():
-    if "SVDF" in fbjax.supported_ops().get("tflite", []):
-        pytest.skip("SVDF is supported now; pick another unsupported builtin")
+    """A builtin fbjax has no lowering for (SKIP_GRAM: a schema builtin that
+    LiteRT deprecated) is refused at load, named with its count."""
+    assert "SKIP_GRAM" not in fbjax.supported_ops().get("tflite", []), (
+        "SKIP_GRAM is supported now: pick another builtin of the schema that fbjax does not lower")
     b = TFLiteBuilder()
     x = b.add_input((2, 4))
     y = b.add_tensor((2, 3))
-    b.add_op("SVDF", [x], [y], options=dict(rank=1))
+    b.add_op("SKIP_GRAM", [x], [y])
     b.add_output(y)
     with pytest.raises(fbjax.UnsupportedOperatorError) as info:
         fbjax.load(b.build())
-    assert "SVDF" in str(info.value)
+    assert "SKIP_GRAM" in str(info.value)
+    assert info.value.ops == {"tflite:SKIP_GRAM": 1}
 
 
 def test_every_unsupported_op_is_named_with_counts():

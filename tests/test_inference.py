@@ -263,8 +263,7 @@ def test_constant_weights_computed_ahead_and_relaid_equal_apply():
     from fbjax import bench
 
     path = bench.light_onnx_path("squeezenet")
-    if not __import__("os").path.exists(path):
-        pytest.skip(f"{path} is not installed with the onnx wheel")
+    assert __import__("os").path.exists(path), f"{path}: the onnx wheel (test extra) ships its light models"
     with pytest.warns(UserWarning, match="axis of size 1"):  # rten-convert's axis-0 Softmax (the logits are compared)
         m = fbjax.load(bench._onnx_to_rten(onnx.load(path)))
     assert m.executor.name in _PREPARED and m.executor.registry.constant and m.executor.ahead_layouts
@@ -294,8 +293,7 @@ def test_softmax_input_is_computed_once():
     from fbjax.executors.planner import fan_out_values
 
     path = bench.light_onnx_path("squeezenet")
-    if not __import__("os").path.exists(path):
-        pytest.skip(f"{path} is not installed with the onnx wheel")
+    assert __import__("os").path.exists(path), f"{path}: the onnx wheel (test extra) ships its light models"
     m = fbjax.load(bench._onnx_to_rten(make_defaults_explicit(onnx.load(path))[0]))
     soft = next(n for n in m.ir.main_graph.nodes if n.op_name == "Softmax")
     assert id(soft.inputs[0]) in fan_out_values(m.program)

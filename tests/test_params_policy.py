@@ -172,8 +172,7 @@ def test_squeezenet_rten_batch_polymorphic():
     from fbjax.convert import make_defaults_explicit
 
     path = bench.light_onnx_path("squeezenet")
-    if not Path(path).exists():
-        pytest.skip("onnx wheel without its light test models")
+    assert Path(path).exists(), f"{path}: the onnx wheel (test extra) ships its light models"
     with pytest.warns(UserWarning, match="softmax"):
         with pytest.raises(InputError, match=r"\(Softmax\) works along the batch dimension"):
             fbjax.load(bench._onnx_to_rten(path), batch_size=None)

@@ -280,10 +280,7 @@ def test_save_quantized_float_params_requantize_into_the_int8_file():
     them back as int8 with the file's scales (the file keeps its types)."""
     rng = np.random.default_rng(11)
     src = _int8_fc_model(rng)
-    try:
-        model = fbjax.load(src, quantized="float")
-    except TypeError:
-        pytest.skip("fbjax.load has no quantized= option in this tree")
+    model = fbjax.load(src, quantized="float")
     assert "w" in model.params and np.asarray(model.params["w"]).dtype == np.float32
     new_w = np.asarray(model.params["w"]) + 0.05 * rng.standard_normal((3, 4)).astype(F32)
     data = model.save(None, {"w": new_w})

@@ -60,7 +60,7 @@ def CONV_2D(ctx, x, w, b=None, *, padding="SAME", stride_w=1, stride_h=1,
 
 @register("tflite", "DEPTHWISE_CONV_2D")
 def DEPTHWISE_CONV_2D(ctx, x, w, b=None, *, padding="SAME", stride_w=1, stride_h=1,
-                      depth_multiplier=None, dilation_w_factor=1, dilation_h_factor=1,
+                      depth_multiplier=0, dilation_w_factor=1, dilation_h_factor=1,
                       fused_activation_function="NONE"):
     """Depthwise 2-D convolution (kernels/depthwise_conv.cc).
 

@@ -60,9 +60,11 @@ def DENSIFY(ctx, x):
 
 
 @register("tflite", "DEPTH_TO_SPACE")
-def DEPTH_TO_SPACE(ctx, x, *, block_size=2):
+def DEPTH_TO_SPACE(ctx, x, *, block_size=0):
     """Move depth blocks to space, TF's DCR order (kernels/depth_to_space.cc):
-    ``out[n, h*b + i, w*b + j, c] = in[n, h, w, (i*b + j)*C_out + c]``."""
+    ``out[n, h*b + i, w*b + j, c] = in[n, h, w, (i*b + j)*C_out + c]``.
+    A file without ``block_size`` has the schema's default 0, refused here
+    (the kernel's Prepare divides by it)."""
     b = positive_int(ctx, "block_size", block_size)
     if x.ndim != 4 or x.shape[3] % (b * b):
         raise ctx.error(f"input shape {x.shape} is not NHWC with channels divisible by {b * b}")
