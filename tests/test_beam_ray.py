@@ -51,6 +51,17 @@ def dense_path(tmp_path_factory) -> str:
     return str(p)
 
 
+def _dense_bound(x: np.ndarray) -> np.ndarray:
+    """How far the dense model's output may move when an example sits in another row of a
+    step (XLA:CPU's GEMM need not round every row position alike on every CPU): the bound
+    of a reordered float32 sum of 16 products and the bias, 2 gamma_17 (|x| |w|^T + |b|),
+    with the fixture's own w and b (``dense_path``)."""
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((8, 16)).astype(np.float32)
+    b = rng.standard_normal(8).astype(np.float32)
+    return 2 * gamma(17) * (np.abs(x.astype(np.float64)) @ np.abs(w.astype(np.float64)).T + np.abs(b))
+
+
 def _run_beam(handler, elements, out_dir: Path, key_of, make=None) -> None:
     """Run ``elements`` (mapped by ``make`` inside the pipeline, if given) through
     RunInference(handler) on the DirectRunner; ``key_of`` maps each output to ``(key,
@@ -100,11 +111,13 @@ def test_beam_keyed_run_inference_equals_infer(tmp_path):
         assert np.array_equal(y, ref[i]), f"example {i}: max |diff| {np.abs(y - ref[i]).max()}"
 
 
-def test_beam_batches_smaller_than_a_step_give_the_same_bits(tmp_path, dense_path):
+def test_beam_batches_smaller_than_a_step_give_infers_results(tmp_path, dense_path):
     """Beam batches of 1-3 examples with step_size 8 (the dense model runs a step as one
     call of 8): each batch is padded to the step, so every call is the program
-    fbjax.infer runs on the whole dataset. Unkeyed elements: the example's first value
-    is its index."""
+    fbjax.infer runs on the whole dataset; an example may sit in another row of the
+    step, so the results agree within the bound of reordered sums (:func:`_dense_bound`;
+    bit equality held on some CPUs, not on all). Unkeyed elements: the example's first
+    value is its index."""
     from fbjax.beam import FbjaxModelHandler
 
     n = 13
@@ -115,8 +128,10 @@ def test_beam_batches_smaller_than_a_step_give_the_same_bits(tmp_path, dense_pat
     assert handler.batch_elements_kwargs() == {"min_batch_size": 1, "max_batch_size": 3}
     _run_beam(handler, list(x), tmp_path, lambda r: (int(r.example[0]), r))
     assert sorted(int(f.stem) for f in tmp_path.glob("*.npy")) == list(range(n))
+    bound = _dense_bound(x)
     for i in range(n):
-        assert np.array_equal(np.load(tmp_path / f"{i}.npy"), ref[i]), f"example {i}"
+        got = np.load(tmp_path / f"{i}.npy").astype(np.float64)
+        assert np.all(np.abs(got - ref[i]) <= bound[i]), f"example {i}"
 
 
 def test_beam_runs_a_model_that_cannot_take_another_batch(tmp_path):
@@ -171,7 +186,9 @@ def test_beam_handler_direct_calls(dense_path):
 @pytest.mark.parametrize("which", ["dense", "default"])
 def test_beam_handler_from_several_threads(which, dense_path):
     """A Beam worker process shares its model between its threads (Dataflow runs several
-    per process): batches run concurrently from 4 threads give fbjax.infer's bits."""
+    per process): batches run concurrently from 4 threads give fbjax.infer's results (the
+    dense model: within the bound of reordered sums, an example may sit in another row of a
+    step, :func:`_dense_bound`; the segmentation model, one example per call: its bits)."""
     from concurrent.futures import ThreadPoolExecutor
 
     from fbjax.beam import FbjaxModelHandler
@@ -185,7 +202,11 @@ def test_beam_handler_from_several_threads(which, dense_path):
     with ThreadPoolExecutor(4) as pool:
         outs = list(pool.map(lambda b: h.run_inference(b, m), batches))
     ys = np.stack([r.inference for res in outs for r in res])
-    assert np.array_equal(ys, np.concatenate([ref, ref]))
+    want = np.concatenate([ref, ref])
+    if which == "dense":
+        assert np.all(np.abs(ys.astype(np.float64) - want) <= _dense_bound(np.concatenate([x, x])))
+    else:
+        assert np.array_equal(ys, want)
 
 
 def test_beam_handler_multi_output(tmp_path):
