@@ -572,12 +572,19 @@ def unique_param_names(model: ModelIR) -> dict:
     the reader found on one buffer, e.g. the weights that an LLM's prefill
     and decode signatures share) get one name: one param.
     """
+    return _unique_names(model, is_param)
+
+
+def _unique_names(model: ModelIR, pick) -> dict:
+    """id(Value) -> unique name for the constants ``pick(v)`` accepts: the
+    tensor name, repeats ``#1``, ``#2``...; Values holding the very same
+    array share one name."""
     names: dict[int, str] = {}
     used: Counter = Counter()
-    by_data: dict[int, str] = {}  # id(v.data) -> its param name
+    by_data: dict[int, str] = {}  # id(v.data) -> its name
     for g in model.graphs:
         for v in g.values:
-            if id(v) in names or not is_param(v):
+            if id(v) in names or not pick(v):
                 continue
             if id(v.data) in by_data:
                 names[id(v)] = by_data[id(v.data)]
@@ -585,8 +592,7 @@ def unique_param_names(model: ModelIR) -> dict:
             base = v.name or f"tensor_{v.index}"
             name = base if used[base] == 0 else f"{base}#{used[base]}"
             used[base] += 1
-            names[id(v)] = name
-            by_data[id(v.data)] = name
+            names[id(v)] = by_data[id(v.data)] = name
     return names
 
 
@@ -618,23 +624,9 @@ def buffer_names(model: ModelIR, registry=LOWERINGS) -> dict:
     repeats ``#1``...); Values on one array (weights that several
     signatures' subgraphs share) get one name."""
     fixed = _load_time_operands(model, registry)
-    names: dict[int, str] = {}
-    used: Counter = Counter()
-    by_data: dict[int, str] = {}
-    for g in model.graphs:
-        for v in g.values:
-            if (id(v) in names or v.data is None or id(v) in fixed or is_param(v)
-                    or not np.issubdtype(np.dtype(v.dtype), np.integer)
-                    or np.size(v.data) < BUFFER_MIN_ELEMENTS):
-                continue
-            if id(v.data) in by_data:
-                names[id(v)] = by_data[id(v.data)]
-                continue
-            base = v.name or f"tensor_{v.index}"
-            name = base if used[base] == 0 else f"{base}#{used[base]}"
-            used[base] += 1
-            names[id(v)] = by_data[id(v.data)] = name
-    return names
+    return _unique_names(model, lambda v: (v.data is not None and id(v) not in fixed and not is_param(v)
+                                           and np.issubdtype(np.dtype(v.dtype), np.integer)
+                                           and np.size(v.data) >= BUFFER_MIN_ELEMENTS))
 
 
 def buffer_array(data: np.ndarray, storage_bits: int = 0) -> np.ndarray:
