@@ -280,7 +280,8 @@ def generate(model, prompt_tokens, max_new_tokens: int, *, key=None, temperature
     ck = (pre.key, dec.key, int(max_new_tokens), float(temperature), top_k, starts)
     fn = cache.get(ck)
     if fn is None:
-        fn = cache[ck] = jax.jit(_program(pre, dec, int(max_new_tokens), float(temperature), top_k, starts))
+        fn = cache[ck] = jax.jit(_program(pre, dec, int(max_new_tokens), float(temperature), top_k, starts),
+                                 compiler_options=model.compiler_options)
     with jax.enable_x64(model.x64):
         out = np.asarray(fn(model.params if params is None else params, buffers, tokens, lengths, keys))[:n_rows]
     return out[0] if single else out

@@ -181,7 +181,8 @@ class _Runner:
         the compiled code comes from the persistent compilation cache). The
         weights are arguments, not constants, so the artifact is small.
         Where the cache is off or export fails, a plain ``jax.jit``."""
-        fn_jit = jax.jit(fn, donate_argnums=donate)
+        opts = self.model.compiler_options
+        fn_jit = jax.jit(fn, donate_argnums=donate, compiler_options=opts)
         if self._base is False:
             tb = getattr(self.model, "trace_base", None)
             self._base = tb(self.model.program, embeds_buffers=False) if tb is not None else None
@@ -189,7 +190,8 @@ class _Runner:
             return fn_jit
         digest, options = self._base
         backend = self.model.program.backend
-        ck = cache.trace_key(digest, options, args, extra=f"{backend} llm_bundle {key!r} {self.n} {self.capacity}")
+        ck = cache.trace_key(digest, options, args,
+                             extra=f"{backend} {sorted((opts or {}).items())} llm_bundle {key!r} {self.n} {self.capacity}")
         try:
             ex = cache.load_exported(ck)
             if ex is None:
@@ -197,7 +199,7 @@ class _Runner:
                 cache.save_exported(ck, ex)
         except Exception:  # noqa: BLE001 - anything export cannot take: the plain jit
             return fn_jit
-        return jax.jit(ex.call, donate_argnums=donate)
+        return jax.jit(ex.call, donate_argnums=donate, compiler_options=opts)
 
     def zeros(self, batch: int) -> dict:
         return {n: jnp.zeros((batch,) + tuple(self.dec_in[n].shape), self.dec_in[n].dtype) for n in self.cache_names}

@@ -264,9 +264,13 @@ class Model:
         #: in fbjax's trace cache (:func:`fbjax.executors.trace_base`), also for the programs LLM bundles build
         #: on its signatures (which take the buffers as arguments: ``embeds_buffers=False``)
         self.trace_base = trace_base
+        #: the XLA options of fbjax's own jits of this model (:func:`fbjax.cache.compiler_options`: on CPU,
+        #: XLA's YNNPACK fusion off unless ``KernelOptions.xla_defaults``): the executor's, the signatures',
+        #: :func:`fbjax.generate`'s and LLM bundles' programs
+        self.compiler_options = compiler_options(program.backend, kernel_options(program).xla_defaults)
         self.executor = executors.select(
             program, self.apply, self._apply_leaves, stateful=self._stateful,
-            compiler_options=compiler_options(program.backend, kernel_options(program).xla_defaults),
+            compiler_options=self.compiler_options,
             trace_base=trace_base,
             chunks=None if chunks is None else (lambda: chunks(self)), tiered=tiered)
         self._unchecked = self.executor.unchecked  # __call__ may try executor.jitted_leaves before any check

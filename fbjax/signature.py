@@ -64,7 +64,7 @@ class SignatureRunner:
         out_ids = {id(v): k for k, v in enumerate(graph.outputs)}
         self._out_values = list(sig.outputs.values())
         self._out_pos = [out_ids.get(id(v)) for v in self._out_values]
-        self._jitted = jax.jit(self._apply_buffers)
+        self._jitted = jax.jit(self._apply_buffers, compiler_options=model.compiler_options)
         self._examples = None  # the ExamplesOf view, made once
 
     @property
