@@ -240,7 +240,8 @@ def test_dotted_names_in_the_code_and_docs_exist():
     import re
     from pathlib import Path
 
-    root = Path(fbjax.__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[1]  # the repository (CI installs fbjax into site-packages)
+    assert (root / "fbjax" / "__init__.py").is_file() and (root / "README.md").is_file()
     pattern = re.compile(r"(?<![\w.<])fbjax(?:\.[A-Za-z_]\w*)+")
     files = [p for p in sorted((root / "fbjax").rglob("*.py")) if "_generated" not in p.parts]
     files += [root / "README.md", *sorted((root / "docs").glob("*.md"))]
