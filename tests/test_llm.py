@@ -9,6 +9,7 @@ torch nor litert-torch, and LiteRT only for the save round trip.
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -68,7 +69,8 @@ def test_hybrid_kernels_bit_exact_with_litert(name, key):
     """Every hybrid node of both signatures (per-channel int8 and blockwise int4 FULLY_CONNECTED with
     LiteRT's on-the-fly input quantization, int8 / int4 EMBEDDING_LOOKUP), fed LiteRT's own input
     tensors (``experimental_preserve_all_tensors``), gives LiteRT's builtin kernels' output bit for bit,
-    jitted, and so does its numpy twin in fbjax.reference."""
+    jitted, with its weights as constants and as traced arguments in the form ``Model.buffers`` holds
+    them (int8, int4 packed), and so does its numpy twin in fbjax.reference."""
     litert = require("ai_edge_litert.interpreter")
     from fbjax._registry import call_op
     from fbjax.lower.build import LowerContext, Run
@@ -100,6 +102,14 @@ def test_hybrid_kernels_bit_exact_with_litert(name, key):
         want = interp.get_tensor(node.outputs[0].index, gi)
         got = np.asarray(jax.jit(kernel)(*[args[i] for i in dyn])).reshape(want.shape)
         np.testing.assert_array_equal(got, want, err_msg=node.location)
+        # the weights as the programs take them: traced arguments, held as Model.buffers (int4 packed)
+        bufs = {i: model.buffers[model.program.buffer_of[id(v)]] for i, v in enumerate(node.inputs)
+                if v is not None and id(v) in model.program.buffer_of}
+        assert bufs, f"{node.location}: its integer weights are not a weight buffer"
+        traced = sorted(set(dyn) | set(bufs))
+        feed = [bufs[i] if i in bufs else args[i] for i in traced]
+        got = np.asarray(jax.jit(functools.partial(kernel, dyn=traced))(*feed))
+        np.testing.assert_array_equal(got.reshape(want.shape), want, err_msg=f"{node.location} (weights as buffers)")
         ref = call_op(REFERENCE.get(node.op_set, node.op_name), ReferenceContext(node, model.ir, ReferenceRun()), args, node.attrs)
         np.testing.assert_array_equal(np.asarray(ref).reshape(want.shape), want, err_msg=node.location)
     assert seen == {"FULLY_CONNECTED", "EMBEDDING_LOOKUP"}
