@@ -45,21 +45,13 @@ from typing import Optional
 
 import jax
 
-from .options import ENV
+from .lower import cpu_kernels
+from .options import ENV, default_cache_dir
 
-__all__ = ["enable", "default_cache_dir", "cache_dir", "compiler_options", "trace_cache_dir", "trace_key",
+__all__ = ["enable", "default_cache_dir", "export_program", "cache_dir", "compiler_options", "trace_cache_dir", "trace_key",
            "load_exported", "save_exported", "checked_marked", "mark_checked", "lapack_init_skipped", "NO_YNN_FUSION"]
 
 _state = {"done": False, "dir": None}
-
-
-def default_cache_dir() -> str:
-    """``$FBJAX_CACHE_DIR``, else ``$XDG_CACHE_HOME/fbjax/jax``, else ``~/.cache/fbjax/jax``."""
-    env = os.environ.get("FBJAX_CACHE_DIR")
-    if env:
-        return os.path.expanduser(env)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "fbjax", "jax")
 
 
 def _disabled() -> bool:
@@ -207,6 +199,16 @@ def trace_key(model_digest: str, load_options: tuple, args: tuple, extra: str = 
     return h.hexdigest()
 
 
+def export_program(fn, backend: str):
+    """``jax.export.export(fn, platforms=(backend,))``, allowing the custom calls of fbjax's CPU
+    kernels (:mod:`fbjax.lower.cpu_kernels`: :func:`load_exported` reads a program that calls them
+    back only where they are built). Call the result with the arguments to trace."""
+    from jax import export
+
+    return export.export(fn, platforms=(backend,), disabled_checks=[
+        export.DisabledSafetyCheck.custom_call(t) for t in cpu_kernels.TARGETS])
+
+
 def load_exported(key: str):
     """The ``jax.export.Exported`` stored under ``key``, or ``None`` (absent,
     unreadable or from another JAX: the caller traces again)."""
@@ -219,6 +221,9 @@ def load_exported(key: str):
             data = f.read()
         from jax import export
 
+        # a program that calls fbjax's CPU kernels runs only where they are registered (built here)
+        if any(t.encode() in data for t in cpu_kernels.TARGETS) and not cpu_kernels.available():
+            return None
         return export.deserialize(bytearray(data))
     except FileNotFoundError:
         return None

@@ -50,7 +50,6 @@ from typing import Iterator, Optional, Sequence, Union
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import export
 
 from . import cache
 from .errors import InputError, ModelFormatError
@@ -195,7 +194,7 @@ class _Runner:
         try:
             ex = cache.load_exported(ck)
             if ex is None:
-                ex = export.export(fn_jit, platforms=(backend,))(*args)
+                ex = cache.export_program(fn_jit, backend)(*args)
                 cache.save_exported(ck, ex)
         except Exception:  # noqa: BLE001 - anything export cannot take: the plain jit
             return fn_jit

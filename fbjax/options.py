@@ -22,7 +22,7 @@ from .errors import InputError
 from .ir import MAX_VALUE_BYTES
 
 __all__ = ["LoadOptions", "KernelOptions", "kernel_options", "FILE_BATCH", "QUANTIZED_MODES", "COMPUTE_DTYPES",
-           "COMPOSITE_MODES", "PRECISIONS", "DEPTHWISE_STRATEGIES", "ENV", "ENV_FLAGS", "env_flag"]
+           "COMPOSITE_MODES", "PRECISIONS", "DEPTHWISE_STRATEGIES", "ENV", "ENV_FLAGS", "env_flag", "default_cache_dir"]
 
 #: fbjax's on/off environment variables: ``{name: (default, what it does)}``
 #: (README "Environment variables" has the same table). Each is read once,
@@ -37,6 +37,18 @@ ENV_FLAGS = {
     "FBJAX_NO_CACHE": (False, "fbjax leaves JAX's persistent compilation cache configuration alone (and keeps "
                               "no trace cache); results are the same either way"),
 }
+
+
+def default_cache_dir() -> str:
+    """JAX's persistent compilation cache directory that fbjax uses (:mod:`fbjax.cache`):
+    ``$FBJAX_CACHE_DIR``, else ``$XDG_CACHE_HOME/fbjax/jax``, else ``~/.cache/fbjax/jax``.
+    fbjax's other caches (traced programs, built CPU kernels) are folders beside it."""
+    env = os.environ.get("FBJAX_CACHE_DIR")
+    if env:
+        return os.path.expanduser(env)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "fbjax", "jax")
+
 
 _FALSE = ("", "0", "false", "no", "off")
 
@@ -135,6 +147,12 @@ class KernelOptions:
             YNNPACK fusion off (:func:`fbjax.cache.compiler_options`); True:
             XLA's defaults. None is stored as ``FBJAX_XLA_DEFAULTS``
             (:data:`ENV`).
+        native_kernels: True (default): on CPU the hybrid (dynamic-range)
+            kernels' integer matrix products run in fbjax's own kernels
+            (:mod:`fbjax.lower.cpu_kernels`, built on first use with the
+            machine's C++ compiler; ~35x XLA's integer dot on a quantized
+            LLM's decode step), where they can be built; False: XLA's
+            integer dot. The same int32 sums either way.
 
     Raises:
         InputError: a value of the wrong type or out of range.
@@ -153,6 +171,7 @@ class KernelOptions:
     chunk_bytes: int = 4 << 20
     chunk_threads: int = 2
     xla_defaults: Optional[bool] = None
+    native_kernels: bool = True
 
     def __post_init__(self):
         if self.precision not in PRECISIONS:
@@ -172,6 +191,9 @@ class KernelOptions:
         if not isinstance(self.compact_backward, (bool, np.bool_)):
             raise InputError(f"compact_backward must be True or False, got {self.compact_backward!r}")
         object.__setattr__(self, "compact_backward", bool(self.compact_backward))
+        if not isinstance(self.native_kernels, (bool, np.bool_)):
+            raise InputError(f"native_kernels must be True or False, got {self.native_kernels!r}")
+        object.__setattr__(self, "native_kernels", bool(self.native_kernels))
         _set_flag(self, "xla_defaults", "FBJAX_XLA_DEFAULTS")
 
     @property

@@ -84,13 +84,13 @@ def test_bundle_kv_cache_is_donated_to_the_decode_step():
 
 _CHILD = r"""
 import sys, json
-import fbjax, fbjax.llm_bundle as lb
+import fbjax, fbjax.cache as fc
 calls = []
-orig = lb.export.export
+orig = fc.export_program
 def spy(*a, **k):
     calls.append(1)
     return orig(*a, **k)
-lb.export.export = spy
+fc.export_program = spy
 b = fbjax.load(sys.argv[1])
 g = b.generate(["Hello there", "Hi"], template=False, max_new_tokens=6, return_tokens=True)
 print(json.dumps({"tokens": [x.tokens for x in g], "exports": len(calls)}))

@@ -13,7 +13,6 @@ from typing import Optional
 
 import jax
 import numpy as np
-from jax import export
 
 from .. import cache
 from .cpu_prepared import CpuPrepared
@@ -56,7 +55,7 @@ class TraceCached(CpuPrepared):
         """The optimised program traced and lowered into a ``jax.export.Exported``
         for ``args`` and ``inputs``, stored in the trace cache under ``key``;
         raises what export raises."""
-        ex = export.export(self.jitted, platforms=(self.base.backend,))(*args, *inputs)
+        ex = cache.export_program(self.jitted, self.base.backend)(*args, *inputs)
         cache.save_exported(key, ex)
         return ex
 

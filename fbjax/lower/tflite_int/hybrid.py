@@ -58,7 +58,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from .. import kernels
+from ...options import kernel_options
+from .. import cpu_kernels, kernels
 from ..registry import register
 from .conv import _padding  # TF SAME/VALID -> explicit pads, errors naming the node
 
@@ -153,16 +154,36 @@ def _int_matmul(q, z, w):
     return both[:-1] - z[:, None] * both[-1][None, :]
 
 
-@_int_matmul.def_vmap
-def _int_matmul_vmap(axis_size, in_batched, q, z, w):
-    qb, zb, wb = in_batched
-    if wb:  # per-example weights (not how fbjax calls it): example by example
-        return lax.map(lambda a: _int_matmul(*a), (q if qb else jnp.broadcast_to(q, (axis_size,) + q.shape),
-                                                    z if zb else jnp.broadcast_to(z, (axis_size,) + z.shape), w)), True
-    q = q if qb else jnp.broadcast_to(q, (axis_size,) + q.shape)
-    z = z if zb else jnp.broadcast_to(z, (axis_size,) + z.shape)
-    out = _int_matmul(q.reshape((-1, q.shape[-1])), z.reshape(-1), w)
-    return out.reshape((axis_size, -1, out.shape[-1])), True
+def _rows_vmap(fn):
+    """The ``vmap`` rule of an ``(q [R, I], z [R], w)`` matrix product: the batch joins the rows."""
+    def rule(axis_size, in_batched, q, z, w):
+        qb, zb, wb = in_batched
+        if wb:  # per-example weights (not how fbjax calls it): example by example
+            return lax.map(lambda a: fn(*a), (q if qb else jnp.broadcast_to(q, (axis_size,) + q.shape),
+                                              z if zb else jnp.broadcast_to(z, (axis_size,) + z.shape), w)), True
+        q = q if qb else jnp.broadcast_to(q, (axis_size,) + q.shape)
+        z = z if zb else jnp.broadcast_to(z, (axis_size,) + z.shape)
+        out = fn(q.reshape((-1, q.shape[-1])), z.reshape(-1), w)
+        return out.reshape((axis_size, -1, out.shape[-1])), True
+    fn.def_vmap(rule)
+    return fn
+
+
+_rows_vmap(_int_matmul)
+
+
+@jax.custom_batching.custom_vmap
+def _int_matmul_native(q, z, w):
+    """:func:`_int_matmul` by fbjax's CPU kernel (:func:`fbjax.lower.cpu_kernels.int8_matmul`):
+    the same int32 sums, each weight read once at the memory's speed, for any number of rows."""
+    x = (q - z[:, None]).astype(jnp.int16)  # [-255, 255]
+    w = jnp.asarray(w)
+    if w.dtype == jnp.int4 and w.shape[1] % 2 == 0 and w.shape[1] <= 1024:  # packed per-channel int4
+        return cpu_kernels.block_matmul(x[:, None], w[:, None])[0][0]
+    return cpu_kernels.int8_matmul(x, _as_int8(w))
+
+
+_rows_vmap(_int_matmul_native)
 
 
 @jax.custom_batching.custom_vmap
@@ -182,18 +203,44 @@ def _block_matmul(q, w):
     return both[:, :rows], both[:, rows]  # dot_general puts the block (batch) dimension first
 
 
-@_block_matmul.def_vmap
-def _block_matmul_vmap(axis_size, in_batched, q, w):
-    qb, wb = in_batched
-    if wb:
-        q = q if qb else jnp.broadcast_to(q, (axis_size,) + q.shape)
-        return lax.map(lambda a: _block_matmul(*a), (q, w)), (True, True)
-    if not qb:
-        acc, ksum = _block_matmul(q, w)
-        return (acc, ksum), (False, False)
-    acc, ksum = _block_matmul(q.reshape((-1,) + q.shape[2:]), w)  # [blocks, B * R, O]
-    acc = jnp.moveaxis(acc.reshape((acc.shape[0], axis_size, -1, acc.shape[-1])), 1, 0)
-    return (acc, ksum), (True, False)
+def _blocks_vmap(fn):
+    """The ``vmap`` rule of a blockwise product ``(q [R, blocks, bs], w)``: the batch joins the rows."""
+    def rule(axis_size, in_batched, q, w):
+        qb, wb = in_batched
+        if wb:
+            q = q if qb else jnp.broadcast_to(q, (axis_size,) + q.shape)
+            return lax.map(lambda a: fn(*a), (q, w)), (True, True)
+        if not qb:
+            acc, ksum = fn(q, w)
+            return (acc, ksum), (False, False)
+        acc, ksum = fn(q.reshape((-1,) + q.shape[2:]), w)  # [blocks, B * R, O]
+        acc = jnp.moveaxis(acc.reshape((acc.shape[0], axis_size, -1, acc.shape[-1])), 1, 0)
+        return (acc, ksum), (True, False)
+    fn.def_vmap(rule)
+    return fn
+
+
+_blocks_vmap(_block_matmul)
+
+
+@jax.custom_batching.custom_vmap
+def _block_matmul_native(q, w):
+    """:func:`_block_matmul` by fbjax's CPU kernel (:func:`fbjax.lower.cpu_kernels.block_matmul`;
+    int4 weights unpacked in registers)."""
+    w = jnp.asarray(w)
+    if w.dtype not in (jnp.int4, jnp.int8) or w.shape[-1] > 1024 or (w.dtype == jnp.int4 and w.shape[-1] % 2):
+        w = _as_int8(w)
+    return cpu_kernels.block_matmul(q.astype(jnp.int16), w)
+
+
+_blocks_vmap(_block_matmul_native)
+
+
+def _native(ctx) -> bool:
+    """Use fbjax's CPU kernels for this node's integer products: the program's backend is the CPU,
+    ``KernelOptions.native_kernels`` is on and the kernels built (:func:`fbjax.lower.cpu_kernels.available`).
+    Either way the sums are the same integers."""
+    return (getattr(ctx, "backend", None) or jax.default_backend()) == "cpu" and kernel_options(ctx).native_kernels and cpu_kernels.available()
 
 
 def symmetric_quantize(x2d):
@@ -353,7 +400,8 @@ def FULLY_CONNECTED(ctx, x, w, b=None, *, fused_activation_function="NONE", weig
     if ctx.inputs[1].quant.block_size:
         return _fc_blockwise(ctx, x.reshape(-1, i), w, b).reshape(lead + (o,))
     q, s, z = _quantize(x.reshape(-1, i), asymmetric_quantize_inputs)
-    acc = _int_matmul(q, jnp.zeros(q.shape[0], jnp.int32) if z is None else z, w)
+    matmul = _int_matmul_native if _native(ctx) else _int_matmul
+    acc = matmul(q, jnp.zeros(q.shape[0], jnp.int32) if z is None else z, w)
     scale = _rounded(s[:, None] * jnp.asarray(_weight_scales(ctx, o))[None, :])
     y = _activation(ctx, _scale_out(acc, scale, b), fused_activation_function)
     return y.reshape(lead + (o,))
@@ -555,7 +603,8 @@ def _fc_blockwise(ctx, x2d, w, b):
     q, s, z = asymmetric_quantize(x2d)
     wb = jnp.asarray(w).reshape(o, nb, bs)  # int4/int8 as held (a buffer, a constant, or traced in float mode)
     rows = q.shape[0]
-    acc, ksum = _block_matmul(q.reshape(rows, nb, bs), wb)  # [blocks, R, O]; [blocks, O]
+    matmul = _block_matmul_native if _native(ctx) else _block_matmul
+    acc, ksum = matmul(q.reshape(rows, nb, bs), wb)  # [blocks, R, O]; [blocks, O]
     ksum = ksum.astype(jnp.float32)  # exact in float32
 
     def block(carry, xs):  # TFLite's order of float32 additions, one block after the other

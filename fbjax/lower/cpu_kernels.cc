@@ -1,0 +1,288 @@
+// fbjax's CPU kernels for integer matrix products, called through XLA's FFI
+// (fbjax/lower/cpu_kernels.py builds this file with the machine's C++
+// compiler and registers the handlers; see its docstring).
+//
+// XLA:CPU (jaxlib 0.10) has no integer GEMM/GEMV: an s8 x s8 -> s32
+// dot_general is rewritten into an s32 dot whose operands are first
+// written out widened to int32 (4x the weight bytes), which bounds the
+// decode step of a quantized LLM at a fraction of the memory bandwidth.
+// These kernels read each int8 (or packed int4) weight once, widen it in
+// registers and multiply-accumulate in int32: integer sums, so the result
+// is the same in any order, and equal to the XLA lowering's bit for bit.
+//
+//   fbjax_int8_matmul:        x int16 [R, I], w int8 [O, I]
+//                             -> y int32 [R, O], y[r, o] = sum_i x[r, i] * w[o, i]
+//   fbjax_block_matmul:       x int16 [R, K, B], w [O, K, B] (int8, or int4
+//                             packed two per byte as XLA stores it: element 2j
+//                             in the low nibble of byte j)
+//                             -> acc int32 [K, R, O] = sum_c x[r, k, c] * w[o, k, c]
+//                                ksum int32 [K, O]   = sum_c w[o, k, c]
+//
+// Exactness: |x| <= 32767 and |w| <= 128, so each pair of products summed by
+// _mm256_madd_epi16 fits int32; the callers keep |sum| < 2**31 (fbjax's hybrid
+// kernels pass |x| <= 255, I < 2**16).
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+namespace {
+
+// Runs f(c) for c in [0, n): the calling thread and up to (threads - 1) tasks
+// on XLA's intra-op pool claim chunks from one counter. The caller waits only
+// for chunks some running thread has claimed, so a pool that never gets to
+// our task cannot block it (the late task finds no chunk and returns).
+template <class F>
+void ParallelChunks(ffi::ThreadPool& pool, int64_t n, const F& f) {
+  struct State {
+    std::atomic<int64_t> next{0};
+    std::atomic<int64_t> done{0};
+  };
+  auto st = std::make_shared<State>();
+  auto work = [st, n, f]() {
+    for (int64_t c = st->next.fetch_add(1); c < n; c = st->next.fetch_add(1)) {
+      f(c);
+      st->done.fetch_add(1, std::memory_order_release);
+    }
+  };
+  const int64_t helpers = std::min<int64_t>(pool.num_threads(), n) - 1;
+  for (int64_t t = 0; t < helpers; ++t) {
+    auto task = work;  // Schedule takes ownership of a copy
+    pool.Schedule(std::move(task));
+  }
+  work();
+  while (st->done.load(std::memory_order_acquire) < n) std::this_thread::yield();
+}
+
+#if defined(__AVX2__)
+inline int32_t HSum(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+  return _mm_cvtsi128_si32(s);
+}
+#endif
+
+// y[r] = sum_i x[r * xs + i] * w[i] for r < ROWS, n values.
+template <int ROWS>
+inline void DotN(const int16_t* x, int64_t xs, const int8_t* w, int64_t n, int32_t* y) {
+  int64_t i = 0;
+  int32_t acc[ROWS] = {};
+#if defined(__AVX2__)
+  __m256i a[ROWS];
+  for (int r = 0; r < ROWS; ++r) a[r] = _mm256_setzero_si256();
+  for (; i + 16 <= n; i += 16) {
+    const __m256i wv = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + i)));
+    for (int r = 0; r < ROWS; ++r)
+      a[r] = _mm256_add_epi32(
+          a[r], _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + r * xs + i)), wv));
+  }
+  for (int r = 0; r < ROWS; ++r) acc[r] = HSum(a[r]);
+#endif
+  for (; i < n; ++i)
+    for (int r = 0; r < ROWS; ++r) acc[r] += int32_t(x[r * xs + i]) * int32_t(w[i]);
+  for (int r = 0; r < ROWS; ++r) y[r] = acc[r];
+}
+
+// DotN for rows <= 4 rows chosen at run time.
+inline void Dot4(const int16_t* x, int64_t xs, int rows, const int8_t* w, int64_t n, int32_t* y) {
+  switch (rows) {
+    case 1: return DotN<1>(x, xs, w, n, y);
+    case 2: return DotN<2>(x, xs, w, n, y);
+    case 3: return DotN<3>(x, xs, w, n, y);
+    default: return DotN<4>(x, xs, w, n, y);
+  }
+}
+
+// Register-blocked tile for many rows (prefill): y[r * ys + o] = sum_i x[r * xs + i] * w[o * ws + i]
+// for r < RR, o < OO, weights already widened to int16.
+template <int RR, int OO>
+inline void Tile(const int16_t* x, int64_t xs, const int16_t* w, int64_t ws, int64_t n, int32_t* y, int64_t ys) {
+  int64_t i = 0;
+  int32_t acc[RR][OO] = {};
+#if defined(__AVX2__)
+  __m256i a[RR][OO];
+  for (int r = 0; r < RR; ++r)
+    for (int o = 0; o < OO; ++o) a[r][o] = _mm256_setzero_si256();
+  for (; i + 16 <= n; i += 16) {
+    __m256i wv[OO];
+    for (int o = 0; o < OO; ++o) wv[o] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + o * ws + i));
+    for (int r = 0; r < RR; ++r) {
+      const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + r * xs + i));
+      for (int o = 0; o < OO; ++o) a[r][o] = _mm256_add_epi32(a[r][o], _mm256_madd_epi16(xv, wv[o]));
+    }
+  }
+  for (int r = 0; r < RR; ++r)
+    for (int o = 0; o < OO; ++o) acc[r][o] = HSum(a[r][o]);
+#endif
+  for (; i < n; ++i)
+    for (int r = 0; r < RR; ++r)
+      for (int o = 0; o < OO; ++o) acc[r][o] += int32_t(x[r * xs + i]) * int32_t(w[o * ws + i]);
+  for (int r = 0; r < RR; ++r)
+    for (int o = 0; o < OO; ++o) y[r * ys + o] = acc[r][o];
+}
+
+template <int RR>
+inline void TileO(int oo, const int16_t* x, int64_t xs, const int16_t* w, int64_t ws, int64_t n, int32_t* y,
+                  int64_t ys) {
+  switch (oo) {
+    case 1: return Tile<RR, 1>(x, xs, w, ws, n, y, ys);
+    case 2: return Tile<RR, 2>(x, xs, w, ws, n, y, ys);
+    default: return Tile<RR, 3>(x, xs, w, ws, n, y, ys);
+  }
+}
+
+// y[r, o] for o in [o0, o1), all R rows, from int16 weight rows w16 (row o at w16 + (o - o0) * n).
+inline void Gemm(const int16_t* X, int64_t R, const int16_t* w16, int64_t o0, int64_t o1, int64_t n, int32_t* Y,
+                 int64_t O) {
+  for (int64_t o = o0; o < o1; o += 3) {
+    const int oo = static_cast<int>(std::min<int64_t>(3, o1 - o));
+    const int16_t* w = w16 + (o - o0) * n;
+    for (int64_t r = 0; r < R; r += 4) {
+      const int rr = static_cast<int>(std::min<int64_t>(4, R - r));
+      const int16_t* x = X + r * n;
+      int32_t* y = Y + r * O + o;
+      switch (rr) {
+        case 1: TileO<1>(oo, x, n, w, n, n, y, O); break;
+        case 2: TileO<2>(oo, x, n, w, n, n, y, O); break;
+        case 3: TileO<3>(oo, x, n, w, n, n, y, O); break;
+        default: TileO<4>(oo, x, n, w, n, n, y, O); break;
+      }
+    }
+  }
+}
+
+// One block of B int4 values, packed (element 2j low nibble of byte j), widened to int8 in out[B].
+inline void UnpackS4(const uint8_t* p, int64_t b, int8_t* out) {
+  int64_t j = 0;
+#if defined(__AVX2__)
+  const __m128i lo_mask = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
+  for (; j + 32 <= b; j += 32) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + j / 2));
+    const __m128i lo = _mm_and_si128(v, lo_mask);
+    const __m128i hi = _mm_and_si128(_mm_srli_epi16(v, 4), lo_mask);
+    // sign-extend 4 bits: (v ^ 8) - 8
+    const __m128i e0 = _mm_sub_epi8(_mm_xor_si128(_mm_unpacklo_epi8(lo, hi), eight), eight);
+    const __m128i e1 = _mm_sub_epi8(_mm_xor_si128(_mm_unpackhi_epi8(lo, hi), eight), eight);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + j), e0);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + j + 16), e1);
+  }
+#endif
+  for (; j < b; ++j) {
+    const int v = (p[j / 2] >> (4 * (j & 1))) & 0x0F;
+    out[j] = static_cast<int8_t>((v ^ 8) - 8);
+  }
+}
+
+constexpr int64_t kChunkBytes = 64 * 1024;  // weight bytes per claimed chunk
+
+ffi::Error Int8Matmul(ffi::ThreadPool pool, ffi::Buffer<ffi::S16> x, ffi::Buffer<ffi::S8> w,
+                      ffi::ResultBuffer<ffi::S32> y) {
+  const auto xd = x.dimensions(), wd = w.dimensions();
+  if (xd.size() != 2 || wd.size() != 2 || xd[1] != wd[1])
+    return ffi::Error::InvalidArgument("fbjax_int8_matmul: x [R, I] and w [O, I] expected");
+  const int64_t R = xd[0], I = xd[1], O = wd[0];
+  const int16_t* X = x.typed_data();
+  const int8_t* W = w.typed_data();
+  int32_t* Y = y->typed_data();
+  const int64_t per = std::max<int64_t>(1, kChunkBytes / std::max<int64_t>(I, 1));
+  const int64_t chunks = (O + per - 1) / per;
+  if (R >= 4) {  // many rows: widen a chunk of weight rows to int16 once, then register-blocked tiles
+    const int64_t gper = std::max<int64_t>(3, (kChunkBytes / 4) / std::max<int64_t>(I, 1) / 3 * 3);
+    const int64_t gchunks = (O + gper - 1) / gper;
+    ParallelChunks(pool, gchunks, [=](int64_t c) {
+      const int64_t o0 = c * gper, o1 = std::min(O, (c + 1) * gper);
+      std::unique_ptr<int16_t[]> w16(new int16_t[(o1 - o0) * I]);
+      for (int64_t k = 0; k < (o1 - o0) * I; ++k) w16[k] = W[o0 * I + k];
+      Gemm(X, R, w16.get(), o0, o1, I, Y, O);
+    });
+    return ffi::Error::Success();
+  }
+  ParallelChunks(pool, chunks, [=](int64_t c) {
+    int32_t tmp[4];
+    for (int64_t o = c * per; o < std::min(O, (c + 1) * per); ++o) {
+      const int8_t* wr = W + o * I;
+      for (int64_t r = 0; r < R; r += 4) {
+        const int rows = static_cast<int>(std::min<int64_t>(4, R - r));
+        Dot4(X + r * I, I, rows, wr, I, tmp);
+        for (int k = 0; k < rows; ++k) Y[(r + k) * O + o] = tmp[k];
+      }
+    }
+  });
+  return ffi::Error::Success();
+}
+
+template <bool kPacked>
+ffi::Error BlockMatmul(ffi::ThreadPool pool, const int16_t* X, const void* Wv, int64_t R, int64_t K, int64_t B,
+                       int64_t O, int32_t* acc, int32_t* ksum) {
+  const int64_t row_bytes = kPacked ? K * B / 2 : K * B;
+  const int64_t per = std::max<int64_t>(1, kChunkBytes / std::max<int64_t>(row_bytes, 1));
+  const int64_t chunks = (O + per - 1) / per;
+  ParallelChunks(pool, chunks, [=](int64_t c) {
+    int8_t buf[1024];
+    int32_t tmp[4];
+    for (int64_t o = c * per; o < std::min(O, (c + 1) * per); ++o) {
+      for (int64_t k = 0; k < K; ++k) {
+        const int8_t* wb;
+        if (kPacked) {
+          UnpackS4(static_cast<const uint8_t*>(Wv) + (o * K + k) * B / 2, B, buf);
+          wb = buf;
+        } else {
+          wb = static_cast<const int8_t*>(Wv) + (o * K + k) * B;
+        }
+        int32_t s = 0;
+        for (int64_t j = 0; j < B; ++j) s += wb[j];
+        ksum[k * O + o] = s;
+        for (int64_t r = 0; r < R; r += 4) {
+          const int rows = static_cast<int>(std::min<int64_t>(4, R - r));
+          Dot4(X + (r * K + k) * B, K * B, rows, wb, B, tmp);
+          for (int q = 0; q < rows; ++q) acc[(k * R + r + q) * O + o] = tmp[q];
+        }
+      }
+    }
+  });
+  return ffi::Error::Success();
+}
+
+ffi::Error BlockMatmulAny(ffi::ThreadPool pool, ffi::Buffer<ffi::S16> x, ffi::AnyBuffer w,
+                          ffi::ResultBuffer<ffi::S32> acc, ffi::ResultBuffer<ffi::S32> ksum) {
+  const auto xd = x.dimensions(), wd = w.dimensions();
+  if (xd.size() != 3 || wd.size() != 3 || xd[1] != wd[1] || xd[2] != wd[2])
+    return ffi::Error::InvalidArgument("fbjax_block_matmul: x [R, K, B] and w [O, K, B] expected");
+  const bool packed = w.element_type() == ffi::S4;
+  if (!packed && w.element_type() != ffi::S8)
+    return ffi::Error::InvalidArgument("fbjax_block_matmul: w must be int8 or int4");
+  if (xd[2] > 1024 || (packed && xd[2] % 2))
+    return ffi::Error::InvalidArgument("fbjax_block_matmul: block size must be <= 1024 (even for int4)");
+  auto run = packed ? BlockMatmul<true> : BlockMatmul<false>;
+  return run(pool, x.typed_data(), w.untyped_data(), xd[0], xd[1], xd[2], wd[0], acc->typed_data(),
+             ksum->typed_data());
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(fbjax_int8_matmul, Int8Matmul,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::S16>>()
+                                  .Arg<ffi::Buffer<ffi::S8>>()
+                                  .Ret<ffi::Buffer<ffi::S32>>());
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(fbjax_block_matmul, BlockMatmulAny,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::S16>>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::Buffer<ffi::S32>>()
+                                  .Ret<ffi::Buffer<ffi::S32>>());

@@ -1,0 +1,89 @@
+"""fbjax's native CPU integer kernels (fbjax/lower/cpu_kernels.cc) against numpy's int64 sums.
+
+The kernels compute integer sums, exact in any order, so they must equal numpy's int64 products summed
+(``|sum| < 2**31`` for every case below), bit for bit; the hybrid FULLY_CONNECTED lowering must give the
+same int32 accumulators through them as through XLA's integer dot. A machine without a C++ compiler is
+the one case where the kernels are absent: the tests say so and fail, since CI's machine has one.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from fbjax.lower import cpu_kernels
+from fbjax.lower.tflite_int import hybrid
+
+pytestmark = pytest.mark.skipif(jax.default_backend() != "cpu", reason="CPU kernels: the CPU backend only")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def built():
+    assert cpu_kernels.available(), f"the kernels did not build: {cpu_kernels._state['why']}"
+
+
+@pytest.mark.parametrize("r", [1, 2, 3, 4, 5, 8, 17, 128])
+@pytest.mark.parametrize("o,i", [(7, 37), (96, 576), (33, 1536), (1, 16), (4096, 64)])
+def test_int8_matmul_equals_numpy(r, o, i):
+    rng = np.random.default_rng(r * 1000 + o + i)
+    x = rng.integers(-255, 256, (r, i)).astype(np.int16)  # the hybrid kernels' range: q - zero point
+    w = rng.integers(-128, 128, (o, i)).astype(np.int8)
+    w[0, :] = -128  # the extremes
+    x[0, :] = -255
+    got = np.asarray(jax.jit(cpu_kernels.int8_matmul)(x, w))
+    assert got.dtype == np.int32 and got.shape == (r, o)
+    np.testing.assert_array_equal(got, x.astype(np.int64) @ w.astype(np.int64).T)
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int4"])
+@pytest.mark.parametrize("r,o,k,b", [(1, 64, 18, 32), (3, 5, 2, 32), (8, 33, 4, 64), (130, 9, 3, 16), (2, 3, 1, 46)])
+def test_block_matmul_equals_numpy(dtype, r, o, k, b):
+    rng = np.random.default_rng(r + o + k + b)
+    lim = 8 if dtype == "int4" else 128
+    x = rng.integers(-255, 256, (r, k, b)).astype(np.int16)
+    w = rng.integers(-lim, lim, (o, k, b)).astype(np.int8)
+    acc, ksum = jax.jit(cpu_kernels.block_matmul)(x, jnp.asarray(w).astype(getattr(jnp, dtype)))
+    np.testing.assert_array_equal(np.asarray(acc), np.einsum("rkc,okc->kro", x.astype(np.int64), w.astype(np.int64)))
+    np.testing.assert_array_equal(np.asarray(ksum), w.astype(np.int64).sum(-1).T)
+
+
+@pytest.mark.parametrize("rows", [1, 6, 40])
+def test_hybrid_products_same_through_kernel_and_xla(rows):
+    """The hybrid kernels' two routes (native kernel; XLA's integer dot or fused multiply-reduce) give
+    the same int32 sums, under vmap too (the batch joins the rows)."""
+    rng = np.random.default_rng(rows)
+    q = jnp.asarray(rng.integers(-128, 128, (rows, 96)).astype(np.int32))
+    z = jnp.asarray(rng.integers(-128, 128, rows).astype(np.int32))
+    w = jnp.asarray(rng.integers(-127, 128, (40, 96)).astype(np.int8))
+    want = (np.asarray(q, np.int64) - np.asarray(z, np.int64)[:, None]) @ np.asarray(w, np.int64).T
+    for fn in (hybrid._int_matmul_native, hybrid._int_matmul):
+        np.testing.assert_array_equal(np.asarray(jax.jit(fn)(q, z, w)), want)
+        batched = jax.jit(jax.vmap(fn, in_axes=(0, 0, None)))(q[None].repeat(2, 0), z[None].repeat(2, 0), w)
+        np.testing.assert_array_equal(np.asarray(batched), np.stack([want, want]))
+    qb = jnp.asarray(rng.integers(-128, 128, (rows, 3, 32)).astype(np.int32))
+    wb = jnp.asarray(rng.integers(-8, 8, (40, 3, 32)).astype(np.int8)).astype(jnp.int4)
+    a1, k1 = jax.jit(hybrid._block_matmul_native)(qb, wb)
+    a2, k2 = jax.jit(hybrid._block_matmul)(qb, wb)
+    np.testing.assert_array_equal(np.asarray(a1), np.asarray(a2))
+    np.testing.assert_array_equal(np.asarray(k1), np.asarray(k2))
+
+
+def test_no_compiler_falls_back_with_one_warning(monkeypatch, tmp_path):
+    """Without a compiler the kernels are unavailable: one RuntimeWarning that says why, then False."""
+    saved = dict(cpu_kernels._state)
+    monkeypatch.setattr(cpu_kernels, "_compiler", lambda: None)
+    cpu_kernels._state.update(tried=False, lib=None, tag="xla", why=None)
+    try:
+        with pytest.warns(RuntimeWarning, match="no C\\+\\+ compiler"):
+            assert cpu_kernels.available() is False
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert cpu_kernels.available() is False  # said once
+        assert cpu_kernels.tag() == "xla"
+    finally:
+        cpu_kernels._state.clear()
+        cpu_kernels._state.update(saved)
