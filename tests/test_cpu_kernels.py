@@ -87,3 +87,42 @@ def test_no_compiler_falls_back_with_one_warning(monkeypatch, tmp_path):
     finally:
         cpu_kernels._state.clear()
         cpu_kernels._state.update(saved)
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int4"])
+@pytest.mark.parametrize("r,o,k,b", [(1, 64, 18, 32), (5, 7, 3, 32), (9, 3, 2, 16)])
+def test_block_fc_follows_tflite_order(dtype, r, o, k, b):
+    """fbjax_block_fc's float32 sums in TFLite's EvalBlockwise4Bit order, against numpy float32 doing
+    one rounded operation at a time (numpy does not contract a multiply and an add into an FMA)."""
+    rng = np.random.default_rng(r * 7 + o + k)
+    lim = 8 if dtype == "int4" else 128
+    x = rng.integers(-128, 128, (r, k, b)).astype(np.int16)
+    w = rng.integers(-lim, lim, (o, k, b)).astype(np.int8)
+    scale = (rng.random((o, k)) * 0.02 + 1e-4).astype(np.float32)
+    out, kfsum = jax.jit(cpu_kernels.block_fc)(x, jnp.asarray(w).astype(getattr(jnp, dtype)), scale)
+    want = np.zeros((r, o), np.float32)
+    kf = np.zeros(o, np.float32)
+    acc = np.einsum("rkc,okc->kro", x.astype(np.int64), w.astype(np.int64)).astype(np.float32)  # exact: < 2**24
+    ks = w.astype(np.int64).sum(-1).T.astype(np.float32)
+    for kk in range(k):
+        want = want + acc[kk] * scale[:, kk][None, :]
+        kf = kf + scale[:, kk] * ks[kk]
+    np.testing.assert_array_equal(np.asarray(out), want)
+    np.testing.assert_array_equal(np.asarray(kfsum), kf)
+
+
+@pytest.mark.parametrize("name,target", [("llama_q8", "fbjax_int8_matmul"), ("llama_q4b32", "fbjax_block_fc")])
+@pytest.mark.parametrize("native", [True, False])
+def test_quantized_llm_programs_call_the_kernels_by_default(name, target, native):
+    """The decode program of a quantized LLM calls the kernels on CPU (so tests/test_llm.py's LiteRT
+    bit-exactness covers them), and not with KernelOptions(native_kernels=False)."""
+    from pathlib import Path
+
+    import fbjax
+
+    path = Path(__file__).resolve().parent / "data" / "llm" / f"{name}.tflite"
+    m = fbjax.load(path, kernel_options=fbjax.KernelOptions(native_kernels=native))
+    dec = m.signature("decode")
+    ins = {s.name: np.zeros(s.shape, s.dtype) for s in dec.inputs}
+    text = jax.jit(lambda p, b, i: dec.apply(p, buffers=b, **i)).lower(m.params, m.buffers, ins).as_text()
+    assert (target in text) == native

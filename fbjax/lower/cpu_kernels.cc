@@ -17,6 +17,8 @@
 //                             in the low nibble of byte j)
 //                             -> acc int32 [K, R, O] = sum_c x[r, k, c] * w[o, k, c]
 //                                ksum int32 [K, O]   = sum_c w[o, k, c]
+//   fbjax_block_fc:          the same x and w, scale float32 [O, K] -> out float32 [R, O], kfsum float32 [O]:
+//                             TFLite's blockwise FULLY_CONNECTED sums over the blocks (see BlockFc)
 //
 // Exactness: |x| <= 32767 and |w| <= 128, so each pair of products summed by
 // _mm256_madd_epi16 fits int32; the callers keep |sum| < 2**31 (fbjax's hybrid
@@ -270,6 +272,61 @@ ffi::Error BlockMatmulAny(ffi::ThreadPool pool, ffi::Buffer<ffi::S16> x, ffi::An
              ksum->typed_data());
 }
 
+// TFLite's EvalBlockwise4Bit accumulation (fully_connected.cc), per output o over the blocks in order:
+// out[r, o] += float(sum_c x[r, k, c] * w[o, k, c]) * scale[o, k];  kfsum[o] += scale[o, k] * float(ksum);
+// each product and sum rounded to float32 on its own (built with -ffp-contract=off: no FMA).
+ffi::Error BlockFc(ffi::ThreadPool pool, ffi::Buffer<ffi::S16> x, ffi::AnyBuffer w, ffi::Buffer<ffi::F32> scale,
+                   ffi::ResultBuffer<ffi::F32> out, ffi::ResultBuffer<ffi::F32> kfsum) {
+  const auto xd = x.dimensions(), wd = w.dimensions(), sd = scale.dimensions();
+  if (xd.size() != 3 || wd.size() != 3 || xd[1] != wd[1] || xd[2] != wd[2] || sd.size() != 2 || sd[0] != wd[0] ||
+      sd[1] != wd[1])
+    return ffi::Error::InvalidArgument("fbjax_block_fc: x [R, K, B], w [O, K, B], scale [O, K] expected");
+  const bool packed = w.element_type() == ffi::S4;
+  if (!packed && w.element_type() != ffi::S8) return ffi::Error::InvalidArgument("fbjax_block_fc: w int8 or int4");
+  const int64_t R = xd[0], K = xd[1], B = xd[2], O = wd[0];
+  if (B > 1024 || (packed && B % 2)) return ffi::Error::InvalidArgument("fbjax_block_fc: block size <= 1024");
+  const int16_t* X = x.typed_data();
+  const uint8_t* W = static_cast<const uint8_t*>(w.untyped_data());
+  const float* S = scale.typed_data();
+  float* Y = out->typed_data();
+  float* KF = kfsum->typed_data();
+  const int64_t row_bytes = packed ? K * B / 2 : K * B;
+  const int64_t per = std::max<int64_t>(1, kChunkBytes / std::max<int64_t>(row_bytes, 1));
+  const int64_t chunks = (O + per - 1) / per;
+  ParallelChunks(pool, chunks, [=](int64_t c) {
+    int8_t buf[1024];
+    int32_t tmp[4];
+    for (int64_t o = c * per; o < std::min(O, (c + 1) * per); ++o) {
+      float kf = 0.0f;
+      for (int64_t r = 0; r < R; ++r) Y[r * O + o] = 0.0f;
+      for (int64_t k = 0; k < K; ++k) {
+        const int8_t* wb;
+        if (packed) {
+          UnpackS4(W + (o * K + k) * B / 2, B, buf);
+          wb = buf;
+        } else {
+          wb = reinterpret_cast<const int8_t*>(W) + (o * K + k) * B;
+        }
+        int32_t ks = 0;
+        for (int64_t j = 0; j < B; ++j) ks += wb[j];
+        const float sk = S[o * K + k];
+        const float t = sk * static_cast<float>(ks);
+        kf = kf + t;
+        for (int64_t r = 0; r < R; r += 4) {
+          const int rows = static_cast<int>(std::min<int64_t>(4, R - r));
+          Dot4(X + (r * K + k) * B, K * B, rows, wb, B, tmp);
+          for (int q = 0; q < rows; ++q) {
+            const float p = static_cast<float>(tmp[q]) * sk;
+            Y[(r + q) * O + o] = Y[(r + q) * O + o] + p;
+          }
+        }
+      }
+      KF[o] = kf;
+    }
+  });
+  return ffi::Error::Success();
+}
+
 }  // namespace
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(fbjax_int8_matmul, Int8Matmul,
@@ -286,3 +343,12 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(fbjax_block_matmul, BlockMatmulAny,
                                   .Arg<ffi::AnyBuffer>()
                                   .Ret<ffi::Buffer<ffi::S32>>()
                                   .Ret<ffi::Buffer<ffi::S32>>());
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(fbjax_block_fc, BlockFc,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::S16>>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>());

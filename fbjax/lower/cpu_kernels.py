@@ -45,12 +45,12 @@ import jaxlib
 
 from ..options import default_cache_dir
 
-__all__ = ["available", "tag", "int8_matmul", "block_matmul", "library_path"]
+__all__ = ["available", "tag", "int8_matmul", "block_matmul", "block_fc", "library_path"]
 
 SOURCE = Path(__file__).with_name("cpu_kernels.cc")
 #: the FFI handlers the library exports (registered for the CPU platform under these names)
-TARGETS = ("fbjax_int8_matmul", "fbjax_block_matmul")
-_FLAGS = ["-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-w"]
+TARGETS = ("fbjax_int8_matmul", "fbjax_block_matmul", "fbjax_block_fc")
+_FLAGS = ["-O3", "-march=native", "-std=c++17", "-ffp-contract=off", "-shared", "-fPIC", "-w"]
 
 _lock = threading.Lock()
 _state: dict = {"tried": False, "lib": None, "tag": "xla", "why": None}
@@ -166,3 +166,24 @@ def block_matmul(x, w):
     o = w.shape[0]
     return jax.ffi.ffi_call("fbjax_block_matmul", (jax.ShapeDtypeStruct((k, r, o), jnp.int32),
                                    jax.ShapeDtypeStruct((k, o), jnp.int32)))(x.astype(jnp.int16), w)
+
+
+def block_fc(x, w, scale):
+    """TFLite's blockwise FULLY_CONNECTED sums (``fully_connected.cc`` ``EvalBlockwise4Bit``): per output
+    ``o``, over the blocks ``k`` in order, ``out[r, o] += f32(sum_c x[r, k, c] * w[o, k, c]) * scale[o, k]``
+    and ``kfsum[o] += scale[o, k] * f32(sum_c w[o, k, c])``, each float32 product and sum rounded on its
+    own (no FMA).
+
+    Args:
+        x: int16 ``[R, K, B]`` (quantized inputs, zero point not subtracted).
+        w: int8 or int4 ``[O, K, B]``.
+        scale: float32 ``[O, K]``.
+
+    Returns:
+        (float32 ``[R, O]``, float32 ``[O]``). Only on the CPU backend, after :func:`available`.
+    """
+    r = x.shape[0]
+    o = w.shape[0]
+    return jax.ffi.ffi_call("fbjax_block_fc", (jax.ShapeDtypeStruct((r, o), jnp.float32),
+                                               jax.ShapeDtypeStruct((o,), jnp.float32)))(
+        x.astype(jnp.int16), w, jnp.asarray(scale, jnp.float32))

@@ -236,6 +236,31 @@ def _block_matmul_native(q, w):
 _blocks_vmap(_block_matmul_native)
 
 
+@jax.custom_batching.custom_vmap
+def _block_fc_native(q, w, scale):
+    """:func:`fbjax.lower.cpu_kernels.block_fc`: ``q`` int32 ``[R, blocks, bs]``, ``w`` ``[O, blocks,
+    bs]``, ``scale`` float32 ``[O, blocks]`` -> (``out`` float32 ``[R, O]``, ``kfsum`` float32 ``[O]``),
+    the float sums of :func:`_fc_blockwise` in its order. Under ``vmap`` the batch joins the rows."""
+    w = jnp.asarray(w)
+    if w.dtype not in (jnp.int4, jnp.int8) or w.shape[-1] > 1024 or (w.dtype == jnp.int4 and w.shape[-1] % 2):
+        w = _as_int8(w)
+    return cpu_kernels.block_fc(q.astype(jnp.int16), w, scale)
+
+
+@_block_fc_native.def_vmap
+def _block_fc_native_vmap(axis_size, in_batched, q, w, scale):
+    qb, wb, sb = in_batched
+    if wb or sb:
+        q = q if qb else jnp.broadcast_to(q, (axis_size,) + q.shape)
+        w = w if wb else jnp.broadcast_to(w, (axis_size,) + w.shape)
+        scale = scale if sb else jnp.broadcast_to(scale, (axis_size,) + scale.shape)
+        return lax.map(lambda a: _block_fc_native(*a), (q, w, scale)), (True, True)
+    if not qb:
+        return _block_fc_native(q, w, scale), (False, False)
+    out, kfsum = _block_fc_native(q.reshape((-1,) + q.shape[2:]), w, scale)
+    return (out.reshape((axis_size, -1, out.shape[-1])), kfsum), (True, False)
+
+
 def _native(ctx) -> bool:
     """Use fbjax's CPU kernels for this node's integer products: the program's backend is the CPU,
     ``KernelOptions.native_kernels`` is on and the kernels built (:func:`fbjax.lower.cpu_kernels.available`).
@@ -603,18 +628,20 @@ def _fc_blockwise(ctx, x2d, w, b):
     q, s, z = asymmetric_quantize(x2d)
     wb = jnp.asarray(w).reshape(o, nb, bs)  # int4/int8 as held (a buffer, a constant, or traced in float mode)
     rows = q.shape[0]
-    matmul = _block_matmul_native if _native(ctx) else _block_matmul
-    acc, ksum = matmul(q.reshape(rows, nb, bs), wb)  # [blocks, R, O]; [blocks, O]
-    ksum = ksum.astype(jnp.float32)  # exact in float32
+    if _native(ctx):
+        out, kfsum = _block_fc_native(q.reshape(rows, nb, bs), wb, jnp.asarray(scales))
+    else:
+        acc, ksum = _block_matmul(q.reshape(rows, nb, bs), wb)  # [blocks, R, O]; [blocks, O]
+        ksum = ksum.astype(jnp.float32)  # exact in float32
 
-    def block(carry, xs):  # TFLite's order of float32 additions, one block after the other
-        out, kfsum = carry
-        acc_k, ksum_k, sk = xs
-        return (out + _rounded(acc_k.astype(jnp.float32) * sk[None, :]), kfsum + _rounded(sk * ksum_k)), None
+        def block(carry, xs):  # TFLite's order of float32 additions, one block after the other
+            out, kfsum = carry
+            acc_k, ksum_k, sk = xs
+            return (out + _rounded(acc_k.astype(jnp.float32) * sk[None, :]), kfsum + _rounded(sk * ksum_k)), None
 
-    # a scan, not a Python loop: one compiled body however many blocks (I / 32 of them)
-    (out, kfsum), _ = lax.scan(block, (jnp.zeros((rows, o), jnp.float32), jnp.zeros(o, jnp.float32)),
-                               (acc, ksum, jnp.asarray(np.ascontiguousarray(scales.T))))
+        # a scan, not a Python loop: one compiled body however many blocks (I / 32 of them)
+        (out, kfsum), _ = lax.scan(block, (jnp.zeros((rows, o), jnp.float32), jnp.zeros(o, jnp.float32)),
+                                   (acc, ksum, jnp.asarray(np.ascontiguousarray(scales.T))))
     out = out - _rounded(z.astype(jnp.float32)[:, None] * kfsum[None, :])
     out = _rounded(out * s[:, None])
     if b is not None:
