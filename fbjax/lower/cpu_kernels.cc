@@ -272,9 +272,47 @@ ffi::Error BlockMatmulAny(ffi::ThreadPool pool, ffi::Buffer<ffi::S16> x, ffi::An
              ksum->typed_data());
 }
 
+#if defined(__AVX2__)
+// The four int32 sums of the 8 lanes of v0..v3.
+inline __m128i Sum4(__m256i v0, __m256i v1, __m256i v2, __m256i v3) {
+  const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(v0, v1), _mm256_hadd_epi32(v2, v3));
+  return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+
+// sum_c x[c] * w[c] over one block of b values (b % 16 == 0), as 8 int32 lanes.
+inline __m256i BlockLanes(const int16_t* x, const int16_t* w, int64_t b) {
+  __m256i a = _mm256_setzero_si256();
+  for (int64_t c = 0; c < b; c += 16)
+    a = _mm256_add_epi32(a, _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + c)),
+                                              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + c))));
+  return a;
+}
+#endif
+
+// sums[k] = sum_c x[k * b + c] * w[k * b + c] for the K blocks of one row.
+inline void BlockDots(const int16_t* x, const int16_t* w, int64_t K, int64_t b, int32_t* sums) {
+  int64_t k = 0;
+#if defined(__AVX2__)
+  if (b % 16 == 0) {
+    for (; k + 4 <= K; k += 4) {
+      const __m128i s4 = Sum4(BlockLanes(x + k * b, w + k * b, b), BlockLanes(x + (k + 1) * b, w + (k + 1) * b, b),
+                              BlockLanes(x + (k + 2) * b, w + (k + 2) * b, b),
+                              BlockLanes(x + (k + 3) * b, w + (k + 3) * b, b));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(sums + k), s4);
+    }
+  }
+#endif
+  for (; k < K; ++k) {
+    int32_t s = 0;
+    for (int64_t c = 0; c < b; ++c) s += int32_t(x[k * b + c]) * int32_t(w[k * b + c]);
+    sums[k] = s;
+  }
+}
+
 // TFLite's EvalBlockwise4Bit accumulation (fully_connected.cc), per output o over the blocks in order:
 // out[r, o] += float(sum_c x[r, k, c] * w[o, k, c]) * scale[o, k];  kfsum[o] += scale[o, k] * float(ksum);
-// each product and sum rounded to float32 on its own (built with -ffp-contract=off: no FMA).
+// each product and sum rounded to float32 on its own (built with -ffp-contract=off: no FMA). Each weight
+// row is unpacked and widened to int16 once, then used for every input row.
 ffi::Error BlockFc(ffi::ThreadPool pool, ffi::Buffer<ffi::S16> x, ffi::AnyBuffer w, ffi::Buffer<ffi::F32> scale,
                    ffi::ResultBuffer<ffi::F32> out, ffi::ResultBuffer<ffi::F32> kfsum) {
   const auto xd = x.dimensions(), wd = w.dimensions(), sd = scale.dimensions();
@@ -294,11 +332,10 @@ ffi::Error BlockFc(ffi::ThreadPool pool, ffi::Buffer<ffi::S16> x, ffi::AnyBuffer
   const int64_t per = std::max<int64_t>(1, kChunkBytes / std::max<int64_t>(row_bytes, 1));
   const int64_t chunks = (O + per - 1) / per;
   ParallelChunks(pool, chunks, [=](int64_t c) {
+    std::unique_ptr<int16_t[]> w16(new int16_t[K * B]);
+    std::unique_ptr<int32_t[]> ks(new int32_t[K]), sums(new int32_t[K]);
     int8_t buf[1024];
-    int32_t tmp[4];
     for (int64_t o = c * per; o < std::min(O, (c + 1) * per); ++o) {
-      float kf = 0.0f;
-      for (int64_t r = 0; r < R; ++r) Y[r * O + o] = 0.0f;
       for (int64_t k = 0; k < K; ++k) {
         const int8_t* wb;
         if (packed) {
@@ -307,21 +344,29 @@ ffi::Error BlockFc(ffi::ThreadPool pool, ffi::Buffer<ffi::S16> x, ffi::AnyBuffer
         } else {
           wb = reinterpret_cast<const int8_t*>(W) + (o * K + k) * B;
         }
-        int32_t ks = 0;
-        for (int64_t j = 0; j < B; ++j) ks += wb[j];
-        const float sk = S[o * K + k];
-        const float t = sk * static_cast<float>(ks);
-        kf = kf + t;
-        for (int64_t r = 0; r < R; r += 4) {
-          const int rows = static_cast<int>(std::min<int64_t>(4, R - r));
-          Dot4(X + (r * K + k) * B, K * B, rows, wb, B, tmp);
-          for (int q = 0; q < rows; ++q) {
-            const float p = static_cast<float>(tmp[q]) * sk;
-            Y[(r + q) * O + o] = Y[(r + q) * O + o] + p;
-          }
+        int32_t s = 0;
+        for (int64_t j = 0; j < B; ++j) {
+          w16[k * B + j] = wb[j];
+          s += wb[j];
         }
+        ks[k] = s;
+      }
+      const float* so = S + o * K;
+      float kf = 0.0f;
+      for (int64_t k = 0; k < K; ++k) {
+        const float t = so[k] * static_cast<float>(ks[k]);
+        kf = kf + t;
       }
       KF[o] = kf;
+      for (int64_t r = 0; r < R; ++r) {
+        BlockDots(X + r * K * B, w16.get(), K, B, sums.get());
+        float y = 0.0f;
+        for (int64_t k = 0; k < K; ++k) {
+          const float p = static_cast<float>(sums[k]) * so[k];
+          y = y + p;
+        }
+        Y[r * O + o] = y;
+      }
     }
   });
   return ffi::Error::Success();
