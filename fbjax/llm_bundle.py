@@ -30,10 +30,11 @@ turn and the generation prompt; the last reply's closing text is not fed),
 after the previous turn's last token; checked over three turns against the
 runtime's Conversation.
 
-Fine-tuning: full parameters. Train :attr:`LlmBundle.params` through any
-signature of :attr:`LlmBundle.model` and write them back with
-:meth:`LlmBundle.save` (low-rank adapters are not implemented: a LoRA's
-product ``W + A @ B`` can be saved as full weights the same way).
+Fine-tuning: :meth:`LlmBundle.loss` is the next-token loss on text
+(:mod:`fbjax.finetune`, which also has LoRA adapters, on quantized weights
+too); train :attr:`LlmBundle.params` (or adapters, merged with
+:func:`fbjax.finetune.merge_lora`) and write them back with
+:meth:`LlmBundle.save`.
 
 Sampling: greedy when ``top_k == 1`` or ``temperature == 0`` (the runtime's
 CPU sampler is top-p after top-k, and ``k=1`` is greedy); otherwise
@@ -52,7 +53,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import export
 
-from . import cache
+from . import cache, finetune
 from .errors import InputError, ModelFormatError
 from .formats import llm_bundle as _fmt
 from .formats._writing import write_file
@@ -475,6 +476,18 @@ class LlmBundle:
     def chat(self, *, params=None, **sampler) -> "ChatSession":
         """A multi-turn chat (:class:`ChatSession`) through the chat template, keeping its KV cache."""
         return self.session(params=params, **sampler)
+
+    # --- fine-tuning -----------------------------------------------------------
+
+    def loss(self, params, texts: Union[str, Sequence[str]], *, lora=None, add_stop: bool = False, buffers=None):
+        """Mean next-token cross-entropy of ``texts`` (float32 scalar), differentiable in ``params``
+        (and ``lora``) and traceable: :func:`fbjax.finetune.loss` (tokenization, start token, padding,
+        positions, causal mask and empty KV cache made here; LoRA adapters, quantized weights included).
+
+        Raises:
+            InputError: no texts, a text too short or longer than the KV cache.
+        """
+        return finetune.loss(self, params, texts, lora=lora, add_stop=add_stop, buffers=buffers)
 
     # --- saving ----------------------------------------------------------------
 
