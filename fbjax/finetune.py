@@ -80,6 +80,7 @@ import numpy as np
 
 from .errors import InputError
 from .generation import _CACHE_PREFIX, _causal_mask
+from .lower.tflite_int.hybrid import OP_SET as _HYBRID
 from .quantmath import dequantize_array, requantize_weights
 
 __all__ = ["Lora", "loss", "text_tokens", "lora_init", "lora_params", "merge_lora", "requantization_error"]
@@ -259,6 +260,16 @@ def _quant_of(model, name: str):
                      "not a quantized weight (a table or an integer bias); leave it out of include=")
 
 
+def _dense_hybrid(registry, op_set: str, name: str) -> bool:
+    """Whether ops ``(op_set, name)`` are hybrid kernels (float input, integer weights) of a dense layer:
+    their float twin declares input 1 an ``[O, I]`` weight (its ``weights`` fact, layout ``"OI"``),
+    the layout the side path multiplies by."""
+    if op_set != _HYBRID:
+        return False
+    twin = registry.get("tflite", name)
+    return twin is not None and (1, "OI") in tuple(twin.weights)
+
+
 def _hybrid_consumers(model, name: str) -> list:
     """The nodes reading buffer ``name``, as (node, input index)."""
     ids = {vid for vid, n in model.program.buffer_of.items() if n == name}
@@ -306,10 +317,11 @@ def lora_init(source, *, rank: int = 8, alpha: float = 16.0, include: Sequence[s
         if n in buffers and model is not None:
             _quant_of(model, n)
             bad = [f"{node.op_set}:{node.op_name} input {i}" for node, i in _hybrid_consumers(model, n)
-                   if (node.op_set, node.op_name, i) != ("tflite.hybrid", "FULLY_CONNECTED", 1)]
+                   if i != 1 or not _dense_hybrid(model.program.registry, node.op_set, node.op_name)]
             if bad:
                 raise InputError(f"lora_init: quantized weight {n!r} is read by {bad[0]}; LoRA on a quantized "
-                                 "weight runs beside a hybrid FULLY_CONNECTED only: exclude it (exclude=[...])")
+                                 "weight runs beside a hybrid dense layer (FULLY_CONNECTED) only: exclude it "
+                                 "(exclude=[...])")
     adapters = {}
     for n, k in zip(chosen, jax.random.split(key, max(len(chosen), 1))):
         o, i = cands[n]
@@ -361,7 +373,7 @@ class _LoraRegistry:
 
     def get(self, op_set: str, name: str):
         od = self.base.get(op_set, name)
-        if od is None or (op_set, name) != ("tflite.hybrid", "FULLY_CONNECTED"):
+        if od is None or not _dense_hybrid(self.base, op_set, name):
             return od
         if name not in self._defs:
             self._defs[name] = dataclasses.replace(od, fn=self._fc(od.fn))

@@ -157,6 +157,9 @@ def test_qlora_gradients_reach_every_adapter(bundles):
     lora = jax.tree_util.tree_map(lambda x, d: x - 1e-2 * jnp.sign(d), lora, g0)
     for name, (da, db) in grad(lora).adapters.items():
         assert float(jnp.abs(da).max()) > 0 and float(jnp.abs(db).max()) > 0, name
+    # the tied embedding / LM head is also read by a hybrid EMBEDDING_LOOKUP: no side path there
+    with pytest.raises(InputError, match="EMBEDDING_LOOKUP input 1"):
+        finetune.lora_init(b, include=["arith.constant*"])
 
 
 def _recorded_lora(variant: str):
