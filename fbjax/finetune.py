@@ -482,10 +482,11 @@ def requantization_error(source, merged: Mapping) -> dict:
         source: the bundle or Model; merged: :func:`merge_lora`'s result with ``requantize=False``.
 
     Returns:
-        ``{name: {"max_abs": float, "max_steps": float, "clipped": int,
-        "delta_max_abs": float}}`` for each quantized weight in ``merged``:
-        the largest ``|dequantize(requantize(W')) - W'|``, the same in units
-        of the weight's quantization step (<= 0.5 unless clipped), the
+        ``{name: {"max_abs": float, "max_steps": float, "max_steps_unclipped":
+        float, "clipped": int, "delta_max_abs": float}}`` for each quantized
+        weight in ``merged``: the largest ``|dequantize(requantize(W')) - W'|``,
+        the same in units of the weight's quantization step (and over the
+        values inside the integer range only: <= 0.5), the
         values outside the integer range (clipped), and the largest
         ``|W' - dequantize(W_q)|`` (the LoRA delta) for scale.
     """
@@ -504,8 +505,11 @@ def requantization_error(source, merged: Mapping) -> dict:
                 if q.block_size else dequantize_array(np.ones_like(stored), q) - dequantize_array(np.zeros_like(stored), q))
         lo, hi = (-8, 7) if q.block_size else (-128, 127)
         raw = np.rint(w / step)
+        inside = (raw >= lo) & (raw <= hi)
+        moved = np.abs(back - w) / step
         out[name] = {"max_abs": float(np.max(np.abs(back - w))),
-                     "max_steps": float(np.max(np.abs(back - w) / step)),
+                     "max_steps": float(np.max(moved)),
+                     "max_steps_unclipped": float(np.max(moved[inside])) if inside.any() else 0.0,
                      "clipped": int(np.sum((raw < lo) | (raw > hi))),
                      "delta_max_abs": float(np.max(np.abs(w - dequantize_array(stored, q))))}
     return out

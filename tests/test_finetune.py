@@ -196,5 +196,9 @@ def test_merged_lora_bundle_runs_in_runtime(variant, bundles, tmp_path):
         for n in lora.adapters:
             assert n in re.model.buffers
             np.testing.assert_array_equal(np.asarray(re.model.buffers[n]).astype(np.int8), merged[n])
+        # rounding to the nearest step moves a value inside the range by at most half a step, plus float32
+        # rounding: of dequantize's q * scale at |q| <= 128 steps (128 * 2^-24 = 2^-17 steps) and of
+        # w * f32(1 / scale) (two roundings, relative 2^-24 each): below 2^-16 steps; clipped ones further
         err = finetune.requantization_error(b, finetune.merge_lora(b, b.params, lora, requantize=False))
-        assert max(e["max_steps"] for e in err.values()) == pytest.approx(rec["requant_max_steps"])
+        assert max(e["max_steps_unclipped"] for e in err.values()) <= 0.5 + 2.0 ** -16
+        assert all(e["max_steps"] >= e["max_steps_unclipped"] for e in err.values())
