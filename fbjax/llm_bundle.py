@@ -495,7 +495,9 @@ class LlmBundle:
         """Write the bundle with the model's weights replaced by ``params`` (default :attr:`params`).
 
         The model section is re-written by :meth:`fbjax.Model.save` (every
-        weight in ``params``: full fine-tuning); every other section keeps
+        weight in ``params``: full fine-tuning; LoRA adapters merged first by
+        :func:`fbjax.finetune.merge_lora`, quantized weights re-quantized on
+        the file's grid); every other section keeps
         its bytes, ``.litertlm`` offsets stay 16 KiB aligned (later sections
         move by whole blocks if the model's padded size changes), and a
         ``.task`` keeps its members' names, order and compression.

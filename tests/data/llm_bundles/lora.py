@@ -51,6 +51,7 @@ def base_bundle(variant: str):
 
 
 def train(out: str) -> None:
+    """Train, merge and save the three variants into OUT; write the adapters and lora_text.json."""
     import time
 
     import jax
@@ -122,9 +123,8 @@ def train(out: str) -> None:
 
 
 def record(out: str) -> None:
-    sys.path.insert(0, HERE)
-    from generate import run_runtime  # noqa: E402 - generate.py beside this file
-
+    """Run each merged bundle of OUT in the LiteRT-LM runtime (greedy session, no template, as
+    generate.py's ``run_runtime``) and add its text to ``lora_text.json`` (the generator environment)."""
     import litert_lm
 
     rec = json.load(open(RECORD))
@@ -141,7 +141,6 @@ def record(out: str) -> None:
         print(variant, repr(v["runtime_text"]), flush=True)
     rec["litert_lm"] = __import__("importlib.metadata").metadata.version("litert-lm-api")
     json.dump(rec, open(RECORD, "w"), indent=1, ensure_ascii=False)
-    del run_runtime
 
 
 if __name__ == "__main__":
