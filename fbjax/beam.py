@@ -37,6 +37,12 @@ Beam cut the data into batches. The batching hints
 ``step_size`` to ``4 * step_size`` examples (a batch of several steps keeps
 :func:`fbjax.infer`'s reading, dispatch and copy-back overlapped).
 
+LLM bundles: :class:`FbjaxLlmHandler` takes prompts (strings) and returns
+completions, each Beam batch generated as one batch by
+:meth:`fbjax.LlmBundle.generate` (rows prefilled and decoded together, each
+stopping on its own); wrap it in ``KeyedModelHandler`` for ``(key, prompt)``
+elements.
+
 Importing :mod:`fbjax` does not import Apache Beam; this module does
 (install it with ``pip install 'fbjax[beam]'``).
 """
@@ -55,9 +61,10 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
 
 from .errors import InputError
 from .batch_inference import infer, load_for_infer
-from .model import Model
+from .llm_bundle import LlmBundle
+from .model import Model, load
 
-__all__ = ["FbjaxModelHandler", "DEFAULT_STEP_SIZE"]
+__all__ = ["FbjaxModelHandler", "FbjaxLlmHandler", "DEFAULT_STEP_SIZE"]
 
 #: Examples per compiled call when ``step_size`` is not given: the default of
 #: :func:`fbjax.infer` on one device (8 per device).
@@ -225,6 +232,124 @@ class FbjaxModelHandler(_beam.ModelHandler[Example, _beam.PredictionResult, Mode
         ``model_path``."""
         if model_path:
             self._model_path = os.fspath(model_path)
+
+
+def _read_source(path: str) -> Union[str, bytes]:
+    """A local path as it is; another path Beam's ``FileSystems`` reads (``gs://``...) as bytes."""
+    source = os.path.expanduser(path)
+    if "://" in source and not os.path.exists(source):
+        from apache_beam.io.filesystems import FileSystems
+
+        with FileSystems.open(source) as f:
+            return f.read()
+    return source
+
+
+class FbjaxLlmHandler(_beam.ModelHandler[str, _beam.PredictionResult, LlmBundle]):
+    """A Beam ``ModelHandler`` that generates text with an LLM bundle (``.litertlm``, LLM ``.task``).
+
+    Elements are prompts (``str``); each output element is
+    ``PredictionResult(prompt, completion, model_id)`` with ``completion``
+    the generated text (a :class:`fbjax.llm_bundle.Generation` with
+    ``return_tokens=True``) and ``model_id`` the bundle path. Each Beam
+    batch (``min_batch_size`` to ``max_batch_size`` prompts) runs as one call
+    of :meth:`fbjax.LlmBundle.generate`: its rows are prefilled and decoded
+    together, each stopping at its stop token, ``max_new_tokens`` or a full
+    KV cache. Greedy decoding (the bundle's default when its sampler is
+    greedy, or ``top_k=1``) gives each prompt the text ``bundle.generate``
+    gives it alone; a sampled completion depends on the batch it was drawn
+    in (one random stream per batch, from ``seed``). Wrap it in
+    ``apache_beam.ml.inference.base.KeyedModelHandler`` for ``(key,
+    prompt)`` elements.
+
+    Args:
+        bundle_path: the bundle: a local path or any path Beam's
+            ``FileSystems`` reads (read as bytes on each worker).
+        template: wrap prompts in the bundle's prompt template.
+        max_new_tokens: at most this many new tokens per prompt.
+        temperature, top_k, top_p, seed: override the bundle's sampler.
+        return_tokens: ``inference`` is a :class:`~fbjax.llm_bundle.Generation`
+            (text, ids, why it stopped) instead of the text.
+        min_batch_size, max_batch_size: bounds of Beam's batches (default 1
+            and 8): prompts generated together (memory: one KV cache each).
+        max_batch_duration_secs: streaming pipelines: the longest a batch
+            waits to fill.
+        load_options: other keyword arguments of :func:`fbjax.load`.
+        env_vars: environment variables set before the bundle loads.
+
+    Raises:
+        InputError: a batch bound that is not a positive int, or
+            ``min_batch_size > max_batch_size``.
+    """
+
+    def __init__(self, bundle_path: Union[str, os.PathLike], *, template: bool = True,
+                 max_new_tokens: Optional[int] = None, temperature: Optional[float] = None,
+                 top_k: Optional[int] = None, top_p: Optional[float] = None, seed: Optional[int] = None,
+                 return_tokens: bool = False, min_batch_size: int = 1, max_batch_size: int = 8,
+                 max_batch_duration_secs: Optional[int] = None, load_options: Optional[Mapping[str, Any]] = None,
+                 env_vars: Optional[Mapping[str, str]] = None):
+        _check_positive(min_batch_size, "min_batch_size")
+        _check_positive(max_batch_size, "max_batch_size")
+        if min_batch_size > max_batch_size:
+            raise InputError(f"min_batch_size {min_batch_size} > max_batch_size {max_batch_size}")
+        if max_new_tokens is not None:
+            _check_positive(max_new_tokens, "max_new_tokens")
+        super().__init__(min_batch_size=min_batch_size, max_batch_size=max_batch_size,
+                         max_batch_duration_secs=max_batch_duration_secs, env_vars=dict(env_vars or {}))
+        self._path = os.fspath(bundle_path)
+        self._gen = dict(template=template, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
+                         top_p=top_p, seed=seed, return_tokens=return_tokens)
+        self._load_options = dict(load_options or {})
+
+    def load_model(self) -> LlmBundle:
+        """Load the bundle (once per worker process, shared by its threads).
+
+        Raises:
+            FileNotFoundError, ModelFormatError: as :func:`fbjax.load`.
+            InputError: the file is not an LLM bundle.
+        """
+        bundle = load(_read_source(self._path), **self._load_options)
+        if not isinstance(bundle, LlmBundle):
+            raise InputError(f"FbjaxLlmHandler: {self._path} is not an LLM bundle (.litertlm / LLM .task) but a "
+                             f"{type(bundle).__name__}; use FbjaxModelHandler for tensor models")
+        return bundle
+
+    def run_inference(self, batch: Sequence[str], model: LlmBundle,
+                      inference_args: Optional[dict] = None) -> Iterable[_beam.PredictionResult]:
+        """Generate one Beam batch of prompts: ``model.generate(list(batch), ...)``.
+
+        Returns:
+            one ``PredictionResult(prompt, completion, model_id)`` per prompt, in batch order.
+
+        Raises:
+            InputError: a prompt that is not a string, or too long for the KV cache.
+            ValueError: ``inference_args`` given.
+        """
+        if inference_args:
+            raise ValueError(f"FbjaxLlmHandler takes no inference_args (got {sorted(inference_args)}); give "
+                             "generation options to the handler")
+        prompts = list(batch)
+        bad = [i for i, p in enumerate(prompts) if not isinstance(p, str)]
+        if bad:
+            raise InputError(f"FbjaxLlmHandler: element {bad[0]} is a {type(prompts[bad[0]]).__name__}, not a "
+                             "prompt string (use KeyedModelHandler for (key, prompt) pairs)")
+        if not prompts:
+            return []
+        outs = model.generate(prompts, **self._gen)
+        return [_beam.PredictionResult(p, y, self._path) for p, y in zip(prompts, outs)]
+
+    def get_num_bytes(self, batch: Sequence[str]) -> int:
+        """UTF-8 bytes of the prompts (Beam's byte counter)."""
+        return sum(len(p.encode("utf-8")) for p in batch if isinstance(p, str))
+
+    def get_metrics_namespace(self) -> str:
+        """Beam metrics namespace: ``"BeamML_FbjaxLlm"``."""
+        return "BeamML_FbjaxLlm"
+
+    def update_model_path(self, model_path: Optional[str] = None) -> None:
+        """Beam's automatic model refresh: the next :meth:`load_model` reads ``model_path``."""
+        if model_path:
+            self._path = os.fspath(model_path)
 
 
 def _check_positive(v, name: str) -> None:

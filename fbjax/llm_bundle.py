@@ -30,10 +30,11 @@ turn and the generation prompt; the last reply's closing text is not fed),
 after the previous turn's last token; checked over three turns against the
 runtime's Conversation.
 
-Fine-tuning: full parameters. Train :attr:`LlmBundle.params` through any
-signature of :attr:`LlmBundle.model` and write them back with
-:meth:`LlmBundle.save` (low-rank adapters are not implemented: a LoRA's
-product ``W + A @ B`` can be saved as full weights the same way).
+Fine-tuning: :meth:`LlmBundle.loss` is the next-token loss on text
+(:mod:`fbjax.finetune`, which also has LoRA adapters, on quantized weights
+too); train :attr:`LlmBundle.params` (or adapters, merged with
+:func:`fbjax.finetune.merge_lora`) and write them back with
+:meth:`LlmBundle.save`.
 
 Sampling: greedy when ``top_k == 1`` or ``temperature == 0`` (the runtime's
 CPU sampler is top-p after top-k, and ``k=1`` is greedy); otherwise
@@ -51,7 +52,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import cache
+from . import cache, finetune
 from .errors import InputError, ModelFormatError
 from .formats import llm_bundle as _fmt
 from .formats._writing import write_file
@@ -475,13 +476,27 @@ class LlmBundle:
         """A multi-turn chat (:class:`ChatSession`) through the chat template, keeping its KV cache."""
         return self.session(params=params, **sampler)
 
+    # --- fine-tuning -----------------------------------------------------------
+
+    def loss(self, params, texts: Union[str, Sequence[str]], *, lora=None, add_stop: bool = False, buffers=None):
+        """Mean next-token cross-entropy of ``texts`` (float32 scalar), differentiable in ``params``
+        (and ``lora``) and traceable: :func:`fbjax.finetune.loss` (tokenization, start token, padding,
+        positions, causal mask and empty KV cache made here; LoRA adapters, quantized weights included).
+
+        Raises:
+            InputError: no texts, a text too short or longer than the KV cache.
+        """
+        return finetune.loss(self, params, texts, lora=lora, add_stop=add_stop, buffers=buffers)
+
     # --- saving ----------------------------------------------------------------
 
     def save(self, path=None, params=None) -> bytes:
         """Write the bundle with the model's weights replaced by ``params`` (default :attr:`params`).
 
         The model section is re-written by :meth:`fbjax.Model.save` (every
-        weight in ``params``: full fine-tuning); every other section keeps
+        weight in ``params``: full fine-tuning; LoRA adapters merged first by
+        :func:`fbjax.finetune.merge_lora`, quantized weights re-quantized on
+        the file's grid); every other section keeps
         its bytes, ``.litertlm`` offsets stay 16 KiB aligned (later sections
         move by whole blocks if the model's padded size changes), and a
         ``.task`` keeps its members' names, order and compression.

@@ -134,19 +134,21 @@ class SignatureRunner:
     def _apply_buffers(self, params: dict, buffers: dict, *inputs) -> tuple:
         return self.apply_tuple(params, *inputs, buffers=buffers)
 
-    def apply_tuple(self, params: dict, *inputs, buffers: Optional[dict] = None) -> tuple:
+    def apply_tuple(self, params: dict, *inputs, buffers: Optional[dict] = None, program=None) -> tuple:
         """:meth:`apply` with inputs positional in :attr:`inputs` order (not
         checked, not cast) and the outputs as a tuple in :attr:`outputs`
         order; what :func:`fbjax.infer` and :func:`fbjax.generate` call.
         ``buffers``: :attr:`fbjax.Model.buffers` passed as arguments of the
-        caller's ``jax.jit`` (None: read as constants)."""
+        caller's ``jax.jit`` (None: read as constants). ``program``: a copy
+        of the model's program to trace instead (one with another registry
+        view: :mod:`fbjax.finetune`'s LoRA side path); default the model's."""
         self.model._check_params(params)
         want = self.model.program.params
         if any(getattr(params[k], "dtype", None) != want[k].dtype for k in want):
             params = {k: v if getattr(v, "dtype", None) == want[k].dtype else jnp.asarray(v, want[k].dtype)
                       for k, v in params.items()}
         graph_inputs = [inputs[i] for i in self._order]
-        program = self.model.program
+        program = self.model.program if program is None else program
         outs, _ = program.apply_graph(self.graph_index, params, None, *graph_inputs, buffers=buffers)
         res = []
         for v, k in zip(self._out_values, self._out_pos):

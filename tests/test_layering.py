@@ -47,6 +47,7 @@ LAYERS = {
     "fbjax.passes.pipeline": 3, "fbjax.cache": 3, "fbjax.custom": 3,
     "fbjax.executors": 4,
     "fbjax.model": 5, "fbjax.signature": 5, "fbjax.batch_inference": 5, "fbjax.generation": 5, "fbjax.llm_bundle": 5, "fbjax.llm_contract": 5,
+    "fbjax.finetune": 5,
     "fbjax.export": 5, "fbjax.train": 5, "fbjax.flax": 5, "fbjax.bench": 5, "fbjax.beam": 5, "fbjax.precision": 5,
     "fbjax.vision": 5, "fbjax.convert": 5, "fbjax.cli": 5, "fbjax.cli_llm": 5,
     "fbjax.__main__": 5, "fbjax": 5,
