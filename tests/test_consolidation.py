@@ -37,8 +37,8 @@ def test_facts_reach_the_opdef():
 
 def test_facts_replace_the_old_tables():
     """The facts the passes read, spot-checked against what the old op tables said."""
-    assert LOWERINGS.get("tflite", "RESHAPE").int_passthrough
-    assert not LOWERINGS.get("tflite", "CONV_2D").int_passthrough  # it has an integer kernel of its own
+    assert LOWERINGS.get("tflite", "RESHAPE").fact("int_passthrough")
+    assert not LOWERINGS.get("tflite", "CONV_2D").fact("int_passthrough")  # it has an integer kernel of its own
     assert LOWERINGS.get("tflite", "CONV_2D").weights[0] == (1, "OHWI")
     assert LOWERINGS.get("onnx", "Conv").weights[0] == (1, "OIHW")
     assert not LOWERINGS.get("tflite", "RANDOM_UNIFORM").foldable
@@ -46,7 +46,7 @@ def test_facts_replace_the_old_tables():
     assert LOWERINGS.get("tflite", "ADD").foldable
     assert LOWERINGS.get("onnx", "Softmax").reads_input_twice
     assert LOWERINGS.get("stablehlo", "stablehlo.reduce").scalar_regions == ("computation",)
-    assert LOWERINGS.get("tflite.int", "CONV_2D").fq_rounding is not None
+    assert LOWERINGS.get("tflite.int", "CONV_2D").fact("fq_rounding") is not None
     assert LOWERINGS.get("tflite", "TRANSPOSE").batch is not None
     assert LOWERINGS.get("tflite", "ADD").batch is None  # elementwise: keeps the batch in dimension 0
 
@@ -262,10 +262,10 @@ def test_resolves_tells_stale_names():
 def test_new_facts_reach_the_registry():
     assert LOWERINGS.get("tflite", "SHAPE").shape_only and LOWERINGS.get("onnx", "Size").shape_only
     assert not LOWERINGS.get("tflite", "ADD").shape_only
-    assert LOWERINGS.get("tflite", "DENSIFY").layout_passthrough is not None
-    assert LOWERINGS.get("tflite.int", "QUANTIZE").quant_conversion == "quantize"
-    assert LOWERINGS.get("tflite.int", "DEQUANTIZE").quant_conversion == "dequantize"
-    assert LOWERINGS.get("tflite", "EMBEDDING_LOOKUP").table_lookup
+    assert LOWERINGS.get("tflite", "DENSIFY").fact("layout_passthrough") is not None
+    assert LOWERINGS.get("tflite.int", "QUANTIZE").fact("quant_conversion") == "quantize"
+    assert LOWERINGS.get("tflite.int", "DEQUANTIZE").fact("quant_conversion") == "dequantize"
+    assert LOWERINGS.get("tflite", "EMBEDDING_LOOKUP").fact("table_lookup")
     assert LOWERINGS.get("onnx", "Loop").static_bound is not None
     assert LOWERINGS.get("tflite", "WHILE").regions.keys() == {"cond_subgraph_index", "body_subgraph_index"}
     assert LOWERINGS.get("stablehlo", "stablehlo.sort").scalar_regions == ("comparator",)
@@ -356,3 +356,34 @@ def test_custom_op_format_facts_reach_the_reference_too():
     finally:
         LOWERINGS._ops.pop(("tflite.custom", name), None)
         REFERENCE._ops.pop(("tflite.custom", name), None)
+
+
+def test_op_set_facts_live_in_their_op_sets_tables():
+    """Issue 36: a fact only some op sets have is declared in their fact table
+    (``Registry.declare_facts``), refused on another op set, and read with
+    ``OpDef.fact``; ``OpDef`` carries only the facts every op set shares."""
+    import dataclasses
+
+    from fbjax._registry import OpDef
+
+    fields = {f.name for f in dataclasses.fields(OpDef)}
+    for name in ("int_passthrough", "fq_rounding", "hybrid_eligible", "bias_scale", "xnnpack_kernel",
+                 "traced_weights", "quant_conversion", "table_lookup", "layout_passthrough"):
+        assert name not in fields, name
+    reg = Registry("test")
+    reg.declare_facts("x.int", fq_rounding=None)
+    rule = lambda node, orig: {}  # noqa: E731
+    reg.register("x.int", "A", fq_rounding=rule)(lambda ctx, x: x)
+    assert reg.get("x.int", "A").fact("fq_rounding") is rule
+    with pytest.raises(TypeError, match="unknown op facts \\['fq_rounding'\\] for op set 'x'"):
+        reg.register("x", "B", fq_rounding=rule)(lambda ctx, x: x)
+    reg.register("x", "C")(lambda ctx, x: x)
+    assert reg.get("x", "C").fact("fq_rounding") is None  # the declared default, also for other op sets
+    with pytest.raises(TypeError, match="no op fact"):
+        reg.get("x", "C").fact("fq_roundingg")
+    with pytest.raises(TypeError, match="declared with default"):
+        reg.declare_facts("y", fq_rounding=False)
+    # the real tables: a TFLite fact on an ONNX registration is refused
+    with pytest.raises(TypeError, match="unknown op facts \\['int_passthrough'\\]"):
+        LOWERINGS.register("onnx", "fbjax_test.never", int_passthrough=True)(lambda ctx, x: x)
+    assert ("onnx", "fbjax_test.never") not in LOWERINGS
