@@ -558,7 +558,7 @@ def cmd_infer(args) -> int:
     import jax
 
     from . import infer, load
-    from .batch_inference import FILE_NAMES_KEY, check_out_path, effective_batch_size, example_files
+    from .batch_inference import FILE_NAMES_KEY, check_out_path, effective_step_size, example_files
 
     # what can be checked without the model first (infer checks again, cheaply)
     check_out_path(args.out)
@@ -583,11 +583,11 @@ def cmd_infer(args) -> int:
         if model.has_fixed_shapes():
             model = model.over_examples()
     n_dev = jax.local_device_count()  # infer's default mesh: every device; this process's share of the batch
-    eff = effective_batch_size(args.batch_size, n_dev)
-    if args.batch_size is None:
+    eff = effective_step_size(args.step_size, n_dev)
+    if args.step_size is None:
         how = "default: 8 per device"
-    elif eff != args.batch_size:
-        how = f"{args.batch_size} rounded up to a multiple of {n_dev} devices; {eff // n_dev} per device"
+    elif eff != args.step_size:
+        how = f"{args.step_size} rounded up to a multiple of {n_dev} devices; {eff // n_dev} per device"
     else:
         how = f"{eff // n_dev} per device"
     print(f"model {os.path.basename(args.model)}: per example "
@@ -597,7 +597,7 @@ def cmd_infer(args) -> int:
           f"step size {eff} examples ({how})")
     t0 = time.perf_counter()
     try:
-        out = infer(model, args.inputs, step_size=args.batch_size, out=args.out, progress=not args.no_progress)
+        out = infer(model, args.inputs, step_size=args.step_size, out=args.out, progress=not args.no_progress)
     except InputError as e:
         if args.signature is not None or not str(e).startswith("batch_size:"):
             raise
@@ -890,7 +890,7 @@ def build_parser() -> argparse.ArgumentParser:
     pf.add_argument("--input-dir", "--inputs", dest="inputs", required=True, metavar="DIR",
                     help="directory of per-example .npy/.npz files, each without the batch dimension "
                     "(--inputs: the old spelling)")
-    pf.add_argument("--step-size", "--batch-size", dest="batch_size", type=_positive_int, default=None, metavar="N",
+    pf.add_argument("--step-size", "--batch-size", dest="step_size", type=_positive_int, default=None, metavar="N",
                     help="examples per step, fbjax.infer's step_size (default 8 per device; rounded up to a multiple "
                     "of the device count); --batch-size is the older spelling")
     pf.add_argument("--out", required=True, metavar="FILE",

@@ -316,7 +316,7 @@ class LoadOptions:
         """The lowering options (``ctx.options`` of the lowerings), the
         :class:`KernelOptions` among them."""
         return {"while_max_iterations": self.while_max_iterations,
-                "compute_dtype": None if self.compute_dtype == "float32" else self.compute_dtype,
+                "compute_dtype": self.compute_dtype,  # one form everywhere: the dtype's name
                 "composites": self.composites,
                 "max_value_bytes": self.max_value_bytes,
                 "kernel_options": self.kernel_options}

@@ -136,7 +136,7 @@ def compare(source, dtypes: Sequence[str] = ("bfloat16", "float16"), *, seed: in
     label = os.path.basename(source) if isinstance(source, (str, os.PathLike)) else "model"
     for d in tqdm(("float32",) + tuple(dtypes), desc=f"{label}: compiling and running in", unit="dtype",
                   disable=not progress, file=sys.stderr, leave=False):
-        prog = build(ir, options={"compute_dtype": None if d == "float32" else d})
+        prog = build(ir, options={"compute_dtype": d})
         outs, _ = jax.jit(prog.apply)(prog.params, None, *inputs)
         runs[d] = [np.asarray(o) for o in outs]
     report = {}

@@ -387,3 +387,57 @@ def test_op_set_facts_live_in_their_op_sets_tables():
     with pytest.raises(TypeError, match="unknown op facts \\['int_passthrough'\\]"):
         LOWERINGS.register("onnx", "fbjax_test.never", int_passthrough=True)(lambda ctx, x: x)
     assert ("onnx", "fbjax_test.never") not in LOWERINGS
+
+
+def _tiny_files() -> dict:
+    """One valid file per flatbuffer reader: ``{module name: (bytes, function its parsing calls after
+    verifying)}``."""
+    import jax.numpy as jnp
+
+    from fbjax.export import to_stablehlo_flatbuffer
+    from rten_builders import rten_file, value_node
+
+    tfl = single_op_model("RELU", [(2,)])
+    shlo = to_stablehlo_flatbuffer(lambda x: x + 1.0, jnp.zeros((2,), F32))
+    rten = rten_file([value_node("x", [2])], [0], [0])
+    return {"tflite": (tfl, "_to_ir"), "stablehlo": (shlo, "_to_ir"), "rten": (rten, "_Reader")}
+
+
+@pytest.mark.parametrize("fmt", ["tflite", "stablehlo", "rten"])
+def test_readers_share_one_corrupt_file_policy_and_strict_switch(fmt, monkeypatch):
+    """Issue 36: the last-resort conversion of a parser's IndexError (and the
+    like) into ModelFormatError, and the STRICT switch that lets it through
+    raw, are one definition (fbjax.formats.verify) for every flatbuffer reader."""
+    import importlib
+    import inspect
+
+    from fbjax.errors import ModelFormatError
+    from fbjax.formats import verify
+
+    mod = importlib.import_module(f"fbjax.formats.{fmt}")
+    data, inner = _tiny_files()[fmt]
+    src = inspect.getsource(mod.read)
+    assert "corrupt_file_errors" in src and "OverflowError" not in src and not hasattr(mod, "STRICT")
+
+    def broken(*args, **kwargs):
+        raise IndexError("offset past the end")
+
+    monkeypatch.setattr(mod, inner, broken)
+    with pytest.raises(ModelFormatError, match="<bytes>: corrupt or truncated .*\\(IndexError: offset past the end\\)"):
+        mod.read(data)
+    monkeypatch.setattr(verify, "STRICT", True)
+    with pytest.raises(IndexError, match="offset past the end"):
+        mod.read(data)
+
+
+def test_compute_dtype_is_the_dtype_name_everywhere():
+    """Issue 36: compute_dtype is the dtype's name on LoadOptions, in the
+    lowering options and on Model (a dtype given is converted at the boundary)."""
+    import ml_dtypes
+
+    for given, name in (("float32", "float32"), (np.float32, "float32"), (ml_dtypes.bfloat16, "bfloat16"),
+                        ("float16", "float16")):
+        opts = LoadOptions(compute_dtype=given)
+        assert opts.compute_dtype == name and opts.lowering()["compute_dtype"] == name
+    m = fbjax.load(single_op_model("RELU", [(2,)]), compute_dtype=np.dtype("float16"))
+    assert m.compute_dtype == "float16"
