@@ -93,8 +93,7 @@ def _metadata_json(path) -> int:
 def cmd_inspect(args) -> int:
     """``fbjax inspect MODEL``: format, inputs/outputs, op histogram, params, unsupported ops."""
     from .errors import FbjaxError
-    from .passes import reading
-    from .formats import read_model
+    from . import loading
     from .lower import LOWERINGS
     from .lower.build import is_param
 
@@ -122,7 +121,7 @@ def cmd_inspect(args) -> int:
     try:
         with warnings.catch_warnings(record=True) as seen:  # printed once, not again when load reads the file
             warnings.simplefilter("always")
-            ir = reading.complete(read_model(args.model, args.format), LOWERINGS)
+            ir = loading.read(args.model, args.format)
         shown = _show_new(seen, ())
     except FbjaxError as e:  # a file that contradicts itself: nothing below can be shown
         print(f"model:    {args.model}")
@@ -198,7 +197,7 @@ def cmd_inspect(args) -> int:
     # quantized models: support is decided after fbjax.load's default
     # quantized="exact" rewrite (integer kernels live in op set tflite.int)
     from .options import LoadOptions
-    from .passes.pipeline import rewrite
+    from .loading import rewrite
     from .passes.quantization import has_quantized_tensors
 
     if has_quantized_tensors(ir):  # (everything above has been read from the file's IR)

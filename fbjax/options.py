@@ -1,7 +1,7 @@
 """What :func:`fbjax.load` was asked for, as one frozen value.
 
 :class:`LoadOptions` is validated once, at construction; it is what the load
-pipeline (:mod:`fbjax.passes.pipeline`) reads, the key of the CPU trace cache, and
+pipeline (:mod:`fbjax.loading`) reads, the key of the CPU trace cache, and
 how a model is loaded again with another batch (the chunked large-batch
 path), so no option is threaded by hand. Its :class:`KernelOptions` field
 holds every kernel choice and threshold that changes the computed program

@@ -115,7 +115,7 @@ def refused(ir, mode: str) -> list:
     """``[(node, reason)]``: the composite nodes of ``ir`` that ``mode``
     would fuse but that run their decomposition because their lowering
     refuses them (an unknown attribute, shapes it does not take);
-    :func:`fbjax.passes.pipeline.lower` warns about each at load.
+    :func:`fbjax.loading.lower` warns about each at load.
 
     Raises:
         ModelFormatError: a composite's attributes are not a FlexBuffer map.
