@@ -392,6 +392,8 @@ def test_op_set_facts_live_in_their_op_sets_tables():
 def _tiny_files() -> dict:
     """One valid file per flatbuffer reader: ``{module name: (bytes, function its parsing calls after
     verifying)}``."""
+    from pathlib import Path
+
     import jax.numpy as jnp
 
     from fbjax.export import to_stablehlo_flatbuffer
@@ -400,10 +402,13 @@ def _tiny_files() -> dict:
     tfl = single_op_model("RELU", [(2,)])
     shlo = to_stablehlo_flatbuffer(lambda x: x + 1.0, jnp.zeros((2,), F32))
     rten = rten_file([value_node("x", [2])], [0], [0])
-    return {"tflite": (tfl, "_to_ir"), "stablehlo": (shlo, "_to_ir"), "rten": (rten, "_Reader")}
+    gpu = (Path(__file__).resolve().parents[1].parent / "shared" / "models" / "tflite-gpu-cl"
+           / "tflm_sine_float.F32.BUFFER.bin").read_bytes()  # a missing fixture fails
+    return {"tflite": (tfl, "_to_ir"), "stablehlo": (shlo, "_to_ir"), "rten": (rten, "_Reader"),
+            "gpu_cl.reader": (gpu, "parse_nodes")}
 
 
-@pytest.mark.parametrize("fmt", ["tflite", "stablehlo", "rten"])
+@pytest.mark.parametrize("fmt", ["tflite", "stablehlo", "rten", "gpu_cl.reader"])
 def test_readers_share_one_corrupt_file_policy_and_strict_switch(fmt, monkeypatch):
     """Issue 36: the last-resort conversion of a parser's IndexError (and the
     like) into ModelFormatError, and the STRICT switch that lets it through

@@ -62,12 +62,13 @@ STRICT = False
 
 
 @contextlib.contextmanager
-def corrupt_file_errors(label: str, what: str) -> Iterator[None]:
+def corrupt_file_errors(label: str, what: str, prefix_errors: bool = True) -> Iterator[None]:
     """The one error policy of the readers' parsing, as a ``with`` block: a
     :class:`~fbjax.errors.ModelFormatError` raised inside gets ``label`` (the
-    file's path, or ``<bytes>``) in front of its message; one of
-    :data:`FALLBACK_ERRORS` (unless :data:`STRICT`) becomes a
-    ModelFormatError ``"<label>: corrupt or truncated <what> (<type>: <message>)"``.
+    file's path, or ``<bytes>``) in front of its message (unless
+    ``prefix_errors`` is False: a reader whose messages name the file
+    already); one of :data:`FALLBACK_ERRORS` (unless :data:`STRICT`) becomes
+    a ModelFormatError ``"<label>: corrupt or truncated <what> (<type>: <message>)"``.
 
     Raises:
         ModelFormatError: as described.
@@ -75,6 +76,8 @@ def corrupt_file_errors(label: str, what: str) -> Iterator[None]:
     try:
         yield
     except ModelFormatError as e:
+        if not prefix_errors:
+            raise
         raise ModelFormatError(f"{label}: {e}") from None
     except (() if STRICT else FALLBACK_ERRORS) as e:
         raise ModelFormatError(f"{label}: corrupt or truncated {what} ({type(e).__name__}: {e})") from None
