@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Optional
+from types import MappingProxyType
+from typing import Callable, Iterable, Mapping, Optional
 
 
 @dataclass(frozen=True)
@@ -54,13 +55,6 @@ class OpDef:
             are weights, in the file's layout (``"OHWI"``, ``"OIHW"``,
             ``"OI"``...), for the inference planner's relayout and the
             constant operands it computes ahead.
-        int_passthrough: for TFLite builtins: the integer version only moves
-            values (input and output share quantization parameters), so a
-            quantized node keeps its ``"tflite"`` lowering.
-        fq_rounding: for integer kernels (``"tflite.int"``): ``fn(node,
-            orig) -> dict``, the ``fbjax:FAKE_QUANT`` attributes that make
-            float mode round the op's output as the kernel does
-            (:func:`fbjax.passes.quantization.rewrite_quantized`).
         reads_input_twice: the lowering reads input 0 twice in a way that
             must see one value (softmax's ``x - max(x)``); the inference
             planner materialises that input once.
@@ -79,22 +73,6 @@ class OpDef:
             (TFLite SHAPE, ONNX Shape): a value computed from a graph input
             through it is still known at load
             (:func:`fbjax.lower.build.static_input_suspects`).
-        layout_passthrough: ``fn(node) -> bool``: the node keeps whatever
-            layout its single input has (an elementwise cast of a float16
-            weight, an identity), so the inference planner may relay a
-            convolution weight through it to its param.
-        quant_conversion: for integer kernels (``"tflite.int"``):
-            ``"quantize"`` (QUANTIZE) or ``"dequantize"`` (DEQUANTIZE), the
-            ops that convert between quantized integers and float
-            (:func:`fbjax.passes.quantization.rewrite_quantized`: with a quantized input, a
-            constant too, they run their integer kernel; in float mode a
-            quantize becomes ``fbjax:FAKE_QUANT`` and a dequantize of a
-            float32 value the identity; a dequantize is never a float
-            consumer of hybrid weights).
-        table_lookup: the op reads a constant table at computed indices
-            (EMBEDDING_LOOKUP): with a float output, it is a float consumer
-            of a quantized table (dynamic-range quantization dequantizes it
-            or runs the hybrid kernel).
         stateful: the op reads or writes run state (resource variables, the
             PRNG key; :mod:`fbjax.lower.state`): a bool, or ``fn(node) ->
             bool`` when only some configurations do.
@@ -113,28 +91,15 @@ class OpDef:
             rule (beside the op; :mod:`fbjax.op_rules`) by which static-bound mode
             (:func:`fbjax.passes.shapes.add_valid_counts`) pads the node's outputs
             and names its valid count; None: the op's sizes are static.
-        traced_weights: for hybrid kernels (``"tflite.hybrid"``): the
-            lowering also takes its integer weights as traced arrays, so
-            float mode can feed it re-quantized params
-            (:func:`fbjax.passes.quantization.rewrite_quantized`).
-        hybrid_eligible: for hybrid kernels (``"tflite.hybrid"``):
-            ``fn(node, weight) -> bool``, whether the kernel serves the
-            ``"tflite"`` node ``node`` with the quantized constant ``weight``
-            kept in its integer type (:func:`fbjax.passes.quantization.rewrite_quantized`,
-            ``quantized="exact"``); hybrid ops without it are never chosen.
         squashing: the op maps its float input into a bounded range
             (logistic, softmax): precision comparisons
             (:mod:`fbjax.precision`) read its input, the logits, instead.
-        bias_scale: ``(weight input, bias input, activation input)`` for
-            TFLite ops whose int32 bias scale is activation scale times
-            weight scale: when the weights are re-quantized the bias is too
-            (:meth:`fbjax.Model.save`, :mod:`fbjax.formats.tflite_writer`).
-        xnnpack_kernel: for composite lowerings (:mod:`fbjax.lower.composites`):
-            LiteRT's default CPU delegate (XNNPACK) runs this composite as
-            one kernel instead of its decomposition, so
-            ``fbjax.load(..., composites="litert")`` (the default) runs it
-            fused too: a bool, or ``fn(node) -> bool`` when XNNPACK takes
-            only some nodes (float32 ones...).
+        set_facts: the facts that only some op sets have (TFLite's
+            ``int_passthrough``, ``fq_rounding``, ``hybrid_eligible``,
+            ``bias_scale``, a composite's ``xnnpack_kernel``...), declared
+            with their meaning and default in the op set's fact table
+            (:meth:`Registry.declare_facts`, beside the op set's
+            registrations) and read with :meth:`fact`.
     """
 
     op_set: str
@@ -148,29 +113,39 @@ class OpDef:
     batch: Optional[Callable] = None
     foldable: bool = True
     weights: tuple = ()
-    int_passthrough: bool = False
-    fq_rounding: Optional[Callable] = None
     reads_input_twice: bool = False
     regions: dict = field(default_factory=dict, hash=False)
     out_dtype: Optional[Callable] = None
     shape_only: bool = False
-    layout_passthrough: Optional[Callable] = None
-    quant_conversion: Optional[str] = None
-    table_lookup: bool = False
     stateful: object = False
     init_state: Optional[tuple] = None
     full_precision: bool = False
-    traced_weights: bool = False
     bounded_inputs: tuple = ()
     static_bound: Optional[Callable] = None
-    hybrid_eligible: Optional[Callable] = None
     squashing: bool = False
-    bias_scale: Optional[tuple] = None
-    xnnpack_kernel: object = False
+    set_facts: Mapping = field(default_factory=dict, hash=False, compare=False)
 
     @property
     def key(self) -> tuple[str, str]:
         return (self.op_set, self.name)
+
+    def fact(self, name: str):
+        """The fact ``name`` of this op: an :class:`OpDef` field (the facts
+        every op set shares), or a fact of the op sets' fact tables
+        (:meth:`Registry.declare_facts`): its declared value, else its
+        default (also for an op set that does not declare it).
+
+        Raises:
+            TypeError: ``name`` is no fact (of any op set).
+        """
+        if name in _SHARED_FACTS:
+            return getattr(self, name)
+        if name in self.set_facts:
+            return self.set_facts[name]
+        if name in _SET_FACT_DEFAULTS:
+            return _SET_FACT_DEFAULTS[name]
+        raise TypeError(f"{name!r} is no op fact (shared: {sorted(_SHARED_FACTS)}; "
+                        f"declared by op sets: {sorted(_SET_FACT_DEFAULTS)})")
 
     @property
     def scalar_regions(self) -> tuple:
@@ -179,12 +154,12 @@ class OpDef:
         return tuple(a for a, r in self.regions.items() if getattr(r, "scalar", False))
 
 
-_FACTS = frozenset({"batch", "foldable", "weights", "int_passthrough", "fq_rounding", "reads_input_twice",
-                    "regions", "out_dtype", "shape_only", "layout_passthrough", "quant_conversion", "table_lookup",
-                    "check", "stateful", "init_state",
-                    "full_precision",
-                    "traced_weights", "bounded_inputs", "static_bound", "hybrid_eligible", "squashing",
-                    "bias_scale", "xnnpack_kernel"})
+#: the facts every op set may declare: :class:`OpDef` fields
+_SHARED_FACTS = frozenset({"batch", "foldable", "weights", "reads_input_twice", "regions", "out_dtype", "shape_only",
+                           "check", "stateful", "init_state", "full_precision", "bounded_inputs", "static_bound",
+                           "squashing"})
+#: ``fact -> default`` of every fact some op set declared (:meth:`Registry.declare_facts`)
+_SET_FACT_DEFAULTS: dict = {}
 
 
 class Registry:
@@ -193,6 +168,32 @@ class Registry:
     def __init__(self, kind: str):
         self.kind = kind
         self._ops: dict[tuple[str, str], OpDef] = {}
+        self._set_facts: dict[str, dict] = {}
+
+    def declare_facts(self, op_sets: str | Iterable[str], **defaults) -> None:
+        """Declare facts that only the ops of ``op_sets`` have, with their
+        defaults (the op set's fact table, written beside its registrations,
+        where each fact's meaning is documented). :meth:`register` accepts
+        them for these op sets only; :meth:`OpDef.fact` reads them.
+
+        Raises:
+            TypeError: a name that is a shared fact (an :class:`OpDef`
+                field), or a fact declared before with another default.
+        """
+        for name, default in defaults.items():
+            if name in _SHARED_FACTS or name in {f for f in OpDef.__dataclass_fields__}:
+                raise TypeError(f"{self.kind}: {name!r} is an OpDef field, not an op-set fact")
+            if name in _SET_FACT_DEFAULTS and _SET_FACT_DEFAULTS[name] != default:
+                raise TypeError(f"{self.kind}: fact {name!r} declared with default {default!r}, "
+                                f"elsewhere {_SET_FACT_DEFAULTS[name]!r}")
+            _SET_FACT_DEFAULTS[name] = default
+        for op_set in [op_sets] if isinstance(op_sets, str) else op_sets:
+            self._set_facts.setdefault(op_set, {}).update(defaults)
+
+    def known_facts(self, op_set: str) -> frozenset:
+        """The facts a registration of ``op_set`` may declare: the shared ones
+        and those of the op set's fact table."""
+        return _SHARED_FACTS | frozenset(self._set_facts.get(op_set, {}))
 
     def register(
         self,
@@ -206,19 +207,26 @@ class Registry:
     ):
         """Decorator registering ``fn`` for one op name (or several names).
 
-        ``facts``: the :class:`OpDef` fields the passes read (``batch``,
-        ``foldable``, ``weights``, ``int_passthrough``, ``fq_rounding``,
-        ``reads_input_twice``, ``regions``, ``check``, ``stateful``,
-        ``init_state``...; see :class:`OpDef`), declared with the op.
+        ``facts``: what the passes read about the op, declared with it: the
+        :class:`OpDef` fields every op set shares (``batch``, ``foldable``,
+        ``weights``, ``reads_input_twice``, ``regions``, ``check``,
+        ``stateful``, ``init_state``...) and the facts of ``op_set``'s fact
+        table (:meth:`declare_facts`: TFLite's ``int_passthrough``,
+        ``fq_rounding``...), kept in :attr:`OpDef.set_facts`.
 
         Raises:
             ValueError: if the key is already registered and ``replace`` is
                 False.
-            TypeError: an unknown fact.
+            TypeError: an unknown fact (one neither shared nor in
+                ``op_set``'s fact table).
         """
-        unknown = set(facts) - _FACTS
+        known = self.known_facts(op_set)
+        unknown = set(facts) - known
         if unknown:
-            raise TypeError(f"{self.kind}: unknown op facts {sorted(unknown)} (known: {sorted(_FACTS)})")
+            raise TypeError(f"{self.kind}: unknown op facts {sorted(unknown)} for op set {op_set!r} "
+                            f"(known: {sorted(known)})")
+        shared = {k: v for k, v in facts.items() if k in _SHARED_FACTS}
+        own = MappingProxyType({k: v for k, v in facts.items() if k not in _SHARED_FACTS})
         names = [name] if isinstance(name, str) else list(name)
 
         def deco(fn: Callable) -> Callable:
@@ -232,7 +240,7 @@ class Registry:
                 if key in self._ops and not replace:
                     raise ValueError(f"{self.kind}: {op_set}:{n} is already registered")
                 self._ops[key] = OpDef(
-                    op_set, n, fn, tuple(static_inputs), differentiable, kw, any_kw, **facts
+                    op_set, n, fn, tuple(static_inputs), differentiable, kw, any_kw, **shared, set_facts=own
                 )
             return fn
 
@@ -243,7 +251,7 @@ class Registry:
 
     def names_with(self, op_set: str, fact: str) -> frozenset:
         """Names of the ops of ``op_set`` whose ``fact`` is set (truthy)."""
-        return frozenset(n for (s, n), od in self._ops.items() if s == op_set and getattr(od, fact))
+        return frozenset(n for (s, n), od in self._ops.items() if s == op_set and od.fact(fact))
 
     def __contains__(self, key) -> bool:
         return tuple(key) in self._ops

@@ -93,8 +93,7 @@ def _metadata_json(path) -> int:
 def cmd_inspect(args) -> int:
     """``fbjax inspect MODEL``: format, inputs/outputs, op histogram, params, unsupported ops."""
     from .errors import FbjaxError
-    from .passes import reading
-    from .formats import read_model
+    from . import loading
     from .lower import LOWERINGS
     from .lower.build import is_param
 
@@ -122,7 +121,7 @@ def cmd_inspect(args) -> int:
     try:
         with warnings.catch_warnings(record=True) as seen:  # printed once, not again when load reads the file
             warnings.simplefilter("always")
-            ir = reading.complete(read_model(args.model, args.format), LOWERINGS)
+            ir = loading.read(args.model, args.format)
         shown = _show_new(seen, ())
     except FbjaxError as e:  # a file that contradicts itself: nothing below can be shown
         print(f"model:    {args.model}")
@@ -198,7 +197,7 @@ def cmd_inspect(args) -> int:
     # quantized models: support is decided after fbjax.load's default
     # quantized="exact" rewrite (integer kernels live in op set tflite.int)
     from .options import LoadOptions
-    from .passes.pipeline import rewrite
+    from .loading import rewrite
     from .passes.quantization import has_quantized_tensors
 
     if has_quantized_tensors(ir):  # (everything above has been read from the file's IR)
@@ -558,7 +557,7 @@ def cmd_infer(args) -> int:
     import jax
 
     from . import infer, load
-    from .batch_inference import FILE_NAMES_KEY, check_out_path, effective_batch_size, example_files
+    from .batch_inference import FILE_NAMES_KEY, check_out_path, effective_step_size, example_files
 
     # what can be checked without the model first (infer checks again, cheaply)
     check_out_path(args.out)
@@ -583,11 +582,11 @@ def cmd_infer(args) -> int:
         if model.has_fixed_shapes():
             model = model.over_examples()
     n_dev = jax.local_device_count()  # infer's default mesh: every device; this process's share of the batch
-    eff = effective_batch_size(args.batch_size, n_dev)
-    if args.batch_size is None:
+    eff = effective_step_size(args.step_size, n_dev)
+    if args.step_size is None:
         how = "default: 8 per device"
-    elif eff != args.batch_size:
-        how = f"{args.batch_size} rounded up to a multiple of {n_dev} devices; {eff // n_dev} per device"
+    elif eff != args.step_size:
+        how = f"{args.step_size} rounded up to a multiple of {n_dev} devices; {eff // n_dev} per device"
     else:
         how = f"{eff // n_dev} per device"
     print(f"model {os.path.basename(args.model)}: per example "
@@ -597,7 +596,7 @@ def cmd_infer(args) -> int:
           f"step size {eff} examples ({how})")
     t0 = time.perf_counter()
     try:
-        out = infer(model, args.inputs, step_size=args.batch_size, out=args.out, progress=not args.no_progress)
+        out = infer(model, args.inputs, step_size=args.step_size, out=args.out, progress=not args.no_progress)
     except InputError as e:
         if args.signature is not None or not str(e).startswith("batch_size:"):
             raise
@@ -890,7 +889,7 @@ def build_parser() -> argparse.ArgumentParser:
     pf.add_argument("--input-dir", "--inputs", dest="inputs", required=True, metavar="DIR",
                     help="directory of per-example .npy/.npz files, each without the batch dimension "
                     "(--inputs: the old spelling)")
-    pf.add_argument("--step-size", "--batch-size", dest="batch_size", type=_positive_int, default=None, metavar="N",
+    pf.add_argument("--step-size", "--batch-size", dest="step_size", type=_positive_int, default=None, metavar="N",
                     help="examples per step, fbjax.infer's step_size (default 8 per device; rounded up to a multiple "
                     "of the device count); --batch-size is the older spelling")
     pf.add_argument("--out", required=True, metavar="FILE",

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .errors import FbjaxError, InputError, ModelFormatError
-from .formats import read_model, write_model
+from .formats import write_model
 from .formats._writing import write_file
 from .formats.llm_bundle import bundle_kind
 from .formats.task_bundle import TaskBundle, is_vision_task
@@ -24,7 +24,7 @@ from .lower import state as _st
 from .lower.build import LOWERING_ERRORS, Program
 from .lower.registry import LOWERINGS
 from . import executors
-from .passes import pipeline, reading
+from . import loading
 from .options import FILE_BATCH as _FILE
 from .options import KernelOptions, kernel_options
 from .options import LoadOptions
@@ -1103,13 +1103,13 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
                                                  kernel_options=kernel_options))
         if container is not None:
             return container
-    ir = reading.complete(read_model(source, options.format), LOWERINGS)  # region arities, open dtypes
+    ir = loading.read(source, options.format)  # completed: region arities, open dtypes
     if constant_inputs:
         bind_inputs(ir, constant_inputs)
     g = ir.main_graph
     file_quant = ([_file_quant(v) for v in g.inputs], [_file_quant(v) for v in g.outputs])
-    pipeline.rewrite(ir, options)
-    program = pipeline.lower(ir, options, x64=_needs_x64(ir))
+    loading.rewrite(ir, options)
+    program = loading.lower(ir, options, x64=_needs_x64(ir))
     path = None if isinstance(source, (bytes, bytearray, memoryview)) else os.fspath(source)
     # what loading this file again with another batch needs (fbjax.infer, the chunks below)
     load_kwargs = dict(options.as_kwargs(), constant_inputs=constant_inputs)

@@ -1,7 +1,7 @@
 """What :func:`fbjax.load` was asked for, as one frozen value.
 
 :class:`LoadOptions` is validated once, at construction; it is what the load
-pipeline (:mod:`fbjax.passes.pipeline`) reads, the key of the CPU trace cache, and
+pipeline (:mod:`fbjax.loading`) reads, the key of the CPU trace cache, and
 how a model is loaded again with another batch (the chunked large-batch
 path), so no option is threaded by hand. Its :class:`KernelOptions` field
 holds every kernel choice and threshold that changes the computed program
@@ -338,7 +338,7 @@ class LoadOptions:
         """The lowering options (``ctx.options`` of the lowerings), the
         :class:`KernelOptions` among them."""
         return {"while_max_iterations": self.while_max_iterations,
-                "compute_dtype": None if self.compute_dtype == "float32" else self.compute_dtype,
+                "compute_dtype": self.compute_dtype,  # one form everywhere: the dtype's name
                 "composites": self.composites,
                 "max_value_bytes": self.max_value_bytes,
                 "kernel_options": self.kernel_options}

@@ -37,8 +37,7 @@ import jax
 import numpy as np
 from tqdm import tqdm
 
-from .passes import reading
-from .formats import read_model
+from . import loading
 from .lower.build import build
 from .lower.registry import LOWERINGS
 
@@ -72,7 +71,7 @@ def _float(v) -> bool:
 def _all_float_values(source):
     """The model's IR and program variant whose outputs are every float value of
     the main graph (node order), with the node producing each."""
-    ir = reading.complete(read_model(source, None), LOWERINGS)
+    ir = loading.read(source)
     g = ir.main_graph
     pairs = [(n, o) for n in g.nodes for o in n.outputs if _float(o)]
     return ir, pairs
@@ -136,7 +135,7 @@ def compare(source, dtypes: Sequence[str] = ("bfloat16", "float16"), *, seed: in
     label = os.path.basename(source) if isinstance(source, (str, os.PathLike)) else "model"
     for d in tqdm(("float32",) + tuple(dtypes), desc=f"{label}: compiling and running in", unit="dtype",
                   disable=not progress, file=sys.stderr, leave=False):
-        prog = build(ir, options={"compute_dtype": None if d == "float32" else d})
+        prog = build(ir, options={"compute_dtype": d})
         outs, _ = jax.jit(prog.apply)(prog.params, None, *inputs)
         runs[d] = [np.asarray(o) for o in outs]
     report = {}

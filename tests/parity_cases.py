@@ -313,6 +313,25 @@ def _transform_tensor(version):
     return make
 
 
+def roll_model(shape, shift, axis, dtype=F32, shift_input: bool = False) -> bytes:
+    """A model of one custom ``Roll`` (TFLite's ``kernels/roll.cc``) of an
+    input of ``shape``: ``axis`` a constant, ``shift`` a constant (or, with
+    ``shift_input``, a second int32 model input of ``shift``'s shape)."""
+    b = TFLiteBuilder(description="fbjax tests: Roll")
+    x = b.add_input(shape, dtype)
+    s = b.add_input(np.shape(shift), np.int32) if shift_input else b.add_constant(np.asarray(shift, np.int32))
+    a = b.add_constant(np.asarray(axis, np.int32))
+    y = b.add_tensor(shape, dtype)
+    b.add_op("Roll", [x, s, a], [y], custom=True)
+    b.add_output(y)
+    return b.build()
+
+
+def _roll():
+    x = _rng("Roll").standard_normal((2, 3, 5)).astype(F32)
+    return roll_model(x.shape, [2, -1, 3], [2, 1, -1]), [x]
+
+
 TFLITE_CUSTOM_CASES = [
     _op_case(tflite_op_cases.TRANSPOSE_CONV_CASES[1], "Convolution2DTransposeBias"),
     ParityCase("Landmarks2TransformMatrix-v1", "tflite.custom", _landmarks_v1, op="MEDIAPIPE_GEOMETRY"),
@@ -321,6 +340,7 @@ TFLITE_CUSTOM_CASES = [
     ParityCase("TransformLandmarks-v2", "tflite.custom", _transform_landmarks(2), op="MEDIAPIPE_GEOMETRY"),
     ParityCase("TransformTensor-v1", "tflite.custom", _transform_tensor(1), op="MEDIAPIPE_BILINEAR"),
     ParityCase("TransformTensorBilinear-v2", "tflite.custom", _transform_tensor(2), op="MEDIAPIPE_BILINEAR"),
+    ParityCase("Roll", "tflite.custom", _roll, compare="exact"),
 ]
 
 

@@ -37,8 +37,8 @@ def test_facts_reach_the_opdef():
 
 def test_facts_replace_the_old_tables():
     """The facts the passes read, spot-checked against what the old op tables said."""
-    assert LOWERINGS.get("tflite", "RESHAPE").int_passthrough
-    assert not LOWERINGS.get("tflite", "CONV_2D").int_passthrough  # it has an integer kernel of its own
+    assert LOWERINGS.get("tflite", "RESHAPE").fact("int_passthrough")
+    assert not LOWERINGS.get("tflite", "CONV_2D").fact("int_passthrough")  # it has an integer kernel of its own
     assert LOWERINGS.get("tflite", "CONV_2D").weights[0] == (1, "OHWI")
     assert LOWERINGS.get("onnx", "Conv").weights[0] == (1, "OIHW")
     assert not LOWERINGS.get("tflite", "RANDOM_UNIFORM").foldable
@@ -46,7 +46,7 @@ def test_facts_replace_the_old_tables():
     assert LOWERINGS.get("tflite", "ADD").foldable
     assert LOWERINGS.get("onnx", "Softmax").reads_input_twice
     assert LOWERINGS.get("stablehlo", "stablehlo.reduce").scalar_regions == ("computation",)
-    assert LOWERINGS.get("tflite.int", "CONV_2D").fq_rounding is not None
+    assert LOWERINGS.get("tflite.int", "CONV_2D").fact("fq_rounding") is not None
     assert LOWERINGS.get("tflite", "TRANSPOSE").batch is not None
     assert LOWERINGS.get("tflite", "ADD").batch is None  # elementwise: keeps the batch in dimension 0
 
@@ -262,10 +262,10 @@ def test_resolves_tells_stale_names():
 def test_new_facts_reach_the_registry():
     assert LOWERINGS.get("tflite", "SHAPE").shape_only and LOWERINGS.get("onnx", "Size").shape_only
     assert not LOWERINGS.get("tflite", "ADD").shape_only
-    assert LOWERINGS.get("tflite", "DENSIFY").layout_passthrough is not None
-    assert LOWERINGS.get("tflite.int", "QUANTIZE").quant_conversion == "quantize"
-    assert LOWERINGS.get("tflite.int", "DEQUANTIZE").quant_conversion == "dequantize"
-    assert LOWERINGS.get("tflite", "EMBEDDING_LOOKUP").table_lookup
+    assert LOWERINGS.get("tflite", "DENSIFY").fact("layout_passthrough") is not None
+    assert LOWERINGS.get("tflite.int", "QUANTIZE").fact("quant_conversion") == "quantize"
+    assert LOWERINGS.get("tflite.int", "DEQUANTIZE").fact("quant_conversion") == "dequantize"
+    assert LOWERINGS.get("tflite", "EMBEDDING_LOOKUP").fact("table_lookup")
     assert LOWERINGS.get("onnx", "Loop").static_bound is not None
     assert LOWERINGS.get("tflite", "WHILE").regions.keys() == {"cond_subgraph_index", "body_subgraph_index"}
     assert LOWERINGS.get("stablehlo", "stablehlo.sort").scalar_regions == ("comparator",)
@@ -356,3 +356,93 @@ def test_custom_op_format_facts_reach_the_reference_too():
     finally:
         LOWERINGS._ops.pop(("tflite.custom", name), None)
         REFERENCE._ops.pop(("tflite.custom", name), None)
+
+
+def test_op_set_facts_live_in_their_op_sets_tables():
+    """Issue 36: a fact only some op sets have is declared in their fact table
+    (``Registry.declare_facts``), refused on another op set, and read with
+    ``OpDef.fact``; ``OpDef`` carries only the facts every op set shares."""
+    import dataclasses
+
+    from fbjax._registry import OpDef
+
+    fields = {f.name for f in dataclasses.fields(OpDef)}
+    for name in ("int_passthrough", "fq_rounding", "hybrid_eligible", "bias_scale", "xnnpack_kernel",
+                 "traced_weights", "quant_conversion", "table_lookup", "layout_passthrough"):
+        assert name not in fields, name
+    reg = Registry("test")
+    reg.declare_facts("x.int", fq_rounding=None)
+    rule = lambda node, orig: {}  # noqa: E731
+    reg.register("x.int", "A", fq_rounding=rule)(lambda ctx, x: x)
+    assert reg.get("x.int", "A").fact("fq_rounding") is rule
+    with pytest.raises(TypeError, match="unknown op facts \\['fq_rounding'\\] for op set 'x'"):
+        reg.register("x", "B", fq_rounding=rule)(lambda ctx, x: x)
+    reg.register("x", "C")(lambda ctx, x: x)
+    assert reg.get("x", "C").fact("fq_rounding") is None  # the declared default, also for other op sets
+    with pytest.raises(TypeError, match="no op fact"):
+        reg.get("x", "C").fact("fq_roundingg")
+    with pytest.raises(TypeError, match="declared with default"):
+        reg.declare_facts("y", fq_rounding=False)
+    # the real tables: a TFLite fact on an ONNX registration is refused
+    with pytest.raises(TypeError, match="unknown op facts \\['int_passthrough'\\]"):
+        LOWERINGS.register("onnx", "fbjax_test.never", int_passthrough=True)(lambda ctx, x: x)
+    assert ("onnx", "fbjax_test.never") not in LOWERINGS
+
+
+def _tiny_files() -> dict:
+    """One valid file per flatbuffer reader: ``{module name: (bytes, function its parsing calls after
+    verifying)}``."""
+    from pathlib import Path
+
+    import jax.numpy as jnp
+
+    from fbjax.export import to_stablehlo_flatbuffer
+    from rten_builders import rten_file, value_node
+
+    tfl = single_op_model("RELU", [(2,)])
+    shlo = to_stablehlo_flatbuffer(lambda x: x + 1.0, jnp.zeros((2,), F32))
+    rten = rten_file([value_node("x", [2])], [0], [0])
+    gpu = (Path(__file__).resolve().parents[1].parent / "shared" / "models" / "tflite-gpu-cl"
+           / "tflm_sine_float.F32.BUFFER.bin").read_bytes()  # a missing fixture fails
+    return {"tflite": (tfl, "_to_ir"), "stablehlo": (shlo, "_to_ir"), "rten": (rten, "_Reader"),
+            "gpu_cl.reader": (gpu, "parse_nodes")}
+
+
+@pytest.mark.parametrize("fmt", ["tflite", "stablehlo", "rten", "gpu_cl.reader"])
+def test_readers_share_one_corrupt_file_policy_and_strict_switch(fmt, monkeypatch):
+    """Issue 36: the last-resort conversion of a parser's IndexError (and the
+    like) into ModelFormatError, and the STRICT switch that lets it through
+    raw, are one definition (fbjax.formats.verify) for every flatbuffer reader."""
+    import importlib
+    import inspect
+
+    from fbjax.errors import ModelFormatError
+    from fbjax.formats import verify
+
+    mod = importlib.import_module(f"fbjax.formats.{fmt}")
+    data, inner = _tiny_files()[fmt]
+    src = inspect.getsource(mod.read)
+    assert "corrupt_file_errors" in src and "OverflowError" not in src and not hasattr(mod, "STRICT")
+
+    def broken(*args, **kwargs):
+        raise IndexError("offset past the end")
+
+    monkeypatch.setattr(mod, inner, broken)
+    with pytest.raises(ModelFormatError, match="<bytes>: corrupt or truncated .*\\(IndexError: offset past the end\\)"):
+        mod.read(data)
+    monkeypatch.setattr(verify, "STRICT", True)
+    with pytest.raises(IndexError, match="offset past the end"):
+        mod.read(data)
+
+
+def test_compute_dtype_is_the_dtype_name_everywhere():
+    """Issue 36: compute_dtype is the dtype's name on LoadOptions, in the
+    lowering options and on Model (a dtype given is converted at the boundary)."""
+    import ml_dtypes
+
+    for given, name in (("float32", "float32"), (np.float32, "float32"), (ml_dtypes.bfloat16, "bfloat16"),
+                        ("float16", "float16")):
+        opts = LoadOptions(compute_dtype=given)
+        assert opts.compute_dtype == name and opts.lowering()["compute_dtype"] == name
+    m = fbjax.load(single_op_model("RELU", [(2,)]), compute_dtype=np.dtype("float16"))
+    assert m.compute_dtype == "float16"

@@ -403,11 +403,13 @@ def test_cli_infer_header_prints_the_effective_batch_size_on_2_devices(tmp_path)
     assert_per_sample(np.load(tmp_path / "o.npy"), src, xs, "2 devices, batch 4")
 
 
-def test_infer_effective_batch_size():
-    from fbjax.batch_inference import effective_batch_size
+def test_infer_effective_step_size():
+    from fbjax.batch_inference import effective_batch_size, effective_step_size
 
-    assert [effective_batch_size(b, 2) for b in (None, 1, 2, 3, 4)] == [16, 2, 2, 4, 4]
-    assert effective_batch_size(5, 1) == 5 and effective_batch_size(9, 8) == 16
+    assert [effective_step_size(b, 2) for b in (None, 1, 2, 3, 4)] == [16, 2, 2, 4, 4]
+    assert effective_step_size(5, 1) == 5 and effective_step_size(9, 8) == 16
+    with pytest.warns(DeprecationWarning, match="effective_step_size"):  # the old name, deprecated
+        assert effective_batch_size(3, 2) == 4
 
 
 def test_infer_missing_out_folder_is_checked_before_loading(tmp_path, capsys):

@@ -10,8 +10,9 @@ each import is resolved to the fbjax module it names. Layers, lowest first:
    handed, not by importing the lowering);
 2. ``lower`` (the op sets, the graph builder, kernels) and ``reference``
    (the numpy twins; separately checked never to import ``lower``);
-3. the load pipeline: ``passes.pipeline`` (it hands the lowering registry to
-   the passes, so it sits above ``lower``), ``cache``, ``custom``;
+3. the load pipeline: ``loading`` (it hands the lowering registry to the
+   passes, so it sits above ``lower``; every module of ``passes`` is below
+   it), ``cache``, ``custom``;
 4. the executors: ``executors`` (how a Model runs when called, with ``executors.planner``,
    the CPU program's planner);
 5. ``model`` (with ``signature``, its entry points' runner), and the entry
@@ -44,7 +45,7 @@ LAYERS = {
     "fbjax.formats": 0, "fbjax.data": 0,
     "fbjax.passes": 1, "fbjax.op_rules": 1,
     "fbjax.lower": 2, "fbjax.reference": 2,
-    "fbjax.passes.pipeline": 3, "fbjax.cache": 3, "fbjax.custom": 3,
+    "fbjax.loading": 3, "fbjax.cache": 3, "fbjax.custom": 3,
     "fbjax.executors": 4,
     "fbjax.model": 5, "fbjax.signature": 5, "fbjax.batch_inference": 5, "fbjax.generation": 5, "fbjax.llm_bundle": 5, "fbjax.llm_contract": 5,
     "fbjax.finetune": 5,
@@ -141,7 +142,7 @@ def test_reference_never_imports_the_lowering():
     assert not bad, "\n".join(bad)
 
 
-@pytest.mark.parametrize("mod,layer", [("fbjax.passes.pipeline", 3), ("fbjax.passes.shapes", 1),
+@pytest.mark.parametrize("mod,layer", [("fbjax.loading", 3), ("fbjax.passes.shapes", 1),
                                        ("fbjax.executors.planner", 4), ("fbjax.lower.tflite.conv", 2),
                                        ("fbjax.formats.tflite_writer", 0), ("fbjax.formats.tflite_builder", 0), ("fbjax.executors.chunked", 4),
                                        ("fbjax.op_rules", 1), ("fbjax.passes.reading", 1), ("fbjax", 5)])
@@ -159,3 +160,12 @@ def test_a_module_in_no_layer_is_an_error():
     assert {m for m, _, _ in _modules()} >= {"fbjax", "fbjax.signature", "fbjax.executors.tiered"}
     for mod, _, _ in _modules():  # every module of the package is placed
         _layer(mod)
+
+
+def test_passes_is_one_layer_below_the_lowering():
+    """Issue 36: every module of ``fbjax.passes`` is in the passes' layer (the
+    load sequence that hands them the lowering registry is ``fbjax.loading``,
+    above ``lower``), so no entry of the table singles one out."""
+    mods = [m for m, _, _ in _modules() if m == "fbjax.passes" or m.startswith("fbjax.passes.")]
+    assert len(mods) >= 4 and {_layer(m) for m in mods} == {1}, {m: _layer(m) for m in mods}
+    assert not [k for k in LAYERS if k.startswith("fbjax.passes.")]

@@ -116,10 +116,10 @@ def test_registry_and_reference_mirror_each_other():
     ref = {od.name: od for od in ref_composites.COMPOSITES}
     assert set(low) == set(ref) == {"odml.scaled_dot_product_attention", "odml.rms_norm", "odml.group_norm"}
     for name in low:
-        assert callable(low[name].xnnpack_kernel) == callable(ref[name].xnnpack_kernel), name
+        assert callable(low[name].fact("xnnpack_kernel")) == callable(ref[name].fact("xnnpack_kernel")), name
         assert low[name].attr_names == ref[name].attr_names, name
     # XNNPACK's delegate fuses the attention composite only (LiteRT tflite/delegates/xnnpack)
-    assert {n for n, od in low.items() if od.xnnpack_kernel} == {"odml.scaled_dot_product_attention"}
+    assert {n for n, od in low.items() if od.fact("xnnpack_kernel")} == {"odml.scaled_dot_product_attention"}
 
 
 def test_litert_mode_fuses_what_xnnpack_takes():
@@ -129,8 +129,8 @@ def test_litert_mode_fuses_what_xnnpack_takes():
     ir = read_model(MQA)
     node = next(n for n in ir.iter_nodes() if n.op_name == "stablehlo.composite"
                 and n.attrs["name"] == "odml.scaled_dot_product_attention")
-    rules = (lower_composites.COMPOSITES.get("composite", "odml.scaled_dot_product_attention").xnnpack_kernel,
-             ref_composites.COMPOSITES.get("composite", "odml.scaled_dot_product_attention").xnnpack_kernel)
+    rules = (lower_composites.COMPOSITES.get("composite", "odml.scaled_dot_product_attention").fact("xnnpack_kernel"),
+             ref_composites.COMPOSITES.get("composite", "odml.scaled_dot_product_attention").fact("xnnpack_kernel"))
     q, k, v, m = node.inputs
 
     def variant(**change):

@@ -47,9 +47,9 @@ from ..signature import ExamplesOf, SignatureRunner
 from . import sinks, sources, stepping
 from .sinks import FILE_NAMES_KEY, check_out_path
 from .sources import example_files, iter_examples
-from .stepping import effective_batch_size
+from .stepping import effective_batch_size, effective_step_size
 
-__all__ = ["infer", "load_for_infer", "iter_examples", "example_files", "effective_batch_size", "check_out_path",
+__all__ = ["infer", "load_for_infer", "iter_examples", "example_files", "effective_step_size", "effective_batch_size", "check_out_path",
            "FILE_NAMES_KEY"]
 
 
@@ -156,7 +156,7 @@ def infer(
         raise InputError(f"process {jax.process_index()} has no device in the mesh")
     n_proc = len({d.process_index for d in devs})
     one_cpu = n_proc == 1 and n_local == 1 and devs[0].platform == "cpu"
-    step = effective_batch_size(step_size, n_local)
+    step = effective_step_size(step_size, n_local)
 
     model, fixed, per_example = _runnable(model, one_cpu, step)
     specs = model.inputs

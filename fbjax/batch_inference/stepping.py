@@ -34,6 +34,7 @@ import os
 import queue
 import threading
 import time
+import warnings
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Optional
@@ -45,19 +46,28 @@ from ..cache import compiler_options
 from ..errors import InputError
 from ..options import kernel_options
 
-__all__ = ["effective_batch_size", "example_bytes", "plan", "chunk", "fixed_batch", "own_call",
+__all__ = ["effective_step_size", "effective_batch_size", "example_bytes", "plan", "chunk", "fixed_batch", "own_call",
            "per_example_apply", "per_example_call", "batch_polymorphic", "StreamChooser", "Prefetch", "Direct",
            "CpuSteps", "MeshSteps", "run_steps",
            "STREAM_PROBE_STEPS", "STREAM_KEEP_STEPS", "STREAM_KEEP_MAX_STEPS", "STREAM_MARGIN"]
 
 
-def effective_batch_size(batch_size: Optional[int], n_devices: int) -> int:
+def effective_step_size(step_size: Optional[int], n_devices: int) -> int:
     """Examples per step :func:`fbjax.infer` uses on ``n_devices`` local devices:
-    ``batch_size`` rounded up to a multiple of ``n_devices`` (default: 8 per
+    ``step_size`` rounded up to a multiple of ``n_devices`` (default: 8 per
     device)."""
-    if batch_size is None:
+    if step_size is None:
         return 8 * n_devices
-    return -(-int(batch_size) // n_devices) * n_devices
+    return -(-int(step_size) // n_devices) * n_devices
+
+
+def effective_batch_size(batch_size: Optional[int], n_devices: int) -> int:
+    """Deprecated name of :func:`effective_step_size` (``batch_size`` is the
+    model's leading dimension in :func:`fbjax.load`; a step of
+    :func:`fbjax.infer` is its ``step_size``)."""
+    warnings.warn("fbjax.batch_inference.effective_batch_size is deprecated: use effective_step_size "
+                  "(infer's examples per step are its step_size)", DeprecationWarning, stacklevel=2)
+    return effective_step_size(batch_size, n_devices)
 
 
 def check_step_size(step_size, name: str = "step_size") -> None:

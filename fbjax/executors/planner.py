@@ -117,8 +117,8 @@ def _passes_layout(program, node) -> bool:
     op's ``layout_passthrough`` fact: TFLite DEQUANTIZE of a float16 weight
     is an elementwise cast, DENSIFY the identity), reading one input."""
     od = program.registry.get(node.op_set, node.op_name)
-    return (od is not None and od.layout_passthrough is not None and len(node.inputs) == 1
-            and node.inputs[0] is not None and bool(od.layout_passthrough(node)))
+    return (od is not None and od.fact("layout_passthrough") is not None and len(node.inputs) == 1
+            and node.inputs[0] is not None and bool(od.fact("layout_passthrough")(node)))
 
 
 def _groups(node, native: str, w) -> Optional[int]:

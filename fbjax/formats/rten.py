@@ -508,7 +508,7 @@ def read(source) -> ModelIR:
         version, moff, mlen, toff = 1, 0, len(raw), None
         if len(raw) < 8:
             raise ModelFormatError(f"{label}: {len(raw)} bytes is too short for an RTen model")
-    try:
+    with _verify.corrupt_file_errors(label, "RTen flatbuffer"):
         _verify.verify(raw, "rten", start=moff, size=mlen)  # bounds every offset/length before unpacking
         root = R.Model.GetRootAs(raw, moff)
         m = R.ModelT.InitFromObj(root)
@@ -516,13 +516,6 @@ def read(source) -> ModelIR:
             raise ModelFormatError("Model.graph (required) is missing")
         reader = _Reader(raw, toff, label)
         reader.graph(m.graph, "main", None)
-    except ModelFormatError as e:
-        raise ModelFormatError(f"{label}: {e}") from None
-    except (IndexError, struct.error, ValueError, TypeError, OverflowError, UnicodeDecodeError,
-            AttributeError, KeyError, MemoryError, RecursionError) as e:
-        raise ModelFormatError(
-            f"{label}: corrupt or truncated RTen flatbuffer ({type(e).__name__}: {e})"
-        ) from None
     meta = {"version": version, "schema_version": int(m.schemaVersion)}
     desc = ""
     if m.metadata is not None:

@@ -307,19 +307,12 @@ def read(source) -> ModelIR:
             f"{label}: not a stablehlo.flatbuf model (the root table does not verify: no subgraph, "
             "unknown operator codes or tensor indices out of range)"
         )
-    try:
+    with _verify.corrupt_file_errors(label, "stablehlo.flatbuf"):
         _verify.verify(raw, "stablehlo")  # structure first: the generated bindings trust every offset
         m = S.ModelT.InitFromObj(S.Model.GetRootAs(bytes(raw), 0))
         ir = _to_ir(m, path)
         ir.buffer = raw  # the file's bytes, for fbjax.formats.stablehlo_writer
         return ir
-    except ModelFormatError as e:
-        raise ModelFormatError(f"{label}: {e}") from None
-    except (IndexError, struct.error, ValueError, TypeError, OverflowError, UnicodeDecodeError,
-            AttributeError, KeyError, MemoryError, RecursionError) as e:
-        raise ModelFormatError(
-            f"{label}: corrupt or truncated stablehlo.flatbuf ({type(e).__name__}: {e})"
-        ) from None
 
 
 def _spatial_rank(name: str, ins: list) -> int:

@@ -459,14 +459,6 @@ def _view(data: np.ndarray, dtype: np.dtype, shape, desc: str) -> np.ndarray:
     return arr
 
 
-#: Exceptions from deep inside parsing that :func:`read` turns into
-#: ModelFormatError as a last resort (the verifier should leave none to catch;
-#: the fuzz tests set :data:`STRICT` to see them raw).
-_FALLBACK_ERRORS = (IndexError, struct.error, ValueError, TypeError, OverflowError, UnicodeDecodeError,
-                    AttributeError, KeyError, MemoryError, RecursionError)
-STRICT = False
-
-
 def read(source) -> ModelIR:
     """Parse a ``.tflite`` file (path or bytes) into the IR.
 
@@ -489,18 +481,12 @@ def read(source) -> ModelIR:
         raise ModelFormatError(
             f"{label}: not a TFLite file (bytes 4-7 are {head[4:8]!r}, expected {FILE_IDENTIFIER!r})"
         )
-    try:
+    with _verify.corrupt_file_errors(label, "TFLite flatbuffer"):
         # structure first: the generated bindings trust every offset and length
         _verify.verify(raw, "tflite")
         root = T.Model.GetRootAs(raw, 0)
         m = T.ModelT.InitFromObj(root)
         return _to_ir(m, raw, path)
-    except ModelFormatError as e:
-        raise ModelFormatError(f"{label}: {e}") from None
-    except (() if STRICT else _FALLBACK_ERRORS) as e:
-        raise ModelFormatError(
-            f"{label}: corrupt or truncated TFLite flatbuffer ({type(e).__name__}: {e})"
-        ) from None
 
 
 def opcode_name(oc) -> tuple[str, str]:

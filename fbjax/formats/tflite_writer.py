@@ -85,7 +85,7 @@ def _bias_ops(registry) -> Optional[dict]:
     registry is handed down: formats sit below the lowering that fills it)."""
     if registry is None:
         return None
-    return {od.name: tuple(od.bias_scale) for od in registry if od.op_set == "tflite" and od.bias_scale}
+    return {od.name: tuple(od.fact("bias_scale")) for od in registry if od.op_set == "tflite" and od.fact("bias_scale")}
 
 
 class _AlignedBufferT(T.BufferT):

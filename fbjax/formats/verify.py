@@ -51,6 +51,37 @@ import numpy as np
 
 from ..errors import ModelFormatError
 
+#: Exceptions from deep inside parsing that every flatbuffer reader (TFLite,
+#: RTen, stablehlo.flatbuf; :func:`corrupt_file_errors`) turns into
+#: ModelFormatError as a last resort: :func:`verify` should leave none to
+#: catch. The fuzz tests set :data:`STRICT` to see them raw.
+FALLBACK_ERRORS = (IndexError, struct.error, ValueError, TypeError, OverflowError, UnicodeDecodeError,
+                   AttributeError, KeyError, MemoryError, RecursionError)
+#: True: the readers let :data:`FALLBACK_ERRORS` through unchanged (one switch for every reader)
+STRICT = False
+
+
+@contextlib.contextmanager
+def corrupt_file_errors(label: str, what: str, prefix_errors: bool = True) -> Iterator[None]:
+    """The one error policy of the readers' parsing, as a ``with`` block: a
+    :class:`~fbjax.errors.ModelFormatError` raised inside gets ``label`` (the
+    file's path, or ``<bytes>``) in front of its message (unless
+    ``prefix_errors`` is False: a reader whose messages name the file
+    already); one of :data:`FALLBACK_ERRORS` (unless :data:`STRICT`) becomes
+    a ModelFormatError ``"<label>: corrupt or truncated <what> (<type>: <message>)"``.
+
+    Raises:
+        ModelFormatError: as described.
+    """
+    try:
+        yield
+    except ModelFormatError as e:
+        if not prefix_errors:
+            raise
+        raise ModelFormatError(f"{label}: {e}") from None
+    except (() if STRICT else FALLBACK_ERRORS) as e:
+        raise ModelFormatError(f"{label}: corrupt or truncated {what} ({type(e).__name__}: {e})") from None
+
 __all__ = [
     "Limits", "limits", "get_limits", "verify", "check_shape", "check_call_graph",
     "check_byte_range", "read_rten_header", "check_flexbuffer", "SCHEMAS",

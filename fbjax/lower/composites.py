@@ -58,6 +58,12 @@ OP_SET = "composite"
 #: ``("composite", name) -> fn(ctx, *inputs, **attributes)``.
 COMPOSITES = Registry("composite lowering")
 register = functools.partial(COMPOSITES.register, OP_SET)
+# The composites' own fact (``OpDef.fact``): xnnpack_kernel: LiteRT's default
+# CPU delegate (XNNPACK) runs this composite as one kernel instead of its
+# decomposition, so ``fbjax.load(..., composites="litert")`` (the default)
+# runs it fused too: a bool, or ``fn(node) -> bool`` when XNNPACK takes only
+# some nodes (float32 ones...).
+COMPOSITES.declare_facts(OP_SET, xnnpack_kernel=False)
 
 __all__ = ["COMPOSITES", "OP_SET", "register", "choose", "refused", "fuses", "scaled_dot_product_attention",
            "rms_norm", "group_norm"]
@@ -70,7 +76,7 @@ def fuses(opdef, mode: str, node) -> bool:
     if mode == "fused":
         return True
     if mode == "litert":
-        x = opdef.xnnpack_kernel
+        x = opdef.fact("xnnpack_kernel")
         return bool(x(node) if callable(x) else x)
     return False
 
@@ -109,7 +115,7 @@ def refused(ir, mode: str) -> list:
     """``[(node, reason)]``: the composite nodes of ``ir`` that ``mode``
     would fuse but that run their decomposition because their lowering
     refuses them (an unknown attribute, shapes it does not take);
-    :func:`fbjax.passes.pipeline.lower` warns about each at load.
+    :func:`fbjax.loading.lower` warns about each at load.
 
     Raises:
         ModelFormatError: a composite's attributes are not a FlexBuffer map.

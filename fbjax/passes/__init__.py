@@ -15,9 +15,10 @@ declared at registration), never by importing the lowering:
 * :mod:`fbjax.passes.reading`: what a file means per op, applied right after
   reading (region graphs' arities checked, output dtypes an RTen file leaves
   open filled), by :func:`fbjax.load` and the numpy reference alike
-  (:func:`~fbjax.passes.reading.complete`);
-* :mod:`fbjax.passes.pipeline`: the sequence :func:`fbjax.load` and
-  ``fbjax inspect`` run (rewrites, then lowering); it hands the lowering
-  registry to the passes, so it sits one layer above them
-  (``tests/test_layering.py``).
+  (:func:`~fbjax.passes.reading.complete`).
+
+The sequence :func:`fbjax.load` and ``fbjax inspect`` run (read and
+complete, rewrites, then lowering) is :mod:`fbjax.loading`: it hands the
+lowering registry to the passes, so it sits above the lowering, outside this
+package, which is one layer below it (``tests/test_layering.py``).
 """

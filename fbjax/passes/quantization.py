@@ -161,8 +161,8 @@ def _dequantize_hybrid_weights(graph: Graph, registry, hybrid_ops: Optional[froz
 
     def hybrid_kernel(n, v):
         od = registry.get("tflite.hybrid", n.op_name)
-        return (od is not None and od.hybrid_eligible is not None
-                and (hybrid_ops is None or n.op_name in hybrid_ops) and bool(od.hybrid_eligible(n, v)))
+        eligible = None if od is None else od.fact("hybrid_eligible")
+        return (eligible is not None and (hybrid_ops is None or n.op_name in hybrid_ops) and bool(eligible(n, v)))
 
     for v in graph.values:
         if not _is_quantized_const(v):
@@ -193,7 +193,7 @@ def _dequantize_hybrid_weights(graph: Graph, registry, hybrid_ops: Optional[froz
 def _fact(registry, n: Node, fact: str):
     """``fact`` of the lowering registered for ``n`` (None when there is none)."""
     od = registry.get(n.op_set, n.op_name)
-    return None if od is None else getattr(od, fact)
+    return None if od is None else od.fact(fact)
 
 
 def _conversion(registry, n: Node) -> Optional[str]:
@@ -201,7 +201,7 @@ def _conversion(registry, n: Node) -> Optional[str]:
     ``n`` (``"quantize"``: QUANTIZE; ``"dequantize"``: DEQUANTIZE; None: not
     a conversion)."""
     od = registry.get("tflite.int", n.op_name)
-    return None if od is None else od.quant_conversion
+    return None if od is None else od.fact("quant_conversion")
 
 
 def _op_names(registry, op_set: str) -> frozenset:
@@ -247,9 +247,9 @@ def _fq_rounding(n: Node, orig: dict, registry) -> dict:
     half away from zero. ``orig``: id(value) -> (QuantParams, integer dtype)
     of the activations and quantized constants before the rewrite."""
     od = registry.get("tflite.int", n.op_name)
-    if od is None or od.fq_rounding is None:
+    if od is None or od.fact("fq_rounding") is None:
         return {"rounding": "half_away"}
-    return od.fq_rounding(n, orig)
+    return od.fact("fq_rounding")(n, orig)
 
 
 def _int_forward_nodes(n: Node, orig: dict, orig_inputs: list, int_ops: set, orig_data: dict,

@@ -23,6 +23,12 @@ OP_SET = "composite"
 #: ``("composite", name) -> fn(ctx, *inputs, **attributes)`` (numpy).
 COMPOSITES = Registry("composite reference")
 register = functools.partial(COMPOSITES.register, OP_SET)
+# The composites' own fact (``OpDef.fact``): xnnpack_kernel: LiteRT's default
+# CPU delegate (XNNPACK) runs this composite as one kernel instead of its
+# decomposition, so ``fbjax.load(..., composites="litert")`` (the default)
+# runs it fused too: a bool, or ``fn(node) -> bool`` when XNNPACK takes only
+# some nodes (float32 ones...).
+COMPOSITES.declare_facts(OP_SET, xnnpack_kernel=False)
 
 
 def choose(ctx, name: str, blob, mode: str):
@@ -33,7 +39,7 @@ def choose(ctx, name: str, blob, mode: str):
     opdef = COMPOSITES.get(OP_SET, name)
     if opdef is None or mode == "decomposed":
         return None
-    x = opdef.xnnpack_kernel
+    x = opdef.fact("xnnpack_kernel")
     if mode == "litert" and not (x(ctx.node) if callable(x) else x):
         return None
     attrs = composite_attrs(blob, ctx.node.location)

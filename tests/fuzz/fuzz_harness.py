@@ -245,12 +245,12 @@ class Runner:
         import fbjax
         import fbjax.lower  # noqa: F401  (registers the lowerings)
         from fbjax.errors import InputError, ModelFormatError, UnsupportedOperatorError
-        from fbjax.formats import read_model, tflite
+        from fbjax.formats import read_model, verify
         from fbjax.lower.build import build
 
         self.read_model, self.build, self.fbjax_load = read_model, build, fbjax.load
         self.MFE, self.UOE, self.IE = ModelFormatError, UnsupportedOperatorError, InputError
-        tflite.STRICT = strict
+        verify.STRICT = strict  # every reader's last-resort error conversion
         self.case_timeout = case_timeout
         self.load_mode = load_mode
         # the product's default limits (fbjax.formats.verify.Limits, fbjax.ir.MAX_VALUE_BYTES) apply

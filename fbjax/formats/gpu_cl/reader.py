@@ -10,6 +10,7 @@ import numpy as np
 
 from ...errors import ModelFormatError, UnsupportedOperatorError
 from ...ir import Graph, ModelIR, Node, Value
+from .. import verify as _verify
 from .generations import Generation, detect_generation, precision_storage, programs
 from .kernels import KERNELS, OP_SET, Kernel, KernelCall, unsupported
 from .nodes import GpuNode, parse_nodes
@@ -194,28 +195,30 @@ def read(source) -> ModelIR:
         with open(path, "rb") as f:
             buf = f.read()
     label = f"{path}: " if path else ""
-    gen = detect_generation(buf, path)
-    root = gen.root(buf)
-    graph = gen.graph(root)
-    b = _Builder(gen, label)
-    values = tensor_values(graph, label)
-    b.all_values.extend(values.values())
-    gnodes = parse_nodes(graph, gen, label)
-    variants = []
-    for node in gnodes:
-        if any(op not in KERNELS for op, _ in node.ops):
-            continue  # listed with every other gap below
-        try:
-            _lower_node(b, node, values)
-        except UnsupportedOperatorError as e:
-            variants.append(e)
-    _raise_unsupported(gnodes, label, variants)
-    inputs, outputs = graph_io(graph, gen, values, label)
-    _check_order(b.nodes, inputs, label)
-    g = Graph("main", inputs, outputs, b.nodes, b.all_values)
-    prec, storage = precision_storage(gen, root, graph)
-    meta = {"generation": gen.name, "precision": prec, "storage_type": storage,
-            "nodes": gnodes, "weights": b.weights, "size": len(buf)}
-    meta["driver_version"], meta["binary_programs"] = programs(gen, root)
+    # its messages name the file already; parsing errors past the verifier: the readers' one policy
+    with _verify.corrupt_file_errors(path or "<bytes>", "GPU delegate file", prefix_errors=False):
+        gen = detect_generation(buf, path)
+        root = gen.root(buf)
+        graph = gen.graph(root)
+        b = _Builder(gen, label)
+        values = tensor_values(graph, label)
+        b.all_values.extend(values.values())
+        gnodes = parse_nodes(graph, gen, label)
+        variants = []
+        for node in gnodes:
+            if any(op not in KERNELS for op, _ in node.ops):
+                continue  # listed with every other gap below
+            try:
+                _lower_node(b, node, values)
+            except UnsupportedOperatorError as e:
+                variants.append(e)
+        _raise_unsupported(gnodes, label, variants)
+        inputs, outputs = graph_io(graph, gen, values, label)
+        _check_order(b.nodes, inputs, label)
+        g = Graph("main", inputs, outputs, b.nodes, b.all_values)
+        prec, storage = precision_storage(gen, root, graph)
+        meta = {"generation": gen.name, "precision": prec, "storage_type": storage,
+                "nodes": gnodes, "weights": b.weights, "size": len(buf)}
+        meta["driver_version"], meta["binary_programs"] = programs(gen, root)
     return ModelIR("gpu_cl", [g], description=f"TFLite GPU delegate (OpenCL) serialized model, generation {gen.name}",
                    source=path, buffer=buf, metadata=meta)

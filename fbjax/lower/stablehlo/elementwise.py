@@ -18,62 +18,33 @@ from ._util import register
 OP_SET = "stablehlo"
 
 
-@register(OP_SET, "stablehlo.add")
-def add(ctx, lhs, rhs):
-    """``stablehlo.add``: element-wise ``lhs + rhs`` (integers wrap)."""
-    return lax.add(lhs, rhs)
-
-
-@register(OP_SET, "stablehlo.subtract")
-def subtract(ctx, lhs, rhs):
-    """``stablehlo.subtract``: element-wise ``lhs - rhs``."""
-    return lax.sub(lhs, rhs)
-
-
-@register(OP_SET, "stablehlo.multiply")
-def multiply(ctx, lhs, rhs):
-    """``stablehlo.multiply``: element-wise ``lhs * rhs``."""
-    return lax.mul(lhs, rhs)
-
-
-@register(OP_SET, "stablehlo.divide")
-def divide(ctx, lhs, rhs):
-    """``stablehlo.divide``: IEEE division for floats, rounded once per
-    element (:func:`fbjax.lower.kernels.ieee_divide`), division truncating
-    toward zero for integers (``lax.div``)."""
+def _divide(lhs, rhs):
+    """IEEE division for floats, rounded once per element
+    (:func:`fbjax.lower.kernels.ieee_divide`), division truncating toward
+    zero for integers (``lax.div``)."""
     if jnp.issubdtype(lhs.dtype, jnp.floating) or jnp.issubdtype(lhs.dtype, jnp.complexfloating):
         return kernels.ieee_divide(lhs, rhs)
     return lax.div(lhs, rhs)
 
 
-@register(OP_SET, "stablehlo.maximum")
-def maximum(ctx, lhs, rhs):
-    """``stablehlo.maximum``: element-wise max, NaN-propagating for floats."""
-    return lax.max(lhs, rhs)
+def _binary(name: str, fn, doc: str):
+    def op(ctx, lhs, rhs):
+        return fn(lhs, rhs)
+
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = f"``stablehlo.{name}``: {doc}"
+    register(OP_SET, f"stablehlo.{name}")(op)
+    return op
 
 
-@register(OP_SET, "stablehlo.minimum")
-def minimum(ctx, lhs, rhs):
-    """``stablehlo.minimum``: element-wise min, NaN-propagating for floats."""
-    return lax.min(lhs, rhs)
+def _unary(name: str, fn, doc: str):
+    def op(ctx, operand):
+        return fn(operand)
 
-
-@register(OP_SET, "stablehlo.abs")
-def abs(ctx, operand):  # noqa: A001 - the spec's name
-    """``stablehlo.abs``: ``|x|`` (signed integer minimum stays itself)."""
-    return lax.abs(operand)
-
-
-@register(OP_SET, "stablehlo.ceil")
-def ceil(ctx, operand):
-    """``stablehlo.ceil``: round toward +inf (floats)."""
-    return lax.ceil(operand)
-
-
-@register(OP_SET, "stablehlo.logistic")
-def logistic(ctx, operand):
-    """``stablehlo.logistic``: ``1 / (1 + exp(-x))`` (floats)."""
-    return lax.logistic(operand)
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = f"``stablehlo.{name}``: {doc}"
+    register(OP_SET, f"stablehlo.{name}")(op)
+    return op
 
 
 @register(OP_SET, "stablehlo.clamp")
@@ -135,57 +106,6 @@ def _is_float(x) -> bool:
     return bool(jnp.issubdtype(x.dtype, jnp.inexact))  # bfloat16 included
 
 
-@register(OP_SET, "stablehlo.and")
-def and_(ctx, lhs, rhs):
-    """``stablehlo.and``: bitwise AND of integers, logical AND of booleans."""
-    return lax.bitwise_and(*_b(lhs, rhs))
-
-
-@register(OP_SET, "stablehlo.or")
-def or_(ctx, lhs, rhs):
-    """``stablehlo.or``: bitwise / logical OR."""
-    return lax.bitwise_or(*_b(lhs, rhs))
-
-
-@register(OP_SET, "stablehlo.xor")
-def xor(ctx, lhs, rhs):
-    """``stablehlo.xor``: bitwise / logical XOR."""
-    return lax.bitwise_xor(*_b(lhs, rhs))
-
-
-@register(OP_SET, "stablehlo.not")
-def not_(ctx, operand):
-    """``stablehlo.not``: bitwise NOT of integers, logical NOT of booleans."""
-    return lax.bitwise_not(operand)
-
-
-@register(OP_SET, "stablehlo.shift_left")
-def shift_left(ctx, lhs, rhs):
-    """``stablehlo.shift_left``: ``lhs << rhs``; 0 when ``rhs`` is negative
-    or at least the bit width (XLA's semantics, ``lax.shift_left``)."""
-    return lax.shift_left(*_b(lhs, rhs))
-
-
-@register(OP_SET, "stablehlo.shift_right_logical")
-def shift_right_logical(ctx, lhs, rhs):
-    """``stablehlo.shift_right_logical``: zero-filling right shift; 0 for
-    out-of-range shift amounts."""
-    return lax.shift_right_logical(*_b(lhs, rhs))
-
-
-@register(OP_SET, "stablehlo.shift_right_arithmetic")
-def shift_right_arithmetic(ctx, lhs, rhs):
-    """``stablehlo.shift_right_arithmetic``: sign-filling right shift;
-    out-of-range amounts give 0 or -1 by sign."""
-    return lax.shift_right_arithmetic(*_b(lhs, rhs))
-
-
-@register(OP_SET, "stablehlo.popcnt")
-def popcnt(ctx, operand):
-    """``stablehlo.popcnt``: number of set bits per integer element."""
-    return lax.population_count(operand)
-
-
 def _int_power(x, y):
     """Integer ``x ** y`` by squaring (64 steps at most); negative exponents
     give ``1 / x ** -y`` truncated: 1 for x = 1, +-1 for x = -1, else 0."""
@@ -207,60 +127,71 @@ def _int_power(x, y):
     return jnp.where(neg, negres, acc)
 
 
-@register(OP_SET, "stablehlo.power")
-def power(ctx, lhs, rhs):
-    """``stablehlo.power``: ``lhs ** rhs``; floats follow ``pow`` (IEEE),
-    integers exponentiate by squaring with wrap-around (negative exponents:
-    see the spec's integer rules)."""
+def _power(lhs, rhs):
+    """``lhs ** rhs``; floats follow ``pow`` (IEEE), integers exponentiate by
+    squaring with wrap-around (negative exponents: see the spec's integer
+    rules)."""
     lhs, rhs = _b(lhs, rhs)
     if _is_float(lhs):
         return lax.pow(lhs, rhs)
     return _int_power(lhs, rhs)
 
 
-@register(OP_SET, "stablehlo.remainder")
-def remainder(ctx, lhs, rhs):
-    """``stablehlo.remainder``: ``lhs - rhs * trunc(lhs / rhs)`` (sign of the
-    dividend, C ``fmod``)."""
-    return lax.rem(*_b(lhs, rhs))
+def _broadcasting(fn):
+    return lambda lhs, rhs: fn(*_b(lhs, rhs))
 
 
-@register(OP_SET, "stablehlo.atan2")
-def atan2(ctx, lhs, rhs):
-    """``stablehlo.atan2``: ``atan2(lhs, rhs)``."""
-    return lax.atan2(*_b(lhs, rhs))
-
-
-def _unary(name, fn, doc):
-    def op(ctx, operand):
-        return fn(operand)
-
-    op.__name__ = name
-    op.__qualname__ = name
-    op.__doc__ = doc
-    register(OP_SET, f"stablehlo.{name}")(op)
-    return op
-
-
-exponential = _unary("exponential", lax.exp, "``stablehlo.exponential``: ``e ** x``.")
-exponential_minus_one = _unary("exponential_minus_one", lax.expm1, "``stablehlo.exponential_minus_one``: ``e ** x - 1``.")
-log = _unary("log", lax.log, "``stablehlo.log``: natural logarithm.")
-log_plus_one = _unary("log_plus_one", lax.log1p, "``stablehlo.log_plus_one``: ``log(1 + x)``.")
-sqrt = _unary("sqrt", lax.sqrt, "``stablehlo.sqrt``: square root.")
-rsqrt = _unary("rsqrt", lax.rsqrt, "``stablehlo.rsqrt``: ``1 / sqrt(x)``.")
-cbrt = _unary("cbrt", lax.cbrt, "``stablehlo.cbrt``: cube root (negative for negative x).")
-tanh = _unary("tanh", lax.tanh, "``stablehlo.tanh``: hyperbolic tangent.")
-cosine = _unary("cosine", lax.cos, "``stablehlo.cosine``: cosine.")
-sine = _unary("sine", lax.sin, "``stablehlo.sine``: sine.")
-tan = _unary("tan", lax.tan, "``stablehlo.tan``: tangent.")
-negate = _unary("negate", lax.neg, "``stablehlo.negate``: ``-x`` (integers wrap).")
-floor = _unary("floor", lax.floor, "``stablehlo.floor``: round toward -inf.")
-sign = _unary("sign", lax.sign, "``stablehlo.sign``: -1, 0 or 1 (NaN stays NaN, -0.0 stays -0.0).")
-round_nearest_afz = _unary("round_nearest_afz", lambda x: lax.round(x, lax.RoundingMethod.AWAY_FROM_ZERO),
-                           "``stablehlo.round_nearest_afz``: round half away from zero.")
-round_nearest_even = _unary("round_nearest_even", lambda x: lax.round(x, lax.RoundingMethod.TO_NEAREST_EVEN),
-                            "``stablehlo.round_nearest_even``: round half to even.")
-is_finite = _unary("is_finite", lax.is_finite, "``stablehlo.is_finite``: neither inf nor NaN.")
+#: two-input ops: ``name: (fn, doc)``; those of the TFLite STABLEHLO_* carrier broadcast (see :func:`_b`)
+_BINARY = {
+    "add": (lax.add, "element-wise ``lhs + rhs`` (integers wrap)."),
+    "subtract": (lax.sub, "element-wise ``lhs - rhs``."),
+    "multiply": (lax.mul, "element-wise ``lhs * rhs``."),
+    "divide": (_divide, "IEEE division for floats, truncating division for integers (:func:`_divide`)."),
+    "maximum": (lax.max, "element-wise max, NaN-propagating for floats."),
+    "minimum": (lax.min, "element-wise min, NaN-propagating for floats."),
+    "and": (_broadcasting(lax.bitwise_and), "bitwise AND of integers, logical AND of booleans."),
+    "or": (_broadcasting(lax.bitwise_or), "bitwise / logical OR."),
+    "xor": (_broadcasting(lax.bitwise_xor), "bitwise / logical XOR."),
+    "shift_left": (_broadcasting(lax.shift_left),
+                   "``lhs << rhs``; 0 when ``rhs`` is negative or at least the bit width (XLA's semantics, "
+                   "``lax.shift_left``)."),
+    "shift_right_logical": (_broadcasting(lax.shift_right_logical),
+                            "zero-filling right shift; 0 for out-of-range shift amounts."),
+    "shift_right_arithmetic": (_broadcasting(lax.shift_right_arithmetic),
+                               "sign-filling right shift; out-of-range amounts give 0 or -1 by sign."),
+    "power": (_power, "``lhs ** rhs`` (:func:`_power`)."),
+    "remainder": (_broadcasting(lax.rem), "``lhs - rhs * trunc(lhs / rhs)`` (sign of the dividend, C ``fmod``)."),
+    "atan2": (_broadcasting(lax.atan2), "``atan2(lhs, rhs)``."),
+}
+#: one-input ops: ``name: (fn, doc)``
+_UNARY = {
+    "abs": (lax.abs, "``|x|`` (signed integer minimum stays itself)."),
+    "ceil": (lax.ceil, "round toward +inf (floats)."),
+    "floor": (lax.floor, "round toward -inf."),
+    "logistic": (lax.logistic, "``1 / (1 + exp(-x))`` (floats)."),
+    "not": (lax.bitwise_not, "bitwise NOT of integers, logical NOT of booleans."),
+    "popcnt": (lax.population_count, "number of set bits per integer element."),
+    "exponential": (lax.exp, "``e ** x``."),
+    "exponential_minus_one": (lax.expm1, "``e ** x - 1``."),
+    "log": (lax.log, "natural logarithm."),
+    "log_plus_one": (lax.log1p, "``log(1 + x)``."),
+    "sqrt": (lax.sqrt, "square root."),
+    "rsqrt": (lax.rsqrt, "``1 / sqrt(x)``."),
+    "cbrt": (lax.cbrt, "cube root (negative for negative x)."),
+    "tanh": (lax.tanh, "hyperbolic tangent."),
+    "cosine": (lax.cos, "cosine."),
+    "sine": (lax.sin, "sine."),
+    "tan": (lax.tan, "tangent."),
+    "negate": (lax.neg, "``-x`` (integers wrap)."),
+    "sign": (lax.sign, "-1, 0 or 1 (NaN stays NaN, -0.0 stays -0.0)."),
+    "round_nearest_afz": (lambda x: lax.round(x, lax.RoundingMethod.AWAY_FROM_ZERO), "round half away from zero."),
+    "round_nearest_even": (lambda x: lax.round(x, lax.RoundingMethod.TO_NEAREST_EVEN), "round half to even."),
+    "is_finite": (lax.is_finite, "neither inf nor NaN."),
+}
+for _n, (_f, _d) in _BINARY.items():
+    _binary(_n, _f, _d)
+for _n, (_f, _d) in _UNARY.items():
+    _unary(_n, _f, _d)
 
 
 @register(OP_SET, "stablehlo.select")

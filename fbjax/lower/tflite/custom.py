@@ -1,7 +1,11 @@
-"""MediaPipe custom ops found in TFLite files (op set ``tflite.custom``)."""
+"""MediaPipe custom ops found in TFLite files, and TFLite's own custom ``Roll`` (op set ``tflite.custom``)."""
 
 from __future__ import annotations
 
+import jax.numpy as jnp
+import numpy as np
+
+from ... import op_rules
 from .. import kernels
 from ..registry import register
 from .elementwise import require_unquantized
@@ -54,3 +58,51 @@ def Convolution2DTransposeBias(ctx, x, w, b=None, *, padding="SAME", stride_w=1,
             raise ctx.error(f"bias shape {tuple(b.shape)} does not match {w.shape[0]} output channels")
         y = y + b
     return y
+
+
+def _roll_batch(node, carrying, batch) -> None:
+    """``Roll`` follows a batch unless an axis is dimension 0 (it would move
+    examples into each other's places)."""
+    axes = op_rules.const(node.inputs[2]) if len(node.inputs) > 2 else None
+    r = op_rules.rank(node.inputs[0] if node.inputs else None)
+    for a in op_rules.ints(axes):
+        op_rules.refuse_axis0(node, a, r)
+
+
+def roll_axes(ctx, shape: tuple, shift, axis) -> list:
+    """``[(axis, shift)]`` of a ``Roll`` node, one per named axis (in range,
+    non-negative), the shifts of an axis named twice added up.
+
+    Raises:
+        ModelFormatError: ``shift`` and ``axis`` of different sizes, or an
+            axis outside ``[-rank, rank)``.
+    """
+    axes = [int(a) for a in np.asarray(axis).reshape(-1)]
+    n_shift = int(np.prod(np.shape(shift), dtype=np.int64))
+    if n_shift != len(axes):
+        raise ctx.error(f"shift has {n_shift} elements and axis {len(axes)}: they must have one per rolled axis")
+    rank = len(shape)
+    bad = [a for a in axes if not -rank <= a < rank]
+    if bad:
+        raise ctx.error(f"axis {bad[0]} is out of range for a rank-{rank} input")
+    return [(a % rank, k) for k, a in enumerate(axes)]
+
+
+@register("tflite.custom", "Roll", static_inputs=(2,), batch=_roll_batch)
+def Roll(ctx, x, shift, axis):
+    """TFLite's custom ``Roll`` (``tensorflow/lite/kernels/roll.cc``,
+    ``tf.roll``): ``x`` with its elements moved ``shift[i]`` places along
+    ``axis[i]``, wrapping around (a negative shift moves them toward index 0,
+    a negative axis counts from the last; an axis named twice rolls by the
+    sum of its shifts). ``shift`` and ``axis`` are int32/int64 scalars or
+    1-D of one size; ``axis`` is a load-time constant, ``shift`` may be
+    computed. Any dtype; the output has ``x``'s shape.
+
+    Raises:
+        ModelFormatError: see :func:`roll_axes`.
+    """
+    x = jnp.asarray(x)
+    shifts = jnp.asarray(shift).reshape(-1)
+    for a, k in roll_axes(ctx, x.shape, shift, axis):
+        x = jnp.roll(x, shifts[k], axis=a)
+    return x

@@ -50,24 +50,6 @@ def _binary(ctx, fn, a, b, act):
     return apply_fused(ctx, fn(a, b), act)
 
 
-@register("tflite", "ADD")
-def ADD(ctx, a, b, *, fused_activation_function="NONE"):
-    """TFLite ADD (``kernels/add.cc``): broadcasting ``a + b``, then the fused activation."""
-    return _binary(ctx, jnp.add, a, b, fused_activation_function)
-
-
-@register("tflite", "SUB")
-def SUB(ctx, a, b, *, fused_activation_function="NONE"):
-    """TFLite SUB (``kernels/sub.cc``): broadcasting ``a - b``, then the fused activation."""
-    return _binary(ctx, jnp.subtract, a, b, fused_activation_function)
-
-
-@register("tflite", "MUL")
-def MUL(ctx, a, b, *, fused_activation_function="NONE"):
-    """TFLite MUL (``kernels/mul.cc``): broadcasting ``a * b``, then the fused activation."""
-    return _binary(ctx, jnp.multiply, a, b, fused_activation_function)
-
-
 def _div(a, b):
     a, b = jnp.asarray(a), jnp.asarray(b)
     if jnp.issubdtype(jnp.result_type(a, b), jnp.integer):
@@ -76,11 +58,25 @@ def _div(a, b):
     return kernels.ieee_divide(a, b)
 
 
-@register("tflite", "DIV")
-def DIV(ctx, a, b, *, fused_activation_function="NONE"):
-    """TFLite DIV (``kernels/div.cc``): broadcasting ``a / b`` (int32: truncating),
-    then the fused activation."""
-    return _binary(ctx, _div, a, b, fused_activation_function)
+def _register_fused_binary(name: str, fn, doc: str):
+    def op(ctx, a, b, *, fused_activation_function="NONE"):
+        return _binary(ctx, fn, a, b, fused_activation_function)
+
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = f"TFLite {name} {doc}, then the fused activation."
+    register("tflite", name)(op)
+    return op
+
+
+#: two-input arithmetic with a ``fused_activation_function``: ``name: (fn, doc)``
+_FUSED_BINARY = {
+    "ADD": (jnp.add, "(``kernels/add.cc``): broadcasting ``a + b``"),
+    "SUB": (jnp.subtract, "(``kernels/sub.cc``): broadcasting ``a - b``"),
+    "MUL": (jnp.multiply, "(``kernels/mul.cc``): broadcasting ``a * b``"),
+    "DIV": (_div, "(``kernels/div.cc``): broadcasting ``a / b`` (int32: truncating)"),
+}
+for _n, (_f, _d) in _FUSED_BINARY.items():
+    _register_fused_binary(_n, _f, _d)
 
 
 # --- activations --------------------------------------------------------------
@@ -95,42 +91,45 @@ def _clamp(ctx, x, lo, hi):
     return x
 
 
-@register("tflite", "RELU")
-def RELU(ctx, x):
-    """TFLite RELU (``kernels/activations.cc``): ``max(x, 0)``, any shape."""
-    return _clamp(ctx, x, 0, None)
+def _register_clamp(name: str, lo, hi, doc: str):
+    def op(ctx, x):
+        return _clamp(ctx, x, lo, hi)
+
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = f"TFLite {name} (``kernels/activations.cc``): {doc}"
+    register("tflite", name)(op)
+    return op
 
 
-@register("tflite", "RELU6")
-def RELU6(ctx, x):
-    """TFLite RELU6 (``kernels/activations.cc``): ``min(max(x, 0), 6)``."""
-    return _clamp(ctx, x, 0, 6)
+#: clamping activations: ``name: (low, high, doc)`` (None: unbounded)
+_CLAMP = {
+    "RELU": (0, None, "``max(x, 0)``, any shape."),
+    "RELU6": (0, 6, "``min(max(x, 0), 6)``."),
+    "RELU_N1_TO_1": (-1, 1, "``clip(x, -1, 1)``."),
+    "RELU_0_TO_1": (0, 1, "``clip(x, 0, 1)``."),
+}
+for _n, (_lo, _hi, _d) in _CLAMP.items():
+    _register_clamp(_n, _lo, _hi, _d)
 
 
-@register("tflite", "RELU_N1_TO_1")
-def RELU_N1_TO_1(ctx, x):
-    """TFLite RELU_N1_TO_1 (``kernels/activations.cc``): ``clip(x, -1, 1)``."""
-    return _clamp(ctx, x, -1, 1)
+def _register_float_unary(name: str, fn, doc: str, **facts):
+    def op(ctx, x):
+        require_unquantized(ctx, name)
+        return fn(x)
+
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = f"TFLite {name} (``kernels/activations.cc``), float: {doc}"
+    register("tflite", name, **facts)(op)
+    return op
 
 
-@register("tflite", "RELU_0_TO_1")
-def RELU_0_TO_1(ctx, x):
-    """TFLite RELU_0_TO_1 (``kernels/activations.cc``): ``clip(x, 0, 1)``."""
-    return _clamp(ctx, x, 0, 1)
-
-
-@register("tflite", "TANH")
-def TANH(ctx, x):
-    """TFLite TANH (``kernels/activations.cc``), float: ``tanh(x)``."""
-    require_unquantized(ctx, "TANH")
-    return jnp.tanh(x)
-
-
-@register("tflite", "LOGISTIC", squashing=True)
-def LOGISTIC(ctx, x):
-    """TFLite LOGISTIC (``kernels/activations.cc``), float: ``1 / (1 + exp(-x))``."""
-    require_unquantized(ctx, "LOGISTIC")
-    return jax.nn.sigmoid(x)
+#: float activations: ``name: (fn, doc, facts)``
+_FLOAT_UNARY = {
+    "TANH": (jnp.tanh, "``tanh(x)``.", {}),
+    "LOGISTIC": (jax.nn.sigmoid, "``1 / (1 + exp(-x))``.", {"squashing": True}),
+}
+for _n, (_f, _d, _facts) in _FLOAT_UNARY.items():
+    _register_float_unary(_n, _f, _d, **_facts)
 
 
 @register("tflite", "HARD_SWISH")

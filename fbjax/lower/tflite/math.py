@@ -28,94 +28,47 @@ def _u(ctx, fn, x):
     return fn(jnp.asarray(x))
 
 
-@register("tflite", "ABS")
-def ABS(ctx, x):
-    """TFLite ABS: ``|x|`` (float or int)."""
-    return _u(ctx, jnp.abs, x)
+def _register_unary(name: str, fn, doc: str, quantized_refused: bool = True):
+    """Register TFLite ``name`` as ``fn(x)`` (quantized inputs refused unless
+    ``quantized_refused`` is False: bool and any-dtype ops)."""
+    if quantized_refused:
+        def op(ctx, x):
+            return _u(ctx, fn, x)
+    else:
+        def op(ctx, x):
+            return fn(x)
+
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = f"TFLite {name}: {doc}"
+    register("tflite", name)(op)
+    return op
 
 
-@register("tflite", "CEIL")
-def CEIL(ctx, x):
-    """TFLite CEIL: ``ceil(x)``, float."""
-    return _u(ctx, jnp.ceil, x)
-
-
-@register("tflite", "FLOOR")
-def FLOOR(ctx, x):
-    """TFLite FLOOR: ``floor(x)``, float."""
-    return _u(ctx, jnp.floor, x)
-
-
-@register("tflite", "ROUND")
-def ROUND(ctx, x):
-    """TFLite ROUND (``reference_ops::Round``): nearest, ties to even."""
-    return _u(ctx, jnp.round, x)
-
-
-@register("tflite", "COS")
-def COS(ctx, x):
-    """TFLite COS: ``cos(x)``, float."""
-    return _u(ctx, jnp.cos, x)
-
-
-@register("tflite", "SIN")
-def SIN(ctx, x):
-    """TFLite SIN: ``sin(x)``, float."""
-    return _u(ctx, jnp.sin, x)
-
-
-@register("tflite", "EXP")
-def EXP(ctx, x):
-    """TFLite EXP: ``exp(x)``, float."""
-    return _u(ctx, jnp.exp, x)
-
-
-@register("tflite", "LOG")
-def LOG(ctx, x):
-    """TFLite LOG: natural log, float (``-inf`` at 0, NaN below)."""
-    return _u(ctx, jnp.log, x)
-
-
-@register("tflite", "SQRT")
-def SQRT(ctx, x):
-    """TFLite SQRT: ``sqrt(x)``, float."""
-    return _u(ctx, jnp.sqrt, x)
-
-
-@register("tflite", "RSQRT")
-def RSQRT(ctx, x):
-    """TFLite RSQRT: ``1 / sqrt(x)``, float."""
-    return _u(ctx, lax.rsqrt, x)
-
-
-@register("tflite", "SQUARE")
-def SQUARE(ctx, x):
-    """TFLite SQUARE: ``x * x``."""
-    return _u(ctx, jnp.square, x)
-
-
-@register("tflite", "NEG")
-def NEG(ctx, x):
-    """TFLite NEG: ``-x`` (float or int)."""
-    return _u(ctx, jnp.negative, x)
-
-
-@register("tflite", "SIGN")
-def SIGN(ctx, x):
-    """TFLite SIGN: -1, 0 or 1 (float or int)."""
-    return _u(ctx, jnp.sign, x)
-
-
-@register("tflite", "LOGICAL_NOT")
-def LOGICAL_NOT(ctx, x):
-    """TFLite LOGICAL_NOT on bool tensors."""
-    return jnp.logical_not(x)
-
-
-@register("tflite", "ZEROS_LIKE")
-def ZEROS_LIKE(ctx, x):
-    """TFLite ZEROS_LIKE: zeros of ``x``'s shape and dtype."""
-    return jnp.zeros_like(x)
+#: one-input ops: ``name: (fn, doc)``
+_UNARY = {
+    "ABS": (jnp.abs, "``|x|`` (float or int)."),
+    "CEIL": (jnp.ceil, "``ceil(x)``, float."),
+    "FLOOR": (jnp.floor, "``floor(x)``, float."),
+    "ROUND": (jnp.round, "(``reference_ops::Round``): nearest, ties to even."),
+    "COS": (jnp.cos, "``cos(x)``, float."),
+    "SIN": (jnp.sin, "``sin(x)``, float."),
+    "EXP": (jnp.exp, "``exp(x)``, float."),
+    "LOG": (jnp.log, "natural log, float (``-inf`` at 0, NaN below)."),
+    "SQRT": (jnp.sqrt, "``sqrt(x)``, float."),
+    "RSQRT": (lax.rsqrt, "``1 / sqrt(x)``, float."),
+    "SQUARE": (jnp.square, "``x * x``."),
+    "NEG": (jnp.negative, "``-x`` (float or int)."),
+    "SIGN": (jnp.sign, "-1, 0 or 1 (float or int)."),
+}
+#: one-input ops on bool or any tensors (no quantized check)
+_UNARY_ANY = {
+    "LOGICAL_NOT": (jnp.logical_not, "logical not of a bool tensor."),
+    "ZEROS_LIKE": (jnp.zeros_like, "zeros of ``x``'s shape and dtype."),
+}
+for _n, (_f, _d) in _UNARY.items():
+    _register_unary(_n, _f, _d)
+for _n, (_f, _d) in _UNARY_ANY.items():
+    _register_unary(_n, _f, _d, quantized_refused=False)
 
 
 @register("tflite", "ELU")
@@ -181,83 +134,79 @@ def _b(ctx, fn, a, b):
     return fn(jnp.asarray(a), jnp.asarray(b))
 
 
-@register("tflite", "MAXIMUM")
-def MAXIMUM(ctx, a, b):
-    """TFLite MAXIMUM, broadcasting: ``a > b ? a : b`` per element
-    (``kernels/maximum_minimum.cc`` ``MaximumOp``): a NaN in ``a`` gives
-    ``b``, a NaN in ``b`` gives NaN; ``max(0.0, -0.0)`` is ``-0.0``."""
-    return _b(ctx, lambda x, y: jnp.where(x > y, x, y), a, b)
+def _floor_div(x, y):
+    """FLOOR_DIV: integers round toward -inf. Floats: the floor of the exact
+    quotient, as LiteRT's ``reference_ops::FloorDiv`` (``a / b`` divided in
+    double, then floored; a double quotient of float32 operands never rounds
+    across an integer). ``floor`` of a float32 quotient is 1 too large
+    wherever the quotient rounds up to an integer (measured: 48 of 256
+    elements of exact multiples). Finite operands take
+    ``jnp.floor_divide``'s exact remainder (``fmod``) correction (a zero
+    quotient takes the sign of ``a * b``, as ``floor(-0.0)``); infinities and
+    NaN ``floor(a / b)``."""
+    if jnp.issubdtype(x.dtype, jnp.integer):
+        return jnp.floor_divide(x, y)
+    finite = jnp.isfinite(x) & jnp.isfinite(y) & (y != 0)
+    q = jnp.floor_divide(jnp.where(finite, x, jnp.zeros_like(x)), jnp.where(finite, y, jnp.ones_like(y)))
+    q = jnp.where(q == 0, jnp.copysign(jnp.zeros_like(q), x * y), q)  # floor(-0.0) keeps its sign
+    return jnp.where(finite, q, jnp.floor(x / y))
 
 
-@register("tflite", "MINIMUM")
-def MINIMUM(ctx, a, b):
-    """TFLite MINIMUM, broadcasting: ``a < b ? a : b`` per element
-    (``MinimumOp``; NaN and signed zeros as MAXIMUM)."""
-    return _b(ctx, lambda x, y: jnp.where(x < y, x, y), a, b)
+def _floor_mod(x, y):
+    """FLOOR_MOD (``floor_mod.cc``): the C remainder (``fmod`` for floats),
+    plus ``y`` when it is non-zero and its sign differs from ``y``'s."""
+    x, y = jnp.broadcast_arrays(x, y)
+    r = lax.rem(x, y)
+    fix = (r != 0) & ((r < 0) != (y < 0))
+    return jnp.where(fix, r + y, r)
 
 
-@register("tflite", "POW")
-def POW(ctx, a, b):
-    """TFLite POW, broadcasting ``a ** b`` (float or int32)."""
-    return _b(ctx, jnp.power, a, b)
+def _register_binary(name: str, fn, doc: str, quantized_refused: bool = True):
+    """Register TFLite ``name`` as ``fn(a, b)`` with numpy broadcasting
+    (quantized inputs refused unless ``quantized_refused`` is False)."""
+    if quantized_refused:
+        def op(ctx, a, b):
+            return _b(ctx, fn, a, b)
+    else:
+        def op(ctx, a, b):
+            return fn(a, b)
+
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = f"TFLite {name}, broadcasting: {doc}"
+    register("tflite", name)(op)
+    return op
 
 
-@register("tflite", "SQUARED_DIFFERENCE")
-def SQUARED_DIFFERENCE(ctx, a, b):
-    """TFLite SQUARED_DIFFERENCE: ``(a - b)^2``, broadcasting."""
-    return _b(ctx, lambda x, y: jnp.square(x - y), a, b)
-
-
-@register("tflite", "FLOOR_DIV")
-def FLOOR_DIV(ctx, a, b):
-    """TFLite FLOOR_DIV: ``floor(a / b)``; integers round toward -inf.
-
-    Floats: the floor of the exact quotient, as LiteRT's
-    ``reference_ops::FloorDiv`` (``a / b`` divided in double, then floored;
-    a double quotient of float32 operands never rounds across an integer).
-    ``floor`` of a float32 quotient is 1 too large wherever the quotient
-    rounds up to an integer (measured: 48 of 256 elements of exact multiples).
-    Finite operands take ``jnp.floor_divide``'s exact remainder (``fmod``)
-    correction (a zero quotient takes the sign of ``a * b``, as
-    ``floor(-0.0)``); infinities and NaN ``floor(a / b)``."""
-    def f(x, y):
-        if jnp.issubdtype(x.dtype, jnp.integer):
-            return jnp.floor_divide(x, y)
-        finite = jnp.isfinite(x) & jnp.isfinite(y) & (y != 0)
-        q = jnp.floor_divide(jnp.where(finite, x, jnp.zeros_like(x)), jnp.where(finite, y, jnp.ones_like(y)))
-        q = jnp.where(q == 0, jnp.copysign(jnp.zeros_like(q), x * y), q)  # floor(-0.0) keeps its sign
-        return jnp.where(finite, q, jnp.floor(x / y))
-    return _b(ctx, f, a, b)
-
-
-@register("tflite", "FLOOR_MOD")
-def FLOOR_MOD(ctx, a, b):
-    """TFLite FLOOR_MOD (``floor_mod.cc``): the C remainder (``fmod`` for
-    floats), plus ``b`` when it is non-zero and its sign differs from ``b``'s."""
-    def f(x, y):
-        x, y = jnp.broadcast_arrays(x, y)
-        r = lax.rem(x, y)
-        fix = (r != 0) & ((r < 0) != (y < 0))
-        return jnp.where(fix, r + y, r)
-    return _b(ctx, f, a, b)
-
-
-@register("tflite", "ATAN2")
-def ATAN2(ctx, a, b):
-    """TFLite ATAN2: ``atan2(a, b)``, float, broadcasting."""
-    return _b(ctx, jnp.arctan2, a, b)
-
-
-@register("tflite", "BITWISE_XOR")
-def BITWISE_XOR(ctx, a, b):
-    """TFLite BITWISE_XOR on integer tensors, broadcasting."""
-    return _b(ctx, jnp.bitwise_xor, a, b)
-
-
-@register("tflite", "RIGHT_SHIFT")
-def RIGHT_SHIFT(ctx, a, b):
-    """TFLite RIGHT_SHIFT: arithmetic for signed, logical for unsigned ints."""
-    return _b(ctx, jnp.right_shift, a, b)
+#: two-input ops with numpy broadcasting: ``name: (fn, doc)``
+_BINARY = {
+    "MAXIMUM": (lambda x, y: jnp.where(x > y, x, y),
+                "``a > b ? a : b`` per element (``kernels/maximum_minimum.cc`` ``MaximumOp``): a NaN in ``a`` "
+                "gives ``b``, a NaN in ``b`` gives NaN; ``max(0.0, -0.0)`` is ``-0.0``."),
+    "MINIMUM": (lambda x, y: jnp.where(x < y, x, y),
+                "``a < b ? a : b`` per element (``MinimumOp``; NaN and signed zeros as MAXIMUM)."),
+    "POW": (jnp.power, "``a ** b`` (float or int32)."),
+    "SQUARED_DIFFERENCE": (lambda x, y: jnp.square(x - y), "``(a - b)^2``."),
+    "FLOOR_DIV": (_floor_div, "``floor(a / b)`` (:func:`_floor_div`)."),
+    "FLOOR_MOD": (_floor_mod, "remainder with the divisor's sign (:func:`_floor_mod`)."),
+    "ATAN2": (jnp.arctan2, "``atan2(a, b)``, float."),
+    "BITWISE_XOR": (jnp.bitwise_xor, "bitwise xor of integer tensors."),
+    "RIGHT_SHIFT": (jnp.right_shift, "``a >> b``: arithmetic for signed, logical for unsigned ints."),
+    "EQUAL": (jnp.equal, "``a == b``, bool output."),
+    "NOT_EQUAL": (jnp.not_equal, "``a != b``, bool output."),
+    "LESS": (jnp.less, "``a < b``, bool output."),
+    "LESS_EQUAL": (jnp.less_equal, "``a <= b``, bool output."),
+    "GREATER": (jnp.greater, "``a > b``, bool output."),
+    "GREATER_EQUAL": (jnp.greater_equal, "``a >= b``, bool output."),
+}
+#: two-input ops on bool tensors (no quantized check)
+_BINARY_BOOL = {
+    "LOGICAL_AND": (jnp.logical_and, "logical and of bool tensors."),
+    "LOGICAL_OR": (jnp.logical_or, "logical or of bool tensors."),
+}
+for _n, (_f, _d) in _BINARY.items():
+    _register_binary(_n, _f, _d)
+for _n, (_f, _d) in _BINARY_BOOL.items():
+    _register_binary(_n, _f, _d, quantized_refused=False)
 
 
 @register("tflite", "ADD_N")
@@ -268,56 +217,6 @@ def ADD_N(ctx, *xs):
     for x in xs[1:]:
         out = out + x
     return out
-
-
-
-
-@register("tflite", "EQUAL")
-def EQUAL(ctx, a, b):
-    """TFLite EQUAL, broadcasting, bool output."""
-    return _b(ctx, jnp.equal, a, b)
-
-
-@register("tflite", "NOT_EQUAL")
-def NOT_EQUAL(ctx, a, b):
-    """TFLite NOT_EQUAL, broadcasting, bool output."""
-    return _b(ctx, jnp.not_equal, a, b)
-
-
-@register("tflite", "LESS")
-def LESS(ctx, a, b):
-    """TFLite LESS, broadcasting, bool output."""
-    return _b(ctx, jnp.less, a, b)
-
-
-@register("tflite", "LESS_EQUAL")
-def LESS_EQUAL(ctx, a, b):
-    """TFLite LESS_EQUAL, broadcasting, bool output."""
-    return _b(ctx, jnp.less_equal, a, b)
-
-
-@register("tflite", "GREATER")
-def GREATER(ctx, a, b):
-    """TFLite GREATER, broadcasting, bool output."""
-    return _b(ctx, jnp.greater, a, b)
-
-
-@register("tflite", "GREATER_EQUAL")
-def GREATER_EQUAL(ctx, a, b):
-    """TFLite GREATER_EQUAL, broadcasting, bool output."""
-    return _b(ctx, jnp.greater_equal, a, b)
-
-
-@register("tflite", "LOGICAL_AND")
-def LOGICAL_AND(ctx, a, b):
-    """TFLite LOGICAL_AND on bool tensors, broadcasting."""
-    return jnp.logical_and(a, b)
-
-
-@register("tflite", "LOGICAL_OR")
-def LOGICAL_OR(ctx, a, b):
-    """TFLite LOGICAL_OR on bool tensors, broadcasting."""
-    return jnp.logical_or(a, b)
 
 
 @register("tflite", "SELECT", int_passthrough=True)

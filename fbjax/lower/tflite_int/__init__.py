@@ -27,6 +27,31 @@ kernels (float activations, int8 weights) are the op set ``"tflite.hybrid"``
 in :mod:`.hybrid`.
 """
 
-from . import activations, conv, elementwise, fake_quant, fixedpoint, hybrid, pool, shape  # noqa: F401
+from ..registry import LOWERINGS
+
+# The facts only the integer and hybrid kernels have (``OpDef.fact``), with
+# their defaults; :func:`fbjax.passes.quantization.rewrite_quantized` reads them:
+#
+# "tflite.int":
+#   fq_rounding: ``fn(node, orig) -> dict``, the ``fbjax:FAKE_QUANT``
+#       attributes that make float mode round the op's output as the kernel
+#       does.
+#   quant_conversion: ``"quantize"`` (QUANTIZE) or ``"dequantize"``
+#       (DEQUANTIZE), the ops that convert between quantized integers and
+#       float (with a quantized input, a constant too, they run their integer
+#       kernel; in float mode a quantize becomes ``fbjax:FAKE_QUANT`` and a
+#       dequantize of a float32 value the identity; a dequantize is never a
+#       float consumer of hybrid weights).
+# "tflite.hybrid":
+#   traced_weights: the lowering also takes its integer weights as traced
+#       arrays, so float mode can feed it re-quantized params.
+#   hybrid_eligible: ``fn(node, weight) -> bool``, whether the kernel serves
+#       the ``"tflite"`` node ``node`` with the quantized constant ``weight``
+#       kept in its integer type (``quantized="exact"``); hybrid ops without
+#       it are never chosen.
+LOWERINGS.declare_facts("tflite.int", fq_rounding=None, quant_conversion=None)
+LOWERINGS.declare_facts("tflite.hybrid", traced_weights=False, hybrid_eligible=None)
+
+from . import activations, conv, elementwise, fake_quant, fixedpoint, hybrid, pool, shape  # noqa: F401,E402
 
 __all__ = ["activations", "conv", "elementwise", "fake_quant", "fixedpoint", "hybrid", "pool", "shape"]

@@ -14,24 +14,6 @@ def _wrap(fn, a, b):
         return fn(np.asarray(a), np.asarray(b))
 
 
-@register(OP_SET, "stablehlo.add")
-def add(ctx, lhs, rhs):
-    """``lhs + rhs`` (integers wrap)."""
-    return _wrap(np.add, lhs, rhs)
-
-
-@register(OP_SET, "stablehlo.subtract")
-def subtract(ctx, lhs, rhs):
-    """``lhs - rhs``."""
-    return _wrap(np.subtract, lhs, rhs)
-
-
-@register(OP_SET, "stablehlo.multiply")
-def multiply(ctx, lhs, rhs):
-    """``lhs * rhs``."""
-    return _wrap(np.multiply, lhs, rhs)
-
-
 @register(OP_SET, "stablehlo.divide")
 def divide(ctx, lhs, rhs):
     """IEEE division for floats; integer division truncating toward zero.
@@ -47,38 +29,6 @@ def divide(ctx, lhs, rhs):
             q = np.where(b == 0, -1, np.where(neg, -q, q))
             return np.asarray(q).astype(np.dtype(f"u{a.dtype.itemsize}")).view(a.dtype)
     return _wrap(np.divide, a, b)
-
-
-@register(OP_SET, "stablehlo.maximum")
-def maximum(ctx, lhs, rhs):
-    """Element-wise max, NaN-propagating."""
-    return np.maximum(lhs, rhs)
-
-
-@register(OP_SET, "stablehlo.minimum")
-def minimum(ctx, lhs, rhs):
-    """Element-wise min, NaN-propagating."""
-    return np.minimum(lhs, rhs)
-
-
-@register(OP_SET, "stablehlo.abs")
-def abs(ctx, operand):  # noqa: A001
-    """``|x|``."""
-    return np.abs(operand)
-
-
-@register(OP_SET, "stablehlo.ceil")
-def ceil(ctx, operand):
-    """Round toward +inf."""
-    return np.ceil(operand)
-
-
-@register(OP_SET, "stablehlo.logistic")
-def logistic(ctx, operand):
-    """``1 / (1 + exp(-x))`` computed in float64."""
-    x = np.asarray(operand)
-    with np.errstate(over="ignore"):
-        return (1.0 / (1.0 + np.exp(-x.astype(np.float64)))).astype(x.dtype)
 
 
 @register(OP_SET, "stablehlo.clamp")
@@ -130,31 +80,6 @@ def _bits(dt) -> int:
     return np.dtype(dt).itemsize * 8
 
 
-@register(OP_SET, "stablehlo.and")
-def and_(ctx, lhs, rhs):
-    """Bitwise / logical AND."""
-    return np.bitwise_and(np.asarray(lhs), np.asarray(rhs))
-
-
-@register(OP_SET, "stablehlo.or")
-def or_(ctx, lhs, rhs):
-    """Bitwise / logical OR."""
-    return np.bitwise_or(np.asarray(lhs), np.asarray(rhs))
-
-
-@register(OP_SET, "stablehlo.xor")
-def xor(ctx, lhs, rhs):
-    """Bitwise / logical XOR."""
-    return np.bitwise_xor(np.asarray(lhs), np.asarray(rhs))
-
-
-@register(OP_SET, "stablehlo.not")
-def not_(ctx, operand):
-    """Bitwise NOT (integers), logical NOT (booleans)."""
-    x = np.asarray(operand)
-    return np.logical_not(x) if x.dtype == np.bool_ else np.invert(x)
-
-
 def _shift(a, b, kind):
     a, b = np.broadcast_arrays(np.asarray(a), np.asarray(b))
     n = _bits(a.dtype)
@@ -173,26 +98,6 @@ def _shift(a, b, kind):
             r = v >> s if 0 <= s < n else (-1 if v < 0 else 0)
             out[i] = np.array(r & ((1 << n) - 1)).astype(udt).view(a.dtype)
     return out
-
-
-@register(OP_SET, "stablehlo.shift_left")
-def shift_left(ctx, lhs, rhs):
-    """``lhs << rhs`` modulo 2**bits; 0 for shifts outside ``[0, bits)``."""
-    return _shift(lhs, rhs, "left")
-
-
-@register(OP_SET, "stablehlo.shift_right_logical")
-def shift_right_logical(ctx, lhs, rhs):
-    """Zero-filling right shift; 0 for shifts outside ``[0, bits)``."""
-    return _shift(lhs, rhs, "logical")
-
-
-@register(OP_SET, "stablehlo.shift_right_arithmetic")
-def shift_right_arithmetic(ctx, lhs, rhs):
-    """Sign-filling right shift of the bit pattern (the top bit fills, for
-    unsigned types too: the StableHLO interpreter's ``APInt::ashr``); all
-    sign bits for shifts outside ``[0, bits)``."""
-    return _shift(lhs, rhs, "arithmetic")
 
 
 @register(OP_SET, "stablehlo.popcnt")
@@ -236,13 +141,6 @@ def remainder(ctx, lhs, rhs):
         return np.fmod(a, b)
 
 
-@register(OP_SET, "stablehlo.atan2")
-def atan2(ctx, lhs, rhs):
-    """``atan2(lhs, rhs)``."""
-    a = np.asarray(lhs)
-    return np.arctan2(a.astype(np.float64), np.asarray(rhs).astype(np.float64)).astype(a.dtype)
-
-
 def _inexact(dt) -> bool:
     """Floating or complex, ml_dtypes' bfloat16 included (numpy's
     issubdtype does not know it)."""
@@ -262,9 +160,14 @@ def _f64(fn):
     return op
 
 
-def _unary(name, fn, doc):
-    def op(ctx, operand):
-        return fn(operand)
+def _register(name: str, fn, doc: str, arity: int):
+    """Register ``stablehlo.<name>`` as ``fn(operand)`` or ``fn(lhs, rhs)``."""
+    if arity == 1:
+        def op(ctx, operand):
+            return fn(operand)
+    else:
+        def op(ctx, lhs, rhs):
+            return fn(lhs, rhs)
 
     op.__name__ = op.__qualname__ = name
     op.__doc__ = doc
@@ -272,33 +175,91 @@ def _unary(name, fn, doc):
     return op
 
 
-exponential = _unary("exponential", _f64(np.exp), "``e ** x`` (float64 arithmetic).")
-exponential_minus_one = _unary("exponential_minus_one", _f64(np.expm1), "``e ** x - 1``.")
-log = _unary("log", _f64(np.log), "Natural logarithm.")
-log_plus_one = _unary("log_plus_one", _f64(np.log1p), "``log(1 + x)``.")
-sqrt = _unary("sqrt", _f64(np.sqrt), "Square root.")
-rsqrt = _unary("rsqrt", _f64(lambda x: 1.0 / np.sqrt(x)), "``1 / sqrt(x)``.")
-cbrt = _unary("cbrt", _f64(np.cbrt), "Cube root.")
-tanh = _unary("tanh", _f64(np.tanh), "Hyperbolic tangent.")
-cosine = _unary("cosine", _f64(np.cos), "Cosine.")
-sine = _unary("sine", _f64(np.sin), "Sine.")
-tan = _unary("tan", _f64(np.tan), "Tangent.")
-floor = _unary("floor", np.floor, "Round toward -inf.")
-sign = _unary("sign", lambda x: np.sign(np.asarray(x)) if not np.issubdtype(np.asarray(x).dtype, np.floating)
-              else np.where(np.asarray(x) == 0, np.asarray(x), np.sign(np.asarray(x))).astype(np.asarray(x).dtype),
-              "-1, 0 or 1; NaN and signed zeros stay.")
-round_nearest_afz = _unary("round_nearest_afz",
-                           lambda x: (np.sign(x) * np.floor(np.abs(np.asarray(x)) + np.asarray(0.5, np.asarray(x).dtype)))
-                           .astype(np.asarray(x).dtype), "Round half away from zero.")
-round_nearest_even = _unary("round_nearest_even", np.rint, "Round half to even.")
-is_finite = _unary("is_finite", np.isfinite, "Neither inf nor NaN.")
+def _logistic(operand):
+    x = np.asarray(operand)
+    with np.errstate(over="ignore"):
+        return (1.0 / (1.0 + np.exp(-x.astype(np.float64)))).astype(x.dtype)
 
 
-@register(OP_SET, "stablehlo.negate")
-def negate(ctx, operand):
-    """``-x`` (integers wrap)."""
+def _not(operand):
+    x = np.asarray(operand)
+    return np.logical_not(x) if x.dtype == np.bool_ else np.invert(x)
+
+
+def _negate(operand):
     with np.errstate(over="ignore"):
         return np.negative(np.asarray(operand))
+
+
+def _sign(x):
+    x = np.asarray(x)
+    if not np.issubdtype(x.dtype, np.floating):
+        return np.sign(x)
+    return np.where(x == 0, x, np.sign(x)).astype(x.dtype)
+
+
+def _round_afz(x):
+    x = np.asarray(x)
+    return (np.sign(x) * np.floor(np.abs(x) + np.asarray(0.5, x.dtype))).astype(x.dtype)
+
+
+def _atan2(lhs, rhs):
+    a = np.asarray(lhs)
+    return np.arctan2(a.astype(np.float64), np.asarray(rhs).astype(np.float64)).astype(a.dtype)
+
+
+def _asarrays(fn):
+    return lambda lhs, rhs: fn(np.asarray(lhs), np.asarray(rhs))
+
+
+#: two-input ops: ``name: (fn, doc)``
+_BINARY = {
+    "add": (lambda a, b: _wrap(np.add, a, b), "``lhs + rhs`` (integers wrap)."),
+    "subtract": (lambda a, b: _wrap(np.subtract, a, b), "``lhs - rhs``."),
+    "multiply": (lambda a, b: _wrap(np.multiply, a, b), "``lhs * rhs``."),
+    "maximum": (np.maximum, "Element-wise max, NaN-propagating."),
+    "minimum": (np.minimum, "Element-wise min, NaN-propagating."),
+    "and": (_asarrays(np.bitwise_and), "Bitwise / logical AND."),
+    "or": (_asarrays(np.bitwise_or), "Bitwise / logical OR."),
+    "xor": (_asarrays(np.bitwise_xor), "Bitwise / logical XOR."),
+    "shift_left": (lambda a, b: _shift(a, b, "left"), "``lhs << rhs`` modulo 2**bits; 0 for shifts outside "
+                   "``[0, bits)``."),
+    "shift_right_logical": (lambda a, b: _shift(a, b, "logical"),
+                            "Zero-filling right shift; 0 for shifts outside ``[0, bits)``."),
+    "shift_right_arithmetic": (lambda a, b: _shift(a, b, "arithmetic"),
+                               "Sign-filling right shift of the bit pattern (the top bit fills, for unsigned types "
+                               "too: the StableHLO interpreter's ``APInt::ashr``); all sign bits for shifts outside "
+                               "``[0, bits)``."),
+    "atan2": (_atan2, "``atan2(lhs, rhs)``."),
+}
+#: one-input ops: ``name: (fn, doc)``
+_UNARY = {
+    "abs": (np.abs, "``|x|``."),
+    "ceil": (np.ceil, "Round toward +inf."),
+    "logistic": (_logistic, "``1 / (1 + exp(-x))`` computed in float64."),
+    "not": (_not, "Bitwise NOT (integers), logical NOT (booleans)."),
+    "exponential": (_f64(np.exp), "``e ** x`` (float64 arithmetic)."),
+    "exponential_minus_one": (_f64(np.expm1), "``e ** x - 1``."),
+    "log": (_f64(np.log), "Natural logarithm."),
+    "log_plus_one": (_f64(np.log1p), "``log(1 + x)``."),
+    "sqrt": (_f64(np.sqrt), "Square root."),
+    "rsqrt": (_f64(lambda x: 1.0 / np.sqrt(x)), "``1 / sqrt(x)``."),
+    "cbrt": (_f64(np.cbrt), "Cube root."),
+    "tanh": (_f64(np.tanh), "Hyperbolic tangent."),
+    "cosine": (_f64(np.cos), "Cosine."),
+    "sine": (_f64(np.sin), "Sine."),
+    "tan": (_f64(np.tan), "Tangent."),
+    "floor": (np.floor, "Round toward -inf."),
+    "sign": (_sign, "-1, 0 or 1; NaN and signed zeros stay."),
+    "round_nearest_afz": (_round_afz, "Round half away from zero."),
+    "round_nearest_even": (np.rint, "Round half to even."),
+    "is_finite": (np.isfinite, "Neither inf nor NaN."),
+    "negate": (_negate, "``-x`` (integers wrap)."),
+}
+for _n, (_f, _d) in _BINARY.items():
+    _register(_n, _f, _d, 2)
+for _n, (_f, _d) in _UNARY.items():
+    _register(_n, _f, _d, 1)
 
 
 @register(OP_SET, "stablehlo.select")

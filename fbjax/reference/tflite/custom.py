@@ -1,4 +1,4 @@
-"""MediaPipe custom ops (op set ``tflite.custom``)."""
+"""MediaPipe custom ops and TFLite's custom ``Roll`` (op set ``tflite.custom``)."""
 
 from __future__ import annotations
 
@@ -50,3 +50,33 @@ def Convolution2DTransposeBias(ctx, x, w, b, *, padding="SAME", stride_w=1, stri
     if b is not None:
         y = y + b.astype(np.float64).reshape(o)
     return to_out(ctx, y)
+
+
+@register("tflite.custom", "Roll", static_inputs=(2,))
+def Roll(ctx, x, shift, axis):
+    """``x`` rolled ``shift[i]`` places along ``axis[i]`` (TFLite's custom
+    ``Roll``, ``tf.roll``): output index ``j`` along a rolled axis of length
+    ``n`` takes input index ``(j - total shift) mod n``, the shifts of an axis
+    named twice added up; a negative axis counts from the last.
+
+    Raises:
+        ModelFormatError: ``shift`` and ``axis`` of different sizes, an axis
+            out of range.
+    """
+    x = np.asarray(x)
+    axes = [int(a) for a in np.asarray(axis).reshape(-1)]
+    shifts = [int(s) for s in np.asarray(shift).reshape(-1)]
+    if len(shifts) != len(axes):
+        raise ctx.error(f"shift has {len(shifts)} elements and axis {len(axes)}: they must have one per rolled axis")
+    total = {}
+    for a, s in zip(axes, shifts):
+        if not -x.ndim <= a < x.ndim:
+            raise ctx.error(f"axis {a} is out of range for a rank-{x.ndim} input")
+        total[a % x.ndim] = total.get(a % x.ndim, 0) + s
+    out = x
+    for a, s in total.items():
+        n = x.shape[a]
+        if n:
+            src = (np.arange(n) - s) % n  # output j reads input (j - s) mod n
+            out = np.take(out, src, axis=a)
+    return out

@@ -29,22 +29,24 @@ def _binary(ctx, op, x, y, act):
     return to_out(ctx, fused_activation(ctx, r, act))
 
 
-@register("tflite", "ADD")
-def ADD(ctx, x, y, *, fused_activation_function="NONE"):
-    """``x + y`` with numpy broadcasting (kernels/add.cc, float/int paths)."""
-    return _binary(ctx, np.add, x, y, fused_activation_function)
+def _register_fused_binary(name: str, fn, doc: str):
+    def op(ctx, x, y, *, fused_activation_function="NONE"):
+        return _binary(ctx, fn, x, y, fused_activation_function)
+
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = doc
+    register("tflite", name)(op)
+    return op
 
 
-@register("tflite", "SUB")
-def SUB(ctx, x, y, *, fused_activation_function="NONE"):
-    """``x - y`` with numpy broadcasting (kernels/sub.cc)."""
-    return _binary(ctx, np.subtract, x, y, fused_activation_function)
-
-
-@register("tflite", "MUL")
-def MUL(ctx, x, y, *, fused_activation_function="NONE"):
-    """``x * y`` with numpy broadcasting (kernels/mul.cc)."""
-    return _binary(ctx, np.multiply, x, y, fused_activation_function)
+#: two-input arithmetic with a ``fused_activation_function`` (DIV: below)
+_FUSED_BINARY = {
+    "ADD": (np.add, "``x + y`` with numpy broadcasting (kernels/add.cc, float/int paths)."),
+    "SUB": (np.subtract, "``x - y`` with numpy broadcasting (kernels/sub.cc)."),
+    "MUL": (np.multiply, "``x * y`` with numpy broadcasting (kernels/mul.cc)."),
+}
+for _n, (_f, _d) in _FUSED_BINARY.items():
+    _register_fused_binary(_n, _f, _d)
 
 
 def _truncating_divide(a, b):
@@ -73,44 +75,29 @@ def _unary(ctx, x, f):
         return to_out(ctx, f(x.astype(np.float64)))
 
 
-@register("tflite", "RELU")
-def RELU(ctx, x):
-    """``max(x, 0)`` (kernels/activations.cc ReluEval)."""
-    return _unary(ctx, x, lambda v: np.maximum(v, 0))
+def _register_float_unary(name: str, fn, doc: str):
+    def op(ctx, x):
+        return _unary(ctx, x, fn)
+
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = doc
+    register("tflite", name)(op)
+    return op
 
 
-@register("tflite", "RELU6")
-def RELU6(ctx, x):
-    """``min(max(x, 0), 6)`` (kernels/activations.cc Relu6Eval)."""
-    return _unary(ctx, x, lambda v: np.clip(v, 0, 6))
-
-
-@register("tflite", "RELU_N1_TO_1")
-def RELU_N1_TO_1(ctx, x):
-    """``min(max(x, -1), 1)`` (kernels/activations.cc Relu1Eval)."""
-    return _unary(ctx, x, lambda v: np.clip(v, -1, 1))
-
-
-@register("tflite", "RELU_0_TO_1")
-def RELU_0_TO_1(ctx, x):
-    """``min(max(x, 0), 1)`` (kernels/activations.cc Relu0to1Eval)."""
-    return _unary(ctx, x, lambda v: np.clip(v, 0, 1))
-
-
-@register("tflite", "TANH")
-def TANH(ctx, x):
-    """``tanh(x)`` (kernels/activations.cc TanhEval, float path)."""
-    return _unary(ctx, x, np.tanh)
-
-
-@register("tflite", "LOGISTIC")
-def LOGISTIC(ctx, x):
-    """``1 / (1 + exp(-x))`` (kernels/activations.cc SigmoidEval, float path).
-
-    Evaluated as ``0.5 + 0.5 * tanh(x / 2)``, the same function without
-    overflow for large ``|x|``.
-    """
-    return _unary(ctx, x, lambda v: 0.5 + 0.5 * np.tanh(0.5 * v))
+#: float activations (kernels/activations.cc): ``name: (fn on float64, doc)``
+_FLOAT_UNARY = {
+    "RELU": (lambda v: np.maximum(v, 0), "``max(x, 0)`` (ReluEval)."),
+    "RELU6": (lambda v: np.clip(v, 0, 6), "``min(max(x, 0), 6)`` (Relu6Eval)."),
+    "RELU_N1_TO_1": (lambda v: np.clip(v, -1, 1), "``min(max(x, -1), 1)`` (Relu1Eval)."),
+    "RELU_0_TO_1": (lambda v: np.clip(v, 0, 1), "``min(max(x, 0), 1)`` (Relu0to1Eval)."),
+    "TANH": (np.tanh, "``tanh(x)`` (TanhEval, float path)."),
+    "LOGISTIC": (lambda v: 0.5 + 0.5 * np.tanh(0.5 * v),
+                 "``1 / (1 + exp(-x))`` (SigmoidEval, float path), evaluated as ``0.5 + 0.5 * tanh(x / 2)``, "
+                 "the same function without overflow for large ``|x|``."),
+}
+for _n, (_f, _d) in _FLOAT_UNARY.items():
+    _register_float_unary(_n, _f, _d)
 
 
 @register("tflite", "HARD_SWISH")

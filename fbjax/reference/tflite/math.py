@@ -27,100 +27,60 @@ def _u(ctx, fn, x):
         return to_out(ctx, fn(_f64(x)))
 
 
-@register("tflite", "ABS")
-def ABS(ctx, x):
-    """``|x|``."""
-    return _u(ctx, np.abs, x)
-
-
-@register("tflite", "CEIL")
-def CEIL(ctx, x):
-    """``ceil(x)``."""
-    return _u(ctx, np.ceil, x)
-
-
-@register("tflite", "FLOOR")
-def FLOOR(ctx, x):
-    """``floor(x)``."""
-    return _u(ctx, np.floor, x)
-
-
-@register("tflite", "ROUND")
-def ROUND(ctx, x):
+def _round_half_even(v):
     """Round half to even (TFLite ``RoundToNearest``): floor, then +1 when the
     fraction is above 0.5 or exactly 0.5 with an odd floor."""
-    def f(v):
-        fl = np.floor(v)
-        d = v - fl
-        up = (d > 0.5) | ((d == 0.5) & (np.fmod(fl, 2) != 0))
-        return fl + up
-    return _u(ctx, f, x)
+    fl = np.floor(v)
+    d = v - fl
+    up = (d > 0.5) | ((d == 0.5) & (np.fmod(fl, 2) != 0))
+    return fl + up
 
 
-@register("tflite", "COS")
-def COS(ctx, x):
-    """``cos(x)``."""
-    return _u(ctx, np.cos, x)
+def _register(name: str, fn, doc: str, arity: int, wrap):
+    """Register ``name`` as ``wrap(ctx, fn, *inputs)`` with ``arity`` inputs
+    (their parameter names: ``x`` or ``a, b``)."""
+    if arity == 1:
+        def op(ctx, x):
+            return wrap(ctx, fn, x)
+    else:
+        def op(ctx, a, b):
+            return wrap(ctx, fn, a, b)
+
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = doc
+    register("tflite", name)(op)
+    return op
 
 
-@register("tflite", "SIN")
-def SIN(ctx, x):
-    """``sin(x)``."""
-    return _u(ctx, np.sin, x)
+def _plain(ctx, fn, *xs):
+    return fn(*xs)
 
 
-@register("tflite", "EXP")
-def EXP(ctx, x):
-    """``exp(x)``."""
-    return _u(ctx, np.exp, x)
-
-
-@register("tflite", "LOG")
-def LOG(ctx, x):
-    """Natural log."""
-    return _u(ctx, np.log, x)
-
-
-@register("tflite", "SQRT")
-def SQRT(ctx, x):
-    """``sqrt(x)``."""
-    return _u(ctx, np.sqrt, x)
-
-
-@register("tflite", "RSQRT")
-def RSQRT(ctx, x):
-    """``1 / sqrt(x)``."""
-    return _u(ctx, lambda v: 1.0 / np.sqrt(v), x)
-
-
-@register("tflite", "SQUARE")
-def SQUARE(ctx, x):
-    """``x * x``."""
-    return _u(ctx, lambda v: v * v, x)
-
-
-@register("tflite", "NEG")
-def NEG(ctx, x):
-    """``-x``."""
-    return _u(ctx, np.negative, x)
-
-
-@register("tflite", "SIGN")
-def SIGN(ctx, x):
-    """-1, 0 or 1."""
-    return _u(ctx, np.sign, x)
-
-
-@register("tflite", "LOGICAL_NOT")
-def LOGICAL_NOT(ctx, x):
-    """Boolean not."""
-    return np.logical_not(x)
-
-
-@register("tflite", "ZEROS_LIKE")
-def ZEROS_LIKE(ctx, x):
-    """Zeros of ``x``'s shape and dtype."""
-    return np.zeros_like(x)
+#: one-input ops, float math in float64: ``name: (fn, doc)``
+_UNARY = {
+    "ABS": (np.abs, "``|x|``."),
+    "CEIL": (np.ceil, "``ceil(x)``."),
+    "FLOOR": (np.floor, "``floor(x)``."),
+    "ROUND": (_round_half_even, "Round half to even (:func:`_round_half_even`)."),
+    "COS": (np.cos, "``cos(x)``."),
+    "SIN": (np.sin, "``sin(x)``."),
+    "EXP": (np.exp, "``exp(x)``."),
+    "LOG": (np.log, "Natural log."),
+    "SQRT": (np.sqrt, "``sqrt(x)``."),
+    "RSQRT": (lambda v: 1.0 / np.sqrt(v), "``1 / sqrt(x)``."),
+    "SQUARE": (lambda v: v * v, "``x * x``."),
+    "NEG": (np.negative, "``-x``."),
+    "SIGN": (np.sign, "-1, 0 or 1."),
+}
+#: one-input ops on bool or any tensors
+_UNARY_ANY = {
+    "LOGICAL_NOT": (np.logical_not, "Boolean not."),
+    "ZEROS_LIKE": (np.zeros_like, "Zeros of ``x``'s shape and dtype."),
+}
+for _n, (_f, _d) in _UNARY.items():
+    _register(_n, _f, _d, 1, _u)
+for _n, (_f, _d) in _UNARY_ANY.items():
+    _register(_n, _f, _d, 1, _plain)
 
 
 @register("tflite", "ELU")
@@ -197,62 +157,41 @@ def _b(ctx, fn, a, b):
         return to_out(ctx, fn(_f64(a), _f64(b)))
 
 
-@register("tflite", "MAXIMUM")
-def MAXIMUM(ctx, a, b):
-    """Element-wise ``a > b ? a : b``, broadcasting (kernels/maximum_minimum.cc
-    ``MaximumOp``: NaN in ``a`` gives ``b``, NaN in ``b`` gives NaN)."""
-    return _b(ctx, lambda x, y: np.where(x > y, x, y), a, b)
+def _floor_mod(x, y):
+    r = np.fmod(x, y)
+    return np.where((r != 0) & ((r < 0) != (y < 0)), r + y, r)
 
 
-@register("tflite", "MINIMUM")
-def MINIMUM(ctx, a, b):
-    """Element-wise ``a < b ? a : b``, broadcasting (``MinimumOp``)."""
-    return _b(ctx, lambda x, y: np.where(x < y, x, y), a, b)
-
-
-@register("tflite", "POW")
-def POW(ctx, a, b):
-    """``a ** b``."""
-    return _b(ctx, np.power, a, b)
-
-
-@register("tflite", "SQUARED_DIFFERENCE")
-def SQUARED_DIFFERENCE(ctx, a, b):
-    """``(a - b)^2``."""
-    return _b(ctx, lambda x, y: (x - y) ** 2, a, b)
-
-
-@register("tflite", "FLOOR_DIV")
-def FLOOR_DIV(ctx, a, b):
-    """``floor(a / b)``."""
-    return _b(ctx, lambda x, y: np.floor_divide(x, y) if x.dtype.kind in "iu" else np.floor(x / y), a, b)
-
-
-@register("tflite", "FLOOR_MOD")
-def FLOOR_MOD(ctx, a, b):
-    """Remainder with the divisor's sign (Python ``%``)."""
-    def f(x, y):
-        r = np.fmod(x, y)
-        return np.where((r != 0) & ((r < 0) != (y < 0)), r + y, r)
-    return _b(ctx, f, a, b)
-
-
-@register("tflite", "ATAN2")
-def ATAN2(ctx, a, b):
-    """``atan2(a, b)``."""
-    return _b(ctx, np.arctan2, a, b)
-
-
-@register("tflite", "BITWISE_XOR")
-def BITWISE_XOR(ctx, a, b):
-    """Bitwise xor."""
-    return _b(ctx, np.bitwise_xor, a, b)
-
-
-@register("tflite", "RIGHT_SHIFT")
-def RIGHT_SHIFT(ctx, a, b):
-    """``a >> b`` (arithmetic for signed types)."""
-    return _b(ctx, np.right_shift, a, b)
+#: two-input ops with broadcasting, float math in float64: ``name: (fn, doc)``
+_BINARY = {
+    "MAXIMUM": (lambda x, y: np.where(x > y, x, y),
+                "Element-wise ``a > b ? a : b``, broadcasting (kernels/maximum_minimum.cc ``MaximumOp``: NaN in "
+                "``a`` gives ``b``, NaN in ``b`` gives NaN)."),
+    "MINIMUM": (lambda x, y: np.where(x < y, x, y), "Element-wise ``a < b ? a : b``, broadcasting (``MinimumOp``)."),
+    "POW": (np.power, "``a ** b``."),
+    "SQUARED_DIFFERENCE": (lambda x, y: (x - y) ** 2, "``(a - b)^2``."),
+    "FLOOR_DIV": (lambda x, y: np.floor_divide(x, y) if x.dtype.kind in "iu" else np.floor(x / y),
+                  "``floor(a / b)``."),
+    "FLOOR_MOD": (_floor_mod, "Remainder with the divisor's sign (Python ``%``)."),
+    "ATAN2": (np.arctan2, "``atan2(a, b)``."),
+    "BITWISE_XOR": (np.bitwise_xor, "Bitwise xor."),
+    "RIGHT_SHIFT": (np.right_shift, "``a >> b`` (arithmetic for signed types)."),
+}
+#: comparisons and logical ops (bool output, inputs as they are)
+_COMPARE = {
+    "EQUAL": (lambda a, b: np.equal(np.asarray(a), np.asarray(b)), "``a == b``."),
+    "NOT_EQUAL": (lambda a, b: np.not_equal(np.asarray(a), np.asarray(b)), "``a != b``."),
+    "LESS": (lambda a, b: np.less(np.asarray(a), np.asarray(b)), "``a < b``."),
+    "LESS_EQUAL": (lambda a, b: np.less_equal(np.asarray(a), np.asarray(b)), "``a <= b``."),
+    "GREATER": (lambda a, b: np.greater(np.asarray(a), np.asarray(b)), "``a > b``."),
+    "GREATER_EQUAL": (lambda a, b: np.greater_equal(np.asarray(a), np.asarray(b)), "``a >= b``."),
+    "LOGICAL_AND": (np.logical_and, "Boolean and."),
+    "LOGICAL_OR": (np.logical_or, "Boolean or."),
+}
+for _n, (_f, _d) in _BINARY.items():
+    _register(_n, _f, _d, 2, _b)
+for _n, (_f, _d) in _COMPARE.items():
+    _register(_n, _f, _d, 2, _plain)
 
 
 @register("tflite", "ADD_N")
@@ -260,58 +199,6 @@ def ADD_N(ctx, *xs):
     """Sum of all inputs."""
     reject_quantized(ctx)
     return to_out(ctx, sum(_f64(x) for x in xs))
-
-
-def _cmp(fn, a, b):
-    return fn(np.asarray(a), np.asarray(b))
-
-
-@register("tflite", "EQUAL")
-def EQUAL(ctx, a, b):
-    """``a == b``."""
-    return _cmp(np.equal, a, b)
-
-
-@register("tflite", "NOT_EQUAL")
-def NOT_EQUAL(ctx, a, b):
-    """``a != b``."""
-    return _cmp(np.not_equal, a, b)
-
-
-@register("tflite", "LESS")
-def LESS(ctx, a, b):
-    """``a < b``."""
-    return _cmp(np.less, a, b)
-
-
-@register("tflite", "LESS_EQUAL")
-def LESS_EQUAL(ctx, a, b):
-    """``a <= b``."""
-    return _cmp(np.less_equal, a, b)
-
-
-@register("tflite", "GREATER")
-def GREATER(ctx, a, b):
-    """``a > b``."""
-    return _cmp(np.greater, a, b)
-
-
-@register("tflite", "GREATER_EQUAL")
-def GREATER_EQUAL(ctx, a, b):
-    """``a >= b``."""
-    return _cmp(np.greater_equal, a, b)
-
-
-@register("tflite", "LOGICAL_AND")
-def LOGICAL_AND(ctx, a, b):
-    """Boolean and."""
-    return np.logical_and(a, b)
-
-
-@register("tflite", "LOGICAL_OR")
-def LOGICAL_OR(ctx, a, b):
-    """Boolean or."""
-    return np.logical_or(a, b)
 
 
 @register("tflite", "SELECT")

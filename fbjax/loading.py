@@ -1,10 +1,12 @@
-"""The load pipeline: read IR -> rewrite passes -> lowered program.
+"""The load pipeline: read and complete the IR -> rewrite passes -> lowered program.
 
 One sequence used by :func:`fbjax.load`, ``fbjax inspect`` (which reports
-support after the same rewrites a load does) and the chunked large-batch
-path (which loads the model again through :func:`fbjax.load` with another
-:class:`~fbjax.options.LoadOptions`). The passes learn what they need about
-each op from the lowering registry handed to them here.
+support after the same rewrites a load does), :mod:`fbjax.precision` and
+the chunked large-batch path (which loads the model again through
+:func:`fbjax.load` with another :class:`~fbjax.options.LoadOptions`). The
+passes (:mod:`fbjax.passes`, below the lowering) learn what they need about
+each op from the lowering registry handed to them here; this module sits
+above the lowering (it hands them :data:`fbjax.lower.LOWERINGS`).
 """
 
 from __future__ import annotations
@@ -13,15 +15,32 @@ import warnings
 
 import jax
 
-from ..ir import ModelIR
-from ..lower import composites
-from ..lower.build import Program, build
-from ..lower.registry import LOWERINGS
-from ..options import LoadOptions
-from .shapes import add_valid_counts, check_batch_size, set_batch_size
-from .quantization import rewrite_quantized
+from typing import Optional
 
-__all__ = ["rewrite", "lower"]
+from .formats import read_model
+from .ir import ModelIR
+from .lower import composites
+from .lower.build import Program, build
+from .lower.registry import LOWERINGS
+from .options import LoadOptions
+from .passes import reading
+from .passes.shapes import add_valid_counts, check_batch_size, set_batch_size
+from .passes.quantization import rewrite_quantized
+
+__all__ = ["read", "rewrite", "lower"]
+
+
+def read(source, format: Optional[str] = None, registry=LOWERINGS) -> ModelIR:  # noqa: A002 - load's name
+    """The IR of ``source`` (a path or bytes, in ``format``; None: detected),
+    completed with what each op's registration declares
+    (:func:`fbjax.passes.reading.complete`: region arities checked, open
+    output dtypes filled): what every later pass and the lowering take.
+
+    Raises:
+        ModelFormatError: the file is not a valid model of its format, or a
+            node contradicts its op's declared regions.
+    """
+    return reading.complete(read_model(source, format), registry)
 
 
 def rewrite(ir: ModelIR, options: LoadOptions, registry=LOWERINGS) -> ModelIR:
