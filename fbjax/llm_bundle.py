@@ -256,6 +256,60 @@ class _Runner:
                 fn = self._jit[ck] = self._program(ck, step, args, (2,))
             return fn(*args)
 
+    def set_row(self, kv, row, i: int) -> dict:
+        """Write the batch-1 caches ``row`` (as :meth:`prefill` returns for one
+        prompt) into row ``i`` of the batched caches ``kv``; returns the new
+        caches. ``kv`` is donated (updated in place where the backend can);
+        ``i`` is traced, so one program serves every row."""
+        fn = self._jit.get("set_row")
+        if fn is None:
+            fn = self._jit["set_row"] = jax.jit(
+                lambda kv, row, i: {n: kv[n].at[i].set(row[n][0]) for n in kv}, donate_argnums=(0,))
+        return fn(kv, row, np.int32(i))
+
+    def decode_per_row(self, params, kv, token, pos, key_data, temperature, top_k, top_p):
+        """A decode step whose rows each sample with their own settings.
+
+        Args:
+            token, pos: int32 ``[B]``: the token each row feeds and its position.
+            key_data: uint32 ``[B, ...]``: each row's ``jax.random`` key data.
+            temperature, top_p: float32 ``[B]``; top_k: int32 ``[B]``. A row
+                with ``top_k == 1`` or ``temperature == 0`` takes the argmax.
+
+        Returns:
+            (next token int32 ``[B]``, each row's next key data, caches); ``kv``
+            is donated. Sampled rows follow :func:`_sample` row by row (a
+            different random stream: each row draws from its own key).
+        """
+        args = (params, self.model.buffers, kv, np.asarray(token, np.int32), np.asarray(pos, np.int32),
+                key_data, np.asarray(temperature, np.float32), np.asarray(top_k, np.int32),
+                np.asarray(top_p, np.float32))
+        ck = ("decode_per_row", len(args[3]))
+        with jax.enable_x64(self.model.x64):
+            fn = self._jit.get(ck)
+            if fn is None:
+                def step(params, buffers, kv, token, pos, key_data, temperature, top_k, top_p):
+                    logits, kv = jax.vmap(self._decode_row, in_axes=(None, None, 0, 0, 0))(
+                        params, buffers, kv, token, pos)
+                    nxt, keys = jax.vmap(_sample_row)(logits, key_data, temperature, top_k, top_p)
+                    return nxt, keys, kv
+                fn = self._jit[ck] = jax.jit(step, donate_argnums=(2,), compiler_options=self.model.compiler_options)
+            return fn(*args)
+
+
+def _sample_row(logits, key_data, temperature, top_k, top_p):
+    """One row of :meth:`_Runner.decode_per_row`: ``logits`` ``[V]``, traced settings; returns
+    (token id, the key's successor)."""
+    key, sub = jax.random.split(jax.random.wrap_key_data(key_data))
+    greedy = (top_k <= 1) | (temperature <= 0)
+    vals, idx = jax.lax.top_k(logits.astype(jnp.float32) / jnp.where(greedy, 1.0, temperature), logits.shape[-1])
+    kept = jnp.arange(vals.shape[-1]) < top_k
+    probs = jax.nn.softmax(jnp.where(kept, vals, -jnp.inf))
+    kept &= jnp.cumsum(probs) - probs < top_p  # the smallest prefix of the top k reaching top_p
+    drawn = idx[jax.random.categorical(sub, jnp.where(kept, vals, -jnp.inf))]
+    tok = jnp.where(greedy, jnp.argmax(logits), drawn).astype(jnp.int32)
+    return tok, jax.random.key_data(key)
+
 
 @dataclasses.dataclass
 class Generation:
