@@ -38,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import sys
 import threading
 import time
 import uuid
@@ -397,8 +398,11 @@ def serve(bundle, host: str = "127.0.0.1", port: int = 8000, slots: int = 8, mod
     import uvicorn
 
     engine = _engine(bundle, slots, **load_kwargs)
+    app = create_app(engine, model_id)
+    print(f"fbjax serve: model id {app.state.model_id!r}, {slots} slots, KV cache {engine.limit} positions; "
+          f"OpenAI base URL http://{host}:{port}/v1", file=sys.stderr, flush=True)
     try:
-        uvicorn.run(create_app(engine, model_id), host=host, port=port, log_level=log_level)
+        uvicorn.run(app, host=host, port=port, log_level=log_level)
     finally:
         engine.close()
 
