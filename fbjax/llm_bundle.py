@@ -256,49 +256,48 @@ class _Runner:
                 fn = self._jit[ck] = self._program(ck, step, args, (2,))
             return fn(*args)
 
-    def set_row(self, kv, row, i: int) -> dict:
-        """Write the batch-1 caches ``row`` (as :meth:`prefill` returns for one
-        prompt) into row ``i`` of the batched caches ``kv``; returns the new
-        caches. ``kv`` is donated (updated in place where the backend can);
-        ``i`` is traced, so one program serves every row."""
-        fn = self._jit.get("set_row")
-        if fn is None:
-            fn = self._jit["set_row"] = jax.jit(
-                lambda kv, row, i: {n: kv[n].at[i].set(row[n][0]) for n in kv}, donate_argnums=(0,))
-        return fn(kv, row, np.int32(i))
-
-    def decode_per_row(self, params, kv, token, pos, key_data, temperature, top_k, top_p):
-        """A decode step whose rows each sample with their own settings.
+    def decode_rows(self, params, kv, token, pos, sampling=None):
+        """A decode step of the first ``b = len(token)`` rows of the batched
+        caches ``kv`` (its other rows kept as they are), each row at its own
+        position: so fewer running rows than ``kv`` holds cost a batch-``b`` step.
 
         Args:
-            token, pos: int32 ``[B]``: the token each row feeds and its position.
-            key_data: uint32 ``[B, ...]``: each row's ``jax.random`` key data.
-            temperature, top_p: float32 ``[B]``; top_k: int32 ``[B]``. A row
-                with ``top_k == 1`` or ``temperature == 0`` takes the argmax.
+            token, pos: int32 ``[b]``: the token each row feeds and its position.
+            sampling: ``None``: argmax; else ``(key_data, temperature, top_k,
+                top_p)``, one per row (uint32 ``[b, ...]`` ``jax.random`` key
+                data, float32, int32, float32 ``[b]``): each row samples as
+                :func:`_sample` with its own settings and key (``top_k == 1`` or
+                ``temperature == 0``: the argmax).
 
         Returns:
-            (next token int32 ``[B]``, each row's next key data, caches); ``kv``
-            is donated. Sampled rows follow :func:`_sample` row by row (a
-            different random stream: each row draws from its own key).
+            (next token int32 ``[b]``, each row's next key data or ``None``,
+            caches); ``kv`` is donated (updated in place where the backend can).
         """
-        args = (params, self.model.buffers, kv, np.asarray(token, np.int32), np.asarray(pos, np.int32),
-                key_data, np.asarray(temperature, np.float32), np.asarray(top_k, np.int32),
-                np.asarray(top_p, np.float32))
-        ck = ("decode_per_row", len(args[3]))
+        b = len(token)
+        args = (params, self.model.buffers, kv, np.asarray(token, np.int32), np.asarray(pos, np.int32))
+        if sampling is not None:
+            kd, t, k, p = sampling
+            args += (kd, np.asarray(t, np.float32), np.asarray(k, np.int32), np.asarray(p, np.float32))
+        rows = next(iter(kv.values())).shape[0]
+        ck = ("decode_rows", b, rows, sampling is not None)
         with jax.enable_x64(self.model.x64):
             fn = self._jit.get(ck)
             if fn is None:
-                def step(params, buffers, kv, token, pos, key_data, temperature, top_k, top_p):
-                    logits, kv = jax.vmap(self._decode_row, in_axes=(None, None, 0, 0, 0))(
-                        params, buffers, kv, token, pos)
-                    nxt, keys = jax.vmap(_sample_row)(logits, key_data, temperature, top_k, top_p)
+                def step(params, buffers, kv, token, pos, *samp):
+                    sub = kv if b == rows else {n: v[:b] for n, v in kv.items()}
+                    logits, sub = jax.vmap(self._decode_row, in_axes=(None, None, 0, 0, 0))(
+                        params, buffers, sub, token, pos)
+                    kv = sub if b == rows else {n: kv[n].at[:b].set(sub[n]) for n in kv}
+                    if not samp:
+                        return jnp.argmax(logits, axis=-1).astype(jnp.int32), None, kv
+                    nxt, keys = jax.vmap(_sample_row)(logits, *samp)
                     return nxt, keys, kv
                 fn = self._jit[ck] = jax.jit(step, donate_argnums=(2,), compiler_options=self.model.compiler_options)
             return fn(*args)
 
 
 def _sample_row(logits, key_data, temperature, top_k, top_p):
-    """One row of :meth:`_Runner.decode_per_row`: ``logits`` ``[V]``, traced settings; returns
+    """One row of :meth:`_Runner.decode_rows`: ``logits`` ``[V]``, traced settings; returns
     (token id, the key's successor)."""
     key, sub = jax.random.split(jax.random.wrap_key_data(key_data))
     greedy = (top_k <= 1) | (temperature <= 0)

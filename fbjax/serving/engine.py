@@ -12,13 +12,17 @@ one prefill chunk of a newcomer with one decode step of every running slot,
 so a newcomer stalls the others by at most one prefill chunk per step. A
 request that finishes (stop token, stop string, ``max_new_tokens``, a full
 cache) or is cancelled (a client gone) frees its slot before the next step.
+The running rows are kept first in the batched cache (a request that leaves
+a hole gets the last running row moved into it), and a step decodes only
+the first ``b`` rows, ``b`` the smallest power of two (or ``slots``) that
+holds them: a lone request costs a batch-1 step, not a batch-``slots`` one.
 
 Each request feeds tokens as :meth:`LlmBundle.generate` does (start token,
 every prompt token but the last prefilled, decoding from the last), so its
 greedy tokens equal what it gets alone, and its text pieces equal
-:meth:`LlmBundle.stream`'s. Sampling is per row (:meth:`_Runner.decode_per_row`):
+:meth:`LlmBundle.stream`'s. Sampling is per row (:meth:`_Runner.decode_rows`):
 requests with different temperatures share a step; a step whose running
-rows are all greedy takes the argmax program :meth:`LlmBundle.generate` uses.
+rows are all greedy takes the argmax alone.
 Sampled text is reproducible from ``seed`` within the engine, but it is not
 :meth:`LlmBundle.generate`'s random stream (each row draws from its own key).
 """
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import queue
 import secrets
 import threading
@@ -39,6 +44,18 @@ from ..errors import InputError
 from ..llm_bundle import LlmBundle, Sampler
 
 __all__ = ["Engine", "Request", "Event"]
+
+
+@functools.partial(jax.jit, donate_argnums=(0,))
+def _set_row(kv, row, i):
+    """Row ``i`` of the batched caches ``kv`` <- the batch-1 caches ``row`` (``kv`` donated)."""
+    return {n: kv[n].at[i].set(row[n][0]) for n in kv}
+
+
+@functools.partial(jax.jit, donate_argnums=(0,))
+def _move_row(kv, src, dst):
+    """Row ``dst`` of the batched caches ``kv`` <- row ``src`` (``kv`` donated)."""
+    return {n: kv[n].at[dst].set(kv[n][src]) for n in kv}
 
 
 @dataclasses.dataclass
@@ -173,8 +190,10 @@ class Engine:
         self.limit = self._r.capacity if mx <= 0 else min(self._r.capacity, mx)
         self._inbox: "queue.Queue[Request]" = queue.Queue()
         self._waiting: collections.deque = collections.deque()
-        self._rows: list = [None] * self.slots  # _Slot or None
-        self._prefill = None  # (request, slot, batch-1 caches, history, next chunk, chunks)
+        self._rows: list = [None] * self.slots  # _Slot or None; the running ones first
+        #: batch sizes a decode step runs at: powers of two below slots, and slots
+        self.buckets = sorted({min(2 ** i, self.slots) for i in range(self.slots.bit_length() + 1)})
+        self._prefill = None  # [request, batch-1 caches, ids to prefill, next chunk, chunks]
         self._closed = threading.Event()
         self._ready = threading.Event()
         self._startup_error: Optional[BaseException] = None
@@ -293,6 +312,15 @@ class Engine:
     def _busy(self) -> bool:
         return self._prefill is not None or any(self._rows) or (bool(self._waiting) and None in self._rows)
 
+    def _free(self, i: int) -> None:
+        """Free row ``i``: the last running row moves into it (the running rows stay first)."""
+        last = max(j for j, s in enumerate(self._rows) if s is not None)
+        if last != i:
+            self._kv = _move_row(self._kv, np.int32(last), np.int32(i))
+            self._keys[i] = self._keys[last]
+        with self._lock:
+            self._rows[i], self._rows[last] = self._rows[last], None
+
     def _take_new(self, block: bool) -> None:
         try:
             req = self._inbox.get(timeout=0.5) if block else self._inbox.get_nowait()
@@ -307,11 +335,12 @@ class Engine:
         for req in [r for r in self._waiting if r._cancelled.is_set()]:
             self._waiting.remove(req)
             req._finish("stop")
+        for i in reversed(range(self.slots)):
+            s = self._rows[i]
+            if s is not None and s.req._cancelled.is_set():
+                self._free(i)
+                s.req._finish("stop")
         with self._lock:
-            for i, s in enumerate(self._rows):
-                if s is not None and s.req._cancelled.is_set():
-                    self._rows[i] = None
-                    s.req._finish("stop")
             if self._prefill is not None and self._prefill[0]._cancelled.is_set():
                 self._prefill[0]._finish("stop")
                 self._prefill = None
@@ -331,15 +360,16 @@ class Engine:
             r._fail(message)
 
     def _warm_up(self) -> None:
-        """Compile the programs a request needs (batch-1 prefill, row insert, the batched argmax decode)."""
+        """Compile the programs a request needs: batch-1 prefill, row insert and move, the argmax decode
+        step at each batch size of :attr:`buckets` (the sampling steps compile at their first use)."""
         r = self._r
         self._kv = r.zeros(self.slots)
         self._keys = np.zeros((self.slots,) + jax.random.key_data(jax.random.key(0)).shape, np.uint32)
-        self._key0 = jax.random.key(0)
         row = r.prefill(self.params, r.zeros(1), np.zeros((1, r.n), np.int32), np.zeros((1,), np.int32))
-        self._kv = r.set_row(self._kv, row, 0)
-        nxt, self._kv = r.decode(self.params, self._kv, np.zeros(self.slots, np.int32),
-                                 np.zeros(self.slots, np.int32), self._key0, Sampler(top_k=1))
+        self._kv = _set_row(self._kv, row, np.int32(0))
+        self._kv = _move_row(self._kv, np.int32(0), np.int32(0))
+        for b in self.buckets:
+            nxt, _, self._kv = r.decode_rows(self.params, self._kv, np.zeros(b, np.int32), np.zeros(b, np.int32))
         np.asarray(nxt)
 
     def _prefill_step(self) -> None:
@@ -351,19 +381,19 @@ class Engine:
                 return
             req = self._waiting.popleft()
             with self._lock:
-                slot = self._rows.index(None)
                 feed = req.prompt_ids[:-1]
-                self._prefill = [req, slot, r.zeros(1), feed, 0, -(-len(feed) // r.n)]
-        req, slot, kv1, feed, c, chunks = self._prefill
+                self._prefill = [req, r.zeros(1), feed, 0, -(-len(feed) // r.n)]
+        req, kv1, feed, c, chunks = self._prefill
         if c < chunks:  # one chunk, placed as ChatSession._prefill places a fresh row's chunks
             p0 = min(c * r.n, r.capacity - r.n)
             toks = np.zeros((1, r.n), np.int32)
             seg = feed[p0:p0 + r.n]
             toks[0, :len(seg)] = seg
-            self._prefill[2] = kv1 = r.prefill(self.params, kv1, toks, np.asarray([p0], np.int32))
-            self._prefill[4] = c = c + 1
+            self._prefill[1] = kv1 = r.prefill(self.params, kv1, toks, np.asarray([p0], np.int32))
+            self._prefill[3] = c = c + 1
         if c >= chunks:
-            self._kv = r.set_row(self._kv, kv1, slot)
+            slot = self._rows.index(None)  # the first free row: right after the running ones
+            self._kv = _set_row(self._kv, kv1, np.int32(slot))
             self._keys[slot] = np.asarray(jax.random.key_data(jax.random.key(req.seed)))
             with self._lock:
                 self._rows[slot] = _Slot(req, list(feed), req.prompt_ids[-1])
@@ -375,24 +405,26 @@ class Engine:
         live = [(i, s) for i, s in enumerate(self._rows) if s is not None]
         if not live:
             return
-        tok = np.zeros(self.slots, np.int32)
-        pos = np.zeros(self.slots, np.int32)
-        temp = np.zeros(self.slots, np.float32)
-        top_k = np.ones(self.slots, np.int32)
-        top_p = np.ones(self.slots, np.float32)
+        b = next(x for x in self.buckets if x >= len(live))  # rows b.. are free: not computed
+        tok = np.zeros(b, np.int32)  # free rows below b feed token 0 at position 0 into their own (unused) row
+        pos = np.zeros(b, np.int32)
+        temp = np.zeros(b, np.float32)
+        top_k = np.ones(b, np.int32)
+        top_p = np.ones(b, np.float32)
         for i, s in live:
             tok[i], pos[i] = s.token, len(s.hist)
             temp[i], top_k[i], top_p[i] = s.req.temperature, s.req.top_k, s.req.top_p
-        if all(s.req.greedy for _, s in live):  # the argmax program LlmBundle.generate runs
-            nxt, self._kv = r.decode(self.params, self._kv, tok, pos, self._key0, Sampler(top_k=1))
+        if all(s.req.greedy for _, s in live):
+            nxt, _, self._kv = r.decode_rows(self.params, self._kv, tok, pos)
         else:
-            nxt, keys, self._kv = r.decode_per_row(self.params, self._kv, tok, pos, self._keys, temp, top_k, top_p)
-            self._keys = np.array(keys)
+            nxt, keys, self._kv = r.decode_rows(self.params, self._kv, tok, pos,
+                                                (self._keys[:b], temp, top_k, top_p))
+            self._keys[:b] = np.asarray(keys)
         nxt = np.asarray(nxt)
         self.steps += 1
         stops = self.bundle.stop_tokens
         tk = self.bundle.tokenizer
-        for i, s in live:
+        for i, s in reversed(live):  # from the last row: a freed row takes the last running one
             req = s.req
             s.hist.append(s.token)
             t = int(nxt[i])
@@ -416,6 +448,5 @@ class Engine:
             if reason is None:
                 req._emit_text(final=False)
             else:
-                with self._lock:
-                    self._rows[i] = None
+                self._free(i)
                 req._finish(reason)
