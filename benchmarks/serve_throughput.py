@@ -60,11 +60,12 @@ def main() -> None:
     ap.add_argument("--slots", type=int, default=None, help="engine slots (default: --clients)")
     ap.add_argument("--requests", type=int, default=2, help="requests per client")
     ap.add_argument("--max-tokens", type=int, default=32)
+    ap.add_argument("--quantized", default="exact", choices=["exact", "float"], help="fbjax.load's quantized")
     ap.add_argument("--json", default=None, help="append the result as one JSON line to this file")
     a = ap.parse_args()
     load_before = list(os.getloadavg())
     t0 = time.perf_counter()
-    bundle = fbjax.load(a.bundle)
+    bundle = fbjax.load(a.bundle, quantized=a.quantized)
     load_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     with ServerThread(bundle, port=0, slots=a.slots or a.clients) as server:
@@ -95,7 +96,7 @@ def main() -> None:
                         "ratio": round((tokn / sn) / (tok1 / s1), 2)}
             print(f"{how:6s}: 1 client {tok1} tokens in {s1:.2f} s = {tok1 / s1:.1f} tokens/s; {a.clients} clients "
                   f"{tokn} tokens in {sn:.2f} s = {tokn / sn:.1f} tokens/s; ratio {res[how]['ratio']:.2f}x", flush=True)
-    out = {"bundle": os.path.basename(a.bundle), "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
+    out = {"bundle": os.path.basename(a.bundle), "quantized": a.quantized, "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
            "backend": __import__("jax").default_backend(), "load_average_before": load_before,
            "clients": a.clients, "slots": a.slots or a.clients, "requests_per_client": a.requests,
            "max_tokens": a.max_tokens, "load_s": round(load_s, 2), "engine_start_s": round(start_s, 2),

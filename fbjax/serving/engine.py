@@ -143,19 +143,25 @@ class Request:
             hold = max((k for s in self.stop for k in range(1, len(s)) if self.text.endswith(s[:k])), default=0)
             end -= hold
         if end > self._sent:
-            self._sink(Event("text", self.text[self._sent:end]))
+            self._send(Event("text", self.text[self._sent:end]))
             self._sent = end
 
     def _finish(self, reason: str) -> None:
         self.finish_reason = reason
         self._emit_text(final=True)
         self._done.set()
-        self._sink(Event("done", finish_reason=reason))
+        self._send(Event("done", finish_reason=reason))
 
     def _fail(self, message: str) -> None:
         self.error = message
         self._done.set()
-        self._sink(Event("error", message))
+        self._send(Event("error", message))
+
+    def _send(self, ev: Event) -> None:
+        try:
+            self._sink(ev)
+        except Exception:  # noqa: BLE001 - the listener is gone (a closed event loop): stop generating
+            self._cancelled.set()
 
 
 class _Slot:
