@@ -9,6 +9,9 @@ up (one request per distinct prompt, so every program is compiled), then:
 every request non-streamed, greedy, ``max_tokens`` new tokens (fewer where a stop token comes first: the
 tokens counted are the responses' ``usage.completion_tokens``). Prints tokens/s for both and their ratio,
 and the same two figures for the engine alone (no HTTP: Engine.submit from threads), as JSON with --json.
+Also the decode steps' own tokens/s (Engine.stats: tokens / seconds inside decode steps) and the seconds
+spent prefilling: each request's prompt is prefilled alone, padded to the prefill signature's length, so with
+a long prefill signature and few new tokens the prefills, not the decode steps, dominate both runs.
 
     python benchmarks/serve_throughput.py tests/data/llm_bundles/llama_hf_chat.litertlm
     python benchmarks/serve_throughput.py /work/bundles/smollm2-135m_int8.litertlm --max-tokens 16 --requests 1
@@ -88,14 +91,28 @@ def main() -> None:
         _clients(1, 1, http)  # warm-up: first HTTP request, prefill shapes
         warm_s = time.perf_counter() - t0
         res = {}
+        st = server.engine.stats
+
+        def decode_phase(fn, n):
+            """(tokens, seconds) of the clients' run, and the decode steps' own tokens/s in it."""
+            before = dict(st)
+            tok, sec = _clients(n, a.requests, fn)
+            d = {k: st[k] - before[k] for k in st}
+            return tok, sec, d["tokens"] / d["decode_s"], d["prefill_s"]
+
         for how, fn in (("http", http), ("engine", engine)):
-            tok1, s1 = _clients(1, a.requests, fn)
-            tokn, sn = _clients(a.clients, a.requests, fn)
+            tok1, s1, dec1, pre1 = decode_phase(fn, 1)
+            tokn, sn, decn, pren = decode_phase(fn, a.clients)
             res[how] = {"one_client_tokens": tok1, "one_client_s": round(s1, 3), "one_client_tps": round(tok1 / s1, 2),
                         "n_clients_tokens": tokn, "n_clients_s": round(sn, 3), "n_clients_tps": round(tokn / sn, 2),
-                        "ratio": round((tokn / sn) / (tok1 / s1), 2)}
+                        "ratio": round((tokn / sn) / (tok1 / s1), 2),
+                        "decode_steps_tps_one": round(dec1, 2), "decode_steps_tps_n": round(decn, 2),
+                        "decode_steps_ratio": round(decn / dec1, 2), "prefill_s_one": round(pre1, 2),
+                        "prefill_s_n": round(pren, 2)}
             print(f"{how:6s}: 1 client {tok1} tokens in {s1:.2f} s = {tok1 / s1:.1f} tokens/s; {a.clients} clients "
-                  f"{tokn} tokens in {sn:.2f} s = {tokn / sn:.1f} tokens/s; ratio {res[how]['ratio']:.2f}x", flush=True)
+                  f"{tokn} tokens in {sn:.2f} s = {tokn / sn:.1f} tokens/s; ratio {res[how]['ratio']:.2f}x; in the decode "
+                  f"steps alone {dec1:.1f} vs {decn:.1f} tokens/s ({decn / dec1:.2f}x); prefill {pre1:.2f} s vs "
+                  f"{pren:.2f} s", flush=True)
     out = {"bundle": os.path.basename(a.bundle), "quantized": a.quantized, "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
            "backend": __import__("jax").default_backend(), "load_average_before": load_before,
            "clients": a.clients, "slots": a.slots or a.clients, "requests_per_client": a.requests,

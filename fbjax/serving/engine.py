@@ -35,6 +35,7 @@ import functools
 import queue
 import secrets
 import threading
+import time
 from typing import Callable, Optional, Sequence
 
 import jax
@@ -205,6 +206,8 @@ class Engine:
         self._startup_error: Optional[BaseException] = None
         self._lock = threading.Lock()
         self.steps = 0  #: decode steps run
+        #: counters: decode steps, tokens they produced, seconds in them; prefill chunks and their seconds
+        self.stats = {"steps": 0, "tokens": 0, "decode_s": 0.0, "prefill_chunks": 0, "prefill_s": 0.0}
         self._thread = threading.Thread(target=self._loop, name="fbjax-engine", daemon=True)
 
     # --- the caller's side ---------------------------------------------------
@@ -395,7 +398,11 @@ class Engine:
             toks = np.zeros((1, r.n), np.int32)
             seg = feed[p0:p0 + r.n]
             toks[0, :len(seg)] = seg
+            t0 = time.perf_counter()
             self._prefill[1] = kv1 = r.prefill(self.params, kv1, toks, np.asarray([p0], np.int32))
+            jax.block_until_ready(kv1)
+            self.stats["prefill_s"] += time.perf_counter() - t0
+            self.stats["prefill_chunks"] += 1
             self._prefill[3] = c = c + 1
         if c >= chunks:
             slot = self._rows.index(None)  # the first free row: right after the running ones
@@ -420,6 +427,7 @@ class Engine:
         for i, s in live:
             tok[i], pos[i] = s.token, len(s.hist)
             temp[i], top_k[i], top_p[i] = s.req.temperature, s.req.top_k, s.req.top_p
+        t0 = time.perf_counter()
         if all(s.req.greedy for _, s in live):
             nxt, _, self._kv = r.decode_rows(self.params, self._kv, tok, pos)
         else:
@@ -428,6 +436,9 @@ class Engine:
             self._keys[:b] = np.asarray(keys)
         nxt = np.asarray(nxt)
         self.steps += 1
+        self.stats["steps"] += 1
+        self.stats["tokens"] += len(live)
+        self.stats["decode_s"] += time.perf_counter() - t0
         stops = self.bundle.stop_tokens
         tk = self.bundle.tokenizer
         for i, s in reversed(live):  # from the last row: a freed row takes the last running one
