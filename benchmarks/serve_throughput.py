@@ -23,9 +23,13 @@ import argparse
 import json
 import os
 import platform
+import socket
+import subprocess
+import sys
 import threading
 import time
 
+import httpx
 import openai
 
 import fbjax
@@ -64,9 +68,14 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=2, help="requests per client")
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--quantized", default="exact", choices=["exact", "float"], help="fbjax.load's quantized")
+    ap.add_argument("--server-process", action="store_true",
+                    help="measure over HTTP against `fbjax serve` in its own process (no engine-only figures): the "
+                    "clients' threads then do not share the server's interpreter lock")
     ap.add_argument("--json", default=None, help="append the result as one JSON line to this file")
     a = ap.parse_args()
     load_before = list(os.getloadavg())
+    if a.server_process:
+        return separate_process(a, load_before)
     t0 = time.perf_counter()
     bundle = fbjax.load(a.bundle, quantized=a.quantized)
     load_s = time.perf_counter() - t0
@@ -110,14 +119,69 @@ def main() -> None:
                         "decode_steps_ratio": round(decn / dec1, 2), "prefill_s_one": round(pre1, 2),
                         "prefill_s_n": round(pren, 2)}
             print(f"{how:6s}: 1 client {tok1} tokens in {s1:.2f} s = {tok1 / s1:.1f} tokens/s; {a.clients} clients "
-                  f"{tokn} tokens in {sn:.2f} s = {tokn / sn:.1f} tokens/s; ratio {res[how]['ratio']:.2f}x; in the decode "
-                  f"steps alone {dec1:.1f} vs {decn:.1f} tokens/s ({decn / dec1:.2f}x); prefill {pre1:.2f} s vs "
-                  f"{pren:.2f} s", flush=True)
-    out = {"bundle": os.path.basename(a.bundle), "quantized": a.quantized, "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
+                  f"{tokn} tokens in {sn:.2f} s = {tokn / sn:.1f} tokens/s; ratio {res[how]['ratio']:.2f}x; "
+                  f"in the decode steps alone {dec1:.1f} vs {decn:.1f} tokens/s ({decn / dec1:.2f}x); "
+                  f"prefill {pre1:.2f} s vs {pren:.2f} s", flush=True)
+    out = {"bundle": os.path.basename(a.bundle), "quantized": a.quantized,
+           "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
            "backend": __import__("jax").default_backend(), "load_average_before": load_before,
            "clients": a.clients, "slots": a.slots or a.clients, "requests_per_client": a.requests,
            "max_tokens": a.max_tokens, "load_s": round(load_s, 2), "engine_start_s": round(start_s, 2),
            "warm_up_s": round(warm_s, 2), **res}
+    print(json.dumps(out))
+    if a.json:
+        with open(a.json, "a") as f:
+            f.write(json.dumps(out) + "\n")
+
+
+def separate_process(a, load_before) -> None:
+    """HTTP clients here, `fbjax serve` in a child process (started and stopped here)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", "fbjax", "serve", a.bundle, "--port", str(port), "--slots",
+                             str(a.slots or a.clients), "--quantized", a.quantized], stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        while True:
+            try:
+                model = httpx.get(base + "/health", timeout=5).json()["model"]
+                break
+            except httpx.HTTPError:
+                if proc.poll() is not None:
+                    raise SystemExit(f"fbjax serve exited with {proc.returncode}")
+                time.sleep(0.5)
+        start_s = time.perf_counter() - t0
+        c = openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0, timeout=3600)
+
+        def http(i, j):
+            p = PROMPTS[(i + j) % len(PROMPTS)]
+            r = c.completions.create(model=model, prompt=p, max_tokens=a.max_tokens, temperature=0)
+            return r.usage.completion_tokens
+
+        _clients(1, 1, http)
+        stats = lambda: httpx.get(base + "/health").json()["stats"]  # noqa: E731
+        row = {}
+        for n, key in ((1, "one"), (a.clients, "n")):
+            before = stats()
+            tok, sec = _clients(n, a.requests, http)
+            after = stats()
+            row[key] = (tok, sec, (after["tokens"] - before["tokens"]) / (after["decode_s"] - before["decode_s"]))
+        (tok1, s1, dec1), (tokn, sn, decn) = row["one"], row["n"]
+        res = {"one_client_tokens": tok1, "one_client_s": round(s1, 3), "one_client_tps": round(tok1 / s1, 2),
+               "n_clients_tokens": tokn, "n_clients_s": round(sn, 3), "n_clients_tps": round(tokn / sn, 2),
+               "ratio": round((tokn / sn) / (tok1 / s1), 2), "decode_steps_tps_one": round(dec1, 2),
+               "decode_steps_tps_n": round(decn, 2), "decode_steps_ratio": round(decn / dec1, 2)}
+        print(f"http to a separate `fbjax serve`: 1 client {tok1 / s1:.1f} tokens/s; {a.clients} clients "
+              f"{tokn / sn:.1f} tokens/s; ratio {res['ratio']:.2f}x; decode steps alone {decn / dec1:.2f}x", flush=True)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    out = {"bundle": os.path.basename(a.bundle), "quantized": a.quantized, "server": "separate process",
+           "machine": f"{platform.machine()}, {os.cpu_count()} CPUs", "load_average_before": load_before,
+           "clients": a.clients, "slots": a.slots or a.clients, "requests_per_client": a.requests,
+           "max_tokens": a.max_tokens, "server_start_s": round(start_s, 2), "http": res}
     print(json.dumps(out))
     if a.json:
         with open(a.json, "a") as f:

@@ -14,7 +14,7 @@ Endpoints:
   first turn, the start token prepended as an id;
 * ``POST /v1/completions``: ``prompt`` as given (no template: LiteRT-LM's
   ``--no-template``), the start token prepended;
-* ``GET /health``: slots, slots in use, requests waiting.
+* ``GET /health``: slots, slots in use, requests waiting, the engine's counters (:attr:`Engine.stats`).
 
 Fields: ``max_tokens`` (chat: also ``max_completion_tokens``; default: until a
 stop token or the KV cache is full), ``temperature``, ``top_p``, ``top_k`` (an
@@ -239,7 +239,8 @@ class _Api:
     async def health(self, request: HttpRequest) -> JSONResponse:
         e = self.engine
         return JSONResponse({"status": "ok", "model": self.model_id, "slots": e.slots,
-                             "slots_in_use": e.slots_in_use, "waiting": e.waiting, "kv_cache": e.limit})
+                             "slots_in_use": e.slots_in_use, "waiting": e.waiting, "kv_cache": e.limit,
+                             "stats": dict(e.stats)})
 
     async def chat(self, request: HttpRequest):
         body = await self._body(request, _CHAT)
