@@ -62,11 +62,11 @@ def _clients(n: int, requests: int, one) -> tuple:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("bundle")
-    ap.add_argument("--clients", type=int, default=8)
+    ap.add_argument("bundle", help="a .litertlm or LLM .task bundle")
+    ap.add_argument("--clients", type=int, default=8, help="concurrent clients (default 8)")
     ap.add_argument("--slots", type=int, default=None, help="engine slots (default: --clients)")
     ap.add_argument("--requests", type=int, default=2, help="requests per client")
-    ap.add_argument("--max-tokens", type=int, default=32)
+    ap.add_argument("--max-tokens", type=int, default=32, help="new tokens per request (default 32)")
     ap.add_argument("--quantized", default="exact", choices=["exact", "float"], help="fbjax.load's quantized")
     ap.add_argument("--server-process", action="store_true",
                     help="measure over HTTP against `fbjax serve` in its own process (no engine-only figures): the "
