@@ -123,6 +123,19 @@ def test_chat_equals_runtime(client, stream):
         assert text == want
 
 
+def test_chat_through_prompt_templates(bundle):
+    """A bundle without a Jinja chat template (gemma_sp.task: prompt templates only): a chat completion equals
+    the bundle's own chat turn (which renders the same messages with the prompt templates)."""
+    b = fbjax.load(DATA / "gemma_sp.task")
+    assert b.chat_template is None and b.prompt_templates
+    with ServerThread(b, port=0, slots=2) as s:
+        c = openai.OpenAI(base_url=s.url, api_key="unused", max_retries=0, timeout=60)
+        r = c.chat.completions.create(model="gemma_sp", max_tokens=10,
+                                      messages=[{"role": "user", "content": PROMPTS[0]}])
+        assert r.choices[0].message.content == b.chat().send(PROMPTS[0], max_new_tokens=10)
+        assert r.usage.completion_tokens == 10 and r.choices[0].finish_reason == "length"
+
+
 def test_eight_concurrent_streams_get_their_solo_text(server, bundle, slow_steps):
     """8 clients stream at once (threads), with different prompts and lengths, so they join and leave the
     running batch at different steps: each gets the text it gets alone, and the steps were shared."""

@@ -256,9 +256,13 @@ class _Api:
     async def _generate(self, body: dict, ids: list, settings: dict, chat: bool):
         loop = asyncio.get_running_loop()
         events: asyncio.Queue = asyncio.Queue()
+        streaming = bool(body.get("stream"))
+
+        def sink(ev):  # a whole response waits for the end only: no wake-up of the event loop per token
+            if streaming or ev.kind != "text":
+                loop.call_soon_threadsafe(events.put_nowait, ev)
         try:
-            req = self.engine.submit(ids, sink=lambda ev: loop.call_soon_threadsafe(events.put_nowait, ev),
-                                     **settings)
+            req = self.engine.submit(ids, sink=sink, **settings)
         except InputError as e:
             raise ApiError(400, str(e)) from None
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
@@ -270,7 +274,7 @@ class _Api:
             return {"prompt_tokens": len(ids), "completion_tokens": len(req.tokens),
                     "total_tokens": len(ids) + len(req.tokens)}
 
-        if not body.get("stream"):
+        if not streaming:
             try:
                 while True:
                     ev = await events.get()
