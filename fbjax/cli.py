@@ -23,7 +23,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from .cli_llm import add_chat_parser, add_sampler_options, generate_bundle, inspect_bundle, is_bundle, not_a_bundle
+from .cli_llm import (add_chat_parser, add_sampler_options, add_serve_parser, generate_bundle, inspect_bundle,
+                      is_bundle, not_a_bundle)
 from .formats._text import format_bytes
 
 
@@ -771,6 +772,7 @@ def build_parser() -> argparse.ArgumentParser:
         "  fbjax infer model.tflite --input-dir samples/ --out preds.npz\n"
         "  fbjax generate llm.tflite --prompt-tokens 1,2,3   # litert-torch prefill/decode signatures\n"
         "  fbjax export model.tflite --to stablehlo model.jax\n"
+        "  fbjax serve model.litertlm --port 8000          # OpenAI-compatible HTTP server for an LLM bundle\n"
         "  fbjax run model.tflite --image photo.jpg --overlay out.png   # labels, boxes, masks from TFLite metadata\n"
         "  fbjax convert model.onnx model.rten   # ONNX -> .rten (rten-convert, ONNX defaults stated)\n"
         "`fbjax COMMAND --help` describes each command's options.",
@@ -874,6 +876,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_quantized(pg)
     pg.set_defaults(func=cmd_generate)
     add_chat_parser(sub, _add_quantized)
+    add_serve_parser(sub, _add_quantized)
     pf = sub.add_parser(
         "infer",
         help="batch inference over every device on a directory of .npy/.npz samples",
@@ -950,7 +953,7 @@ def _warn_line(command: str, message) -> str:
 
 #: optional top-level packages -> the fbjax extra that installs them (pyproject.toml)
 _EXTRAS = {"sentencepiece": "llm", "tokenizers": "llm", "jinja2": "llm", "PIL": "image", "onnx": "onnx",
-           "rten_convert": "onnx", "apache_beam": "beam"}
+           "rten_convert": "onnx", "apache_beam": "beam", "starlette": "serve", "uvicorn": "serve"}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -3,10 +3,12 @@
     fbjax inspect BUNDLE
     fbjax generate BUNDLE --prompt "..." [--no-template] [--temperature T --top-k K --top-p P --seed S]
     fbjax chat BUNDLE
+    fbjax serve BUNDLE [--host 127.0.0.1] [--port 8000] [--slots 8]
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import shlex
 import sys
@@ -14,7 +16,8 @@ import time
 
 from .formats.llm_bundle import bundle_kind
 
-__all__ = ["is_bundle", "not_a_bundle", "inspect_bundle", "generate_bundle", "cmd_chat", "add_chat_parser"]
+__all__ = ["is_bundle", "not_a_bundle", "inspect_bundle", "generate_bundle", "cmd_chat", "add_chat_parser",
+           "cmd_serve", "add_serve_parser"]
 
 
 def is_bundle(path) -> bool:
@@ -233,6 +236,45 @@ def add_chat_parser(sub, add_quantized) -> None:
                     "a small N leaves room in the cache for later turns)")
     add_quantized(pc)
     pc.set_defaults(func=cmd_chat)
+
+
+def cmd_serve(args) -> int:
+    """``fbjax serve BUNDLE``: an OpenAI-compatible HTTP server (:mod:`fbjax.serving.server`) until Ctrl-C."""
+    if not is_bundle(args.model):
+        raise SystemExit(f"fbjax serve: {not_a_bundle('serve', args.model)}")
+    if args.slots < 1:
+        raise SystemExit(f"fbjax serve: --slots must be at least 1, got {args.slots}")
+    from .serving.server import serve  # starlette and uvicorn: pip install 'fbjax[serve]'
+
+    print(f"fbjax serve: loading {args.model} and compiling for {args.slots} slots...", file=sys.stderr, flush=True)
+    serve(args.model, host=args.host, port=args.port, slots=args.slots, model_id=args.model_id,
+          quantized=args.quantized)
+    return 0
+
+
+def add_serve_parser(sub, add_quantized) -> None:
+    """Register ``fbjax serve``."""
+    ps = sub.add_parser(
+        "serve", help="an OpenAI-compatible HTTP server for an LLM bundle (continuous batching)",
+        description="Serve a .litertlm or MediaPipe LLM .task bundle over HTTP with OpenAI's API: GET /v1/models, "
+        "POST /v1/chat/completions (messages through the bundle's chat template), POST /v1/completions (the prompt "
+        "as given), streamed as server-sent events with \"stream\": true. Concurrent requests share decode steps "
+        "(continuous batching over --slots rows of the KV cache). The model id is the bundle's file name without "
+        "its extension. Needs pip install 'fbjax[serve]' (Starlette and uvicorn). Ctrl-C stops it.",
+        epilog="Example:\n  fbjax serve tests/data/llm_bundles/llama_hf_chat.litertlm --port 8000\n"
+        "  curl http://127.0.0.1:8000/v1/completions -H 'Content-Type: application/json' \\\n"
+        "       -d '{\"model\": \"llama_hf_chat\", \"prompt\": \"Hello there\", \"max_tokens\": 8}'",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    ps.add_argument("model", help="a .litertlm or MediaPipe LLM .task bundle")
+    ps.add_argument("--host", default="127.0.0.1",
+                    help="address to listen on (default 127.0.0.1: this machine only; 0.0.0.0: every interface)")
+    ps.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")
+    ps.add_argument("--slots", type=int, default=8, metavar="N",
+                    help="requests decoded together, one KV-cache row each (default 8); more wait for a free slot")
+    ps.add_argument("--model-id", default=None, metavar="ID",
+                    help="the model id clients send (default: the bundle's file name without its extension)")
+    add_quantized(ps)
+    ps.set_defaults(func=cmd_serve)
 
 
 def add_sampler_options(parser, bundle_only: bool = False) -> None:

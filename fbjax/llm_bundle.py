@@ -256,6 +256,59 @@ class _Runner:
                 fn = self._jit[ck] = self._program(ck, step, args, (2,))
             return fn(*args)
 
+    def decode_rows(self, params, kv, token, pos, sampling=None):
+        """A decode step of the first ``b = len(token)`` rows of the batched
+        caches ``kv`` (its other rows kept as they are), each row at its own
+        position: so fewer running rows than ``kv`` holds cost a batch-``b`` step.
+
+        Args:
+            token, pos: int32 ``[b]``: the token each row feeds and its position.
+            sampling: ``None``: argmax; else ``(key_data, temperature, top_k,
+                top_p)``, one per row (uint32 ``[b, ...]`` ``jax.random`` key
+                data, float32, int32, float32 ``[b]``): each row samples as
+                :func:`_sample` with its own settings and key (``top_k == 1`` or
+                ``temperature == 0``: the argmax).
+
+        Returns:
+            (next token int32 ``[b]``, each row's next key data or ``None``,
+            caches); ``kv`` is donated (updated in place where the backend can).
+        """
+        b = len(token)
+        args = (params, self.model.buffers, kv, np.asarray(token, np.int32), np.asarray(pos, np.int32))
+        if sampling is not None:
+            kd, t, k, p = sampling
+            args += (kd, np.asarray(t, np.float32), np.asarray(k, np.int32), np.asarray(p, np.float32))
+        rows = next(iter(kv.values())).shape[0]
+        ck = ("decode_rows", b, rows, sampling is not None)
+        with jax.enable_x64(self.model.x64):
+            fn = self._jit.get(ck)
+            if fn is None:
+                def step(params, buffers, kv, token, pos, *samp):
+                    sub = kv if b == rows else {n: v[:b] for n, v in kv.items()}
+                    logits, sub = jax.vmap(self._decode_row, in_axes=(None, None, 0, 0, 0))(
+                        params, buffers, sub, token, pos)
+                    kv = sub if b == rows else {n: kv[n].at[:b].set(sub[n]) for n in kv}
+                    if not samp:
+                        return jnp.argmax(logits, axis=-1).astype(jnp.int32), None, kv
+                    nxt, keys = jax.vmap(_sample_row)(logits, *samp)
+                    return nxt, keys, kv
+                fn = self._jit[ck] = jax.jit(step, donate_argnums=(2,), compiler_options=self.model.compiler_options)
+            return fn(*args)
+
+
+def _sample_row(logits, key_data, temperature, top_k, top_p):
+    """One row of :meth:`_Runner.decode_rows`: ``logits`` ``[V]``, traced settings; returns
+    (token id, the key's successor)."""
+    key, sub = jax.random.split(jax.random.wrap_key_data(key_data))
+    greedy = (top_k <= 1) | (temperature <= 0)
+    vals, idx = jax.lax.top_k(logits.astype(jnp.float32) / jnp.where(greedy, 1.0, temperature), logits.shape[-1])
+    kept = jnp.arange(vals.shape[-1]) < top_k
+    probs = jax.nn.softmax(jnp.where(kept, vals, -jnp.inf))
+    kept &= jnp.cumsum(probs) - probs < top_p  # the smallest prefix of the top k reaching top_p
+    drawn = idx[jax.random.categorical(sub, jnp.where(kept, vals, -jnp.inf))]
+    tok = jnp.where(greedy, jnp.argmax(logits), drawn).astype(jnp.int32)
+    return tok, jax.random.key_data(key)
+
 
 @dataclasses.dataclass
 class Generation:

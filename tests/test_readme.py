@@ -99,5 +99,7 @@ def test_sh_command_parses(argv):
     elif prog == "nox":
         sessions = re.findall(r"^def (\w+)\(session", (ROOT / "noxfile.py").read_text(), re.M)
         assert argv[1] == "-s" and argv[2] in sessions, (argv, sessions)
+    elif prog == "curl":  # the Serving section's requests to `fbjax serve` (run by tests/test_serve.py)
+        assert any(a.startswith("http://127.0.0.1:8000/v1/") for a in argv), argv
     else:
         pytest.fail(f"README runs {prog!r}, which the Quick start does not provide")
