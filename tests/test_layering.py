@@ -18,7 +18,8 @@ each import is resolved to the fbjax module it names. Layers, lowest first:
 5. ``model`` (with ``signature``, its entry points' runner), and the entry
    points above it: ``infer``, ``generate``, ``llm_bundle``, ``export``,
    ``train``, ``flax``, ``bench``, ``beam``, ``precision``, ``vision``,
-   ``convert``, ``cli``, the package root.
+   ``convert``, ``cli``, ``finetune``, ``serving`` (the HTTP server and its batching engine), the
+   package root.
 
 Every module must be in the table: a new module that matches no entry is an
 error (the package root's entry matches ``fbjax/__init__.py`` only, not its
@@ -48,7 +49,7 @@ LAYERS = {
     "fbjax.loading": 3, "fbjax.cache": 3, "fbjax.custom": 3,
     "fbjax.executors": 4,
     "fbjax.model": 5, "fbjax.signature": 5, "fbjax.batch_inference": 5, "fbjax.generation": 5, "fbjax.llm_bundle": 5, "fbjax.llm_contract": 5,
-    "fbjax.finetune": 5,
+    "fbjax.finetune": 5, "fbjax.serving": 5,
     "fbjax.export": 5, "fbjax.train": 5, "fbjax.flax": 5, "fbjax.bench": 5, "fbjax.beam": 5, "fbjax.precision": 5,
     "fbjax.vision": 5, "fbjax.convert": 5, "fbjax.cli": 5, "fbjax.cli_llm": 5,
     "fbjax.__main__": 5, "fbjax": 5,
