@@ -309,6 +309,77 @@ inline void BlockDots(const int16_t* x, const int16_t* w, int64_t K, int64_t b, 
   }
 }
 
+// out[j] = w[j] widened to int16 for j < n; returns sum_j w[j].
+inline int32_t WidenSum(const int8_t* w, int64_t n, int16_t* out) {
+  int64_t j = 0;
+  int32_t s = 0;
+#if defined(__AVX2__)
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256i acc = _mm256_setzero_si256();
+  for (; j + 16 <= n; j += 16) {
+    const __m256i v = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + j)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + j), v);
+    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(v, ones));
+  }
+  s = HSum(acc);
+#endif
+  for (; j < n; ++j) {
+    out[j] = w[j];
+    s += w[j];
+  }
+  return s;
+}
+
+#if defined(__AVX2__)
+// 32 weights from p (int4: 16 bytes, element 2j in the low nibble of byte j; int8: 32 bytes) as int16.
+template <bool kPacked>
+inline void Load32(const uint8_t* p, __m256i& w0, __m256i& w1) {
+  if (kPacked) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    const __m128i m = _mm_set1_epi8(0x0F), e = _mm_set1_epi8(8);
+    const __m128i lo = _mm_and_si128(v, m), hi = _mm_and_si128(_mm_srli_epi16(v, 4), m);
+    w0 = _mm256_cvtepi8_epi16(_mm_sub_epi8(_mm_xor_si128(_mm_unpacklo_epi8(lo, hi), e), e));
+    w1 = _mm256_cvtepi8_epi16(_mm_sub_epi8(_mm_xor_si128(_mm_unpackhi_epi8(lo, hi), e), e));
+  } else {
+    w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    w1 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16)));
+  }
+}
+
+// One weight row of K blocks of B values (B % 32 == 0) against one input row x [K * B]:
+// ks[k] = sum of block k's weights, sums[k] = sum_c x[k * B + c] * w[k * B + c]. Weights stay in registers.
+template <bool kPacked>
+void RowSums1(const uint8_t* wrow, const int16_t* x, int64_t K, int64_t B, int32_t* ks, int32_t* sums) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  auto lanes = [&](int64_t k, __m256i& kl, __m256i& dl) {
+    kl = _mm256_setzero_si256();
+    dl = _mm256_setzero_si256();
+    for (int64_t c = 0; c < B; c += 32) {
+      const int64_t e = k * B + c;
+      __m256i w0, w1;
+      Load32<kPacked>(wrow + (kPacked ? e / 2 : e), w0, w1);
+      kl = _mm256_add_epi32(kl, _mm256_add_epi32(_mm256_madd_epi16(w0, ones), _mm256_madd_epi16(w1, ones)));
+      const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + e));
+      const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + e + 16));
+      dl = _mm256_add_epi32(dl, _mm256_add_epi32(_mm256_madd_epi16(x0, w0), _mm256_madd_epi16(x1, w1)));
+    }
+  };
+  int64_t k = 0;
+  for (; k + 4 <= K; k += 4) {
+    __m256i kl[4], dl[4];
+    for (int b = 0; b < 4; ++b) lanes(k + b, kl[b], dl[b]);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(ks + k), Sum4(kl[0], kl[1], kl[2], kl[3]));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(sums + k), Sum4(dl[0], dl[1], dl[2], dl[3]));
+  }
+  for (; k < K; ++k) {
+    __m256i kl, dl;
+    lanes(k, kl, dl);
+    ks[k] = HSum(kl);
+    sums[k] = HSum(dl);
+  }
+}
+#endif
+
 // TFLite's EvalBlockwise4Bit accumulation (fully_connected.cc), per output o over the blocks in order:
 // out[r, o] += float(sum_c x[r, k, c] * w[o, k, c]) * scale[o, k];  kfsum[o] += scale[o, k] * float(ksum);
 // each product and sum rounded to float32 on its own (built with -ffp-contract=off: no FMA). Each weight
@@ -336,6 +407,22 @@ ffi::Error BlockFc(ffi::ThreadPool pool, ffi::Buffer<ffi::S16> x, ffi::AnyBuffer
     std::unique_ptr<int32_t[]> ks(new int32_t[K]), sums(new int32_t[K]);
     int8_t buf[1024];
     for (int64_t o = c * per; o < std::min(O, (c + 1) * per); ++o) {
+      const float* so = S + o * K;
+#if defined(__AVX2__)
+      if (R == 1 && B % 32 == 0) {  // decode: one input row, weights unpacked in registers
+        (packed ? RowSums1<true> : RowSums1<false>)(W + o * row_bytes, X, K, B, ks.get(), sums.get());
+        float kf = 0.0f, y = 0.0f;
+        for (int64_t k = 0; k < K; ++k) {
+          const float t = so[k] * static_cast<float>(ks[k]);
+          kf = kf + t;
+          const float p = static_cast<float>(sums[k]) * so[k];
+          y = y + p;
+        }
+        KF[o] = kf;
+        Y[o] = y;
+        continue;
+      }
+#endif
       for (int64_t k = 0; k < K; ++k) {
         const int8_t* wb;
         if (packed) {
@@ -344,14 +431,8 @@ ffi::Error BlockFc(ffi::ThreadPool pool, ffi::Buffer<ffi::S16> x, ffi::AnyBuffer
         } else {
           wb = reinterpret_cast<const int8_t*>(W) + (o * K + k) * B;
         }
-        int32_t s = 0;
-        for (int64_t j = 0; j < B; ++j) {
-          w16[k * B + j] = wb[j];
-          s += wb[j];
-        }
-        ks[k] = s;
+        ks[k] = WidenSum(wb, B, w16.get() + k * B);
       }
-      const float* so = S + o * K;
       float kf = 0.0f;
       for (int64_t k = 0; k < K; ++k) {
         const float t = so[k] * static_cast<float>(ks[k]);
