@@ -113,7 +113,11 @@ def _child(path: str, mode: str, prompt_tokens: int, new_tokens: int, repeats: i
     g = b.model.ir.graphs[runner.dec.graph_index]
     names = {prog.buffer_of.get(id(v)) or prog.param_of.get(id(v)) for n in g.nodes if n.op_name == "FULLY_CONNECTED"
              for v in n.inputs[1:] if v is not None}
-    out["weight_bytes_per_token"] = int(sum(b.model.buffers[k].nbytes if k in b.model.buffers else
+
+    def stored_bytes(x):  # int4 buffers hold two values per byte (their .nbytes counts one byte per value)
+        return x.size // 2 if "int4" in str(x.dtype) else x.nbytes
+
+    out["weight_bytes_per_token"] = int(sum(stored_bytes(b.model.buffers[k]) if k in b.model.buffers else
                                             b.model.params[k].nbytes for k in names if k is not None))
     return out
 
