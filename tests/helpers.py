@@ -4,6 +4,10 @@ without LiteRT."""
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
+import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -75,3 +79,30 @@ def custom_op_model(code: str, version: int, in_shapes, out_shape, options, desc
     b.add_op(code, ins, [out], custom=True, custom_options=options, version=version)
     b.add_output(out)
     return b.build()
+
+
+@contextlib.contextmanager
+def ray_with_example(example: str, num_cpus: int):
+    """``examples/<example>`` imported as a module, on a local Ray instance of ``num_cpus`` CPUs,
+    shut down (and the module forgotten) after. The module is not importable on Ray's workers, so its
+    classes and functions travel by value (``ray.cloudpickle.register_pickle_by_value``)."""
+    import ray
+    import ray.cloudpickle
+
+    root = Path(__file__).resolve().parents[1]
+    name = "fbjax_example_" + Path(example).stem
+    spec = importlib.util.spec_from_file_location(name, root / "examples" / example)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    ray.cloudpickle.register_pickle_by_value(mod)
+    with warnings.catch_warnings():
+        # ray.init starts its processes with subprocess (fork, then exec at once), which JAX's warning
+        # about os.fork in a multithreaded process does not tell apart
+        warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called", category=RuntimeWarning)
+        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+    try:
+        yield mod
+    finally:
+        ray.shutdown()
+        sys.modules.pop(name, None)

@@ -13,11 +13,9 @@ call, not the program or its shapes.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +26,7 @@ from fbjax.errors import InputError
 from fbjax.formats.tflite_builder import single_op_model
 
 from conftest import assert_within, gamma
-from helpers import K_VIT
+from helpers import K_VIT, ray_with_example
 
 ROOT = Path(__file__).resolve().parents[1]
 STEP = 8
@@ -296,25 +294,8 @@ def test_import_fbjax_imports_neither_beam_nor_ray():
 @pytest.fixture(scope="module")
 def ray_example():
     """examples/ray_data.py imported, on a local Ray cluster (2 CPUs), shut down after."""
-    import ray
-    import ray.cloudpickle
-
-    spec = importlib.util.spec_from_file_location("fbjax_example_ray_data", ROOT / "examples" / "ray_data.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    # the module is not importable on Ray's workers: its classes and functions travel by value
-    ray.cloudpickle.register_pickle_by_value(mod)
-    with warnings.catch_warnings():
-        # ray.init starts its processes with subprocess (fork, then exec at once), which
-        # JAX's warning about os.fork in a multithreaded process does not tell apart
-        warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called", category=RuntimeWarning)
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
+    with ray_with_example("ray_data.py", num_cpus=2) as mod:
         yield mod
-    finally:
-        ray.shutdown()
-        sys.modules.pop(spec.name, None)
 
 
 # Ray Data reads its own deprecated context fields when a job starts (ray/data/context.py)

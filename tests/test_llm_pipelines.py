@@ -10,16 +10,15 @@ rounding a batch shape can change -- tests/test_llm_bundles.py's batch test show
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-import warnings
 from pathlib import Path
 
 import pytest
 
 import fbjax
 from fbjax.errors import InputError
+
+from helpers import ray_with_example
 
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLE = str(ROOT / "tests" / "data" / "llm_bundles" / "gemma_sp.task")
@@ -84,22 +83,8 @@ def test_beam_llm_handler_direct_calls(solo):
 @pytest.fixture(scope="module")
 def ray_llm():
     """examples/ray_data_llm.py imported, on a local Ray cluster of one CPU, shut down after."""
-    import ray
-    import ray.cloudpickle
-
-    spec = importlib.util.spec_from_file_location("fbjax_example_ray_data_llm", ROOT / "examples" / "ray_data_llm.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    ray.cloudpickle.register_pickle_by_value(mod)  # the module is not importable on Ray's workers
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called", category=RuntimeWarning)
-        ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
-    try:
+    with ray_with_example("ray_data_llm.py", num_cpus=1) as mod:
         yield mod
-    finally:
-        ray.shutdown()
-        sys.modules.pop(spec.name, None)
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.data.context")

@@ -7,15 +7,14 @@ longer than the ~30 s a default-run test may (measured: see the test's docstring
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import socket
-import sys
-import warnings
 from pathlib import Path
 
 import openai
 import pytest
+
+from helpers import ray_with_example
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "llm_bundles"
@@ -30,24 +29,14 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def ray_serve_example():
-    import ray
-    import ray.cloudpickle
+    """examples/ray_serve.py imported, on a local Ray cluster of one CPU; Serve and Ray shut down after."""
     from ray import serve
 
-    spec = importlib.util.spec_from_file_location("fbjax_example_ray_serve", ROOT / "examples" / "ray_serve.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    ray.cloudpickle.register_pickle_by_value(mod)  # the example is not importable on Ray's workers
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called", category=RuntimeWarning)
-        ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
-    try:
-        yield mod
-    finally:
-        serve.shutdown()
-        ray.shutdown()
-        sys.modules.pop(spec.name, None)
+    with ray_with_example("ray_serve.py", num_cpus=1) as mod:
+        try:
+            yield mod
+        finally:
+            serve.shutdown()
 
 
 @pytest.mark.slow
