@@ -26,6 +26,7 @@ import numpy as np
 from .cli_llm import (add_chat_parser, add_sampler_options, add_serve_parser, generate_bundle, inspect_bundle,
                       is_bundle, not_a_bundle)
 from .formats._text import format_bytes
+from .options import KernelOptions
 
 
 def _spec_str(name: str, shape, dtype, quant=None) -> str:
@@ -664,8 +665,10 @@ def cmd_export(args) -> int:
     folder = os.path.dirname(os.path.abspath(args.out))
     if not os.path.isdir(folder):
         raise SystemExit(f"fbjax export: output folder {folder} does not exist (create it first)")
+    # an artifact runs where fbjax is not: no fbjax custom calls (the native CPU integer kernels) in it
     model = load(args.model, format=args.format, batch_size=args.batch_size, quantized=args.quantized,
-                 constant_inputs=_constant_inputs(args), static_bounds=args.static_bounds)
+                 constant_inputs=_constant_inputs(args), static_bounds=args.static_bounds,
+                 kernel_options=KernelOptions(native_kernels=False))
     if args.signature is not None:  # one entry point: apply(params, *its inputs) -> {output name: array}
         from .errors import InputError
 

@@ -30,7 +30,8 @@ from typing import Optional
 
 import numpy as np
 
-from .errors import FbjaxError
+from .errors import FbjaxError, InputError
+from .lower import cpu_kernels
 from .formats.stablehlo_mlir import (  # noqa: F401 (the writer's public names, re-exported here)
     ExportError, StablehloFlatbufferWriter, dense_to_numpy, element_dtype, module_to_stablehlo_flatbuffer,
     tensor_shape)
@@ -143,7 +144,10 @@ def jax_export(model, *, batch_size="file"):
             cannot follow a symbolic batch; the message names the node.
         InputError: ``batch_size`` is None or another int than the batch of
             a model whose inputs all have a fixed batch (load it with
-            ``batch_size=None`` first).
+            ``batch_size=None`` first); the model's program calls fbjax's
+            native CPU kernels (:mod:`fbjax.lower.cpu_kernels`, quantized
+            matrix products on CPU), which an artifact cannot carry (load it
+            with ``kernel_options=KernelOptions(native_kernels=False)``).
     """
     import jax
     from jax import export as jexport
@@ -151,8 +155,6 @@ def jax_export(model, *, batch_size="file"):
     if batch_size != "file" and model.inputs and not any(s.shape and s.shape[0] is None for s in model.inputs):
         fixed = {s.shape[0] for s in model.inputs if s.shape}
         if batch_size is None or fixed != {int(batch_size)}:
-            from .errors import InputError
-
             raise InputError(f"jax_export(batch_size={batch_size!r}): the model's inputs have the fixed batch "
                              f"{sorted(fixed)}; load it with fbjax.load(path, batch_size=None) to export "
                              "another or a dynamic batch")
@@ -163,7 +165,15 @@ def jax_export(model, *, batch_size="file"):
                                 s.dtype) for s in model.inputs]
     symbolic = b is not None and any(s.shape and s.shape[0] is None for s in model.inputs)
     with dynamic_batch_errors(symbolic=symbolic), jax.enable_x64(getattr(model, "_x64", False)):
-        return jexport.export(jax.jit(model.apply))(params, *ins)
+        try:
+            return jexport.export(jax.jit(model.apply))(params, *ins)
+        except ValueError as e:
+            if "custom call" not in str(e) or not any(t in str(e) for t in cpu_kernels.TARGETS):
+                raise
+            raise InputError("jax_export: this model's quantized matrix products run in fbjax's native CPU "
+                             "kernels, custom calls that an exported artifact cannot carry; load it with "
+                             "fbjax.load(path, kernel_options=fbjax.KernelOptions(native_kernels=False)) "
+                             "to export it (`fbjax export` does)") from None
 
 
 def export_model(model, to: str, *, batch_size="file"):

@@ -126,3 +126,32 @@ def test_quantized_llm_programs_call_the_kernels_by_default(name, target, native
     ins = {s.name: np.zeros(s.shape, s.dtype) for s in dec.inputs}
     text = jax.jit(lambda p, b, i: dec.apply(p, buffers=b, **i)).lower(m.params, m.buffers, ins).as_text()
     assert (target in text) == native
+
+
+def test_export_of_a_quantized_model_carries_no_fbjax_custom_call(tmp_path):
+    """An exported artifact must run without fbjax: jax_export refuses a program that calls the native
+    kernels with an InputError saying how to load the model, and `fbjax export` loads it that way; the
+    artifact then runs and gives the loaded model's int32-exact hybrid outputs (same integer sums, same
+    float ops in the same order: compared within float32 rounding of the final scaling)."""
+    from pathlib import Path
+
+    import fbjax
+    from fbjax.cli import main
+    from fbjax.errors import InputError
+    from fbjax.export import jax_export
+
+    path = Path(__file__).resolve().parent / "data" / "llm" / "llama_q8.tflite"
+    with pytest.raises(InputError, match="native_kernels=False"):
+        jax_export(fbjax.load(path).signature("decode"))
+    out = tmp_path / "decode.stablehlo"
+    assert main(["export", str(path), "--signature", "decode", "--to", "stablehlo", str(out)]) == 0
+    exported = jax.export.deserialize(out.read_bytes())
+    assert not any(f"@{t}(" in exported.mlir_module() for t in cpu_kernels.TARGETS)
+    m = fbjax.load(path)
+    dec = m.signature("decode")
+    ins = {s.name: np.zeros(s.shape, s.dtype) for s in dec.inputs}
+    params = dict(np.load(str(out.with_suffix(".params.npz"))))
+    got = exported.call(params, *[ins[s.name] for s in dec.inputs])
+    want = dec(**ins)
+    for k in want:
+        np.testing.assert_allclose(np.asarray(got[k]), np.asarray(want[k]), rtol=1e-6, atol=1e-6, err_msg=k)
