@@ -33,6 +33,12 @@ Each lowering reproduces LiteRT's builtin x86 kernel (without XNNPACK):
    s + bias``), then the fused activation in float. TRANSPOSE_CONV instead
    scales and adds every single product in float (see its docstring).
 
+On the CPU backend the integer products of steps 2 (and, for blockwise
+int4 FULLY_CONNECTED, the per-block float sums of its step 3) run in
+fbjax's native kernels (:mod:`fbjax.lower.cpu_kernels`; XLA:CPU has no
+integer matrix product), elsewhere or with ``KernelOptions(native_kernels=False)``
+in XLA; the same bits either way.
+
 The per-block zero-point choice runs in float64 under a scoped
 ``jax.enable_x64`` (TFLite computes it in double; float32 could differ near
 ties of the zero point). XLA rewrites division by a constant into a
@@ -224,19 +230,6 @@ _blocks_vmap(_block_matmul)
 
 
 @jax.custom_batching.custom_vmap
-def _block_matmul_native(q, w):
-    """:func:`_block_matmul` by fbjax's CPU kernel (:func:`fbjax.lower.cpu_kernels.block_matmul`;
-    int4 weights unpacked in registers)."""
-    w = jnp.asarray(w)
-    if w.dtype not in (jnp.int4, jnp.int8) or w.shape[-1] > 1024 or (w.dtype == jnp.int4 and w.shape[-1] % 2):
-        w = _as_int8(w)
-    return cpu_kernels.block_matmul(q.astype(jnp.int16), w)
-
-
-_blocks_vmap(_block_matmul_native)
-
-
-@jax.custom_batching.custom_vmap
 def _block_fc_native(q, w, scale):
     """:func:`fbjax.lower.cpu_kernels.block_fc`: ``q`` int32 ``[R, blocks, bs]``, ``w`` ``[O, blocks,
     bs]``, ``scale`` float32 ``[O, blocks]`` -> (``out`` float32 ``[R, O]``, ``kfsum`` float32 ``[O]``),
@@ -265,7 +258,8 @@ def _native(ctx) -> bool:
     """Use fbjax's CPU kernels for this node's integer products: the program's backend is the CPU,
     ``KernelOptions.native_kernels`` is on and the kernels built (:func:`fbjax.lower.cpu_kernels.available`).
     Either way the sums are the same integers."""
-    return (getattr(ctx, "backend", None) or jax.default_backend()) == "cpu" and kernel_options(ctx).native_kernels and cpu_kernels.available()
+    backend = getattr(ctx, "backend", None) or jax.default_backend()
+    return backend == "cpu" and kernel_options(ctx).native_kernels and cpu_kernels.available()
 
 
 def symmetric_quantize(x2d):
