@@ -200,7 +200,7 @@ ffi::Error Int8Matmul(ffi::ThreadPool pool, ffi::Buffer<ffi::S16> x, ffi::Buffer
   int32_t* Y = y->typed_data();
   const int64_t per = std::max<int64_t>(1, kChunkBytes / std::max<int64_t>(I, 1));
   const int64_t chunks = (O + per - 1) / per;
-  if (R >= 4) {  // many rows: widen a chunk of weight rows to int16 once, then register-blocked tiles
+  if (R > 16) {  // many rows: widen a chunk of weight rows to int16 once, then register-blocked tiles
     const int64_t gper = std::max<int64_t>(3, (kChunkBytes / 4) / std::max<int64_t>(I, 1) / 3 * 3);
     const int64_t gchunks = (O + gper - 1) / gper;
     ParallelChunks(pool, gchunks, [=](int64_t c) {
