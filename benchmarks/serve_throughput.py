@@ -60,6 +60,19 @@ def _clients(n: int, requests: int, one) -> tuple:
     return sum(counts), time.perf_counter() - t0
 
 
+def _append(path: str, record: dict) -> None:
+    """Add ``record`` to the JSON list in ``path`` (a new file: a list of one)."""
+    try:
+        with open(path) as f:
+            records = json.load(f)
+    except FileNotFoundError:
+        records = []
+    records.append(record)
+    with open(path, "w") as f:
+        json.dump(records, f, indent=1)
+        f.write("\n")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("bundle", help="a .litertlm or LLM .task bundle")
@@ -71,7 +84,7 @@ def main() -> None:
     ap.add_argument("--server-process", action="store_true",
                     help="measure over HTTP against `fbjax serve` in its own process (no engine-only figures): the "
                     "clients' threads then do not share the server's interpreter lock")
-    ap.add_argument("--json", default=None, help="append the result as one JSON line to this file")
+    ap.add_argument("--json", default=None, help="add the result to the JSON list in this file")
     a = ap.parse_args()
     load_before = list(os.getloadavg())
     if a.server_process:
@@ -130,8 +143,7 @@ def main() -> None:
            "warm_up_s": round(warm_s, 2), **res}
     print(json.dumps(out))
     if a.json:
-        with open(a.json, "a") as f:
-            f.write(json.dumps(out) + "\n")
+        _append(a.json, out)
 
 
 def separate_process(a, load_before) -> None:
@@ -184,8 +196,7 @@ def separate_process(a, load_before) -> None:
            "max_tokens": a.max_tokens, "server_start_s": round(start_s, 2), "http": res}
     print(json.dumps(out))
     if a.json:
-        with open(a.json, "a") as f:
-            f.write(json.dumps(out) + "\n")
+        _append(a.json, out)
 
 
 if __name__ == "__main__":
