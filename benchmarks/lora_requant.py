@@ -57,12 +57,7 @@ def main(argv=None) -> int:
             lora = finetune.lora_init(b, rank=8, include=L.INCLUDE, key=jax.random.key(0))
             opt = optax.adam(lr)
             state = opt.init(lora)
-
-            @jax.jit
-            def step(lora, state):
-                value, grads = jax.value_and_grad(lambda l: b.loss(b.params, [text], lora=l, add_stop=True))(lora)
-                updates, state = opt.update(grads, state)
-                return optax.apply_updates(lora, updates), state, value
+            step = L.train_step(b, text, opt)
 
             for _ in range(args.steps):
                 lora, state, value = step(lora, state)

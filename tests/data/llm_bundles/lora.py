@@ -50,6 +50,20 @@ def base_bundle(variant: str):
         return fbjax.load(fmt.write_bundle(fmt.read_bundle(src), f.read()))
 
 
+def train_step(b, text: str, opt):
+    """The jitted Adam step ``(lora, state) -> (lora, state, loss)`` of adapters on ``b`` learning
+    ``text`` (stop token appended); ``b``'s own weights stay as they are."""
+    import jax
+    import optax
+
+    @jax.jit
+    def step(lora, state):
+        value, grads = jax.value_and_grad(lambda l: b.loss(b.params, [text], lora=l, add_stop=True))(lora)
+        updates, state = opt.update(grads, state)
+        return optax.apply_updates(lora, updates), state, value
+    return step
+
+
 def train(out: str) -> None:
     """Train, merge and save the three variants into OUT; write the adapters and lora_text.json."""
     import time
@@ -70,12 +84,7 @@ def train(out: str) -> None:
         lora = finetune.lora_init(b, rank=RANK, alpha=ALPHA, include=INCLUDE, key=jax.random.key(SEED))
         opt = optax.adam(LR)
         state = opt.init(lora)
-
-        @jax.jit
-        def step(lora, state):
-            value, grads = jax.value_and_grad(lambda l: b.loss(b.params, [text], lora=l, add_stop=True))(lora)
-            updates, state = opt.update(grads, state)
-            return optax.apply_updates(lora, updates), state, value
+        step = train_step(b, text, opt)
 
         losses, t0 = [], time.perf_counter()
         for _ in range(STEPS):
