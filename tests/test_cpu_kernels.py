@@ -17,6 +17,7 @@ import pytest
 
 from fbjax.lower import cpu_kernels
 from fbjax.lower.tflite_int import hybrid
+from helpers import TOL, rel_err
 
 pytestmark = pytest.mark.skipif(jax.default_backend() != "cpu", reason="CPU kernels: the CPU backend only")
 
@@ -126,7 +127,8 @@ def test_export_of_a_quantized_model_carries_no_fbjax_custom_call(tmp_path):
     """An exported artifact must run without fbjax: jax_export refuses a program that calls the native
     kernels with an InputError saying how to load the model, and `fbjax export` loads it that way; the
     artifact then runs and gives the loaded model's int32-exact hybrid outputs (same integer sums, same
-    float ops in the same order: compared within float32 rounding of the final scaling)."""
+    float ops; the rest of the program compiled apart: compared within helpers.TOL, the bound the
+    tests use between float32 programs of this size)."""
     from pathlib import Path
 
     import fbjax
@@ -147,5 +149,5 @@ def test_export_of_a_quantized_model_carries_no_fbjax_custom_call(tmp_path):
     params = dict(np.load(str(out.with_suffix(".params.npz"))))
     got = exported.call(params, *[ins[s.name] for s in dec.inputs])
     want = dec(**ins)
-    for k in want:
-        np.testing.assert_allclose(np.asarray(got[k]), np.asarray(want[k]), rtol=1e-6, atol=1e-6, err_msg=k)
+    for k in want:  # two differently compiled float32 programs: the project's float32 model bound
+        assert rel_err(got[k], want[k]) <= TOL, k
