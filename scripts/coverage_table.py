@@ -151,6 +151,9 @@ def build_table() -> str:
         if n in no_litert:
             return (f"yes `{NO_LITERT_TEST_MODULE}` (no LiteRT kernel: "
                     "numpy reference and formula transcriptions)")
+        own = ROOT / "tests" / f"test_tflite_{n.lower()}.py"  # an op with a test module of its own
+        if own.exists():
+            return f"yes `{own.relative_to(ROOT).as_posix()}` (no LiteRT kernel: its oracle is named there)"
         return "—"
 
     custom_rows = [f"| `{n}` | yes | {'yes' if ('tflite.custom', n) in REFERENCE else '—'} | {custom_tested(n)} |"
