@@ -402,8 +402,9 @@ def _tiny_files() -> dict:
     tfl = single_op_model("RELU", [(2,)])
     shlo = to_stablehlo_flatbuffer(lambda x: x + 1.0, jnp.zeros((2,), F32))
     rten = rten_file([value_node("x", [2])], [0], [0])
-    gpu = (Path(__file__).resolve().parents[1].parent / "shared" / "models" / "tflite-gpu-cl"
-           / "tflm_sine_float.F32.BUFFER.bin").read_bytes()  # a missing fixture fails
+    import fbjax.data
+
+    gpu = Path(fbjax.data.SINE_GPU_CL).read_bytes()  # the GPU-delegate file fbjax ships
     return {"tflite": (tfl, "_to_ir"), "stablehlo": (shlo, "_to_ir"), "rten": (rten, "_Reader"),
             "gpu_cl.reader": (gpu, "parse_nodes")}
 
