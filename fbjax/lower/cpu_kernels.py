@@ -45,11 +45,11 @@ import jaxlib
 
 from ..options import default_cache_dir
 
-__all__ = ["available", "tag", "int8_matmul", "block_matmul", "block_fc", "library_path"]
+__all__ = ["available", "tag", "int8_matmul", "block_matmul", "block_fc", "block_fc_f32", "library_path"]
 
 SOURCE = Path(__file__).with_name("cpu_kernels.cc")
 #: the FFI handlers the library exports (registered for the CPU platform under these names)
-TARGETS = ("fbjax_int8_matmul", "fbjax_block_matmul", "fbjax_block_fc")
+TARGETS = ("fbjax_int8_matmul", "fbjax_block_matmul", "fbjax_block_fc", "fbjax_block_fc_f32")
 _FLAGS = ["-O3", "-march=native", "-std=c++17", "-ffp-contract=off", "-shared", "-fPIC", "-w"]
 
 _lock = threading.Lock()
@@ -187,3 +187,26 @@ def block_fc(x, w, scale):
     return jax.ffi.ffi_call("fbjax_block_fc", (jax.ShapeDtypeStruct((r, o), jnp.float32),
                                                jax.ShapeDtypeStruct((o,), jnp.float32)))(
         x.astype(jnp.int16), w, jnp.asarray(scale, jnp.float32))
+
+
+def block_fc_f32(x, w, scale):
+    """TFLite's blockwise FULLY_CONNECTED (``EvalBlockwise4Bit``) without the bias, from the float input:
+    each row of ``x`` quantized asymmetrically (``AsymmetricQuantizeFloats``, as
+    :func:`fbjax.lower.tflite_int.hybrid.asymmetric_quantize`: ``q``, ``s``, ``zp``), the sums of
+    :func:`block_fc` in their order, then ``out = (sum - f32(zp) * kfsum) * s``, each float32 operation
+    rounded on its own: the bits of :func:`fbjax.lower.tflite_int.hybrid._fc_blockwise` less its bias add.
+
+    Args:
+        x: float32 ``[R, K * B]``.
+        w: int8 or int4 ``[O, K, B]`` (int4 packed two per byte; ``B`` at most 1024, even for int4).
+        scale: float32 ``[O, K]``.
+
+    Returns:
+        float32 ``[R, O]``. Only on the CPU backend, after :func:`available`. On a CPU with AVX-512 VNNI,
+        one input row and packed int4 weights with ``B % 32 == 0`` (the decode step of a
+        ``dynamic_int4_block32`` LLM) take a ``vpdpbusd`` path that sums 16 output channels at once.
+    """
+    r = x.shape[0]
+    o = w.shape[0]
+    return jax.ffi.ffi_call("fbjax_block_fc_f32", jax.ShapeDtypeStruct((r, o), jnp.float32))(
+        jnp.asarray(x, jnp.float32), w, jnp.asarray(scale, jnp.float32))

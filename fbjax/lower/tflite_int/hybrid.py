@@ -230,28 +230,29 @@ _blocks_vmap(_block_matmul)
 
 
 @jax.custom_batching.custom_vmap
-def _block_fc_native(q, w, scale):
-    """:func:`fbjax.lower.cpu_kernels.block_fc`: ``q`` int32 ``[R, blocks, bs]``, ``w`` ``[O, blocks,
-    bs]``, ``scale`` float32 ``[O, blocks]`` -> (``out`` float32 ``[R, O]``, ``kfsum`` float32 ``[O]``),
-    the float sums of :func:`_fc_blockwise` in its order. Under ``vmap`` the batch joins the rows."""
+def _block_fc_native(x2d, w, scale):
+    """:func:`fbjax.lower.cpu_kernels.block_fc_f32`: float32 ``x2d`` ``[R, blocks * bs]``, ``w`` ``[O,
+    blocks, bs]``, ``scale`` float32 ``[O, blocks]`` -> float32 ``[R, O]``, :func:`_fc_blockwise` without
+    its bias (input quantization, the blockwise sums in TFLite's order and the output scaling, all in the
+    kernel). Under ``vmap`` the batch joins the rows."""
     w = jnp.asarray(w)
     if w.dtype not in (jnp.int4, jnp.int8) or w.shape[-1] > 1024 or (w.dtype == jnp.int4 and w.shape[-1] % 2):
         w = _as_int8(w)
-    return cpu_kernels.block_fc(q.astype(jnp.int16), w, scale)
+    return cpu_kernels.block_fc_f32(x2d, w, scale)
 
 
 @_block_fc_native.def_vmap
-def _block_fc_native_vmap(axis_size, in_batched, q, w, scale):
-    qb, wb, sb = in_batched
+def _block_fc_native_vmap(axis_size, in_batched, x2d, w, scale):
+    xb, wb, sb = in_batched
     if wb or sb:
-        q = q if qb else jnp.broadcast_to(q, (axis_size,) + q.shape)
+        x2d = x2d if xb else jnp.broadcast_to(x2d, (axis_size,) + x2d.shape)
         w = w if wb else jnp.broadcast_to(w, (axis_size,) + w.shape)
         scale = scale if sb else jnp.broadcast_to(scale, (axis_size,) + scale.shape)
-        return lax.map(lambda a: _block_fc_native(*a), (q, w, scale)), (True, True)
-    if not qb:
-        return _block_fc_native(q, w, scale), (False, False)
-    out, kfsum = _block_fc_native(q.reshape((-1,) + q.shape[2:]), w, scale)
-    return (out.reshape((axis_size, -1, out.shape[-1])), kfsum), (True, False)
+        return lax.map(lambda a: _block_fc_native(*a), (x2d, w, scale)), True
+    if not xb:
+        return _block_fc_native(x2d, w, scale), False
+    out = _block_fc_native(x2d.reshape((-1, x2d.shape[-1])), w, scale)
+    return out.reshape((axis_size, -1, out.shape[-1])), True
 
 
 def _native(ctx) -> bool:
@@ -619,12 +620,12 @@ def _fc_blockwise(ctx, x2d, w, b):
     o, i = np.shape(w)
     nb = i // bs
     scales = np.asarray(v.quant.scale, _F32).reshape(o, nb)
-    q, s, z = asymmetric_quantize(x2d)
     wb = jnp.asarray(w).reshape(o, nb, bs)  # int4/int8 as held (a buffer, a constant, or traced in float mode)
-    rows = q.shape[0]
-    if _native(ctx):
-        out, kfsum = _block_fc_native(q.reshape(rows, nb, bs), wb, jnp.asarray(scales))
+    if _native(ctx):  # the whole of it in the kernel, the same float operations in the same order
+        out = _block_fc_native(jnp.asarray(x2d, jnp.float32), wb, jnp.asarray(scales))
     else:
+        q, s, z = asymmetric_quantize(x2d)
+        rows = q.shape[0]
         acc, ksum = _block_matmul(q.reshape(rows, nb, bs), wb)  # [blocks, R, O]; [blocks, O]
         ksum = ksum.astype(jnp.float32)  # exact in float32
 
@@ -636,8 +637,8 @@ def _fc_blockwise(ctx, x2d, w, b):
         # a scan, not a Python loop: one compiled body however many blocks (I / 32 of them)
         (out, kfsum), _ = lax.scan(block, (jnp.zeros((rows, o), jnp.float32), jnp.zeros(o, jnp.float32)),
                                    (acc, ksum, jnp.asarray(np.ascontiguousarray(scales.T))))
-    out = out - _rounded(z.astype(jnp.float32)[:, None] * kfsum[None, :])
-    out = _rounded(out * s[:, None])
+        out = out - _rounded(z.astype(jnp.float32)[:, None] * kfsum[None, :])
+        out = _rounded(out * s[:, None])
     if b is not None:
         out = out + jnp.asarray(b, jnp.float32)[None, :]
     return out
