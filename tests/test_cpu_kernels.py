@@ -107,7 +107,7 @@ def test_block_fc_follows_tflite_order(dtype, r, o, k, b):
 
 
 @pytest.mark.parametrize("dtype", ["int4", "int8"])
-@pytest.mark.parametrize("r,o,k,b", [(1, 576, 18, 32), (1, 37, 48, 32), (1, 5, 3, 64), (1, 17, 6, 96), (2, 33, 18, 32),
+@pytest.mark.parametrize("r,o,k,b", [(1, 576, 18, 32), (1, 37, 48, 32), (1, 5, 3, 64), (1, 17, 6, 96), (2, 33, 18, 32), (5, 20, 18, 32), (8, 16, 6, 64), (130, 9, 3, 32),
                                      (3, 7, 5, 16), (1, 3, 1, 46)])
 @pytest.mark.parametrize("inputs", ["normal", "positive", "zero_row", "ties", "large"])
 def test_block_fc_f32_equals_tflite_blockwise(dtype, r, o, k, b, inputs):

@@ -197,7 +197,11 @@ inline void UnpackS4(const uint8_t* p, int64_t b, int8_t* out) {
 }
 
 constexpr int64_t kChunkBytes = 64 * 1024;  // weight bytes per claimed chunk
-constexpr int64_t kTileChunkBytes = 16 * 1024;  // the same for the int4 tiles of fbjax_block_fc_f32
+constexpr int64_t kTileChunkBytes = 16 * 1024;
+#ifndef FBJAX_PF
+#define FBJAX_PF 8192
+#endif
+constexpr int64_t kPrefetchBytes = FBJAX_PF;  // how far ahead of its loads the int4 tile loop prefetches weights  // the same for the int4 tiles of fbjax_block_fc_f32
 
 ffi::Error Int8Matmul(ffi::ThreadPool pool, ffi::Buffer<ffi::S16> x, ffi::Buffer<ffi::S8> w,
                       ffi::ResultBuffer<ffi::S32> y) {
@@ -576,73 +580,153 @@ inline void Transpose4(const __m512i z[4], __m512i v[4]) {
   v[3] = _mm512_shuffle_i32x4(b, d, 0xDD);
 }
 
-// One input row, packed int4 weights, B % 32 == 0, in tiles of 16 output rows o0.. (rows >= O repeat row O - 1
-// and are not stored). The row's quantized inputs are given split per 32-value unit u into xe[u * 16 + j] =
-// q[32u + 2j] and xo[u * 16 + j] = q[32u + 2j + 1] (matching the low and high nibbles of the unit's 16 weight
-// bytes), zero-padded to a multiple of 4 units, and xs8[k] = 8 * sum of block k's q. With u = nibble ^ 8 in
-// [0, 15] (w = u - 8): sum_c q * w = sum(u_lo * xe) + sum(u_hi * xo) - 8 * sum_c q (vpdpbusd: u8 x s8, exact
-// int32), sum_c w = sum(u_lo + u_hi) - 8 B. The per-block float32 sums then run over the 16 rows of a tile
-// at once, each lane in TFLite's order over the blocks, and the output stage y = (out - f32(zp) * kfsum) * s.
-void Int4Tiles1(const uint8_t* W, const float* S, int64_t K, int64_t B, int64_t O, const int8_t* xe,
-                const int8_t* xo, const int32_t* xs8, float s, int32_t zp, int64_t t0, int64_t t1, float* Y) {
+// The layout Int4Tiles1 reads one quantized row q [NU * 32] in: xe[u * 16 + j] = q[32u + 2j],
+// xo[u * 16 + j] = q[32u + 2j + 1], xs8[k] = 8 * sum of block k's B values.
+void SplitUnits(const int8_t* q, int64_t NU, int64_t K, int64_t B, int8_t* xe, int8_t* xo, int32_t* xs8) {
+  int64_t u = 0;
+  std::unique_ptr<int32_t[]> us(new int32_t[NU]);
+#if defined(__AVX512VBMI__)
+  const __m512i idx = _mm512_set_epi8(63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33, 31, 29, 27, 25,
+                                      23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1, 62, 60, 58, 56, 54, 52, 50, 48, 46,
+                                      44, 42, 40, 38, 36, 34, 32, 30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4,
+                                      2, 0);
+  const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80));
+  for (; u + 2 <= NU; u += 2) {  // 64 values: evens to the low half, odds to the high half
+    const __m512i v = _mm512_loadu_si512(q + u * 32);
+    const __m512i p = _mm512_permutexvar_epi8(idx, v);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(xe + u * 16), _mm512_castsi512_si256(p));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(xo + u * 16), _mm512_extracti64x4_epi64(p, 1));
+    // unit sums: sum(q + 128) per 8 bytes (vpsadbw), then per 32
+    const __m512i sad = _mm512_sad_epu8(_mm512_xor_si512(v, bias), _mm512_setzero_si512());
+    alignas(64) int64_t t[8];
+    _mm512_store_si512(t, sad);
+    us[u] = static_cast<int32_t>(t[0] + t[1] + t[2] + t[3]) - 128 * 32;
+    us[u + 1] = static_cast<int32_t>(t[4] + t[5] + t[6] + t[7]) - 128 * 32;
+  }
+#endif
+  for (; u < NU; ++u) {
+    int32_t t = 0;
+    for (int64_t j = 0; j < 16; ++j) {
+      xe[u * 16 + j] = q[u * 32 + 2 * j];
+      xo[u * 16 + j] = q[u * 32 + 2 * j + 1];
+      t += q[u * 32 + 2 * j] + q[u * 32 + 2 * j + 1];
+    }
+    us[u] = t;
+  }
+  const int64_t ub = B / 32;
+  for (int64_t k = 0; k < K; ++k) {
+    int32_t t = 0;
+    for (int64_t j = 0; j < ub; ++j) t += us[k * ub + j];
+    xs8[k] = 8 * t;
+  }
+}
+
+// Input rows r0 .. r0 + NR - 1, packed int4 weights, B % 32 == 0, output rows of tile t (16 of them, o0 = 16 t;
+// rows >= O repeat row O - 1 and are not stored). Each input row's quantized values are given split per
+// 32-value unit u (SplitUnits): xe[u * 16 + j] = q[32u + 2j] and xo[u * 16 + j] = q[32u + 2j + 1] (matching
+// the low and high nibbles of the unit's 16 weight bytes), zero-padded to a multiple of 4 units (xstride bytes
+// from one row to the next), and xs8[k] = 8 * sum of block k's q (K per row). With u = nibble ^ 8 in [0, 15]
+// (w = u - 8): sum_c q * w = sum(u_lo * xe) + sum(u_hi * xo) - 8 * sum_c q (vpdpbusd: u8 x s8, exact int32),
+// sum_c w = sum(u_lo + u_hi) - 8 B. The per-block float32 sums then run over the 16 rows of the tile at once,
+// each lane in TFLite's order over the blocks, and the output stage y = (out - f32(zp) * kfsum) * s.
+template <int NR>
+void Int4Tile(const uint8_t* W, const float* S, int64_t K, int64_t B, int64_t O, const int8_t* xe, const int8_t* xo,
+              int64_t xstride, const int32_t* xs8, const float* s, const int32_t* zp, int64_t t, float* Y) {
   const int64_t NU = K * B / 32, UB = B / 32, row_bytes = NU * 16;
   const __m512i m88 = _mm512_set1_epi8(static_cast<char>(0x88)), m0f = _mm512_set1_epi8(0x0F);
   const __m512i ones = _mm512_set1_epi8(1);
   const __m512i ks8 = _mm512_set1_epi32(static_cast<int32_t>(8 * B));
-  const __m512 vzp = _mm512_set1_ps(static_cast<float>(zp)), vs = _mm512_set1_ps(s);
-  for (int64_t t = t0; t < t1; ++t) {
-    const int64_t o0 = t * 16;
-    const int valid = static_cast<int>(std::min<int64_t>(16, O - o0));
-    const uint8_t* rows[16];
-    int32_t sidx_[16];
-    for (int r = 0; r < 16; ++r) {
-      const int64_t o = o0 + std::min(r, valid - 1);
-      rows[r] = W + o * row_bytes;
-      sidx_[r] = static_cast<int32_t>((o - o0) * K);
-    }
-    const __m512i sidx = _mm512_loadu_si512(sidx_);
-    const float* so = S + o0 * K;
-    __m512 y = _mm512_setzero_ps(), kf = _mm512_setzero_ps();
-    __m512i isum = _mm512_setzero_si512(), iks = _mm512_setzero_si512();
-    int64_t k = 0, in_block = 0;
-    for (int64_t u0 = 0; u0 < NU; u0 += 4) {
-      const int nu = static_cast<int>(std::min<int64_t>(4, NU - u0));
-      const __mmask64 lm = nu == 4 ? ~__mmask64(0) : ((__mmask64(1) << (16 * nu)) - 1);
-      const __m512i ve = _mm512_loadu_si512(xe + u0 * 16), vo = _mm512_loadu_si512(xo + u0 * 16);
-      __m512i zd[4], zk[4];
-      for (int g = 0; g < 4; ++g) {
-        __m512i d[4], kk[4];
-        for (int j = 0; j < 4; ++j) {
-          const __m512i v = _mm512_xor_si512(_mm512_maskz_loadu_epi8(lm, rows[4 * g + j] + u0 * 16), m88);
-          const __m512i lo = _mm512_and_si512(v, m0f), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m0f);
-          d[j] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, ve), hi, vo);
-          kk[j] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_add_epi8(lo, hi), ones);
-        }
-        zd[g] = Reduce4(d[0], d[1], d[2], d[3]);
-        zk[g] = Reduce4(kk[0], kk[1], kk[2], kk[3]);
-      }
-      __m512i vd[4], vk[4];
-      Transpose4(zd, vd);
-      Transpose4(zk, vk);
-      for (int b = 0; b < nu; ++b) {  // unit u0 + b of the 16 rows, in order
-        isum = _mm512_add_epi32(isum, vd[b]);
-        iks = _mm512_add_epi32(iks, vk[b]);
-        if (++in_block == UB) {  // block k complete: TFLite's float32 step, per lane
-          const __m512 sc = _mm512_i32gather_ps(sidx, so + k, 4);
-          const __m512 fd = _mm512_cvtepi32_ps(_mm512_sub_epi32(isum, _mm512_set1_epi32(xs8[k])));
-          y = _mm512_add_ps(y, _mm512_mul_ps(fd, sc));
-          const __m512 fk = _mm512_cvtepi32_ps(_mm512_sub_epi32(iks, ks8));
-          kf = _mm512_add_ps(kf, _mm512_mul_ps(sc, fk));
-          isum = _mm512_setzero_si512();
-          iks = _mm512_setzero_si512();
-          in_block = 0;
-          ++k;
-        }
-      }
-    }
-    const __m512 out = _mm512_mul_ps(_mm512_sub_ps(y, _mm512_mul_ps(vzp, kf)), vs);
-    _mm512_mask_storeu_ps(Y + o0, static_cast<__mmask16>((1u << valid) - 1), out);
+  const int64_t o0 = t * 16;
+  const int valid = static_cast<int>(std::min<int64_t>(16, O - o0));
+  const uint8_t* rows[16];
+  int32_t sidx_[16];
+  for (int r = 0; r < 16; ++r) {
+    const int64_t o = o0 + std::min(r, valid - 1);
+    rows[r] = W + o * row_bytes;
+    sidx_[r] = static_cast<int32_t>((o - o0) * K);
   }
+  const __m512i sidx = _mm512_loadu_si512(sidx_);
+  const float* so = S + o0 * K;
+  for (int64_t b = 0; b < 16 * K * 4; b += 64)  // the scales of the tile kPrefetchBytes / 16 rows ahead
+    _mm_prefetch(reinterpret_cast<const char*>(so) + kPrefetchBytes / row_bytes * K * 4 + b, _MM_HINT_T0);
+  __m512 y[NR], kf = _mm512_setzero_ps();
+  __m512i isum[NR], iks = _mm512_setzero_si512();
+  for (int i = 0; i < NR; ++i) {
+    y[i] = _mm512_setzero_ps();
+    isum[i] = _mm512_setzero_si512();
+  }
+  int64_t k = 0, in_block = 0;
+  for (int64_t u0 = 0; u0 < NU; u0 += 4) {
+    const int nu = static_cast<int>(std::min<int64_t>(4, NU - u0));
+    const __mmask64 lm = nu == 4 ? ~__mmask64(0) : ((__mmask64(1) << (16 * nu)) - 1);
+    __m512i ve[NR], vo[NR];
+    for (int i = 0; i < NR; ++i) {
+      ve[i] = _mm512_loadu_si512(xe + i * xstride + u0 * 16);
+      vo[i] = _mm512_loadu_si512(xo + i * xstride + u0 * 16);
+    }
+    __m512i zd[NR][4], zk[4];
+    for (int g = 0; g < 4; ++g) {
+      __m512i lo[4], hi[4], kk[4];
+      for (int j = 0; j < 4; ++j) {
+        _mm_prefetch(reinterpret_cast<const char*>(rows[4 * g + j] + u0 * 16 + kPrefetchBytes), _MM_HINT_T0);
+        const __m512i v = _mm512_xor_si512(_mm512_maskz_loadu_epi8(lm, rows[4 * g + j] + u0 * 16), m88);
+        lo[j] = _mm512_and_si512(v, m0f);
+        hi[j] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m0f);
+        kk[j] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_add_epi8(lo[j], hi[j]), ones);
+      }
+      zk[g] = Reduce4(kk[0], kk[1], kk[2], kk[3]);
+      for (int i = 0; i < NR; ++i) {
+        __m512i d[4];
+        for (int j = 0; j < 4; ++j)
+          d[j] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[j], ve[i]), hi[j], vo[i]);
+        zd[i][g] = Reduce4(d[0], d[1], d[2], d[3]);
+      }
+    }
+    __m512i vd[NR][4], vk[4];
+    Transpose4(zk, vk);
+    for (int i = 0; i < NR; ++i) Transpose4(zd[i], vd[i]);
+    for (int b = 0; b < nu; ++b) {  // unit u0 + b of the 16 rows, in order
+      iks = _mm512_add_epi32(iks, vk[b]);
+      for (int i = 0; i < NR; ++i) isum[i] = _mm512_add_epi32(isum[i], vd[i][b]);
+      if (++in_block == UB) {  // block k complete: TFLite's float32 step, per lane
+        const __m512 sc = _mm512_i32gather_ps(sidx, so + k, 4);
+        const __m512 fk = _mm512_cvtepi32_ps(_mm512_sub_epi32(iks, ks8));
+        kf = _mm512_add_ps(kf, _mm512_mul_ps(sc, fk));
+        iks = _mm512_setzero_si512();
+        for (int i = 0; i < NR; ++i) {
+          const __m512 fd = _mm512_cvtepi32_ps(_mm512_sub_epi32(isum[i], _mm512_set1_epi32(xs8[i * K + k])));
+          y[i] = _mm512_add_ps(y[i], _mm512_mul_ps(fd, sc));
+          isum[i] = _mm512_setzero_si512();
+        }
+        in_block = 0;
+        ++k;
+      }
+    }
+  }
+  for (int i = 0; i < NR; ++i) {
+    const __m512 out = _mm512_mul_ps(_mm512_sub_ps(y[i], _mm512_mul_ps(_mm512_set1_ps(static_cast<float>(zp[i])), kf)),
+                                     _mm512_set1_ps(s[i]));
+    _mm512_mask_storeu_ps(Y + i * O + o0, static_cast<__mmask16>((1u << valid) - 1), out);
+  }
+}
+
+// Int4Tile for the R input rows (from r = 0, in groups of up to kRowGroup) and tiles t0 .. t1 - 1.
+void Int4Tiles(const uint8_t* W, const float* S, int64_t K, int64_t B, int64_t O, int64_t R, const int8_t* xe,
+               const int8_t* xo, int64_t xstride, const int32_t* xs8, const float* s, const int32_t* zp, int64_t t0,
+               int64_t t1, float* Y) {
+  for (int64_t t = t0; t < t1; ++t)
+    for (int64_t r = 0; r < R; r += 4) {
+      const int64_t n = std::min<int64_t>(4, R - r);
+      const int8_t *e = xe + r * xstride, *od = xo + r * xstride;
+      const int32_t* x8 = xs8 + r * K;
+      float* y = Y + r * O;
+      switch (n) {
+        case 1: Int4Tile<1>(W, S, K, B, O, e, od, xstride, x8, s + r, zp + r, t, y); break;
+        case 2: Int4Tile<2>(W, S, K, B, O, e, od, xstride, x8, s + r, zp + r, t, y); break;
+        case 3: Int4Tile<3>(W, S, K, B, O, e, od, xstride, x8, s + r, zp + r, t, y); break;
+        default: Int4Tile<4>(W, S, K, B, O, e, od, xstride, x8, s + r, zp + r, t, y); break;
+      }
+    }
 }
 #endif
 
@@ -671,34 +755,25 @@ ffi::Error BlockFcF32(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::AnyBuf
   for (int64_t r = 0; r < R; ++r) AsymQuantizeRow(X + r * I, I, q.get() + r * I, s.get() + r, zp.get() + r);
   if (R == 0 || O == 0) return ffi::Error::Success();
 #if defined(FBJAX_VNNI)
-  if (packed && B % 32 == 0 && R == 1) {
-    const int64_t NU = I / 32, NUp = (NU + 3) / 4 * 4;
-    std::unique_ptr<int8_t[]> xe(new int8_t[NUp * 16]()), xo(new int8_t[NUp * 16]());
-    std::unique_ptr<int32_t[]> xs8(new int32_t[K]);
-    const int8_t* qr = q.get();
-    for (int64_t u = 0; u < NU; ++u)
-      for (int64_t j = 0; j < 16; ++j) {
-        xe[u * 16 + j] = qr[u * 32 + 2 * j];
-        xo[u * 16 + j] = qr[u * 32 + 2 * j + 1];
-      }
-    for (int64_t k = 0; k < K; ++k) {
-      int32_t t = 0;
-      for (int64_t c = 0; c < B; ++c) t += qr[k * B + c];
-      xs8[k] = 8 * t;
-    }
+  if (packed && B % 32 == 0) {
+    const int64_t NU = I / 32, xstride = (NU + 3) / 4 * 4 * 16;
+    std::unique_ptr<int8_t[]> xe(new int8_t[R * xstride]()), xo(new int8_t[R * xstride]());
+    std::unique_ptr<int32_t[]> xs8(new int32_t[R * K]);
+    for (int64_t r = 0; r < R; ++r)
+      SplitUnits(q.get() + r * I, NU, K, B, xe.get() + r * xstride, xo.get() + r * xstride, xs8.get() + r * K);
     const int64_t tiles = (O + 15) / 16;
-    const int64_t tile_bytes = 16 * NU * 16;
+    const int64_t tile_bytes = 16 * NU * 16 * std::min<int64_t>(R, 4);  // work ~ weight bytes x row group
     const int64_t per = std::max<int64_t>(1, kTileChunkBytes / tile_bytes);
     const int64_t chunks = (tiles + per - 1) / per;
     const int8_t *pe = xe.get(), *po = xo.get();
     const int32_t* px = xs8.get();
-    const float s0 = s[0];
-    const int32_t z0 = zp[0];
+    const float* ps = s.get();
+    const int32_t* pz = zp.get();
     auto run = [=](int64_t c) {
-      Int4Tiles1(W, S, K, B, O, pe, po, px, s0, z0, c * per, std::min(tiles, (c + 1) * per), Y);
+      Int4Tiles(W, S, K, B, O, R, pe, po, xstride, px, ps, pz, c * per, std::min(tiles, (c + 1) * per), Y);
     };
     if (chunks == 1) run(0);
-    else ParallelChunks(pool, chunks, run);
+    else ParallelChunks(pool, chunks, run);  // measured: 2 threads 7.0 ms a token's products, 1 thread 9.9 ms
     return ffi::Error::Success();
   }
 #endif
