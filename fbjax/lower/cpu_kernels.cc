@@ -19,6 +19,10 @@
 //                                ksum int32 [K, O]   = sum_c w[o, k, c]
 //   fbjax_block_fc:          the same x and w, scale float32 [O, K] -> out float32 [R, O], kfsum float32 [O]:
 //                             TFLite's blockwise FULLY_CONNECTED sums over the blocks (see BlockFc)
+//   fbjax_block_fc_f32:      x float32 [R, K * B], the same w and scale -> out float32 [R, O]: the whole
+//                             blockwise FULLY_CONNECTED but its bias (input rows quantized here, as
+//                             AsymmetricQuantizeFloats; see BlockFcF32). With AVX-512 VNNI and packed int4
+//                             weights (B % 32 == 0) the sums take vpdpbusd on the nibbles (Int4Tile).
 //
 // Exactness: |x| <= 32767 and |w| <= 128, so each pair of products summed by
 // _mm256_madd_epi16 fits int32; the callers keep |sum| < 2**31 (fbjax's hybrid

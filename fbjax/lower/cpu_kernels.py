@@ -9,7 +9,12 @@ project's 2-core machine, where a float32 matrix-vector product reads
 such products, so on the CPU backend they call the kernels of
 ``cpu_kernels.cc`` instead: each int8 (or packed int4) weight is read once,
 widened in registers and multiplied and summed in int32 (AVX2
-``vpmaddwd`` where the CPU has it), split over XLA's intra-op threads.
+``vpmaddwd`` where the CPU has it; for blockwise int4, AVX-512 VNNI
+``vpdpbusd`` on the nibbles where the CPU has it), split over XLA's
+intra-op threads. The blockwise FULLY_CONNECTED (:func:`block_fc_f32`)
+also quantizes its float input rows and scales its outputs inside the
+kernel, in TFLite's float32 order (the XLA ops that did it cost as much as
+the products at decode size).
 Integer sums are exact in any order, so the results equal the XLA
 lowering's bit for bit (``tests/test_cpu_kernels.py`` checks both against
 numpy).

@@ -34,8 +34,8 @@ Each lowering reproduces LiteRT's builtin x86 kernel (without XNNPACK):
    scales and adds every single product in float (see its docstring).
 
 On the CPU backend the integer products of steps 2 (and, for blockwise
-int4 FULLY_CONNECTED, the per-block float sums of its step 3) run in
-fbjax's native kernels (:mod:`fbjax.lower.cpu_kernels`; XLA:CPU has no
+int4 FULLY_CONNECTED, all three steps: input quantization, integer and
+per-block float sums, output scaling) run in fbjax's native kernels (:mod:`fbjax.lower.cpu_kernels`; XLA:CPU has no
 integer matrix product), elsewhere or with ``KernelOptions(native_kernels=False)``
 in XLA; the same bits either way.
 
