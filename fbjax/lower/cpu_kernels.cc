@@ -202,8 +202,9 @@ inline void UnpackS4(const uint8_t* p, int64_t b, int8_t* out) {
 
 constexpr int64_t kChunkBytes = 64 * 1024;  // weight bytes per claimed chunk
 constexpr int64_t kTileChunkBytes = 16 * 1024;
-// How far ahead of its loads the int4 tile loop prefetches weights (and scales): one decode token's products
-// with distinct weights, one thread, 9.0 ms at 16 KB (8.5-9.1 ms over 3 runs), 9.2 ms at 4 KB, 10.1 ms without.
+// How far ahead of its loads the int4 tile loop prefetches weights (and scales), into L2 (_MM_HINT_T1): one
+// decode token's products with distinct weights, one thread (load ~5.5): 6.4-6.5 ms at 16 KB, 6.5-6.6 at 32 KB,
+// 6.7-7.0 at 8 KB, 7.0-7.3 at 64 KB; into L1 (_MM_HINT_T0) 9.1-9.5 ms at 16 KB; without prefetch 10.1 ms.
 #ifndef FBJAX_PF
 #define FBJAX_PF 16384
 #endif
@@ -654,7 +655,7 @@ void Int4Tile(const uint8_t* W, const float* S, int64_t K, int64_t B, int64_t O,
   const __m512i sidx = _mm512_loadu_si512(sidx_);
   const float* so = S + o0 * K;
   for (int64_t b = 0; b < 16 * K * 4; b += 64)  // the scales of the tile kPrefetchBytes / 16 rows ahead
-    _mm_prefetch(reinterpret_cast<const char*>(so) + kPrefetchBytes / row_bytes * K * 4 + b, _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(so) + kPrefetchBytes / row_bytes * K * 4 + b, _MM_HINT_T1);
   __m512 y[NR], kf = _mm512_setzero_ps();
   __m512i isum[NR], iks = _mm512_setzero_si512();
   for (int i = 0; i < NR; ++i) {
@@ -674,7 +675,7 @@ void Int4Tile(const uint8_t* W, const float* S, int64_t K, int64_t B, int64_t O,
     for (int g = 0; g < 4; ++g) {
       __m512i lo[4], hi[4], kk[4];
       for (int j = 0; j < 4; ++j) {
-        _mm_prefetch(reinterpret_cast<const char*>(rows[4 * g + j] + u0 * 16 + kPrefetchBytes), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(rows[4 * g + j] + u0 * 16 + kPrefetchBytes), _MM_HINT_T1);
         const __m512i v = _mm512_xor_si512(_mm512_maskz_loadu_epi8(lm, rows[4 * g + j] + u0 * 16), m88);
         lo[j] = _mm512_and_si512(v, m0f);
         hi[j] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m0f);
