@@ -201,6 +201,13 @@ inline void UnpackS4(const uint8_t* p, int64_t b, int8_t* out) {
 }
 
 constexpr int64_t kChunkBytes = 64 * 1024;  // weight bytes per claimed chunk
+// One input row (a decode step): the intra-op threads only for matrices of at least this many weight bytes
+// (the LM head). In a real decode program the pool's threads sleep between the kernels (other XLA ops run in
+// between), and waking one cost more than it saved: SmolLM2-135M-shaped decode, load ~3, tok/s medians of 3,
+// two runs each: int4 57.7 / 57.6 with threads on every matrix, 70.7 / 72.4 with none, 68.4 / 72.5 with
+// threads from 4 MB; int8 51.9 / 51.3, 70.4 / 67.7, 73.6 / 72.0. (A jit of back-to-back kernel calls, whose
+// pool threads stay awake, said the opposite: 7.0 ms a token's int4 products threaded, 9.9 ms not.)
+constexpr int64_t kParallelMinBytes = 4 << 20;
 constexpr int64_t kTileChunkBytes = 16 * 1024;
 // How far ahead of its loads the int4 tile loop prefetches weights (and scales), into L2 (_MM_HINT_T1): one
 // decode token's products with distinct weights, one thread (load ~5.5): 6.4-6.5 ms at 16 KB, 6.5-6.6 at 32 KB,
@@ -232,7 +239,7 @@ ffi::Error Int8Matmul(ffi::ThreadPool pool, ffi::Buffer<ffi::S16> x, ffi::Buffer
     });
     return ffi::Error::Success();
   }
-  ParallelChunks(pool, chunks, [=](int64_t c) {
+  auto body = [=](int64_t c) {
     int32_t tmp[4];
     for (int64_t o = c * per; o < std::min(O, (c + 1) * per); ++o) {
       const int8_t* wr = W + o * I;
@@ -242,7 +249,12 @@ ffi::Error Int8Matmul(ffi::ThreadPool pool, ffi::Buffer<ffi::S16> x, ffi::Buffer
         for (int k = 0; k < rows; ++k) Y[(r + k) * O + o] = tmp[k];
       }
     }
-  });
+  };
+  if (R == 1 && O * I < kParallelMinBytes) {
+    for (int64_t c = 0; c < chunks; ++c) body(c);
+  } else {
+    ParallelChunks(pool, chunks, body);
+  }
   return ffi::Error::Success();
 }
 
@@ -779,8 +791,11 @@ ffi::Error BlockFcF32(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::AnyBuf
     auto run = [=](int64_t c) {
       Int4Tiles(W, S, K, B, O, R, pe, po, xstride, px, ps, pz, c * per, std::min(tiles, (c + 1) * per), Y);
     };
-    if (chunks == 1) run(0);
-    else ParallelChunks(pool, chunks, run);  // measured: 2 threads 7.0 ms a token's products, 1 thread 9.9 ms
+    if (R == 1 && O * NU * 16 < kParallelMinBytes) {
+      for (int64_t c = 0; c < chunks; ++c) run(c);
+    } else {
+      ParallelChunks(pool, chunks, run);
+    }
     return ffi::Error::Success();
   }
 #endif
