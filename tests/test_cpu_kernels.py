@@ -147,6 +147,25 @@ def test_block_fc_f32_equals_tflite_blockwise(dtype, r, o, k, b, inputs):
     np.testing.assert_array_equal(got.view(np.int32), want.view(np.int32))
 
 
+def test_block_fc_native_under_vmap():
+    """hybrid._block_fc_native's vmap rule: a batched input joins the rows of one kernel call, batched
+    weights map over calls; either way each row's result is the one a call for that row alone gives
+    (rows are quantized and summed independently), bit for bit."""
+    rng = np.random.default_rng(3)
+    k, b, o = 18, 32, 40
+    x = rng.standard_normal((3, 2, k * b)).astype(np.float32)
+    w = jnp.asarray(rng.integers(-8, 8, (o, k, b)).astype(np.int8)).astype(jnp.int4)
+    scale = (rng.random((o, k)) * 0.02 + 1e-4).astype(np.float32)
+    one = jax.jit(cpu_kernels.block_fc_f32)
+    want = np.stack([np.concatenate([np.asarray(one(x[i, j:j + 1], w, scale)) for j in range(2)])
+                     for i in range(3)])
+    got = np.asarray(jax.jit(jax.vmap(hybrid._block_fc_native, in_axes=(0, None, None)))(x, w, scale))
+    np.testing.assert_array_equal(got.view(np.int32), want.view(np.int32))
+    ws = jnp.stack([w, w, w])
+    got = np.asarray(jax.jit(jax.vmap(hybrid._block_fc_native, in_axes=(0, 0, None)))(x, ws, scale))
+    np.testing.assert_array_equal(got.view(np.int32), want.view(np.int32))
+
+
 @pytest.mark.parametrize("name,target", [("llama_q8", "fbjax_int8_matmul"), ("llama_q4b32", "fbjax_block_fc_f32")])
 @pytest.mark.parametrize("native", [True, False])
 def test_quantized_llm_programs_call_the_kernels_by_default(name, target, native):
