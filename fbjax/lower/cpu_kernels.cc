@@ -453,7 +453,88 @@ ffi::Error BlockFc(ffi::ThreadPool pool, ffi::Buffer<ffi::S16> x, ffi::AnyBuffer
   return ffi::Error::Success();
 }
 
+// One block of a layer scan's stacked weights w [L, ...] (fbjax/lower/layer_slice.py), read in place:
+// a buffer of rank - 1 at block `layer`, handed to the kernels above.
+struct LayerView {
+  XLA_FFI_Buffer buf;
+  int64_t dims[8];
+};
+
+ffi::Error MakeLayerView(ffi::AnyBuffer w, ffi::Buffer<ffi::S32> layer, LayerView* v) {
+  const auto d = w.dimensions();
+  if (d.size() < 2 || d.size() > 9 || layer.element_count() != 1)
+    return ffi::Error::InvalidArgument("fbjax: stacked weights [L, ...] and a scalar block index expected");
+  const int32_t k = *layer.typed_data();
+  if (k < 0 || k >= d[0]) return ffi::Error::InvalidArgument("fbjax: block index out of range");
+  int64_t n = 1;
+  for (size_t i = 1; i < d.size(); ++i) {
+    v->dims[i - 1] = d[i];
+    n *= d[i];
+  }
+  const int64_t bits = w.element_type() == ffi::S4 ? 4 : 8 * static_cast<int64_t>(ffi::ByteWidth(w.element_type()));
+  if ((n * bits) % 8) return ffi::Error::InvalidArgument("fbjax: a block must fill whole bytes");
+  v->buf.struct_size = XLA_FFI_Buffer_STRUCT_SIZE;
+  v->buf.extension_start = nullptr;
+  v->buf.dtype = static_cast<XLA_FFI_DataType>(w.element_type());
+  v->buf.data = static_cast<uint8_t*>(w.untyped_data()) + k * (n * bits / 8);
+  v->buf.rank = static_cast<int64_t>(d.size()) - 1;
+  v->buf.dims = v->dims;
+  return ffi::Error::Success();
+}
+
+ffi::Error Int8MatmulAt(ffi::ThreadPool pool, ffi::Buffer<ffi::S16> x, ffi::AnyBuffer w, ffi::Buffer<ffi::S32> layer,
+                        ffi::ResultBuffer<ffi::S32> y) {
+  LayerView v;
+  ffi::Error e = MakeLayerView(w, layer, &v);
+  if (e.failure()) return e;
+  if (w.element_type() != ffi::S8) return ffi::Error::InvalidArgument("fbjax_int8_matmul_at: w must be int8");
+  return Int8Matmul(pool, x, ffi::Buffer<ffi::S8>(&v.buf), y);
+}
+
+ffi::Error BlockMatmulAt(ffi::ThreadPool pool, ffi::Buffer<ffi::S16> x, ffi::AnyBuffer w, ffi::Buffer<ffi::S32> layer,
+                         ffi::ResultBuffer<ffi::S32> acc, ffi::ResultBuffer<ffi::S32> ksum) {
+  LayerView v;
+  ffi::Error e = MakeLayerView(w, layer, &v);
+  if (e.failure()) return e;
+  return BlockMatmulAny(pool, x, ffi::AnyBuffer(&v.buf), acc, ksum);
+}
+
+ffi::Error BlockFcAt(ffi::ThreadPool pool, ffi::Buffer<ffi::S16> x, ffi::AnyBuffer w, ffi::Buffer<ffi::F32> scale,
+                     ffi::Buffer<ffi::S32> layer, ffi::ResultBuffer<ffi::F32> out, ffi::ResultBuffer<ffi::F32> kfsum) {
+  LayerView v;
+  ffi::Error e = MakeLayerView(w, layer, &v);
+  if (e.failure()) return e;
+  return BlockFc(pool, x, ffi::AnyBuffer(&v.buf), scale, out, kfsum);
+}
+
 }  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(fbjax_int8_matmul_at, Int8MatmulAt,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::S16>>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Ret<ffi::Buffer<ffi::S32>>());
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(fbjax_block_matmul_at, BlockMatmulAt,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::S16>>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Ret<ffi::Buffer<ffi::S32>>()
+                                  .Ret<ffi::Buffer<ffi::S32>>());
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(fbjax_block_fc_at, BlockFcAt,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::S16>>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>());
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(fbjax_int8_matmul, Int8Matmul,
                               ffi::Ffi::Bind()

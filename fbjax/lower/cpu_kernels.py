@@ -49,7 +49,8 @@ __all__ = ["available", "tag", "int8_matmul", "block_matmul", "block_fc", "libra
 
 SOURCE = Path(__file__).with_name("cpu_kernels.cc")
 #: the FFI handlers the library exports (registered for the CPU platform under these names)
-TARGETS = ("fbjax_int8_matmul", "fbjax_block_matmul", "fbjax_block_fc")
+TARGETS = ("fbjax_int8_matmul", "fbjax_block_matmul", "fbjax_block_fc",
+           "fbjax_int8_matmul_at", "fbjax_block_matmul_at", "fbjax_block_fc_at")
 _FLAGS = ["-O3", "-march=native", "-std=c++17", "-ffp-contract=off", "-shared", "-fPIC", "-w"]
 
 _lock = threading.Lock()
@@ -136,39 +137,55 @@ def tag() -> str:
     return _state["tag"]
 
 
-def int8_matmul(x, w):
+def _layer_operand(layer):
+    return jnp.asarray(layer, jnp.int32).reshape(())
+
+
+def int8_matmul(x, w, layer=None):
     """``y[r, o] = sum_i x[r, i] * w[o, i]`` exactly in int32.
 
     Args:
         x: int16 ``[R, I]`` (|x| <= 32767; fbjax passes quantized inputs minus zero points, |x| <= 255).
-        w: int8 ``[O, I]``.
+        w: int8 ``[O, I]``; with ``layer``, stacked weights ``[L, O, I]`` of which block ``layer`` is
+            read in place (a layer scan's body: :mod:`fbjax.lower.layer_slice`).
+        layer: None, or an int32 scalar in ``[0, L)``.
 
     Returns:
         int32 ``[R, O]``. The caller keeps ``|y| < 2**31`` (255 * 128 * I for fbjax's inputs: I < 2**16).
     Only on the CPU backend, after :func:`available` returned True.
     """
+    if layer is not None:
+        return jax.ffi.ffi_call("fbjax_int8_matmul_at", jax.ShapeDtypeStruct((x.shape[0], w.shape[1]), jnp.int32))(
+            x.astype(jnp.int16), w, _layer_operand(layer))
     r, o = x.shape[0], w.shape[0]
     return jax.ffi.ffi_call("fbjax_int8_matmul", jax.ShapeDtypeStruct((r, o), jnp.int32))(
         x.astype(jnp.int16), w)
 
 
-def block_matmul(x, w):
+def block_matmul(x, w, layer=None):
     """Per block ``k``: ``acc[k, r, o] = sum_c x[r, k, c] * w[o, k, c]`` and ``ksum[k, o] = sum_c w[o, k, c]``.
 
     Args:
         x: int16 ``[R, K, B]``.
-        w: int8 or int4 ``[O, K, B]`` (int4 as XLA stores it, two per byte; ``B`` even, at most 1024).
+        w: int8 or int4 ``[O, K, B]`` (int4 as XLA stores it, two per byte; ``B`` even, at most 1024);
+            with ``layer``, stacked ``[L, O, K, B]`` read in place at block ``layer``.
+        layer: None, or an int32 scalar in ``[0, L)``.
 
     Returns:
         (int32 ``[K, R, O]``, int32 ``[K, O]``). Only on the CPU backend, after :func:`available`.
     """
     r, k, b = x.shape
+    if layer is not None:
+        o = w.shape[1]
+        return jax.ffi.ffi_call("fbjax_block_matmul_at", (jax.ShapeDtypeStruct((k, r, o), jnp.int32),
+                                                          jax.ShapeDtypeStruct((k, o), jnp.int32)))(
+            x.astype(jnp.int16), w, _layer_operand(layer))
     o = w.shape[0]
     return jax.ffi.ffi_call("fbjax_block_matmul", (jax.ShapeDtypeStruct((k, r, o), jnp.int32),
                                    jax.ShapeDtypeStruct((k, o), jnp.int32)))(x.astype(jnp.int16), w)
 
 
-def block_fc(x, w, scale):
+def block_fc(x, w, scale, layer=None):
     """TFLite's blockwise FULLY_CONNECTED sums (``fully_connected.cc`` ``EvalBlockwise4Bit``): per output
     ``o``, over the blocks ``k`` in order, ``out[r, o] += f32(sum_c x[r, k, c] * w[o, k, c]) * scale[o, k]``
     and ``kfsum[o] += scale[o, k] * f32(sum_c w[o, k, c])``, each float32 product and sum rounded on its
@@ -176,13 +193,20 @@ def block_fc(x, w, scale):
 
     Args:
         x: int16 ``[R, K, B]`` (quantized inputs, zero point not subtracted).
-        w: int8 or int4 ``[O, K, B]``.
-        scale: float32 ``[O, K]``.
+        w: int8 or int4 ``[O, K, B]``; with ``layer``, stacked ``[L, O, K, B]`` read in place at block
+            ``layer``.
+        scale: float32 ``[O, K]`` (the block's own).
+        layer: None, or an int32 scalar in ``[0, L)``.
 
     Returns:
         (float32 ``[R, O]``, float32 ``[O]``). Only on the CPU backend, after :func:`available`.
     """
     r = x.shape[0]
+    if layer is not None:
+        o = w.shape[1]
+        return jax.ffi.ffi_call("fbjax_block_fc_at", (jax.ShapeDtypeStruct((r, o), jnp.float32),
+                                                      jax.ShapeDtypeStruct((o,), jnp.float32)))(
+            x.astype(jnp.int16), w, jnp.asarray(scale, jnp.float32), _layer_operand(layer))
     o = w.shape[0]
     return jax.ffi.ffi_call("fbjax_block_fc", (jax.ShapeDtypeStruct((r, o), jnp.float32),
                                                jax.ShapeDtypeStruct((o,), jnp.float32)))(
