@@ -447,3 +447,23 @@ def test_compute_dtype_is_the_dtype_name_everywhere():
         assert opts.compute_dtype == name and opts.lowering()["compute_dtype"] == name
     m = fbjax.load(single_op_model("RELU", [(2,)]), compute_dtype=np.dtype("float16"))
     assert m.compute_dtype == "float16"
+
+
+def test_build_takes_completed_ir_only():
+    """Issue 36 item 4: ``build`` lowers what the read step returns
+    (``fbjax.loading.read``); a reader's IR is refused, not completed on the
+    side, so the read sequence runs in one order."""
+    from fbjax import loading, reference
+    from fbjax.lower.build import build
+
+    data = single_op_model("ADD", [(2, 3), (2, 3)])
+    raw = read_model(data)
+    assert not raw.completed
+    with pytest.raises(ValueError, match="completed IR"):
+        build(raw)
+    assert loading.read(raw) is raw and raw.completed  # a reader's IR completes in place
+    prog = build(loading.read(data))
+    x = np.arange(6, dtype=F32).reshape(2, 3)
+    (y,), _ = prog.apply(prog.params, None, x, x)
+    np.testing.assert_array_equal(np.asarray(y), x + x)
+    assert reference.run(data, x, x)[0].tolist() == (x + x).tolist()

@@ -26,6 +26,7 @@ import pytest
 import fbjax
 import fbjax.formats.gpu_cl_writer
 import fbjax.reference
+from fbjax import loading
 from fbjax.errors import ModelFormatError, UnsupportedOperatorError
 from fbjax.ir import Graph, ModelIR
 from fbjax.formats import detect_format, gpu_cl, read_model, tflite
@@ -508,7 +509,7 @@ def test_op_lowering_matches_numpy_twin(key):
     xs = [rng.normal(size=v.shape).astype(np.float32) for v in ins]
     if node.attrs.get("variant") == "converter":  # a filter, as the runtime-weights convolution reads it
         xs = [rng.normal(size=ins[0].shape).astype(np.float32)]
-    prog = build(ir)
+    prog = build(loading.read(ir))
     got, _ = prog.apply(prog.params, None, *xs)
     got = np.asarray(got[0] if isinstance(got, (list, tuple)) else got)
     want = fbjax.reference.run(ir, *xs)[0]
@@ -763,7 +764,7 @@ def test_linked_op_reads_its_runtime_second_tensor(op, form):
         np.testing.assert_array_equal(got, _TWO_INPUT[op][1](a, b).astype(np.float32))
     assert not np.array_equal(got, a + b)  # the op changed what the node computes
 
-    prog = build(_upto(ir, names))
+    prog = build(loading.read(_upto(ir, names)))
     ja, jb, jgot = (np.asarray(v) for v in prog.apply(prog.params, None, *_recorded_inputs(ir))[0])
     with np.errstate(divide="ignore", invalid="ignore"):
         np.testing.assert_array_equal(jgot, _TWO_INPUT[op][1](ja, jb).astype(np.float32))

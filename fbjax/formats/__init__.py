@@ -188,8 +188,10 @@ def read_model(source, format: Optional[str] = None) -> ModelIR:
 
     What a file means per op (region graphs' arities, the output dtypes an
     RTen file leaves open as None) is applied after reading, with an op
-    registry, by :func:`fbjax.passes.reading.complete` (:func:`fbjax.load` and
-    :func:`fbjax.reference.run` run it).
+    registry, by the read step :func:`fbjax.passes.reading.read`
+    (:func:`fbjax.loading.read`, run by :func:`fbjax.load`, and
+    :func:`fbjax.reference.run` call it); the lowering takes only its result
+    (:attr:`fbjax.ir.ModelIR.completed`).
 
     Raises:
         ModelFormatError: unknown or corrupt file.

@@ -28,7 +28,6 @@ from typing import Optional
 import jax
 import numpy as np
 
-from ..passes import reading
 from .._registry import OpDef, call_op, gap_detail, kernel_gaps
 from ..errors import FbjaxError, ModelFormatError, UnsupportedOperatorError
 from ..ir import MAX_VALUE_BYTES, Graph, ModelIR, Node, OpContext, Value, has_valid_count, value_size_problem
@@ -642,7 +641,9 @@ def buffer_array(data: np.ndarray, storage_bits: int = 0) -> np.ndarray:
 
 def build(model: ModelIR, *, backend: Optional[str] = None, options: Optional[dict] = None,
           check_static: bool = True) -> Program:
-    """Lower a model.
+    """Lower a completed model: the IR of :func:`fbjax.loading.read` (the
+    read step, :func:`fbjax.passes.reading.read`), rewritten by the passes
+    or not.
 
     Args:
         check_static: run :func:`check_static_inputs` (an abstract trace of
@@ -665,11 +666,12 @@ def build(model: ModelIR, *, backend: Optional[str] = None, options: Optional[di
 
     Raises:
         UnsupportedOperatorError: some ops have no lowering (all listed).
-        ModelFormatError: a region graph's arity contradicts its operator
-            (:func:`fbjax.passes.reading.complete`, which fills the dtypes a
-            file leaves open; :func:`fbjax.load` has run it already).
+        ValueError: ``model`` is not completed (a reader's IR:
+            :attr:`fbjax.ir.ModelIR.completed` is False).
     """
-    reading.complete(model, LOWERINGS)
+    if not model.completed:
+        raise ValueError("build takes completed IR: pass the model through fbjax.loading.read first "
+                         "(region arities checked, open output dtypes filled)")
     check_supported(model)
     param_of = unique_param_names(model)
     values = {id(v): v for g in model.graphs for v in g.values}
