@@ -13,6 +13,8 @@ Layout: ``fbjax/formats`` parses files into the IR (``fbjax/ir.py``);
 (op set, op name)); ``fbjax/reference`` is the independent numpy oracle.
 """
 
+import warnings
+
 from .errors import FbjaxError, InputError, ModelFormatError, UnsupportedOperatorError
 from .model import Model, SignatureSpec, TensorSpec, load
 from .options import KernelOptions  # fbjax.load(..., kernel_options=KernelOptions(...))
@@ -22,10 +24,18 @@ from .generation import generate  # the module: fbjax.generation
 from .llm_bundle import LlmBundle  # what fbjax.load returns for a .litertlm / LLM .task bundle
 from .lower.stablehlo.custom import register_custom_call
 from .custom import register_custom_op
-from .formats.task_bundle import TaskBundle  # what fbjax.load returns for a MediaPipe Tasks vision .task
+from .formats.vision_task import VisionTaskBundle  # what fbjax.load returns for a MediaPipe Tasks vision .task
 from . import data  # fbjax.data.DEFAULT_MODEL: the bundled model (README snippets, `fbjax run`)
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    if name == "TaskBundle":  # issue 36: vision and LLM .task bundles named apart
+        warnings.warn("fbjax.TaskBundle is deprecated: use fbjax.VisionTaskBundle (a MediaPipe Tasks vision .task; "
+                      "an LLM .task loads as fbjax.LlmBundle)", DeprecationWarning, stacklevel=2)
+        return VisionTaskBundle
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def supported_ops(op_set: str | None = None) -> dict[str, list[str]]:
@@ -56,5 +66,5 @@ __all__ = [
     "load", "Model", "TensorSpec", "SignatureSpec", "supported_ops",
     "FbjaxError", "ModelFormatError", "UnsupportedOperatorError", "InputError",
     "register_custom_call", "trainable", "infer", "generate",
-    "register_custom_op", "TaskBundle", "LlmBundle", "KernelOptions",
+    "register_custom_op", "VisionTaskBundle", "LlmBundle", "KernelOptions",
 ]

@@ -467,3 +467,30 @@ def test_build_takes_completed_ir_only():
     (y,), _ = prog.apply(prog.params, None, x, x)
     np.testing.assert_array_equal(np.asarray(y), x + x)
     assert reference.run(data, x, x)[0].tolist() == (x + x).tolist()
+
+
+def test_one_module_name_per_job_and_the_task_bundles_named_apart():
+    """Issue 36 item 5: one ``llm_bundle`` module (the ``LlmBundle`` runtime,
+    :mod:`fbjax.llm_bundle`); the container reader is ``formats.llm_container``,
+    the vision ``.task`` bundle ``formats.vision_task.VisionTaskBundle``. The
+    old names keep working, each with a ``DeprecationWarning``."""
+    import importlib
+    from pathlib import Path
+
+    from fbjax.formats import llm_container, vision_task
+
+    pkg = Path(fbjax.__file__).parent
+    stems = [p.stem for p in pkg.rglob("*.py") if "_generated" not in p.parts]
+    assert stems.count("llm_bundle") == 1 and "task_bundle" not in stems
+    assert fbjax.VisionTaskBundle is vision_task.VisionTaskBundle and "TaskBundle" not in fbjax.__all__
+    old = [(fbjax, "TaskBundle", vision_task.VisionTaskBundle),
+           (importlib.import_module("fbjax.formats"), "llm_bundle", llm_container),
+           (importlib.import_module("fbjax.formats"), "task_bundle", vision_task),
+           (vision_task, "TaskBundle", vision_task.VisionTaskBundle),
+           (vision_task, "write_bundle", vision_task.write_vision_task),
+           (llm_container, "BundleFile", llm_container.LlmBundleFile)]
+    for mod, name, new in old:
+        with pytest.warns(DeprecationWarning, match="deprecated"):
+            assert getattr(mod, name) is new, (mod.__name__, name)
+    with pytest.raises(AttributeError):
+        fbjax.formats.no_such_module  # noqa: B018
