@@ -47,15 +47,26 @@ def supported_ops(op_set: str | None = None) -> dict[str, list[str]]:
             ``"tflite.hybrid"``, ``"tflite.custom"`` (MediaPipe and
             registered custom ops), ``"onnx"`` (``.rten``), ``"stablehlo"``,
             ``"stablehlo.custom_call"`` (custom-call targets with a handler),
-            ``"gpu"`` (TFLite GPU delegate ``.bin``), ``"fbjax"`` (fbjax's own helper ops).
+            ``"gpu_cl"`` (TFLite GPU delegate ``.bin``, the format of that
+            name; ``"gpu"`` before, a name JAX gives its GPU backend: still
+            accepted, with a ``DeprecationWarning``), ``"fbjax"`` (fbjax's own
+            helper ops).
 
     Returns:
         ``{op_set: sorted list of op names}``, generated from the registry.
 
     Raises:
         ValueError: ``op_set`` is not one of the registry's op sets.
+
+    Warns:
+        DeprecationWarning: ``op_set`` is ``"gpu"`` (read as ``"gpu_cl"``).
     """
     from .lower import LOWERINGS
+
+    if op_set == "gpu":  # issue 36: one meaning per name (the JAX backend keeps "gpu")
+        warnings.warn('supported_ops("gpu") is deprecated: the TFLite GPU delegate op set is "gpu_cl"',
+                      DeprecationWarning, stacklevel=2)
+        op_set = "gpu_cl"
 
     if op_set is not None and op_set not in LOWERINGS.ops():
         raise ValueError(f"unknown op set {op_set!r}; the op sets are {sorted(LOWERINGS.ops())}")

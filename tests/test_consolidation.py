@@ -494,3 +494,18 @@ def test_one_module_name_per_job_and_the_task_bundles_named_apart():
             assert getattr(mod, name) is new, (mod.__name__, name)
     with pytest.raises(AttributeError):
         fbjax.formats.no_such_module  # noqa: B018
+
+
+def test_gpu_is_the_backend_and_gpu_cl_the_op_set():
+    """Issue 36 item 5: the TFLite GPU delegate files' op set is ``"gpu_cl"``
+    (its format's name), so ``"gpu"`` means only JAX's backend;
+    ``supported_ops("gpu")`` still answers, with a ``DeprecationWarning``."""
+    from fbjax.formats import gpu_cl
+    from fbjax.reference import REFERENCE
+
+    ops = fbjax.supported_ops()
+    assert "gpu" not in ops and "convolution_2d" in ops["gpu_cl"] and gpu_cl.OP_SET == "gpu_cl"
+    assert "gpu" not in REFERENCE.ops() and set(REFERENCE.ops()["gpu_cl"]) == set(ops["gpu_cl"])
+    assert {n.op_set for n in read_model(fbjax.data.SINE_GPU_CL).iter_nodes()} == {"gpu_cl"}
+    with pytest.warns(DeprecationWarning, match="gpu_cl"):
+        assert fbjax.supported_ops("gpu") == {"gpu_cl": ops["gpu_cl"]}

@@ -1,6 +1,6 @@
-"""Op set ``"gpu"`` (TFLite GPU delegate kernels): every lowering has its numpy twin, and both agree.
+"""Op set ``"gpu_cl"`` (TFLite GPU delegate kernels): every lowering has its numpy twin, and both agree.
 
-* Registry parity: the keys of op set ``"gpu"`` in :data:`fbjax.lower.LOWERINGS`,
+* Registry parity: the keys of op set ``"gpu_cl"`` in :data:`fbjax.lower.LOWERINGS`,
   :data:`fbjax.reference.registry.REFERENCE` and the reader's op table
   (:data:`fbjax.formats.gpu_cl.KERNELS`) are the same, with the same static
   inputs and attribute names, and every attribute the cases set is one the op takes.
@@ -46,7 +46,7 @@ from fbjax.lower import LOWERINGS
 from fbjax.lower.build import build
 from fbjax.reference.registry import REFERENCE
 
-OP_SET = "gpu"
+OP_SET = "gpu_cl"
 EPS = float(np.finfo(np.float32).eps)
 
 #: ops without a generated case, with the reason (a registered op in neither cases nor here fails)

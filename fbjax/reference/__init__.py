@@ -32,7 +32,7 @@ from .registry import REFERENCE, register
 from .tflite import elementwise, conv, pool, shape, reduce, quant, resize, custom  # noqa: E402,F401
 from .tflite import math, array, gather, nn, control, nms, rnn, state, random, mediapipe  # noqa: E402,F401
 from . import stablehlo  # noqa: E402,F401  (registers the "stablehlo" ops)
-from . import gpu  # noqa: E402,F401  (registers the "gpu" ops: TFLite GPU delegate .bin files)
+from . import gpu  # noqa: E402,F401  (registers the "gpu_cl" ops: TFLite GPU delegate .bin files)
 
 __all__ = ["REFERENCE", "ReferenceContext", "ReferenceRun", "register", "run", "supported_ops"]
 
