@@ -171,6 +171,7 @@ def main(argv=None) -> int:
     if not models:
         print(f"no models (looked in {SHARED} and the light models {LIGHT})", file=sys.stderr)
         return 2
+    load0 = os.getloadavg()[0]
     tmp = tempfile.mkdtemp(prefix="fbjax-bench-compare-")
     repo = args.head or ROOT
     base_dir = os.path.join(tmp, "base")
@@ -215,7 +216,8 @@ def main(argv=None) -> int:
              "in turn in fresh processes, clean worktrees, order rotating" + (": base, head, base again (the A/A "
              "control)" if aa else "") + ". Ratios are fbjax / other runtime (LiteRT for .tflite, onnxruntime for "
              ".rten); head/base < 1 means head is faster for latencies and first calls, > 1 for throughputs.", "",
-             f"Load average at the start: {os.getloadavg()[0]:.2f} (1 min), {os.cpu_count()} CPUs.", "",
+             f"Load average (1 min): {load0:.2f} at the start, {os.getloadavg()[0]:.2f} at the end; "
+             f"{os.cpu_count()} CPUs.", "",
              "| model | " + " | ".join(f"{lab} base / head{' / base²' if aa else ''} / head÷base"
                                       + (" / A/A" if aa else "") for lab, _, _ in FIGURES) + " |",
              "|---|" + "---|" * len(FIGURES)]
