@@ -216,8 +216,8 @@ def main(argv=None) -> int:
              "in turn in fresh processes, clean worktrees, order rotating" + (": base, head, base again (the A/A "
              "control)" if aa else "") + ". Ratios are fbjax / other runtime (LiteRT for .tflite, onnxruntime for "
              ".rten); head/base < 1 means head is faster for latencies and first calls, > 1 for throughputs.", "",
-             f"Load average (1 min): {load0:.2f} at the start, {os.getloadavg()[0]:.2f} at the end; "
-             f"{os.cpu_count()} CPUs.", "",
+             (f"Load average (1 min): {load0:.2f} at the start, {os.getloadavg()[0]:.2f} at the end; "
+              f"{os.cpu_count()} CPUs."), "",
              "| model | " + " | ".join(f"{lab} base / head{' / base²' if aa else ''} / head÷base"
                                       + (" / A/A" if aa else "") for lab, _, _ in FIGURES) + " |",
              "|---|" + "---|" * len(FIGURES)]
