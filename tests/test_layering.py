@@ -187,7 +187,7 @@ def test_the_lowering_imports_no_pass():
     assert ref == {"fbjax.passes.reading"}, ref
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _calls_of(name: str) -> list:
     """``(module, innermost enclosing function or None)`` of every call of a
     function called ``name`` in the package (``name(...)`` or
