@@ -54,7 +54,7 @@ import numpy as np
 
 from . import cache, finetune
 from .errors import InputError, ModelFormatError
-from .formats import llm_bundle as _fmt
+from .formats import llm_container as _fmt
 from .formats._writing import write_file
 from .generation import _cache_positions, _causal_mask, _CACHE_PREFIX, llm_signatures
 from .lower.build import updated_in_place
@@ -339,7 +339,7 @@ def kv_stacks(model, dec) -> list:
     """The KV-cache inputs of signature runner ``dec`` that its graph's layer scan
     updates in place, as tuples of signature input names in block order (one per
     cache kind: K, V); empty when the graph has no layer scan
-    (:mod:`fbjax.passes.layer_scan`)."""
+    (:mod:`fbjax.lower.layer_scan`)."""
     plan = model.program.scans.get(dec.graph_index)
     if plan is None:
         return []
@@ -387,7 +387,7 @@ class LlmBundle:
     """An LLM bundle ready to turn text into text (see the module docstring).
 
     Attributes:
-        file: the parsed :class:`fbjax.formats.llm_bundle.BundleFile` (sections, metadata protos).
+        file: the parsed :class:`fbjax.formats.llm_container.LlmBundleFile` (sections, metadata protos).
         model: the prefill/decode :class:`~fbjax.Model`.
         tokenizer: the :class:`Tokenizer`.
         start_token: the id prepended to every prompt, or ``None``.
@@ -782,7 +782,7 @@ def open_bundle(source, loader, **load_kwargs) -> LlmBundle:
     """Read a bundle (path or bytes) and load its model with ``loader`` (:func:`fbjax.load`'s model path).
 
     Raises:
-        ModelFormatError: see :func:`fbjax.formats.llm_bundle.read_bundle`, plus a tokenizer whose
+        ModelFormatError: see :func:`fbjax.formats.llm_container.read_bundle`, plus a tokenizer whose
             vocabulary does not fit the model's logits, start/stop tokens outside the vocabulary, a
             signature that does not trace (:func:`fbjax.signature.trace_signatures`) or prefill/decode
             signatures that break the generation loop's contract (:mod:`fbjax.llm_contract`).

@@ -155,7 +155,7 @@ class KernelOptions:
             integer dot. The same int32 sums either way.
         layer_scan: True (default): a graph's repeated blocks (an LLM's
             transformer layers, found from the graph's structure by
-            :mod:`fbjax.passes.layer_scan`) run as one ``lax.scan`` over
+            :mod:`fbjax.lower.layer_scan`) run as one ``lax.scan`` over
             their stacked weights, so the first call's trace and compile
             time no longer grow with the depth; False: every block unrolled.
             The same ops on the same operands either way (XLA may fuse the

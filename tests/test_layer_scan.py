@@ -1,4 +1,4 @@
-"""Repeated blocks run as one ``lax.scan`` (fbjax/passes/layer_scan.py, ``KernelOptions.layer_scan``).
+"""Repeated blocks run as one ``lax.scan`` (fbjax/lower/layer_scan.py, ``KernelOptions.layer_scan``).
 
 The scan must compute what the unrolled graph computes: checked against the numpy reference
 interpreter (independent of the lowering) and against the same model loaded with
@@ -20,7 +20,7 @@ import pytest
 import fbjax
 from fbjax import reference
 from fbjax.formats.tflite_builder import TFLiteBuilder
-from fbjax.passes.layer_scan import find_layer_scan
+from fbjax.lower.layer_scan import find_layer_scan
 
 from helpers import TOL, rel_err
 

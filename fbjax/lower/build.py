@@ -32,8 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ..passes import reading
-from ..passes.layer_scan import LayerScan, find_layer_scan
+from .layer_scan import LayerScan, find_layer_scan
 from .._registry import OpDef, call_op, gap_detail, kernel_gaps
 from ..errors import FbjaxError, ModelFormatError, UnsupportedOperatorError
 from ..ir import MAX_VALUE_BYTES, Graph, ModelIR, Node, OpContext, Value, has_valid_count, value_size_problem
@@ -223,7 +222,7 @@ class Program:
         buffer_of: id(Value) -> weight buffer name.
         buffer_bits: weight buffer name -> bits per value the file stores
             (4 for TFLite ``INT4``), for those narrower than their dtype.
-        scans: graph index -> the :class:`~fbjax.passes.layer_scan.LayerScan`
+        scans: graph index -> the :class:`~fbjax.lower.layer_scan.LayerScan`
             its repeated blocks run as (``KernelOptions.layer_scan``; made by
             :func:`plan_layer_scans`); graphs not named here are unrolled.
         stacks: stacked buffer name -> the weight buffer names it holds, one
@@ -352,7 +351,7 @@ class Program:
 
     def _eval_scan(self, plan: LayerScan, graph: Graph, env: dict, run: Run, where: str) -> None:
         """Run the region of ``plan`` as one ``lax.scan`` over its blocks
-        (:mod:`fbjax.passes.layer_scan`): the body evaluates block 0's nodes
+        (:mod:`fbjax.lower.layer_scan`): the body evaluates block 0's nodes
         with block 0's Values bound to block ``k``'s arrays -- the carry,
         the per-layer operands (stacked weights and scales, stacked inputs)
         -- and returns the per-layer outputs, written to ``env`` for every
@@ -885,7 +884,9 @@ def buffer_array(data: np.ndarray, storage_bits: int = 0) -> np.ndarray:
 
 def build(model: ModelIR, *, backend: Optional[str] = None, options: Optional[dict] = None,
           check_static: bool = True) -> Program:
-    """Lower a model.
+    """Lower a completed model: the IR of :func:`fbjax.loading.read` (the
+    read step, :func:`fbjax.passes.reading.read`), rewritten by the passes
+    or not.
 
     Args:
         check_static: run :func:`check_static_inputs` (an abstract trace of
@@ -908,11 +909,12 @@ def build(model: ModelIR, *, backend: Optional[str] = None, options: Optional[di
 
     Raises:
         UnsupportedOperatorError: some ops have no lowering (all listed).
-        ModelFormatError: a region graph's arity contradicts its operator
-            (:func:`fbjax.passes.reading.complete`, which fills the dtypes a
-            file leaves open; :func:`fbjax.load` has run it already).
+        ValueError: ``model`` is not completed (a reader's IR:
+            :attr:`fbjax.ir.ModelIR.completed` is False).
     """
-    reading.complete(model, LOWERINGS)
+    if not model.completed:
+        raise ValueError("build takes completed IR: pass the model through fbjax.loading.read first "
+                         "(region arities checked, open output dtypes filled)")
     check_supported(model)
     param_of = unique_param_names(model)
     values = {id(v): v for g in model.graphs for v in g.values}
@@ -998,7 +1000,7 @@ SCAN_MAX_PARAM_BYTES = 16 << 20
 
 def plan_layer_scans(model: ModelIR, param_of: dict, buffer_of: dict, params: dict, options: dict,
                      registry=LOWERINGS) -> tuple:
-    """The layer scans of ``model``'s graphs (:func:`fbjax.passes.layer_scan.find_layer_scan`)
+    """The layer scans of ``model``'s graphs (:func:`fbjax.lower.layer_scan.find_layer_scan`)
     when ``KernelOptions.layer_scan`` is on, and the stacked weight buffers they read.
 
     A region is left unrolled when one of its nodes is stateful (its state updates are

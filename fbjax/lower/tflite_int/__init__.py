@@ -51,7 +51,7 @@ from ..registry import LOWERINGS
 #       it are never chosen.
 #   layer_quant: input positions whose quantization scales the lowering
 #       reads through ``ctx.quant_scale(i)`` (traced inside a layer scan's
-#       body, :mod:`fbjax.passes.layer_scan`), so that blocks whose weights
+#       body, :mod:`fbjax.lower.layer_scan`), so that blocks whose weights
 #       have different scales run as one scan body.
 #   layer_slices: input positions at which the lowering takes a
 #       :class:`fbjax.lower.layer_slice.LayerSlice` (one block of a layer
