@@ -194,10 +194,39 @@ struct Problem {
   float scale, cap;
 };
 
-constexpr int64_t kKeyBlock = 4;   // keys per skip decision / dot tile
-constexpr int64_t kSBlock = 64;    // keys per P.V tile
+constexpr int64_t kKeyBlock = 4;  // keys per skip decision / dot tile
 
-// One work item: batch row b, kv head j, query positions [t0, t1). x: scratch [rows, S], acc: [rows, H].
+// out rows [i, i + rr) (rr <= 4): PvTile over keys [a, c) for every 16 values of h.
+inline void PvRows(int rr, const float* e, int64_t S, const float* v, int64_t vs, int64_t a, int64_t c, float* out,
+                   int64_t H) {
+#if defined(__AVX2__)
+  if (H % 16 == 0) {
+    for (int64_t h0 = 0; h0 < H; h0 += 16) switch (rr) {
+        case 1: PvTile<1>(e, S, v, vs, a, c, out, H, h0); break;
+        case 2: PvTile<2>(e, S, v, vs, a, c, out, H, h0); break;
+        case 3: PvTile<3>(e, S, v, vs, a, c, out, H, h0); break;
+        default: PvTile<4>(e, S, v, vs, a, c, out, H, h0); break;
+      }
+    return;
+  }
+#endif
+  for (int i = 0; i < rr; ++i) {
+    const float* ei = e + i * S;
+    float* oi = out + i * H;
+    for (int64_t s = a; s < c; ++s) {
+      const float w = ei[s];
+      if (w == 0.0f) continue;  // (a masked key: not read)
+      const float* vr = v + s * vs;
+      for (int64_t h = 0; h < H; ++h) {
+        const float pv = w * vr[h];
+        oi[h] = oi[h] + pv;
+      }
+    }
+  }
+}
+
+// One work item: batch row b, kv head j, query positions [t0, t1) (rows i = (t - t0) * G + g).
+// x: scratch [rows, S] (logits, then weights); acc: [rows, H] numerators, then [rows] sums.
 void Item(const Problem& p, int64_t b, int64_t j, int64_t t0, int64_t t1, float* x, float* acc) {
   const int64_t H = p.H, S = p.S, G = p.G;
   const int64_t rows = (t1 - t0) * G;
@@ -205,49 +234,46 @@ void Item(const Problem& p, int64_t b, int64_t j, int64_t t0, int64_t t1, float*
   const float* kb = p.Kc + r * p.k_row + b0 * p.kv_batch + j * H;  // key s at kb + s * K * H
   const float* vb = p.Vc + r * p.v_row + b0 * p.kv_batch + j * H;
   const int64_t ks = p.K * H;
-  // query row i = (t - t0) * G + g reads q[b, t, j * G + g, :]
-  auto qrow = [&](int64_t i) { return p.Q + ((b * p.T + t0 + i / G) * p.N + j * G + i % G) * H; };
-  auto mrow = [&](int64_t i) -> const float* {
-    if (p.M == nullptr) return nullptr;
-    const int64_t mb = b / (p.B / p.Bm), n = j * G + i % G;
-    return p.M + ((mb * p.Nm + (p.Nm == 1 ? 0 : n)) * p.T + t0 + i / G) * S;
-  };
+  std::unique_ptr<const float*[]> qr(new const float*[rows]), mr(new const float*[rows]);
+  std::unique_ptr<int64_t[]> lo(new int64_t[rows]), hi(new int64_t[rows]);
+  for (int64_t i = 0; i < rows; ++i) {
+    const int64_t t = t0 + i / G, n = j * G + i % G;
+    qr[i] = p.Q + ((b * p.T + t) * p.N + n) * H;
+    mr[i] = p.M == nullptr ? nullptr
+                           : p.M + (((b / (p.B / p.Bm)) * p.Nm + (p.Nm == 1 ? 0 : n)) * p.T + t) * S;
+  }
   const float neg_inf = -std::numeric_limits<float>::infinity();
-  // x[i][s] for rows [i0, i0 + nr); a block of keys is skipped where every one of these rows masks it
+  // x[i][s] for rows [i0, i0 + nr) (nr <= 3); with `all` false a block of keys that every one of these
+  // rows masks is skipped (x = -inf), and a masked key's x is -inf; [lo, hi): the keys computed
   auto logits = [&](int64_t i0, int64_t nr, bool all) {
-    const float* m = mrow(i0);
+    for (int64_t i = i0; i < i0 + nr; ++i) lo[i] = S, hi[i] = 0;
     for (int64_t s0 = 0; s0 < S; s0 += kKeyBlock) {
       const int64_t kn = std::min(kKeyBlock, S - s0);
-      bool skip = false;
-      if (!all && m != nullptr) {
-        skip = true;
-        for (int64_t i = 0; i < nr && skip; ++i) {
-          const float* mi = mrow(i0 + i);
-          for (int64_t s = s0; s < s0 + kn; ++s)
-            if (!(mi[s] <= kMaskedAt)) { skip = false; break; }
-        }
-      }
+      bool skip = !all && mr[i0] != nullptr;
+      for (int64_t i = i0; i < i0 + nr && skip; ++i)
+        for (int64_t s = s0; s < s0 + kn; ++s)
+          if (!(mr[i][s] <= kMaskedAt)) { skip = false; break; }
       if (skip) {
-        for (int64_t i = 0; i < nr; ++i)
-          for (int64_t s = s0; s < s0 + kn; ++s) x[(i0 + i) * S + s] = neg_inf;
+        for (int64_t i = i0; i < i0 + nr; ++i)
+          for (int64_t s = s0; s < s0 + kn; ++s) x[i * S + s] = neg_inf;
         continue;
       }
 #if defined(__AVX2__)
       if (H % 8 == 0 && kn == kKeyBlock) {
-        const float* qr[3];
-        for (int64_t i = 0; i < nr; ++i) qr[i] = qrow(i0 + i);
-        int64_t i = 0;
-        for (; i + 3 <= nr; i += 3) DotTile<3>(qr + i, kb + s0 * ks, ks, H, x + (i0 + i) * S + s0, S);
-        for (; i < nr; ++i) DotTile<1>(qr + i, kb + s0 * ks, ks, H, x + (i0 + i) * S + s0, S);
+        int64_t i = i0;
+        for (; i + 3 <= i0 + nr; i += 3) DotTile<3>(&qr[i], kb + s0 * ks, ks, H, x + i * S + s0, S);
+        for (; i < i0 + nr; ++i) DotTile<1>(&qr[i], kb + s0 * ks, ks, H, x + i * S + s0, S);
       } else
 #endif
       {
-        for (int64_t i = 0; i < nr; ++i)
-          for (int64_t s = s0; s < s0 + kn; ++s) x[(i0 + i) * S + s] = DotScalar(qrow(i0 + i), kb + s * ks, H);
+        for (int64_t i = i0; i < i0 + nr; ++i)
+          for (int64_t s = s0; s < s0 + kn; ++s) x[i * S + s] = DotScalar(qr[i], kb + s * ks, H);
       }
-      for (int64_t i = 0; i < nr; ++i) {
-        float* xi = x + (i0 + i) * S;
-        const float* mi = mrow(i0 + i);
+      for (int64_t i = i0; i < i0 + nr; ++i) {
+        float* xi = x + i * S;
+        const float* mi = mr[i];
+        lo[i] = std::min(lo[i], s0);
+        hi[i] = s0 + kn;
         for (int64_t s = s0; s < s0 + kn; ++s) {
           float y = xi[s] * p.scale;
           if (p.cap != 0.0f) {
@@ -261,34 +287,58 @@ void Item(const Problem& p, int64_t b, int64_t j, int64_t t0, int64_t t1, float*
     }
   };
   for (int64_t i0 = 0; i0 < rows; i0 += 3) logits(i0, std::min<int64_t>(3, rows - i0), false);
+  const int64_t S8 = S / 8 * 8;
   for (int64_t i = 0; i < rows; ++i) {
     float* xi = x + i * S;
-    float m = neg_inf;
-    for (int64_t s = 0; s < S; ++s) m = std::max(m, xi[s]);  // (NaN logits: see below)
-    bool nan = false;
-    for (int64_t s = 0; s < S && !nan; ++s) nan = std::isnan(xi[s]);
-    if (!nan && !(m > kRowFloor) && mrow(i) != nullptr) {
-      logits(i, 1, true);  // every key masked, or no computed logit above the floor: every key
+    // the row's largest logit, and whether one is NaN, over the computed keys (the others are -inf)
+    auto scan = [&](float& m, bool& nan) {
       m = neg_inf;
-      for (int64_t s = 0; s < S; ++s) m = std::max(m, xi[s]);
+      nan = false;
+      int64_t s = lo[i];
+#if defined(__AVX2__)
+      __m256 mv = _mm256_set1_ps(neg_inf), un = _mm256_setzero_ps();
+      for (; s + 8 <= hi[i]; s += 8) {
+        const __m256 v = _mm256_loadu_ps(xi + s);
+        mv = _mm256_max_ps(mv, v);
+        un = _mm256_or_ps(un, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+      }
+      float mb[8];
+      _mm256_storeu_ps(mb, mv);
+      for (int q = 0; q < 8; ++q) m = std::max(m, mb[q]);
+      nan = _mm256_movemask_ps(un) != 0;
+#endif
+      for (; s < hi[i]; ++s) {
+        m = std::max(m, xi[s]);
+        nan = nan || std::isnan(xi[s]);
+      }
+    };
+    float m;
+    bool nan;
+    scan(m, nan);
+    if (!nan && !(m > kRowFloor) && mr[i] != nullptr) {
+      logits(i, 1, true);  // every key masked, or no computed logit above the floor: every key
+      scan(m, nan);
     }
     if (nan) m = std::numeric_limits<float>::quiet_NaN();
-    // e[s] = exp(x[s] - m) in place, and their sum
-    int64_t s = 0;
+    // e[s] = exp(x[s] - m) in place and their sum, over whole groups of 8 keys covering [lo, hi): the
+    // keys outside [lo, hi) have e = 0, which leaves every partial sum as it is
+    const int64_t a = lo[i] / 8 * 8, c = std::min(S8, (hi[i] + 7) / 8 * 8);
     float sum;
 #if defined(__AVX2__)
-    __m256 sl = _mm256_setzero_ps();
-    const __m256 mv = _mm256_set1_ps(m);
-    for (; s + 8 <= S; s += 8) {
-      const __m256 e = Exp8(_mm256_sub_ps(_mm256_loadu_ps(xi + s), mv));
-      _mm256_storeu_ps(xi + s, e);
-      sl = _mm256_add_ps(sl, e);
+    {
+      __m256 sl = _mm256_setzero_ps();
+      const __m256 mv = _mm256_set1_ps(m);
+      for (int64_t s = a; s < c; s += 8) {
+        const __m256 e = Exp8(_mm256_sub_ps(_mm256_loadu_ps(xi + s), mv));
+        _mm256_storeu_ps(xi + s, e);
+        sl = _mm256_add_ps(sl, e);
+      }
+      sum = HSum(sl);
     }
-    sum = HSum(sl);
 #else
     {
       float l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      for (; s + 8 <= S; s += 8)
+      for (int64_t s = a; s < c; s += 8)
         for (int q = 0; q < 8; ++q) {
           xi[s + q] = ExpScalar(xi[s + q] - m);
           l[q] = l[q] + xi[s + q];
@@ -296,49 +346,25 @@ void Item(const Problem& p, int64_t b, int64_t j, int64_t t0, int64_t t1, float*
       sum = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
     }
 #endif
-    for (; s < S; ++s) {
+    for (int64_t s = std::max(S8, lo[i]); s < hi[i]; ++s) {
       xi[s] = ExpScalar(xi[s] - m);
       sum = sum + xi[s];
     }
     std::memset(acc + i * H, 0, sizeof(float) * H);
-    acc[rows * H + i] = sum;  // (e stays in x for the P.V pass below)
+    acc[rows * H + i] = sum;
   }
-  // out[i][h] = sum_s e[i][s] * v[s][h], s increasing; key blocks whose e are all 0 for every row skipped
-  for (int64_t s0 = 0; s0 < S; s0 += kSBlock) {
-    const int64_t s1 = std::min(S, s0 + kSBlock);
-    // the sub-range [a, c) of [s0, s1) outside which every row's e is 0
-    int64_t a = s1, c = s0;
-    for (int64_t i = 0; i < rows; ++i) {
-      const float* xi = x + i * S;
-      for (int64_t s = s0; s < s1; ++s)
-        if (xi[s] != 0.0f) { a = std::min(a, s); break; }
-      for (int64_t s = s1 - 1; s >= s0; --s)
-        if (xi[s] != 0.0f) { c = std::max(c, s + 1); break; }
-    }
+  // out[i][h] = sum_s e[i][s] * v[s][h], s increasing over the computed keys, 4 rows at a time
+  for (int64_t i = 0; i < rows; i += 4) {
+    const int rr = static_cast<int>(std::min<int64_t>(4, rows - i));
+    int64_t a = S, c = 0;
+    for (int q = 0; q < rr; ++q) a = std::min(a, lo[i + q]), c = std::max(c, hi[i + q]);
     if (a >= c) continue;
-#if defined(__AVX2__)
-    if (H % 16 == 0) {
-      for (int64_t h0 = 0; h0 < H; h0 += 16) {
-        int64_t i = 0;
-        for (; i + 4 <= rows; i += 4) PvTile<4>(x + i * S, S, vb, ks, a, c, acc + i * H, H, h0);
-        for (; i < rows; ++i) PvTile<1>(x + i * S, S, vb, ks, a, c, acc + i * H, H, h0);
-      }
-      continue;
+    for (int q = 0; q < rr; ++q) {  // a row's keys outside its own [lo, hi) hold -inf logits: weight 0
+      float* xq = x + (i + q) * S;
+      for (int64_t s = a; s < std::min(c, lo[i + q]); ++s) xq[s] = 0.0f;
+      for (int64_t s = std::max(a, hi[i + q]); s < c; ++s) xq[s] = 0.0f;
     }
-#endif
-    for (int64_t i = 0; i < rows; ++i) {
-      const float* xi = x + i * S;
-      float* ai = acc + i * H;
-      for (int64_t s = a; s < c; ++s) {
-        const float w = xi[s];
-        if (w == 0.0f) continue;
-        const float* vs = vb + s * ks;
-        for (int64_t h = 0; h < H; ++h) {
-          const float pv = w * vs[h];
-          ai[h] = ai[h] + pv;
-        }
-      }
-    }
+    PvRows(rr, x + i * S, S, vb, ks, a, c, acc + i * H, H);
   }
 }
 
