@@ -213,3 +213,17 @@ def test_lowering_gradient_is_xla_routes():
         grads[native] = jax.jit(jax.grad(loss, argnums=(0, 1, 2)))(q, k, v)
     for a, b in zip(grads[True], grads[False]):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_llm_decode_program_calls_the_kernel_by_default(native):
+    """A float LLM fixture's decode program runs its attention composites in the kernel on CPU (so
+    tests/test_llm*.py's comparisons with LiteRT cover it), and not with native_attention=False."""
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent / "data" / "llm" / "llama_f32.tflite"
+    m = fbjax.load(path, kernel_options=fbjax.KernelOptions(native_attention=native))
+    dec = m.signature("decode")
+    ins = {s.name: np.zeros(s.shape, s.dtype) for s in dec.inputs}
+    text = jax.jit(lambda p, b, i: dec.apply(p, buffers=b, **i)).lower(m.params, m.buffers, ins).as_text()
+    assert ("fbjax_attention" in text) == native

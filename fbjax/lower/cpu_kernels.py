@@ -1,4 +1,9 @@
-"""fbjax's native CPU kernels for integer matrix products (XLA FFI custom calls).
+"""fbjax's native CPU kernels for integer matrix products and attention (XLA FFI custom calls).
+
+(The attention kernel, ``cpu_attention.cc`` and :func:`attention`, reads a layer scan's stacked KV
+caches in place for the ``odml.scaled_dot_product_attention`` composite:
+:mod:`fbjax.lower.composites`; its source states its float32 order. The rest of this text is about
+the integer kernels.)
 
 XLA:CPU (jaxlib 0.10) has no integer matrix-product kernel: an int8 x int8
 -> int32 ``dot_general`` becomes an int32 dot whose operands are first
