@@ -227,3 +227,28 @@ def test_llm_decode_program_calls_the_kernel_by_default(native):
     ins = {s.name: np.zeros(s.shape, s.dtype) for s in dec.inputs}
     text = jax.jit(lambda p, b, i: dec.apply(p, buffers=b, **i)).lower(m.params, m.buffers, ins).as_text()
     assert ("fbjax_attention" in text) == native
+
+
+def test_vmap_rule_other_mappings():
+    """The kernel's vmap rule beyond the LLM runner's mapping: values shared by every example while
+    the keys are mapped (example by example), two nested maps (both join the batch), and a per-row
+    mask shared by every example: each example within the bound of its float64 attention."""
+    a_, b, t, n, kh, h, s = 3, 2, 2, 4, 2, 16, 10
+    rng = np.random.default_rng(6)
+    q = rng.standard_normal((2, a_, b, t, n, h)).astype(np.float32)
+    k = rng.standard_normal((2, a_, b, s, kh, h)).astype(np.float32)
+    v = rng.standard_normal((2, a_, b, s, kh, h)).astype(np.float32)
+    mask = rng.standard_normal((b, n, t, s)).astype(np.float32)
+
+    def attend(q, k, v, m):
+        return composites._attention_native(q, k[None, None], v[None, None], m, jnp.array([0, 0], jnp.int32), 0.3,
+                                            None)
+
+    shared_v = jax.jit(jax.vmap(attend, in_axes=(0, 0, None, None)))(q[0], k[0], v[0, 0], mask)
+    nested = jax.jit(jax.vmap(jax.vmap(attend, in_axes=(0, 0, 0, None)), in_axes=(0, 0, 0, None)))(q, k, v, mask)
+    for i in range(a_):
+        want, bound = _reference(q[0, i], k[0, i], v[0, 0], mask, 0.3)
+        _within(np.asarray(shared_v)[i], want, bound)
+        for j in range(2):
+            want, bound = _reference(q[j, i], k[j, i], v[j, i], mask, 0.3)
+            _within(np.asarray(nested)[j, i], want, bound)
