@@ -252,3 +252,23 @@ def test_vmap_rule_other_mappings():
         for j in range(2):
             want, bound = _reference(q[j, i], k[j, i], v[j, i], mask, 0.3)
             _within(np.asarray(nested)[j, i], want, bound)
+
+
+def test_reduced_compute_dtype_with_layer_scan_runs():
+    """Under a reduced compute dtype the lowerings' float32 operands are cast, a layer scan's blocks
+    (the caches the attention and DYNAMIC_UPDATE_SLICE take in place) included: the decode step runs
+    and gives the outputs of the unrolled program (the same ops on the same operands; bfloat16 sums
+    fused differently: compared to the largest entry within 2**-6, a few bfloat16 ulps)."""
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent / "data" / "llm" / "llama_f32.tflite"
+    outs = {}
+    for scan in (True, False):
+        m = fbjax.load(path, compute_dtype="bfloat16", kernel_options=fbjax.KernelOptions(layer_scan=scan))
+        dec = m.signature("decode")
+        ins = {s.name: np.full(s.shape, 1, s.dtype) for s in dec.inputs}
+        outs[scan] = {k: np.asarray(v, np.float32) for k, v in dec(**ins).items()}
+    for k in outs[False]:
+        top = max(1.0, float(np.abs(outs[False][k]).max()))
+        assert np.all(np.isfinite(outs[True][k])), k
+        assert float(np.abs(outs[True][k] - outs[False][k]).max()) <= top * 2.0 ** -6, k
