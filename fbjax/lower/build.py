@@ -374,7 +374,7 @@ class Program:
                 whole, k0 = _as_stack([lookup(v) for v in group])
                 carried.append((v0, whole, k0, gi))
             elif v0.data is not None and id(v0) in self.buffer_of:
-                stacked.append((v0, self._stacked_buffer(group, run)))
+                stacked.append((v0, *self._stacked_buffer(group, run)))
             elif v0.data is not None and id(v0) in self.param_of:
                 sliced.append((v0, jnp.stack([jnp.asarray(run.params[self.param_of[id(v)]]) for v in group])))
             else:
@@ -393,8 +393,8 @@ class Program:
                 benv[id(v_in)] = c
             for (v0, _), x in zip(sliced, sl):
                 benv[id(v0)] = x
-            for v0, st in stacked:  # read in place by the kernels that take it (``layer_slices``)
-                benv[id(v0)] = LayerSlice(st, k)
+            for v0, st, k0 in stacked:  # read in place by the kernels that take it (``layer_slices``)
+                benv[id(v0)] = LayerSlice(st, k + k0)
             for (v0, _, k0, _), st in zip(carried, stacks):
                 benv[id(v0)] = LayerSlice(st, k + k0)
             saved = run.layer_quant
@@ -416,7 +416,9 @@ class Program:
 
         xs = (jnp.arange(plan.count, dtype=jnp.int32), tuple(a for _, a in sliced),
               tuple(jnp.asarray(q) for _, q in quant))
-        (_, finals), ys = lax.scan(body, (init, tuple(w for _, w, _, _ in carried)), xs)
+        (hidden, finals), ys = lax.scan(body, (init, tuple(w for _, w, _, _ in carried)), xs)
+        for v, c in plan.final:
+            env[id(v)] = hidden[c]
         ys = iter(ys)
         for oi, group in enumerate(plan.outputs):
             if oi in out_carried:
@@ -432,19 +434,19 @@ class Program:
                 if isinstance(x, LayerSlice) and x.stacked is whole:
                     env[key] = LayerSlice(final, x.index)
 
-    def _stacked_buffer(self, group: list, run: Run):
-        """The ``[blocks, ...]`` array of the weight buffers of ``group`` (one Value per block):
-        the run's stacked buffer (:attr:`stacks`), else stacked here from the run's buffers or
-        the file's values."""
+    def _stacked_buffer(self, group: list, run: Run) -> tuple:
+        """``(stacked, first)``: an array whose blocks ``first, first + 1, ...`` are the weight
+        buffers of ``group`` (one Value per block): the run's stacked buffer (:attr:`stacks`;
+        a group of fewer blocks, a prefill whose last layer is cut short, reads part of it in
+        place), else stacked here from the run's buffers or the file's values."""
         names = tuple(self.buffer_of[id(v)] for v in group)
         if run.buffers is not None:
             held = held_buffers(run.buffers)
             key, k0 = self.stack_of.get(names[0], (None, 0))
             if key is not None and self.stacks[key][k0:k0 + len(names)] == names and key in held:
-                whole = held[key]
-                return whole if k0 == 0 and len(names) == whole.shape[0] else whole[k0:k0 + len(names)]
-            return jnp.stack([self._buffer(n, run) for n in names])
-        return np.stack([np.asarray(v.data) for v in group])
+                return held[key], k0
+            return jnp.stack([self._buffer(n, run) for n in names]), 0
+        return np.stack([np.asarray(v.data) for v in group]), 0
 
     def _buffer(self, name: str, run: Run):
         """Weight buffer ``name`` from ``run.buffers``: itself, or its block of a stacked buffer."""
