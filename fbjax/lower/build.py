@@ -128,9 +128,7 @@ class LowerContext(OpContext):
         ``layer_quant`` fact get traced scales; they must read them here."""
         v = self.inputs[i]
         traced = self.run.layer_quant.get(id(v)) if v is not None else None
-        if traced is not None:
-            return traced
-        return np.asarray(v.quant.scale, np.float32)
+        return traced if traced is not None else super().quant_scale(i)
 
     def call_graph(self, index: int, *args):
         """Evaluate ``model.graphs[index]`` on ``args`` in this run; returns a list.
