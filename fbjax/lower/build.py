@@ -263,8 +263,10 @@ class Program:
         layer scan's blocks as one stacked array (:attr:`stacks`): pass them
         as the ``buffers`` argument of :meth:`apply` / :meth:`apply_graph`
         to the programs that share them."""
-        held = {k: jax.device_put(buffer_array(np.stack([self.buffers[n] for n in names]),
-                                               self.buffer_bits.get(names[0], 0)), device)
+        # stacked on the device from each block's array (put there without a copy where the backend can):
+        # no host-side stack, whose temporary would hold the weights a third time at the peak
+        held = {k: jnp.stack([jax.device_put(buffer_array(self.buffers[n], self.buffer_bits.get(n, 0)), device)
+                              for n in names])
                 for k, names in self.stacks.items()}
         held.update({k: jax.device_put(buffer_array(v, self.buffer_bits.get(k, 0)), device)
                      for k, v in self.buffers.items() if k not in self.stack_of})
