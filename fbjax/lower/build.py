@@ -270,7 +270,16 @@ class Program:
                 for k, names in self.stacks.items()}
         held.update({k: jax.device_put(buffer_array(v, self.buffer_bits.get(k, 0)), device)
                      for k, v in self.buffers.items() if k not in self.stack_of})
+        for plan in self.scans.values():  # per-block weight scales: arguments too, not constants of the programs
+            for group in plan.per_layer:
+                if id(group[0]) in plan.quant and id(group[0]) in self.buffer_of:
+                    held.setdefault(self._scale_key(group), jax.device_put(_stacked_scales(group), device))
         return WeightBuffers(held, tuple(self.buffers), self.stack_of)
+
+    def _scale_key(self, group: list) -> str:
+        """The held name of the stacked quantization scales of a layer scan's weight group."""
+        names = [self.buffer_of[id(v)] for v in group]
+        return f"scales:{names[0]}..{names[-1]}[{len(names)} blocks]"
 
     @property
     def kernel_backend(self) -> str:
@@ -379,8 +388,12 @@ class Program:
                 sliced.append((v0, jnp.stack([jnp.asarray(run.params[self.param_of[id(v)]]) for v in group])))
             else:
                 sliced.append((v0, jnp.stack([jnp.asarray(materialize(lookup(v))) for v in group])))
-        quant = [(v0, np.stack([np.asarray(v.quant.scale, np.float32) for v in group]))
-                 for group in plan.per_layer for v0 in group[:1] if id(v0) in plan.quant]
+        held = held_buffers(run.buffers) if run.buffers is not None else {}
+        quant = []  # (block-0 Value, [blocks, ...] scales): the run's held array, else constants
+        for group in plan.per_layer:
+            if id(group[0]) in plan.quant:
+                key = self._scale_key(group) if id(group[0]) in self.buffer_of else None
+                quant.append((group[0], held[key] if key in held else _stacked_scales(group)))
         body_nodes = plan.nodes[plan.start:plan.start + plan.period]
         out_carried = {pairs[gi] for *_, gi in carried}
         outs0 = [g[0] for oi, g in enumerate(plan.outputs) if oi not in out_carried]
@@ -938,6 +951,11 @@ def build(model: ModelIR, *, backend: Optional[str] = None, options: Optional[di
     if check_static:
         check_static_inputs(program)
     return program
+
+
+def _stacked_scales(group: list) -> np.ndarray:
+    """The quantization scales of one Value per block, stacked (float32 ``[blocks, ...]``)."""
+    return np.stack([np.asarray(v.quant.scale, np.float32) for v in group])
 
 
 def _rebind(env: dict, old, new, index) -> None:
