@@ -280,6 +280,11 @@ class OpContext:
     def out_dtype(self, i: int = 0) -> np.dtype:
         return np.dtype(self.node.outputs[i].dtype)
 
+    def quant_scale(self, i: int):
+        """Input ``i``'s quantization scales as float32 numpy (the lowering's
+        context may hand a layer scan's per-block scales instead)."""
+        return np.asarray(self.inputs[i].quant.scale, np.float32)
+
     @property
     def bounded(self) -> bool:
         """The node carries a static-bound valid-count output (see

@@ -52,7 +52,7 @@ import struct
 import warnings
 import zipfile
 import zlib
-from typing import Optional
+from typing import Optional, Union
 
 from ..errors import ModelFormatError
 from . import verify as _verify
@@ -84,7 +84,10 @@ class Section:
         kind: the ``AnySectionDataType`` name (``.task``: the member name).
         begin, end: absolute byte offsets in the file, end exclusive.
         items: the section's key/value metadata (``{"model_type": ...}``).
-        data: the payload bytes (``file[begin:end]``).
+        view: the payload (``file[begin:end]``) as bytes, or for a model
+            section a memoryview on the file's bytes (its weights held once).
+        data: the payload as ``bytes`` (a copy of a model section's view,
+            made on each access).
     """
 
     index: int
@@ -92,7 +95,11 @@ class Section:
     begin: int
     end: int
     items: dict
-    data: bytes
+    view: Union[bytes, memoryview]
+
+    @property
+    def data(self) -> bytes:
+        return self.view if isinstance(self.view, bytes) else bytes(self.view)
 
 
 @dataclasses.dataclass
@@ -252,7 +259,9 @@ def _read_litertlm(raw: bytes, label: str) -> LlmBundleFile:
             warnings.warn(f"{where}: starts at byte {begin}, not on a {BLOCK_SIZE}-byte boundary as LiteRT-LM "
                           "writes them", stacklevel=3)
         items = _kv_items(obj.ItemsLength(), obj.Items, where)
-        sections.append(Section(i, kind, begin, end, items, raw[begin:end]))
+        # a model section is a view on the file's bytes (a 1B model's weights held once, not twice)
+        data = memoryview(raw)[begin:end] if kind in ("TFLiteModel", "TFLiteWeights") else raw[begin:end]
+        sections.append(Section(i, kind, begin, end, items, data))
     spans.sort()
     for (b0, e0, i0, k0), (b1, e1, i1, k1) in zip(spans, spans[1:]):
         if b1 < e0:

@@ -128,9 +128,7 @@ class LowerContext(OpContext):
         ``layer_quant`` fact get traced scales; they must read them here."""
         v = self.inputs[i]
         traced = self.run.layer_quant.get(id(v)) if v is not None else None
-        if traced is not None:
-            return traced
-        return np.asarray(v.quant.scale, np.float32)
+        return traced if traced is not None else super().quant_scale(i)
 
     def call_graph(self, index: int, *args):
         """Evaluate ``model.graphs[index]`` on ``args`` in this run; returns a list.
@@ -265,12 +263,23 @@ class Program:
         layer scan's blocks as one stacked array (:attr:`stacks`): pass them
         as the ``buffers`` argument of :meth:`apply` / :meth:`apply_graph`
         to the programs that share them."""
-        held = {k: jax.device_put(buffer_array(np.stack([self.buffers[n] for n in names]),
-                                               self.buffer_bits.get(names[0], 0)), device)
+        # stacked on the device from each block's array (put there without a copy where the backend can):
+        # no host-side stack, whose temporary would hold the weights a third time at the peak
+        held = {k: jnp.stack([jax.device_put(buffer_array(self.buffers[n], self.buffer_bits.get(n, 0)), device)
+                              for n in names])
                 for k, names in self.stacks.items()}
         held.update({k: jax.device_put(buffer_array(v, self.buffer_bits.get(k, 0)), device)
                      for k, v in self.buffers.items() if k not in self.stack_of})
+        for plan in self.scans.values():  # per-block weight scales: arguments too, not constants of the programs
+            for group in plan.per_layer:
+                if id(group[0]) in plan.quant and id(group[0]) in self.buffer_of:
+                    held.setdefault(self._scale_key(group), jax.device_put(_stacked_scales(group), device))
         return WeightBuffers(held, tuple(self.buffers), self.stack_of)
+
+    def _scale_key(self, group: list) -> str:
+        """The held name of the stacked quantization scales of a layer scan's weight group."""
+        names = [self.buffer_of[id(v)] for v in group]
+        return f"scales:{names[0]}..{names[-1]}[{len(names)} blocks]"
 
     @property
     def kernel_backend(self) -> str:
@@ -374,13 +383,17 @@ class Program:
                 whole, k0 = _as_stack([lookup(v) for v in group])
                 carried.append((v0, whole, k0, gi))
             elif v0.data is not None and id(v0) in self.buffer_of:
-                stacked.append((v0, self._stacked_buffer(group, run)))
+                stacked.append((v0, *self._stacked_buffer(group, run)))
             elif v0.data is not None and id(v0) in self.param_of:
                 sliced.append((v0, jnp.stack([jnp.asarray(run.params[self.param_of[id(v)]]) for v in group])))
             else:
                 sliced.append((v0, jnp.stack([jnp.asarray(materialize(lookup(v))) for v in group])))
-        quant = [(v0, np.stack([np.asarray(v.quant.scale, np.float32) for v in group]))
-                 for group in plan.per_layer for v0 in group[:1] if id(v0) in plan.quant]
+        held = held_buffers(run.buffers) if run.buffers is not None else {}
+        quant = []  # (block-0 Value, [blocks, ...] scales): the run's held array, else constants
+        for group in plan.per_layer:
+            if id(group[0]) in plan.quant:
+                key = self._scale_key(group) if id(group[0]) in self.buffer_of else None
+                quant.append((group[0], held[key] if key in held else _stacked_scales(group)))
         body_nodes = plan.nodes[plan.start:plan.start + plan.period]
         out_carried = {pairs[gi] for *_, gi in carried}
         outs0 = [g[0] for oi, g in enumerate(plan.outputs) if oi not in out_carried]
@@ -393,8 +406,8 @@ class Program:
                 benv[id(v_in)] = c
             for (v0, _), x in zip(sliced, sl):
                 benv[id(v0)] = x
-            for v0, st in stacked:  # read in place by the kernels that take it (``layer_slices``)
-                benv[id(v0)] = LayerSlice(st, k)
+            for v0, st, k0 in stacked:  # read in place by the kernels that take it (``layer_slices``)
+                benv[id(v0)] = LayerSlice(st, k + k0)
             for (v0, _, k0, _), st in zip(carried, stacks):
                 benv[id(v0)] = LayerSlice(st, k + k0)
             saved = run.layer_quant
@@ -416,7 +429,9 @@ class Program:
 
         xs = (jnp.arange(plan.count, dtype=jnp.int32), tuple(a for _, a in sliced),
               tuple(jnp.asarray(q) for _, q in quant))
-        (_, finals), ys = lax.scan(body, (init, tuple(w for _, w, _, _ in carried)), xs)
+        (hidden, finals), ys = lax.scan(body, (init, tuple(w for _, w, _, _ in carried)), xs)
+        for v, c in plan.final:
+            env[id(v)] = hidden[c]
         ys = iter(ys)
         for oi, group in enumerate(plan.outputs):
             if oi in out_carried:
@@ -432,19 +447,19 @@ class Program:
                 if isinstance(x, LayerSlice) and x.stacked is whole:
                     env[key] = LayerSlice(final, x.index)
 
-    def _stacked_buffer(self, group: list, run: Run):
-        """The ``[blocks, ...]`` array of the weight buffers of ``group`` (one Value per block):
-        the run's stacked buffer (:attr:`stacks`), else stacked here from the run's buffers or
-        the file's values."""
+    def _stacked_buffer(self, group: list, run: Run) -> tuple:
+        """``(stacked, first)``: an array whose blocks ``first, first + 1, ...`` are the weight
+        buffers of ``group`` (one Value per block): the run's stacked buffer (:attr:`stacks`;
+        a group of fewer blocks, a prefill whose last layer is cut short, reads part of it in
+        place), else stacked here from the run's buffers or the file's values."""
         names = tuple(self.buffer_of[id(v)] for v in group)
         if run.buffers is not None:
             held = held_buffers(run.buffers)
             key, k0 = self.stack_of.get(names[0], (None, 0))
             if key is not None and self.stacks[key][k0:k0 + len(names)] == names and key in held:
-                whole = held[key]
-                return whole if k0 == 0 and len(names) == whole.shape[0] else whole[k0:k0 + len(names)]
-            return jnp.stack([self._buffer(n, run) for n in names])
-        return np.stack([np.asarray(v.data) for v in group])
+                return held[key], k0
+            return jnp.stack([self._buffer(n, run) for n in names]), 0
+        return np.stack([np.asarray(v.data) for v in group]), 0
 
     def _buffer(self, name: str, run: Run):
         """Weight buffer ``name`` from ``run.buffers``: itself, or its block of a stacked buffer."""
@@ -936,6 +951,11 @@ def build(model: ModelIR, *, backend: Optional[str] = None, options: Optional[di
     if check_static:
         check_static_inputs(program)
     return program
+
+
+def _stacked_scales(group: list) -> np.ndarray:
+    """The quantization scales of one Value per block, stacked (float32 ``[blocks, ...]``)."""
+    return np.stack([np.asarray(v.quant.scale, np.float32) for v in group])
 
 
 def _rebind(env: dict, old, new, index) -> None:

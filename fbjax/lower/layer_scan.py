@@ -76,6 +76,8 @@ class LayerScan:
             after the region or returned by the graph.
         quant: ids of block-0 constant Values whose quantization scales the
             body reads per layer (their groups are in ``per_layer``).
+        final: ``(v, c)`` pairs: the last block's Value ``v``, read after the
+            region, is carry ``c``'s final value (not a per-layer output).
     """
 
     nodes: list
@@ -86,6 +88,7 @@ class LayerScan:
     per_layer: list = field(default_factory=list)
     outputs: list = field(default_factory=list)
     quant: set = field(default_factory=set)
+    final: list = field(default_factory=list)
 
     @property
     def stop(self) -> int:
@@ -304,13 +307,13 @@ def _plan(graph: Graph, nodes: list, registry, start: int, period: int, count: i
             if v is not None and id(v) in made:
                 readers.setdefault(id(v), []).append((idx, i))
     outputs_of_graph = {id(v) for v in graph.outputs if v is not None}
-    out_pos = set()
+    out_blocks: dict = {}  # (j, o) -> the blocks whose value there is read after the region
     for vid, (k, j, o) in made.items():
         if vid in outputs_of_graph:
-            out_pos.add((j, o))
+            out_blocks.setdefault((j, o), set()).add(k)
         for idx, i in readers.get(vid, ()):
             if idx >= stop:
-                out_pos.add((j, o))
+                out_blocks.setdefault((j, o), set()).add(k)
                 continue
             kr, jr = divmod(idx - start, period)
             kind = slot_kind.get((jr, i))
@@ -350,7 +353,15 @@ def _plan(graph: Graph, nodes: list, registry, start: int, period: int, count: i
         return None
     plan.quant = {vid for vid in quant_ok
                   if any(len({_quant_key(v, False) for v in g}) > 1 for g in plan.per_layer if id(g[0]) == vid)}
-    plan.outputs = [[block_value(k, j, o) for k in range(count)] for (j, o) in sorted(out_pos)]
+    # the last block's carried value (the hidden state the suffix reads) comes from the final carry
+    carried_out = {pos: c for c, pos in enumerate(sorted(carry_init))}
+    out_pos = []
+    for pos, ks in sorted(out_blocks.items()):
+        if ks == {count - 1} and pos in carried_out:
+            plan.final.append((block_value(count - 1, *pos), carried_out[pos]))
+        else:
+            out_pos.append(pos)
+    plan.outputs = [[block_value(k, j, o) for k in range(count)] for (j, o) in out_pos]
     return plan
 
 
