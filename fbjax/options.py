@@ -153,6 +153,13 @@ class KernelOptions:
             machine's C++ compiler; ~35x XLA's integer dot on a quantized
             LLM's decode step), where they can be built; False: XLA's
             integer dot. The same int32 sums either way.
+        native_attention: True (default): on CPU, with ``native_kernels``,
+            float32 attention composites (``odml.scaled_dot_product_attention``)
+            run in fbjax's kernel (``cpu_attention.cc``), which reads a layer
+            scan's stacked KV caches in place (XLA's attention copies them
+            into another layout on every call); False: XLA's
+            ``jax.nn.dot_product_attention``. float32 sums in another order
+            (stated in the kernel's source): last-bit differences.
         layer_scan: True (default): a graph's repeated blocks (an LLM's
             transformer layers, found from the graph's structure by
             :mod:`fbjax.lower.layer_scan`) run as one ``lax.scan`` over
@@ -181,6 +188,7 @@ class KernelOptions:
     xla_defaults: Optional[bool] = None
     native_kernels: bool = True
     layer_scan: bool = True
+    native_attention: bool = True
 
     def __post_init__(self):
         if self.precision not in PRECISIONS:
@@ -206,6 +214,9 @@ class KernelOptions:
         if not isinstance(self.layer_scan, (bool, np.bool_)):
             raise InputError(f"layer_scan must be True or False, got {self.layer_scan!r}")
         object.__setattr__(self, "layer_scan", bool(self.layer_scan))
+        if not isinstance(self.native_attention, (bool, np.bool_)):
+            raise InputError(f"native_attention must be True or False, got {self.native_attention!r}")
+        object.__setattr__(self, "native_attention", bool(self.native_attention))
         _set_flag(self, "xla_defaults", "FBJAX_XLA_DEFAULTS")
 
     @property

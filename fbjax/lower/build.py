@@ -546,7 +546,7 @@ class Program:
                     args.append(lookup(v))
             updated = ()
             if args is not None and any(isinstance(a, LayerSlice) for a in args):
-                keep = opdef.fact("layer_slices")
+                keep = layer_slice_positions(opdef, node)
                 args = [a.materialize() if isinstance(a, LayerSlice) and i not in keep else a
                         for i, a in enumerate(args)]
                 updated = [a for a in args if isinstance(a, LayerSlice)]
@@ -977,6 +977,14 @@ def _same_index(a, b) -> bool:
         return False
 
 
+def layer_slice_positions(opdef: OpDef, node: Node) -> tuple:
+    """The input positions at which ``opdef``'s lowering takes a :class:`LayerSlice` for ``node``: its
+    ``layer_slices`` fact, a tuple or ``fn(node) -> tuple`` (``stablehlo.composite``: the positions its
+    composite's lowering takes)."""
+    keep = opdef.fact("layer_slices")
+    return tuple(keep(node)) if callable(keep) else keep
+
+
 def updated_in_place(plan: LayerScan, registry) -> dict:
     """``{per_layer index: outputs index}`` of the per-layer inputs that a body node
     updates in place (an operand position its op lists in ``layer_slices``, other than
@@ -990,7 +998,7 @@ def updated_in_place(plan: LayerScan, registry) -> dict:
             continue
         for n in body:
             od = registry.get(n.op_set, n.op_name)
-            keep = od.fact("layer_slices") if od is not None else ()
+            keep = layer_slice_positions(od, n) if od is not None else ()
             o = n.outputs[0] if n.outputs else None
             if (o is not None and id(o) in out_of and any(v is v0 and i in keep for i, v in enumerate(n.inputs))
                     and o.shape == v0.shape and o.dtype == v0.dtype):

@@ -1,4 +1,9 @@
-"""fbjax's native CPU kernels for integer matrix products (XLA FFI custom calls).
+"""fbjax's native CPU kernels for integer matrix products and attention (XLA FFI custom calls).
+
+(The attention kernel, ``cpu_attention.cc`` and :func:`attention`, reads a layer scan's stacked KV
+caches in place for the ``odml.scaled_dot_product_attention`` composite:
+:mod:`fbjax.lower.composites`; its source states its float32 order. The rest of this text is about
+the integer kernels.)
 
 XLA:CPU (jaxlib 0.10) has no integer matrix-product kernel: an int8 x int8
 -> int32 ``dot_general`` becomes an int32 dot whose operands are first
@@ -42,15 +47,18 @@ from typing import Optional
 import jax
 import jax.numpy as jnp
 import jaxlib
+import numpy as np
 
 from ..options import default_cache_dir
 
-__all__ = ["available", "tag", "int8_matmul", "block_matmul", "block_fc", "library_path"]
+__all__ = ["available", "tag", "int8_matmul", "block_matmul", "block_fc", "attention", "library_path"]
 
 SOURCE = Path(__file__).with_name("cpu_kernels.cc")
+#: the C++ sources compiled into the one library (``cpu_attention.cc``: the attention composite's kernel)
+SOURCES = (SOURCE, Path(__file__).with_name("cpu_attention.cc"))
 #: the FFI handlers the library exports (registered for the CPU platform under these names)
 TARGETS = ("fbjax_int8_matmul", "fbjax_block_matmul", "fbjax_block_fc",
-           "fbjax_int8_matmul_at", "fbjax_block_matmul_at", "fbjax_block_fc_at")
+           "fbjax_int8_matmul_at", "fbjax_block_matmul_at", "fbjax_block_fc_at", "fbjax_attention")
 _FLAGS = ["-O3", "-march=native", "-std=c++17", "-ffp-contract=off", "-shared", "-fPIC", "-w"]
 
 _lock = threading.Lock()
@@ -74,10 +82,10 @@ def _cpu_id() -> str:
 
 
 def library_path(cxx: str) -> Path:
-    """Where the library built by ``cxx`` for this source, jaxlib and CPU lives."""
+    """Where the library built by ``cxx`` for these sources (:data:`SOURCES`), jaxlib and CPU lives."""
     version = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=30).stdout
     h = hashlib.sha256()
-    for part in (SOURCE.read_bytes(), jaxlib.__version__.encode(), version.encode(), _cpu_id().encode(),
+    for part in (*(src.read_bytes() for src in SOURCES), jaxlib.__version__.encode(), version.encode(), _cpu_id().encode(),
                  " ".join(_FLAGS).encode()):
         h.update(part)
         h.update(b"\0")
@@ -96,7 +104,7 @@ def _build() -> Path:
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
     os.close(fd)
     try:
-        cmd = [cxx, *_FLAGS, "-I", jax.ffi.include_dir(), str(SOURCE), "-o", tmp]
+        cmd = [cxx, *_FLAGS, "-I", jax.ffi.include_dir(), *map(str, SOURCES), "-o", tmp]
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
         if r.returncode != 0:
             raise RuntimeError(f"{' '.join(cmd)} failed: {r.stderr.strip()[-2000:]}")
@@ -211,3 +219,28 @@ def block_fc(x, w, scale, layer=None):
     return jax.ffi.ffi_call("fbjax_block_fc", (jax.ShapeDtypeStruct((r, o), jnp.float32),
                                                jax.ShapeDtypeStruct((o,), jnp.float32)))(
         x.astype(jnp.int16), w, jnp.asarray(scale, jnp.float32))
+
+
+def attention(q, k, v, mask, layers, scale: float, cap: Optional[float] = None):
+    """Scaled dot-product attention with grouped-query heads, reading the key/value caches in place
+    (``cpu_attention.cc``; its header states the float32 order of the sums).
+
+    Args:
+        q: float32 ``[B, T, N, H]``.
+        k, v: float32 ``[R, Lk, B0, S, K, H]``, ``[R, Lv, B0, S, K, H]`` with ``R * B0 == B`` and ``N``
+            a multiple of ``K``: batch row ``b = r * B0 + b0`` reads ``k[r, layers[0], b0]`` and
+            ``v[r, layers[1], b0]`` (a layer scan's stacked caches, with the rows of a ``vmap`` in front,
+            read in place); query head ``n`` reads head ``n // (N / K)``.
+        mask: float32 ``[Bm, Nm, T, S]`` (additive; ``Bm`` divides ``B``, batch row ``b`` reads mask row
+            ``b // (B / Bm)``; ``Nm`` is 1 or ``N``), or None.
+        layers: int32 ``[2]``: the blocks of ``k`` and ``v`` (in ``[0, Lk)``, ``[0, Lv)``).
+        scale: the logits' factor; cap: None, or the soft cap (``cap * tanh(x / cap)``, before the mask).
+
+    Returns:
+        float32 ``[B, T, N, H]``: ``softmax(cap(scale * q k^T) + mask) v`` per head. Only on the CPU
+        backend, after :func:`available` returned True.
+    """
+    m = jnp.zeros((0,), jnp.float32) if mask is None else jnp.asarray(mask, jnp.float32)
+    return jax.ffi.ffi_call("fbjax_attention", jax.ShapeDtypeStruct(q.shape, jnp.float32))(
+        jnp.asarray(q, jnp.float32), k, v, m, jnp.asarray(layers, jnp.int32).reshape(2),
+        scale=np.float32(scale), cap=np.float32(0.0 if cap is None else cap))

@@ -45,6 +45,10 @@ class LayerSlice:
         """The block as an array (``stacked[index]``)."""
         return lax.dynamic_index_in_dim(self.stacked, self.index, keepdims=False)
 
+    def astype(self, dtype):
+        """The block as an array of ``dtype`` (a reduced ``compute_dtype`` casts a lowering's operands)."""
+        return self.materialize().astype(dtype)
+
 
 def materialize(x):
     """``x``, or the block a :class:`LayerSlice` stands for."""
