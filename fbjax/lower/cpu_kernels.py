@@ -51,14 +51,15 @@ import numpy as np
 
 from ..options import default_cache_dir
 
-__all__ = ["available", "tag", "int8_matmul", "block_matmul", "block_fc", "attention", "library_path"]
+__all__ = ["available", "tag", "int8_matmul", "int8_matmul_sym", "block_matmul", "block_fc", "attention", "library_path"]
 
 SOURCE = Path(__file__).with_name("cpu_kernels.cc")
 #: the C++ sources compiled into the one library (``cpu_attention.cc``: the attention composite's kernel)
 SOURCES = (SOURCE, Path(__file__).with_name("cpu_attention.cc"))
 #: the FFI handlers the library exports (registered for the CPU platform under these names)
 TARGETS = ("fbjax_int8_matmul", "fbjax_block_matmul", "fbjax_block_fc",
-           "fbjax_int8_matmul_at", "fbjax_block_matmul_at", "fbjax_block_fc_at", "fbjax_attention")
+           "fbjax_int8_matmul_at", "fbjax_block_matmul_at", "fbjax_block_fc_at", "fbjax_attention",
+           "fbjax_int8_matmul_sym", "fbjax_int8_matmul_sym_at")
 _FLAGS = ["-O3", "-march=native", "-std=c++17", "-ffp-contract=off", "-shared", "-fPIC", "-w"]
 
 _lock = threading.Lock()
@@ -168,6 +169,20 @@ def int8_matmul(x, w, layer=None):
     r, o = x.shape[0], w.shape[0]
     return jax.ffi.ffi_call("fbjax_int8_matmul", jax.ShapeDtypeStruct((r, o), jnp.int32))(
         x.astype(jnp.int16), w)
+
+
+def int8_matmul_sym(x, w, layer=None):
+    """:func:`int8_matmul` for symmetric rows: ``x`` int8 ``[R, I]`` (quantized with zero point 0, |x| <=
+    127), ``w`` int8 ``[O, I]`` (or stacked ``[L, O, I]`` read at block ``layer``) -> int32 ``[R, O]``.
+    On a CPU with AVX-512 VNNI, ``vpdpbusd`` (64 products an instruction, the weights offset by 128 and
+    ``128 * sum(x)`` taken off after: the same integers); elsewhere a plain loop. Only on the CPU backend,
+    after :func:`available`."""
+    if layer is not None:
+        return jax.ffi.ffi_call("fbjax_int8_matmul_sym_at",
+                                jax.ShapeDtypeStruct((x.shape[0], w.shape[1]), jnp.int32))(
+            x.astype(jnp.int8), w, _layer_operand(layer))
+    return jax.ffi.ffi_call("fbjax_int8_matmul_sym", jax.ShapeDtypeStruct((x.shape[0], w.shape[0]), jnp.int32))(
+        x.astype(jnp.int8), w)
 
 
 def block_matmul(x, w, layer=None):

@@ -194,6 +194,30 @@ _rows_vmap(_int_matmul_native)
 
 
 @jax.custom_batching.custom_vmap
+def _int_matmul_sym(q, w, layer):
+    """``sum_i q[r, i] * w[o, i]`` exactly in int32 for symmetrically quantized rows (``q`` int32 ``[R, I]``
+    in [-127, 127], zero point 0) by :func:`fbjax.lower.cpu_kernels.int8_matmul_sym` (AVX-512 VNNI), ``w``
+    int8 ``[O, I]``, or stacked ``[L, O, I]`` read at block ``layer`` (a layer scan's body; ``layer`` None
+    otherwise is passed as -1). Under ``vmap`` the batch joins the rows."""
+    x = q.astype(jnp.int8)
+    if w.ndim == 3:
+        return cpu_kernels.int8_matmul_sym(x, w, layer)
+    return cpu_kernels.int8_matmul_sym(x, w)
+
+
+@_int_matmul_sym.def_vmap
+def _int_matmul_sym_vmap(axis_size, in_batched, q, w, layer):
+    qb, wb, lb = in_batched
+    q = q if qb else jnp.broadcast_to(q, (axis_size,) + q.shape)
+    if wb or lb:  # per-example weights or blocks (not how fbjax calls it): example by example
+        w = w if wb else jnp.broadcast_to(w, (axis_size,) + w.shape)
+        layer = layer if lb else jnp.broadcast_to(layer, (axis_size,) + jnp.shape(layer))
+        return lax.map(lambda a: _int_matmul_sym(*a), (q, w, layer)), True
+    out = _int_matmul_sym(q.reshape((-1, q.shape[-1])), w, layer)
+    return out.reshape((axis_size, -1, out.shape[-1])), True
+
+
+@jax.custom_batching.custom_vmap
 def _int_matmul_native_at(q, z, w, layer):
     """:func:`_int_matmul_native` on block ``layer`` of stacked weights ``w`` ``[L, O, I]``, which the
     kernel reads in place (a layer scan's body: :mod:`fbjax.lower.layer_slice`)."""
@@ -473,8 +497,12 @@ def FULLY_CONNECTED(ctx, x, w, b=None, *, fused_activation_function="NONE", weig
     if ctx.inputs[1].quant.block_size:
         return _fc_blockwise(ctx, x.reshape(-1, i), w, b).reshape(lead + (o,))
     q, s, z = _quantize(x.reshape(-1, i), asymmetric_quantize_inputs)
+    sym = z is None and _native(ctx) and np.dtype(getattr(w, "dtype", np.int8)) == np.int8
     z = jnp.zeros(q.shape[0], jnp.int32) if z is None else z
-    if isinstance(w, LayerSlice):  # one block of a layer scan's stacked weights, read in place
+    if sym:  # symmetric rows, int8 weights: the VNNI kernel (the same int32 sums)
+        acc = (_int_matmul_sym(q, w.stacked, w.index) if isinstance(w, LayerSlice)
+               else _int_matmul_sym(q, jnp.asarray(w), jnp.int32(-1)))
+    elif isinstance(w, LayerSlice):  # one block of a layer scan's stacked weights, read in place
         acc = _int_matmul_native_at(q, z, w.stacked, w.index)
     else:
         acc = (_int_matmul_native if _native(ctx) else _int_matmul)(q, z, w)
