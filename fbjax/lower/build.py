@@ -987,8 +987,8 @@ def layer_slice_positions(opdef: OpDef, node: Node) -> tuple:
 
 def updated_in_place(plan: LayerScan, registry) -> dict:
     """``{per_layer index: outputs index}`` of the per-layer inputs that a body node
-    updates in place (an operand position its op lists in ``layer_slices``, other than
-    a weight) into a per-layer output of the same shape and dtype."""
+    updates in place (an operand position its op lists in ``updates_in_place``, other
+    than a weight) into a per-layer output of the same shape and dtype."""
     out_of = {id(g[0]): oi for oi, g in enumerate(plan.outputs)}
     body = plan.nodes[plan.start:plan.start + plan.period]
     pairs = {}
@@ -998,7 +998,7 @@ def updated_in_place(plan: LayerScan, registry) -> dict:
             continue
         for n in body:
             od = registry.get(n.op_set, n.op_name)
-            keep = layer_slice_positions(od, n) if od is not None else ()
+            keep = od.fact("updates_in_place") if od is not None else ()
             o = n.outputs[0] if n.outputs else None
             if (o is not None and id(o) in out_of and any(v is v0 and i in keep for i, v in enumerate(n.inputs))
                     and o.shape == v0.shape and o.dtype == v0.dtype):

@@ -211,7 +211,7 @@ def BUCKETIZE(ctx, x, *, boundaries=None):
     return jnp.searchsorted(b, jnp.asarray(x), side="right").astype(ctx.out_dtype(0))
 
 
-@register("tflite", "DYNAMIC_UPDATE_SLICE", layer_slices=(0,))
+@register("tflite", "DYNAMIC_UPDATE_SLICE", layer_slices=(0,), updates_in_place=(0,))
 def DYNAMIC_UPDATE_SLICE(ctx, operand, update, start_indices):
     """TFLite DYNAMIC_UPDATE_SLICE: write ``update`` at ``start_indices``,
     clamped so the update fits (XLA semantics, as the kernel does).
