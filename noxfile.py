@@ -121,12 +121,17 @@ def bench(session):
 
 @nox.session
 def bench_compare(session):
-    """`nox -s bench` for this checkout and an earlier commit, side by side (benchmarks/compare.py).
+    """`nox -s bench` for HEAD and an earlier commit side by side, with an A/A control (benchmarks/compare.py).
 
-    `nox -s bench_compare -- --base fdc718d` (required: the commit to compare
-    against); writes benchmarks/compare.md and .json with head/base of each
-    ratio per model and their geometric means with 95 % intervals; exits 1
-    when a figure is slower beyond that interval.
+    `nox -s bench_compare` compares HEAD with the previous commit (HEAD~1);
+    `-- --base REV` another one, `-- --quick` a few models at 10 rounds (about
+    5 minutes on 2 cores). Both commits run from clean worktrees, the base
+    twice (A/A: what two runs of one commit differ by here). Writes
+    benchmarks/compare.md and .json: head/base and A/A of each figure per
+    model, their geometric means with 95 % intervals; exits 1 when a figure's
+    head/base lies beyond the A/A spread on the slow side. Without a fresh
+    environment: `nox --no-venv --no-install -s bench_compare -- --quick`
+    (the Python on PATH, with the `test` extra installed).
     """
     session.install("-e", ".[test]")
     session.run("python", "benchmarks/compare.py", *session.posargs)

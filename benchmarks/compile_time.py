@@ -112,7 +112,7 @@ def hlo_by_family(path: str, grad: bool = False) -> tuple:
     import jax
     import numpy as np
 
-    from fbjax.formats import read_model
+    from fbjax import loading
     from fbjax.lower.build import build
     from fbjax.lower.registry import LOWERINGS
     from fbjax.model import _needs_x64
@@ -133,7 +133,7 @@ def hlo_by_family(path: str, grad: bool = False) -> tuple:
         def __getattr__(self, k):
             return getattr(LOWERINGS, k)
 
-    ir = read_model(path, None)
+    ir = loading.read(path)
     rewrite_quantized(ir, "exact", registry=LOWERINGS)
     prog = build(ir)
     prog.registry = Scoped()

@@ -272,9 +272,16 @@ def main() -> None:
     ap.add_argument("--quant", nargs="+", default=["int8", "int4"], choices=sorted(QUANT))
     ap.add_argument("--prefill", nargs="+", type=int, default=[128])
     ap.add_argument("--kv", type=int, default=256)
+    ap.add_argument("--layers", type=int, default=None,
+                    help="override the configuration's layer count (the bundle is named C-Nl_Q: a 1B-class "
+                         "configuration with fewer layers, to measure what each layer adds where the full "
+                         "model's export does not fit this machine)")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    c = CONFIGS[args.config]
+    c = dict(CONFIGS[args.config])
+    if args.layers is not None:
+        c["layers"] = args.layers
+        args.config = f"{args.config}-{args.layers}l"
 
     import torch
     import torch._dynamo  # noqa: F401  (before the shim: dynamo probes which packages exist)

@@ -77,13 +77,13 @@ def _metadata_json(path) -> int:
     import json
 
     from .formats import read_model
-    from .formats.task_bundle import TaskBundle, is_vision_task
+    from .formats.vision_task import VisionTaskBundle, is_vision_task
 
     def one(md):
         return None if md is None else md.as_dict()
 
     if is_vision_task(path):
-        b = TaskBundle(path)
+        b = VisionTaskBundle(path)
         doc = {n: one(b.metadata(n)) for n in b.names if n.lower().endswith(".tflite")}
     else:
         ir = read_model(path)
@@ -106,13 +106,13 @@ def cmd_inspect(args) -> int:
         print("no model given: inspecting the bundled default model")
     if is_bundle(args.model):  # an LLM bundle (.litertlm, LLM .task): sections, tokenizer, templates
         return inspect_bundle(args.model)
-    from .formats.task_bundle import TaskBundle, is_vision_task
+    from .formats.vision_task import VisionTaskBundle, is_vision_task
 
     if getattr(args, "metadata_json", False):
         return _metadata_json(args.model)
     if is_vision_task(args.model):  # a MediaPipe Tasks vision bundle: its members and their metadata
         try:
-            bundle = TaskBundle(args.model)
+            bundle = VisionTaskBundle(args.model)
         except FbjaxError as e:
             print(f"fbjax cannot read this bundle: {type(e).__name__}: {e}")
             return 1
@@ -431,11 +431,11 @@ def cmd_run(args) -> int:
 
 def _bundle_member(model, args, path):
     """``fbjax run BUNDLE.task --member NAME``: the member to run (a MediaPipe Tasks vision bundle
-    loads as a TaskBundle); a model file is returned as it is."""
-    from .formats.task_bundle import TaskBundle
+    loads as a VisionTaskBundle); a model file is returned as it is."""
+    from .formats.vision_task import VisionTaskBundle
 
     member = getattr(args, "member", None)
-    if not isinstance(model, TaskBundle):
+    if not isinstance(model, VisionTaskBundle):
         if member:
             raise SystemExit(f"fbjax run: --member picks a model from a .task bundle; {path} is a single model")
         return model
@@ -443,11 +443,11 @@ def _bundle_member(model, args, path):
         raise SystemExit(f"fbjax run: {path} is a MediaPipe Tasks bundle of {len(model.names)} models "
                          f"({', '.join(model.names)}): pick one with --member NAME")
     for part in member.split("/"):  # nested bundles: --member hand_landmarker.task/hand_detector.tflite
-        if not isinstance(model, TaskBundle) or part not in model:
-            have = ", ".join(model.names) if isinstance(model, TaskBundle) else "(not a bundle)"
+        if not isinstance(model, VisionTaskBundle) or part not in model:
+            have = ", ".join(model.names) if isinstance(model, VisionTaskBundle) else "(not a bundle)"
             raise SystemExit(f"fbjax run: no member {member!r} in {path}; members: {have}")
         model = model[part]
-    if isinstance(model, TaskBundle):
+    if isinstance(model, VisionTaskBundle):
         raise SystemExit(f"fbjax run: {member} is itself a bundle ({', '.join(model.names)}): "
                          f"--member {member}/NAME")
     print(f"member {member} of {path}")

@@ -14,7 +14,7 @@ import shlex
 import sys
 import time
 
-from .formats.llm_bundle import bundle_kind
+from .formats.llm_container import bundle_kind
 
 __all__ = ["is_bundle", "not_a_bundle", "inspect_bundle", "generate_bundle", "cmd_chat", "add_chat_parser",
            "cmd_serve", "add_serve_parser"]
@@ -64,7 +64,7 @@ def inspect_bundle(path) -> int:
     """Print a bundle's sections, model type, tokenizer, tokens, templates, sampler and signatures."""
     from . import load
     from .formats import read_model
-    from .formats.llm_bundle import read_bundle
+    from .formats.llm_container import read_bundle
 
     f = read_bundle(path)  # the container needs no tokenizer package: its sections print without one
     print(f"bundle:    {path}")

@@ -146,7 +146,7 @@ def jax_export(model, *, batch_size="file"):
             a model whose inputs all have a fixed batch (load it with
             ``batch_size=None`` first); the model's program calls fbjax's
             native CPU kernels (:mod:`fbjax.lower.cpu_kernels`, quantized
-            matrix products on CPU), which an artifact cannot carry (load it
+            matrix products and float32 attention on CPU), which an artifact cannot carry (load it
             with ``kernel_options=KernelOptions(native_kernels=False)``).
     """
     import jax
@@ -170,8 +170,8 @@ def jax_export(model, *, batch_size="file"):
         except ValueError as e:
             if "custom call" not in str(e) or not any(t in str(e) for t in cpu_kernels.TARGETS):
                 raise
-            raise InputError("jax_export: this model's quantized matrix products run in fbjax's native CPU "
-                             "kernels, custom calls that an exported artifact cannot carry; load it with "
+            raise InputError("jax_export: this model's quantized matrix products or attention run in fbjax's "
+                             "native CPU kernels, custom calls that an exported artifact cannot carry; load it with "
                              "fbjax.load(path, kernel_options=fbjax.KernelOptions(native_kernels=False)) "
                              "to export it (`fbjax export` does)") from None
 

@@ -243,8 +243,8 @@ def loss(bundle, params: Mapping, texts: Union[str, Sequence[str]], *, lora: Opt
 def _weights(source) -> tuple:
     """(float params, integer buffers, model or None) of a bundle, a Model, or a plain params dict."""
     model = getattr(source, "model", source if hasattr(source, "program") else None)
-    if model is not None:
-        return dict(model.params), dict(model.buffers), model
+    if model is not None:  # (the file's integer weights, by name: names and shapes are read here)
+        return dict(model.params), model.program.buffers, model
     if isinstance(source, Mapping):
         return dict(source), {}, None
     raise InputError(f"lora: expected an LLM bundle, a fbjax.Model or a params dict, got {type(source).__name__}")
@@ -359,7 +359,9 @@ def _with_lora(model, params, lora: Lora):
     side = {n: ab for n, ab in lora.adapters.items() if n not in params}
     targets = {vid: n for vid, n in model.program.buffer_of.items() if n in side}
     view = _LoraRegistry(model.program.registry, targets, side, {n: lora.scale(n) for n in side})
-    return params, dataclasses.replace(model.program, registry=view)
+    # unrolled (no layer scan): the view finds each adapted weight's nodes by their Values, block by block,
+    # and wraps the kernels in a custom VJP over arrays
+    return params, dataclasses.replace(model.program, registry=view, scans={})
 
 
 class _LoraRegistry:

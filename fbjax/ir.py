@@ -226,6 +226,12 @@ class ModelIR:
         description: free text from the file.
         source: where the model was read from (path), if anywhere.
         buffer: the object keeping constant data alive (mmap or bytes).
+        completed: whether the IR has been completed with an op registry's
+            facts (:func:`fbjax.passes.reading.complete`, run by the one read
+            step :func:`fbjax.passes.reading.read` that :func:`fbjax.loading.read`
+            and the numpy reference use): region arities checked, open
+            output dtypes filled. A reader returns False;
+            :func:`fbjax.lower.build.build` takes completed IR only.
     """
 
     format: str
@@ -236,6 +242,7 @@ class ModelIR:
     source: Optional[str] = None
     buffer: Any = None
     metadata: dict = field(default_factory=dict)
+    completed: bool = False
 
     @property
     def main_graph(self) -> Graph:
@@ -272,6 +279,11 @@ class OpContext:
 
     def out_dtype(self, i: int = 0) -> np.dtype:
         return np.dtype(self.node.outputs[i].dtype)
+
+    def quant_scale(self, i: int):
+        """Input ``i``'s quantization scales as float32 numpy (the lowering's
+        context may hand a layer scan's per-block scales instead)."""
+        return np.asarray(self.inputs[i].quant.scale, np.float32)
 
     @property
     def bounded(self) -> bool:

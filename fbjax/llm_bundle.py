@@ -54,9 +54,11 @@ import numpy as np
 
 from . import cache, finetune
 from .errors import InputError, ModelFormatError
-from .formats import llm_bundle as _fmt
+from .formats import llm_container as _fmt
 from .formats._writing import write_file
 from .generation import _cache_positions, _causal_mask, _CACHE_PREFIX, llm_signatures
+from .lower.build import updated_in_place
+from .lower.layer_slice import LayerSlice, materialize
 
 __all__ = ["LlmBundle", "Tokenizer", "Sampler", "ChatSession", "open_bundle"]
 
@@ -165,6 +167,12 @@ class _Runner:
         self.pre_in = {s.name: s for s in self.pre.inputs}
         self.dec_in = {s.name: s for s in self.dec.inputs}
         self.cache_names = [n for n in self.dec_in if n.startswith(_CACHE_PREFIX)]
+        #: caches kept as one stacked ``[layers, ...]`` array each (the decode graph's layer scan updates them in
+        #: place: :func:`kv_stacks`), under the key ``"stack:" + first name``; the others by name
+        self.stacks = {"stack:" + g[0]: g for g in kv_stacks(model, self.dec)
+                       if all(n in self.pre_in and self.pre_in[n].shape == self.dec_in[n].shape for n in g)}
+        stacked = {n for g in self.stacks.values() for n in g}
+        self.singles = [n for n in self.cache_names if n not in stacked]
         self.n = int(self.pre_in["tokens"].shape[-1])
         self.vocab = int({s.name: s for s in self.dec.outputs}["logits"].shape[-1])
         self.capacity = capacity
@@ -202,25 +210,48 @@ class _Runner:
         return jax.jit(ex.call, donate_argnums=donate, compiler_options=opts)
 
     def zeros(self, batch: int) -> dict:
-        return {n: jnp.zeros((batch,) + tuple(self.dec_in[n].shape), self.dec_in[n].dtype) for n in self.cache_names}
+        """Empty caches for ``batch`` rows: ``{key: array [batch, ...]}`` (stacked caches ``[batch, layers, ...]``)."""
+        kv = {n: jnp.zeros((batch,) + tuple(self.dec_in[n].shape), self.dec_in[n].dtype) for n in self.singles}
+        for key, names in self.stacks.items():
+            spec = self.dec_in[names[0]]
+            kv[key] = jnp.zeros((batch, len(names)) + tuple(spec.shape), spec.dtype)
+        return kv
+
+    def _cache_inputs(self, kv: dict) -> dict:
+        """One row's caches by signature input name (a stacked cache as its blocks)."""
+        ins = {n: kv[n] for n in self.singles}
+        for key, names in self.stacks.items():
+            ins.update({n: LayerSlice(kv[key], j) for j, n in enumerate(names)})
+        return ins
+
+    def _cache_outputs(self, out: dict) -> dict:
+        """The updated caches from a signature's outputs (:meth:`_cache_inputs`' keys)."""
+        kv = {n: materialize(out[n]) for n in self.singles}
+        for key, names in self.stacks.items():
+            first = out[names[0]]
+            kv[key] = (first.stacked if isinstance(first, LayerSlice)
+                       else jnp.stack([jnp.asarray(materialize(out[n])) for n in names]))
+        return kv
 
     def _prefill_row(self, params, buffers, kv, tokens, start):
         pos = start + jnp.arange(self.n, dtype=jnp.int32)
-        ins = dict(kv, tokens=tokens.reshape(self.pre_in["tokens"].shape).astype(self.pre_in["tokens"].dtype),
+        ins = dict(self._cache_inputs(kv),
+                   tokens=tokens.reshape(self.pre_in["tokens"].shape).astype(self.pre_in["tokens"].dtype),
                    input_pos=pos.reshape(self.pre_in["input_pos"].shape).astype(self.pre_in["input_pos"].dtype))
         if "mask" in self.pre_in:
             ins["mask"] = _causal_mask(self.pre_in["mask"], pos)
-        out = self.pre.apply(params, buffers=buffers, **ins)
-        return {n: out[n] for n in self.cache_names}
+        return self._cache_outputs(self.pre.apply_blocks(params, ins, buffers=buffers))
 
     def _decode_row(self, params, buffers, kv, token, pos):
-        ins = dict(kv, tokens=token.reshape(self.dec_in["tokens"].shape).astype(self.dec_in["tokens"].dtype),
+        ins = dict(self._cache_inputs(kv),
+                   tokens=token.reshape(self.dec_in["tokens"].shape).astype(self.dec_in["tokens"].dtype),
                    input_pos=pos.reshape(self.dec_in["input_pos"].shape).astype(self.dec_in["input_pos"].dtype))
         if "mask" in self.dec_in:
             ins["mask"] = _causal_mask(self.dec_in["mask"], pos.reshape(1))
-        out = self.dec.apply(params, buffers=buffers, **ins)
-        logits = out["logits"].reshape(-1, out["logits"].shape[-1])[-1]
-        return logits, {n: out[n] for n in self.cache_names}
+        out = self.dec.apply_blocks(params, ins, buffers=buffers)
+        logits = jnp.asarray(out["logits"])
+        logits = logits.reshape(-1, logits.shape[-1])[-1]
+        return logits, self._cache_outputs(out)
 
     def prefill(self, params, kv, tokens, start):
         """``tokens`` int32 ``[B, n]`` at positions ``start[b] ..`` -> the new caches.
@@ -304,6 +335,23 @@ class _Runner:
             return fn(*args)
 
 
+def kv_stacks(model, dec) -> list:
+    """The KV-cache inputs of signature runner ``dec`` that its graph's layer scan
+    updates in place, as tuples of signature input names in block order (one per
+    cache kind: K, V); empty when the graph has no layer scan
+    (:mod:`fbjax.lower.layer_scan`)."""
+    plan = model.program.scans.get(dec.graph_index)
+    if plan is None:
+        return []
+    name_of = {id(v): n for n, v in model.ir.signatures[dec.key].inputs.items()}
+    out = []
+    for gi in sorted(updated_in_place(plan, model.program.registry)):
+        names = tuple(name_of.get(id(v)) for v in plan.per_layer[gi])
+        if all(n is not None and n.startswith(_CACHE_PREFIX) for n in names):
+            out.append(names)
+    return out
+
+
 def _sample_row(logits, key_data, temperature, top_k, top_p):
     """One row of :meth:`_Runner.decode_rows`: ``logits`` ``[V]``, traced settings; returns
     (token id, the key's successor)."""
@@ -339,7 +387,7 @@ class LlmBundle:
     """An LLM bundle ready to turn text into text (see the module docstring).
 
     Attributes:
-        file: the parsed :class:`fbjax.formats.llm_bundle.BundleFile` (sections, metadata protos).
+        file: the parsed :class:`fbjax.formats.llm_container.LlmBundleFile` (sections, metadata protos).
         model: the prefill/decode :class:`~fbjax.Model`.
         tokenizer: the :class:`Tokenizer`.
         start_token: the id prepended to every prompt, or ``None``.
@@ -734,14 +782,14 @@ def open_bundle(source, loader, **load_kwargs) -> LlmBundle:
     """Read a bundle (path or bytes) and load its model with ``loader`` (:func:`fbjax.load`'s model path).
 
     Raises:
-        ModelFormatError: see :func:`fbjax.formats.llm_bundle.read_bundle`, plus a tokenizer whose
+        ModelFormatError: see :func:`fbjax.formats.llm_container.read_bundle`, plus a tokenizer whose
             vocabulary does not fit the model's logits, start/stop tokens outside the vocabulary, a
             signature that does not trace (:func:`fbjax.signature.trace_signatures`) or prefill/decode
             signatures that break the generation loop's contract (:mod:`fbjax.llm_contract`).
     """
     f = _fmt.read_bundle(source)
     try:
-        model = loader(f.model.data, **load_kwargs)
+        model = loader(f.model.view, **load_kwargs)  # (a view on the file's bytes: the weights held once)
     except ModelFormatError as e:
         raise ModelFormatError(f"{f.label}: section {f.model.index} ({f.model.kind}): {e}") from None
     tok = Tokenizer(f.tokenizer_kind, f.tokenizer_data, f"{f.label}: section {f.tokenizer.index} ({f.tokenizer.kind})")

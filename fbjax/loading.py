@@ -17,7 +17,6 @@ import jax
 
 from typing import Optional
 
-from .formats import read_model
 from .ir import ModelIR
 from .lower import composites
 from .lower.build import Program, build
@@ -31,16 +30,18 @@ __all__ = ["read", "rewrite", "lower"]
 
 
 def read(source, format: Optional[str] = None, registry=LOWERINGS) -> ModelIR:  # noqa: A002 - load's name
-    """The IR of ``source`` (a path or bytes, in ``format``; None: detected),
+    """The IR of ``source`` (a path or bytes, in ``format``; None: detected;
+    or a :class:`~fbjax.ir.ModelIR` a reader returned or a caller built),
     completed with what each op's registration declares
-    (:func:`fbjax.passes.reading.complete`: region arities checked, open
-    output dtypes filled): what every later pass and the lowering take.
+    (:func:`fbjax.passes.reading.read`: region arities checked, open
+    output dtypes filled): what every later pass and the lowering
+    (:func:`lower`, :func:`fbjax.lower.build.build`) take.
 
     Raises:
         ModelFormatError: the file is not a valid model of its format, or a
             node contradicts its op's declared regions.
     """
-    return reading.complete(read_model(source, format), registry)
+    return reading.read(source, registry, format)
 
 
 def rewrite(ir: ModelIR, options: LoadOptions, registry=LOWERINGS) -> ModelIR:

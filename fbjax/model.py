@@ -14,8 +14,8 @@ import numpy as np
 from .errors import FbjaxError, InputError, ModelFormatError
 from .formats import write_model
 from .formats._writing import write_file
-from .formats.llm_bundle import bundle_kind
-from .formats.task_bundle import TaskBundle, is_vision_task
+from .formats.llm_container import bundle_kind
+from .formats.vision_task import VisionTaskBundle, is_vision_task
 from .ir import MAX_VALUE_BYTES, ModelIR, Value
 from .llm_bundle import LlmBundle, open_bundle
 from . import cache
@@ -910,12 +910,12 @@ def _open_container(source, load_kwargs: dict):
     :class:`~fbjax.llm_bundle.LlmBundle`, its model loaded with
     ``load_kwargs``, with its tokenizer; a MediaPipe Tasks vision bundle
     (``.task``, a zip of ``.tflite`` members) as a
-    :class:`~fbjax.formats.task_bundle.TaskBundle`, whose members load with
+    :class:`~fbjax.formats.vision_task.VisionTaskBundle`, whose members load with
     ``load_kwargs``."""
     if bundle_kind(source):
         return open_bundle(source, load, **load_kwargs)
     if is_vision_task(source):
-        return TaskBundle(source, loader=lambda data: load(data, **load_kwargs))
+        return VisionTaskBundle(source, loader=lambda data: load(data, **load_kwargs))
     return None
 
 
@@ -924,7 +924,7 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
          constant_inputs: Optional[Mapping] = None, static_bounds: bool = False,
          compute_dtype: str = "float32", composites: str = "litert",
          max_value_bytes: int = MAX_VALUE_BYTES, tiered_compile: Optional[bool] = None,
-         kernel_options: Optional[KernelOptions] = None) -> Union[Model, TaskBundle, LlmBundle]:
+         kernel_options: Optional[KernelOptions] = None) -> Union[Model, VisionTaskBundle, LlmBundle]:
     """Load a model file as a :class:`Model`.
 
     Args:
@@ -1050,7 +1050,7 @@ def load(source, *, format: Optional[str] = None, batch_size: Union[int, None, s
         its bytes) an :class:`fbjax.llm_bundle.LlmBundle` wrapping the
         bundle's model (loaded with these options) and its tokenizer. For a
         MediaPipe Tasks vision bundle (``.task``: a zip of ``.tflite``
-        models) a :class:`~fbjax.formats.task_bundle.TaskBundle`:
+        models) a :class:`~fbjax.formats.vision_task.VisionTaskBundle`:
         ``bundle.names`` lists its members, ``bundle[name]`` loads one as a
         Model (with these options), ``bundle.save(path, {name: model})``
         writes it back.

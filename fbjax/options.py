@@ -153,6 +153,21 @@ class KernelOptions:
             machine's C++ compiler; ~35x XLA's integer dot on a quantized
             LLM's decode step), where they can be built; False: XLA's
             integer dot. The same int32 sums either way.
+        native_attention: True (default): on CPU, with ``native_kernels``,
+            float32 attention composites (``odml.scaled_dot_product_attention``)
+            run in fbjax's kernel (``cpu_attention.cc``), which reads a layer
+            scan's stacked KV caches in place (XLA's attention copies them
+            into another layout on every call); False: XLA's
+            ``jax.nn.dot_product_attention``. float32 sums in another order
+            (stated in the kernel's source): last-bit differences.
+        layer_scan: True (default): a graph's repeated blocks (an LLM's
+            transformer layers, found from the graph's structure by
+            :mod:`fbjax.lower.layer_scan`) run as one ``lax.scan`` over
+            their stacked weights, so the first call's trace and compile
+            time no longer grow with the depth; False: every block unrolled.
+            The same ops on the same operands either way (XLA may fuse the
+            float parts differently across block boundaries: last-bit
+            differences).
 
     Raises:
         InputError: a value of the wrong type or out of range.
@@ -172,6 +187,8 @@ class KernelOptions:
     chunk_threads: int = 2
     xla_defaults: Optional[bool] = None
     native_kernels: bool = True
+    layer_scan: bool = True
+    native_attention: bool = True
 
     def __post_init__(self):
         if self.precision not in PRECISIONS:
@@ -194,6 +211,12 @@ class KernelOptions:
         if not isinstance(self.native_kernels, (bool, np.bool_)):
             raise InputError(f"native_kernels must be True or False, got {self.native_kernels!r}")
         object.__setattr__(self, "native_kernels", bool(self.native_kernels))
+        if not isinstance(self.layer_scan, (bool, np.bool_)):
+            raise InputError(f"layer_scan must be True or False, got {self.layer_scan!r}")
+        object.__setattr__(self, "layer_scan", bool(self.layer_scan))
+        if not isinstance(self.native_attention, (bool, np.bool_)):
+            raise InputError(f"native_attention must be True or False, got {self.native_attention!r}")
+        object.__setattr__(self, "native_attention", bool(self.native_attention))
         _set_flag(self, "xla_defaults", "FBJAX_XLA_DEFAULTS")
 
     @property

@@ -158,6 +158,27 @@ class SignatureRunner:
             res.append(jnp.asarray(outs[k]))
         return tuple(res)
 
+    def apply_blocks(self, params: dict, inputs: dict, *, buffers=None) -> dict:
+        """:meth:`apply` for an LLM runner that keeps its KV caches stacked:
+        ``inputs`` by signature name (not checked, not cast), where an input may
+        be a :class:`~fbjax.lower.layer_slice.LayerSlice` (one block of a
+        stacked ``[layers, ...]`` array); the outputs made from such blocks
+        come back as blocks of the updated stacked array (every one of them
+        refers to its newest version), the others as arrays. Inside a layer
+        scan the stacked array is updated in place (no copy in or out).
+
+        Returns:
+            ``{output name: array or LayerSlice}``.
+        """
+        want = self.model.program.params
+        if any(getattr(params[k], "dtype", None) != want[k].dtype for k in want):
+            params = {k: v if getattr(v, "dtype", None) == want[k].dtype else jnp.asarray(v, want[k].dtype)
+                      for k, v in params.items()}
+        vals = [inputs[n] for n in self._in_names]
+        outs, _ = self.model.program.apply_graph(self.graph_index, params, None, *[vals[i] for i in self._order],
+                                                 buffers=buffers, keep_slices=True)
+        return {name: outs[k] for name, k in zip(self._out_names, self._out_pos) if k is not None}
+
     def apply(self, params: dict, *args, buffers: Optional[dict] = None, **kwargs) -> dict:
         """Pure forward pass of the signature (for ``jax.grad``, ``jit``, ``vmap``).
 

@@ -30,7 +30,7 @@ import pytest
 import fbjax
 from fbjax.formats import tflite_builder
 from fbjax.cache import compiler_options
-from fbjax.formats import read_model
+from fbjax.loading import read
 from fbjax.lower.build import build
 from fbjax.executors.planner import plan, worth_preparing
 from fbjax.executors.chunked import select_chunks
@@ -84,7 +84,7 @@ def _convs(jaxpr_text):
 @pytest.mark.parametrize("backend", ["gpu", "tpu"])
 def test_accelerator_lowering_is_plain_lax_and_agrees_with_cpu(case, backend):
     src = _source(case)
-    ir_cpu, ir_acc = read_model(src, None), read_model(src, None)
+    ir_cpu, ir_acc = read(src), read(src)
     cpu, acc = build(ir_cpu, backend="cpu"), build(ir_acc, backend=backend)
     g = ir_cpu.main_graph
     xs = [np.random.default_rng(0).standard_normal(v.shape).astype(np.float32) for v in g.inputs]
@@ -124,7 +124,7 @@ SHARED_MODEL = SHARED / "mediapipe_face_detection_short_range.tflite"
 def test_shared_model_accelerator_lowering_agrees_with_cpu():
     """A whole MediaPipe detector (depthwise, 3-channel first conv, pools):
     the plain lax program equals the CPU program within summation order."""
-    ir_cpu, ir_acc = read_model(str(SHARED_MODEL), None), read_model(str(SHARED_MODEL), None)
+    ir_cpu, ir_acc = read(str(SHARED_MODEL)), read(str(SHARED_MODEL))
     cpu, acc = build(ir_cpu, backend="cpu"), build(ir_acc, backend="gpu")
     xs = [np.random.default_rng(0).random(v.shape, dtype=np.float32) for v in ir_cpu.main_graph.inputs]
     k = max(int(np.prod(v.shape[1:])) for n in ir_cpu.main_graph.nodes for v in n.inputs[1:2]

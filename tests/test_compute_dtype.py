@@ -21,7 +21,7 @@ import pytest
 
 import fbjax
 from fbjax import precision
-from fbjax.formats import read_model
+from fbjax.loading import read
 from fbjax.lower.build import build
 
 DATA = Path(__file__).parent / "data"
@@ -73,7 +73,7 @@ def test_conv_error_within_rounding_bound(dtype):
 def test_accelerator_lowering_uses_reduced_operands_with_float32_accumulation():
     """The plain lax path (what GPU/TPU run): the convolution takes bfloat16
     operands and accumulates into float32 (``preferred_element_type``)."""
-    ir = read_model(str(BUILTINS / "conv_2d.tflite"), None)
+    ir = read(str(BUILTINS / "conv_2d.tflite"))
     prog = build(ir, backend="gpu", options={"compute_dtype": "bfloat16"})
     x = _x(fbjax.load(BUILTINS / "conv_2d.tflite").inputs[0])
     jaxpr = jax.make_jaxpr(prog.apply)(prog.params, None, x).jaxpr
@@ -88,7 +88,7 @@ def test_accelerator_lowering_uses_reduced_operands_with_float32_accumulation():
 @pytest.mark.parametrize("name", ["softmax", "mean", "l2_normalization"])
 def test_reductions_and_normalisations_compute_in_float32(name):
     path = BUILTINS / f"{name}.tflite"
-    ir = read_model(str(path), None)
+    ir = read(str(path))
     prog = build(ir, options={"compute_dtype": "bfloat16"})
     m32 = fbjax.load(path)
     xs = [_x(s) for s in m32.inputs]

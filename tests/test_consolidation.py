@@ -447,3 +447,65 @@ def test_compute_dtype_is_the_dtype_name_everywhere():
         assert opts.compute_dtype == name and opts.lowering()["compute_dtype"] == name
     m = fbjax.load(single_op_model("RELU", [(2,)]), compute_dtype=np.dtype("float16"))
     assert m.compute_dtype == "float16"
+
+
+def test_build_takes_completed_ir_only():
+    """Issue 36 item 4: ``build`` lowers what the read step returns
+    (``fbjax.loading.read``); a reader's IR is refused, not completed on the
+    side, so the read sequence runs in one order."""
+    from fbjax import loading, reference
+    from fbjax.lower.build import build
+
+    data = single_op_model("ADD", [(2, 3), (2, 3)])
+    raw = read_model(data)
+    assert not raw.completed
+    with pytest.raises(ValueError, match="completed IR"):
+        build(raw)
+    assert loading.read(raw) is raw and raw.completed  # a reader's IR completes in place
+    prog = build(loading.read(data))
+    x = np.arange(6, dtype=F32).reshape(2, 3)
+    (y,), _ = prog.apply(prog.params, None, x, x)
+    np.testing.assert_array_equal(np.asarray(y), x + x)
+    assert reference.run(data, x, x)[0].tolist() == (x + x).tolist()
+
+
+def test_one_module_name_per_job_and_the_task_bundles_named_apart():
+    """Issue 36 item 5: one ``llm_bundle`` module (the ``LlmBundle`` runtime,
+    :mod:`fbjax.llm_bundle`); the container reader is ``formats.llm_container``,
+    the vision ``.task`` bundle ``formats.vision_task.VisionTaskBundle``. The
+    old names keep working, each with a ``DeprecationWarning``."""
+    import importlib
+    from pathlib import Path
+
+    from fbjax.formats import llm_container, vision_task
+
+    pkg = Path(fbjax.__file__).parent
+    stems = [p.stem for p in pkg.rglob("*.py") if "_generated" not in p.parts]
+    assert stems.count("llm_bundle") == 1 and "task_bundle" not in stems
+    assert fbjax.VisionTaskBundle is vision_task.VisionTaskBundle and "TaskBundle" not in fbjax.__all__
+    old = [(fbjax, "TaskBundle", vision_task.VisionTaskBundle),
+           (importlib.import_module("fbjax.formats"), "llm_bundle", llm_container),
+           (importlib.import_module("fbjax.formats"), "task_bundle", vision_task),
+           (vision_task, "TaskBundle", vision_task.VisionTaskBundle),
+           (vision_task, "write_bundle", vision_task.write_vision_task),
+           (llm_container, "BundleFile", llm_container.LlmBundleFile)]
+    for mod, name, new in old:
+        with pytest.warns(DeprecationWarning, match="deprecated"):
+            assert getattr(mod, name) is new, (mod.__name__, name)
+    with pytest.raises(AttributeError):
+        fbjax.formats.no_such_module  # noqa: B018
+
+
+def test_gpu_is_the_backend_and_gpu_cl_the_op_set():
+    """Issue 36 item 5: the TFLite GPU delegate files' op set is ``"gpu_cl"``
+    (its format's name), so ``"gpu"`` means only JAX's backend;
+    ``supported_ops("gpu")`` still answers, with a ``DeprecationWarning``."""
+    from fbjax.formats import gpu_cl
+    from fbjax.reference import REFERENCE
+
+    ops = fbjax.supported_ops()
+    assert "gpu" not in ops and "convolution_2d" in ops["gpu_cl"] and gpu_cl.OP_SET == "gpu_cl"
+    assert "gpu" not in REFERENCE.ops() and set(REFERENCE.ops()["gpu_cl"]) == set(ops["gpu_cl"])
+    assert {n.op_set for n in read_model(fbjax.data.SINE_GPU_CL).iter_nodes()} == {"gpu_cl"}
+    with pytest.warns(DeprecationWarning, match="gpu_cl"):
+        assert fbjax.supported_ops("gpu") == {"gpu_cl": ops["gpu_cl"]}

@@ -26,6 +26,7 @@ import pytest
 import fbjax
 import fbjax.formats.gpu_cl_writer
 import fbjax.reference
+from fbjax import loading
 from fbjax.errors import ModelFormatError, UnsupportedOperatorError
 from fbjax.ir import Graph, ModelIR
 from fbjax.formats import detect_format, gpu_cl, read_model, tflite
@@ -480,7 +481,7 @@ def test_reader_attributes_are_the_ops_attributes():
         for n in read_model(GPU / f).main_graph.nodes:
             names = set(n.attrs) - {"gpu_node", "gpu_index"}
             for reg in (LOWERINGS, REFERENCE):
-                assert names <= reg.get("gpu", n.op_name).attr_names, (f, n.op_name, sorted(names))
+                assert names <= reg.get("gpu_cl", n.op_name).attr_names, (f, n.op_name, sorted(names))
             seen.add(n.op_name)
     assert not seen & WRITTEN_ONLY, sorted(seen & WRITTEN_ONLY)  # a shared file has it now: drop it there
     assert seen | WRITTEN_ONLY == set(gpu_cl.KERNELS), sorted(set(gpu_cl.KERNELS) - seen - WRITTEN_ONLY)
@@ -488,7 +489,7 @@ def test_reader_attributes_are_the_ops_attributes():
 
 def test_op_records_cover_the_op_set():
     recorded = {k.split("[")[0] for k in OP_RECORDS}
-    assert recorded | WRITTEN_ONLY == set(fbjax.supported_ops("gpu")["gpu"])
+    assert recorded | WRITTEN_ONLY == set(fbjax.supported_ops("gpu_cl")["gpu_cl"])
     assert WRITTEN_ONLY <= {op for op, _ in LINKED_CASES}
 
 
@@ -508,7 +509,7 @@ def test_op_lowering_matches_numpy_twin(key):
     xs = [rng.normal(size=v.shape).astype(np.float32) for v in ins]
     if node.attrs.get("variant") == "converter":  # a filter, as the runtime-weights convolution reads it
         xs = [rng.normal(size=ins[0].shape).astype(np.float32)]
-    prog = build(ir)
+    prog = build(loading.read(ir))
     got, _ = prog.apply(prog.params, None, *xs)
     got = np.asarray(got[0] if isinstance(got, (list, tuple)) else got)
     want = fbjax.reference.run(ir, *xs)[0]
@@ -578,7 +579,7 @@ def test_save_f16_rounds():
 def test_unknown_node_kind_names_it():
     buf = (GPU / "mediapipe_selfie_segmentation.F32.BUFFER.bin").read_bytes()
     bad = buf.replace(b"sigmoid", b"sigmoix", 1)  # same length: only the name changes
-    with pytest.raises(UnsupportedOperatorError, match=r"gpu:sigmoix.*node \d+ \('.*sigmoix"):
+    with pytest.raises(UnsupportedOperatorError, match=r"gpu_cl:sigmoix.*node \d+ \('.*sigmoix"):
         read_model(bad)
 
 
@@ -610,8 +611,8 @@ def test_every_gap_listed_at_once():
         r.code = r.code.replace(b"mix(", b"nix(").replace(b"st.x", b"sx.x")  # nearest sampling
     with pytest.raises(UnsupportedOperatorError) as e:
         read_model(_edited(SELFIE, edit))
-    assert set(e.value.ops) == {"gpu:sigmoix", "gpu:meanx", "gpu:add (a constant operand)",
-                                "gpu:resize (nearest-neighbour sampling)"}, e.value.ops
+    assert set(e.value.ops) == {"gpu_cl:sigmoix", "gpu_cl:meanx", "gpu_cl:add (a constant operand)",
+                                "gpu_cl:resize (nearest-neighbour sampling)"}, e.value.ops
     assert "node 5 ('fully_connected 9 linked : sigmoix 10'): sigmoix" in str(e.value)
     assert "node 55 (add 91)" in str(e.value)
 
@@ -621,7 +622,7 @@ def test_reflect_padding_is_a_variant():
     def edit(ic):
         n = next(n for n in ic.nodes if n.name.startswith(b"pad "))
         n.gpuOp.code = b"int reflect_coord(int x, int size) { return x; }\n" + n.gpuOp.code
-    with pytest.raises(UnsupportedOperatorError, match=r"gpu:pad \(reflect padding\)"):
+    with pytest.raises(UnsupportedOperatorError, match=r"gpu_cl:pad \(reflect padding\)"):
         read_model(_edited("mediapipe_face_detection_short_range.F32.BUFFER.bin", edit))
 
 
@@ -649,7 +650,7 @@ def test_prelu_with_clip_is_a_variant():
         v = G25.FloatValueT()
         v.name, v.value = b"clip_link1", 6.0
         a.floatValues = (a.floatValues or []) + [v]
-    with pytest.raises(UnsupportedOperatorError, match=r"gpu:prelu \(a clip\)"):
+    with pytest.raises(UnsupportedOperatorError, match=r"gpu_cl:prelu \(a clip\)"):
         read_model(_edited("mediapipe_hand_recrop.F32.BUFFER.bin", edit))
 
 
@@ -763,7 +764,7 @@ def test_linked_op_reads_its_runtime_second_tensor(op, form):
         np.testing.assert_array_equal(got, _TWO_INPUT[op][1](a, b).astype(np.float32))
     assert not np.array_equal(got, a + b)  # the op changed what the node computes
 
-    prog = build(_upto(ir, names))
+    prog = build(loading.read(_upto(ir, names)))
     ja, jb, jgot = (np.asarray(v) for v in prog.apply(prog.params, None, *_recorded_inputs(ir))[0])
     with np.errstate(divide="ignore", invalid="ignore"):
         np.testing.assert_array_equal(jgot, _TWO_INPUT[op][1](ja, jb).astype(np.float32))
@@ -779,7 +780,7 @@ def test_linked_op_reads_its_runtime_second_tensor(op, form):
 def test_linked_constant_second_tensor_is_a_variant():
     """A ``second_tensor_link1`` object holding data is a constant operand: refused, not read as a tensor."""
     buf = _edited(RECROP, _linked_edit("mul", "object", data=np.ones(64, np.float32)))
-    with pytest.raises(UnsupportedOperatorError, match=r"gpu:mul \(a constant operand, linked\)"):
+    with pytest.raises(UnsupportedOperatorError, match=r"gpu_cl:mul \(a constant operand, linked\)"):
         read_model(buf)
 
 

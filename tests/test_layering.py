@@ -34,6 +34,7 @@ cycle dodged inside a function is still a cycle).
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -170,3 +171,65 @@ def test_passes_is_one_layer_below_the_lowering():
     mods = [m for m, _, _ in _modules() if m == "fbjax.passes" or m.startswith("fbjax.passes.")]
     assert len(mods) >= 4 and {_layer(m) for m in mods} == {1}, {m: _layer(m) for m in mods}
     assert not [k for k in LAYERS if k.startswith("fbjax.passes.")]
+
+
+def test_the_lowering_imports_no_pass():
+    """Issue 36 item 4: the lowering takes completed IR only (``build``
+    refuses a reader's IR), so no module of ``fbjax.lower`` imports
+    ``fbjax.passes`` (``lower/build.py`` imported ``passes.reading`` to
+    complete the IR itself, the one import that ran back up the load
+    sequence); the numpy reference imports only the read step."""
+    lower = [f"{mod}:{line} imports {t}" for mod, is_pkg, path in _modules() if mod.startswith("fbjax.lower")
+             for t, line, _ in _imports(mod, is_pkg, path) if t == "fbjax.passes" or t.startswith("fbjax.passes.")]
+    assert not lower, "\n".join(lower)
+    ref = {t for mod, is_pkg, path in _modules() if mod.startswith("fbjax.reference")
+           for t, _, _ in _imports(mod, is_pkg, path) if t == "fbjax.passes" or t.startswith("fbjax.passes.")}
+    assert ref == {"fbjax.passes.reading"}, ref
+
+
+@functools.cache
+def _calls_of(name: str) -> list:
+    """``(module, innermost enclosing function or None)`` of every call of a
+    function called ``name`` in the package (``name(...)`` or
+    ``something.name(...)``)."""
+    out = []
+
+    class Calls(ast.NodeVisitor):
+        def __init__(self, mod):
+            self.mod, self.fn = mod, [None]
+
+        def visit_FunctionDef(self, node):
+            self.fn.append(node.name)
+            self.generic_visit(node)
+            self.fn.pop()
+
+        visit_AsyncFunctionDef = visit_FunctionDef
+
+        def visit_Call(self, node):
+            f = node.func
+            if (isinstance(f, ast.Name) and f.id == name) or (isinstance(f, ast.Attribute) and f.attr == name):
+                out.append((self.mod, self.fn[-1]))
+            self.generic_visit(node)
+
+    for mod, _, path in _modules():
+        Calls(mod).visit(ast.parse(path.read_text(), str(path)))
+    return out
+
+
+def test_reading_complete_is_called_from_one_place():
+    """Issue 36 item 4: one read step. ``fbjax.passes.reading.complete`` is
+    called by ``fbjax.passes.reading.read`` only, which ``fbjax.loading.read``
+    (load, inspect, precision) and the numpy reference call; nothing imports
+    ``complete`` by name to call it elsewhere."""
+    assert _calls_of("complete") == [("fbjax.passes.reading", "read")]
+    by_name = [mod for mod, is_pkg, path in _modules() for node in ast.walk(ast.parse(path.read_text()))
+               if isinstance(node, ast.ImportFrom) and any(a.name == "complete" for a in node.names)]
+    assert not by_name, by_name
+    readers = sorted({mod for mod, fn in _calls_of("read") if mod in ("fbjax.loading", "fbjax.reference")})
+    assert readers == ["fbjax.loading", "fbjax.reference"]
+
+
+def test_the_call_finder_sees_calls():
+    """:func:`_calls_of` finds a call it must (so the one-place test can fail)."""
+    assert ("fbjax.loading", "read") in _calls_of("read")
+    assert ("fbjax.lower.build", "build") in _calls_of("check_supported")

@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 import fbjax
-from fbjax.formats import llm_bundle as fmt
+from fbjax.formats import llm_container as fmt
 from fbjax.formats._generated import litertlm_header_generated as S
 from fbjax.formats._generated.litertlm_proto import llm_metadata_pb2
 

@@ -3,7 +3,7 @@ load (fbjax.signature.trace_signatures), the bundle's contract with its model is
 (fbjax.llm_contract), and a lowering's error met at call time is fbjax's own (fbjax.lower.build.file_error).
 
 The bundles are the committed fixtures with their model section edited through the TFLite object API
-(``tflite_generated.ModelT``) and packed back with ``fbjax.formats.llm_bundle.write_bundle``; before these
+(``tflite_generated.ModelT``) and packed back with ``fbjax.formats.llm_container.write_bundle``; before these
 checks, each loaded and then failed inside ``generate`` with ``KeyError``, ``InputError`` or a raw ``TypeError``.
 """
 
@@ -17,7 +17,7 @@ import pytest
 
 import fbjax
 from fbjax.errors import ModelFormatError
-from fbjax.formats import llm_bundle as fmt
+from fbjax.formats import llm_container as fmt
 from fbjax.formats._generated import tflite_generated as T
 from fbjax.formats.tflite_builder import TFLiteBuilder
 

@@ -260,11 +260,11 @@ def load_pinned(rten: bytes, xs: list):
     """Load with the shape-determining inputs bound to this data set's values as
     constants (what a caller does for a model whose shapes depend on values);
     returns ``(model, remaining inputs, pinned names)``."""
-    from fbjax.formats import read_model
+    from fbjax import loading
     from fbjax.lower.build import build
     from fbjax.model import Model
 
-    ir = read_model(rten)
+    ir = loading.read(rten)
     g = ir.main_graph
     pin = {id(v) for v in shape_determining_inputs(ir)}
     rest, names = [], []

@@ -60,7 +60,7 @@ def test_registries_walked():
     both = _LOWER.keys() & _TWIN.keys()
     op_sets = {s for s, _ in both}
     assert {"tflite", "tflite.custom", "tflite.int", "tflite.hybrid", "fbjax", "onnx", "stablehlo",
-            "stablehlo.custom_call", "gpu", "composite"} <= op_sets, sorted(op_sets)
+            "stablehlo.custom_call", "gpu_cl", "composite"} <= op_sets, sorted(op_sets)
     assert len(both) >= 400, len(both)
 
 

@@ -65,7 +65,7 @@ OP_SETS = ("tflite", "tflite.custom", "tflite.int", "tflite.hybrid", "fbjax", "s
            "stablehlo.custom_call", "composite")
 #: op sets whose lowering/twin parity is checked in another module
 PARITY_ELSEWHERE = {
-    "gpu": "tests/test_parity_gpu.py",
+    "gpu_cl": "tests/test_parity_gpu.py",
     "onnx": "tests/test_onnx_conformance.py (test_every_rten_op_has_lowering_and_twin; the node suite runs both)",
 }
 

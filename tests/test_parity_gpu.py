@@ -1,6 +1,6 @@
-"""Op set ``"gpu"`` (TFLite GPU delegate kernels): every lowering has its numpy twin, and both agree.
+"""Op set ``"gpu_cl"`` (TFLite GPU delegate kernels): every lowering has its numpy twin, and both agree.
 
-* Registry parity: the keys of op set ``"gpu"`` in :data:`fbjax.lower.LOWERINGS`,
+* Registry parity: the keys of op set ``"gpu_cl"`` in :data:`fbjax.lower.LOWERINGS`,
   :data:`fbjax.reference.registry.REFERENCE` and the reader's op table
   (:data:`fbjax.formats.gpu_cl.KERNELS`) are the same, with the same static
   inputs and attribute names, and every attribute the cases set is one the op takes.
@@ -39,13 +39,14 @@ import numpy as np
 import pytest
 
 import fbjax.reference
+from fbjax import loading
 from fbjax.formats.gpu_cl import KERNELS
 from fbjax.ir import Graph, ModelIR, Node, Value
 from fbjax.lower import LOWERINGS
 from fbjax.lower.build import build
 from fbjax.reference.registry import REFERENCE
 
-OP_SET = "gpu"
+OP_SET = "gpu_cl"
 EPS = float(np.finfo(np.float32).eps)
 
 #: ops without a generated case, with the reason (a registered op in neither cases nor here fails)
@@ -209,7 +210,7 @@ def test_max_pooling_starts_at_minus_10000():
     x[0, 0, 0, 0] = -2e4
     case = Case("pooling_2d", [x.shape], (1, 2, 2, 1), {"kind": "max", "kernel": (2, 2), "strides": (1, 1),
                                                         "padding": (0, 0)})
-    ir = _graph(case, [])
+    ir = loading.read(_graph(case, []))
     prog = build(ir)
     want = np.full((1, 2, 2, 1), -10000.0, np.float32)
     got, _ = prog.apply(prog.params, None, x)
@@ -244,7 +245,7 @@ def _run(case: Case, compute_dtype=None):
     """``(inputs, lowering's output as float64, twin's output)`` of a case on its seeded inputs."""
     rng = np.random.default_rng(zlib.crc32(case.id.encode()))
     xs = [(rng.normal(size=s) * case.scale).astype(np.float32) for s in case.ins]
-    ir = _graph(case, case.consts)
+    ir = loading.read(_graph(case, case.consts))
     prog = build(ir, options={"compute_dtype": compute_dtype} if compute_dtype else None)
     got, _ = prog.apply(prog.params, None, *xs)
     got = np.asarray(got[0] if isinstance(got, (list, tuple)) else got)

@@ -214,9 +214,9 @@ def test_quick_tier_runs_the_plain_kernel_choices(tiering):
 
 
 def test_kernels_option_is_checked():
-    from fbjax.formats import read_model
+    from fbjax import loading
     from fbjax.lower.build import build
-    ir = read_model(single_op_model("ADD", [(2, 3), (2, 3)]), None)
+    ir = loading.read(single_op_model("ADD", [(2, 3), (2, 3)]))
     assert build(ir, backend="cpu", options={"kernels": "quick"}).kernel_backend == "cpu_quick"
     assert build(ir, backend="gpu", options={"kernels": "quick"}).kernel_backend == "gpu"  # plain there anyway
     assert build(ir, backend="cpu").kernel_backend == "cpu"

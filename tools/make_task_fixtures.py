@@ -19,7 +19,7 @@ create_model_asset_bundle`` (the function MediaPipe's model makers bundle with):
   shared face detector and face landmark models (the layout of MediaPipe's
   face_landmarker.task: ``face_detector.tflite``,
   ``face_landmarks_detector.tflite``), for trying by hand; not committed
-  (1.4 MB): tests/test_task_bundles.py builds the same from ../shared.
+  (1.4 MB): tests/test_vision_tasks.py builds the same from ../shared.
 """
 
 from __future__ import annotations

@@ -11,10 +11,17 @@
   prototype flatbuffer, probed); writer :mod:`fbjax.formats.stablehlo_writer`
 * :mod:`fbjax.formats.gpu_cl` -- TFLite GPU delegate (OpenCL) serialized
   ``.bin`` (probed per schema generation); writer :mod:`fbjax.formats.gpu_cl_writer`
-* :mod:`fbjax.formats.llm_bundle` -- LLM bundles: LiteRT-LM ``.litertlm``
+* :mod:`fbjax.formats.llm_container` -- LLM bundles: LiteRT-LM ``.litertlm``
   and MediaPipe LLM ``.task`` (containers around a ``.tflite``: ``fbjax.load``
-  dispatches on :func:`fbjax.formats.llm_bundle.bundle_kind` before
+  dispatches on :func:`fbjax.formats.llm_container.bundle_kind` before
   :func:`read_model`); written back by ``write_bundle``
+* :mod:`fbjax.formats.vision_task` -- MediaPipe Tasks vision ``.task``
+  bundles (a zip of ``.tflite`` members, :class:`~fbjax.formats.vision_task.VisionTaskBundle`)
+
+The module names ``fbjax.formats.llm_bundle`` and ``fbjax.formats.task_bundle``
+(before issue 36 named the two ``.task`` kinds apart and left one
+``llm_bundle`` module, :mod:`fbjax.llm_bundle`) still resolve as attributes
+(``from fbjax.formats import llm_bundle``), with a ``DeprecationWarning``.
 
 ``_generated/`` holds the Python bindings ``flatc`` generated from
 ``schemas/*.fbs`` (regenerate with ``nox -s schemas``; do not edit by hand).
@@ -25,6 +32,7 @@ from __future__ import annotations
 import importlib
 import os
 import struct
+import warnings
 from typing import Mapping, Optional
 
 from ..errors import InputError, ModelFormatError
@@ -188,8 +196,10 @@ def read_model(source, format: Optional[str] = None) -> ModelIR:
 
     What a file means per op (region graphs' arities, the output dtypes an
     RTen file leaves open as None) is applied after reading, with an op
-    registry, by :func:`fbjax.passes.reading.complete` (:func:`fbjax.load` and
-    :func:`fbjax.reference.run` run it).
+    registry, by the read step :func:`fbjax.passes.reading.read`
+    (:func:`fbjax.loading.read`, run by :func:`fbjax.load`, and
+    :func:`fbjax.reference.run` call it); the lowering takes only its result
+    (:attr:`fbjax.ir.ModelIR.completed`).
 
     Raises:
         ModelFormatError: unknown or corrupt file.
@@ -226,3 +236,16 @@ def write_model(ir: ModelIR, updates: Mapping, *, requantize: str = "file", regi
     if module is None:
         raise InputError(f"saving {ir.format!r} models is not supported yet (writers: {sorted(WRITERS)})")
     return module.write(ir, updates, requantize=requantize, registry=registry)
+
+
+#: deprecated submodule name -> the module that took its job (issue 36)
+_RENAMED_MODULES = {"llm_bundle": "llm_container", "task_bundle": "vision_task"}
+
+
+def __getattr__(name: str):
+    if name in _RENAMED_MODULES:
+        new = _RENAMED_MODULES[name]
+        warnings.warn(f"fbjax.formats.{name} is deprecated: use fbjax.formats.{new}", DeprecationWarning,
+                      stacklevel=2)
+        return importlib.import_module(f"{__name__}.{new}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

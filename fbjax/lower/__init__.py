@@ -14,6 +14,6 @@ from . import tflite  # noqa: F401,E402  (registers the "tflite" and "tflite.cus
 from . import tflite_int  # noqa: F401,E402  (registers the "tflite.int" and "fbjax" quantization ops)
 from . import onnx  # noqa: F401,E402  (registers the "onnx" op set: RTen models)
 from . import stablehlo  # noqa: F401,E402  (registers the "stablehlo" ops)
-from . import gpu  # noqa: F401,E402  (registers the "gpu" ops: TFLite GPU delegate .bin files)
+from . import gpu  # noqa: F401,E402  (registers the "gpu_cl" ops: TFLite GPU delegate .bin files)
 
 __all__ = ["LOWERINGS", "register", "kernels", "tflite", "tflite_int", "onnx", "stablehlo", "gpu"]

@@ -21,17 +21,22 @@ one copy. Without ``buffers`` (a caller's own ``jax.jit`` of
 
 from __future__ import annotations
 
+import json
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Optional
 
 import jax
+import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
-from ..passes import reading
+from .layer_scan import LayerScan, find_layer_scan
 from .._registry import OpDef, call_op, gap_detail, kernel_gaps
 from ..errors import FbjaxError, ModelFormatError, UnsupportedOperatorError
 from ..ir import MAX_VALUE_BYTES, Graph, ModelIR, Node, OpContext, Value, has_valid_count, value_size_problem
+from .layer_slice import LayerSlice, materialize
 from .registry import LOWERINGS
 
 
@@ -73,6 +78,10 @@ class Run:
         narrow: whether float ops compute in the program's reduced
             ``compute_dtype`` here (False inside a ``full_precision`` op's
             subgraph, and for programs computing in float32).
+        layer_quant: inside a layer scan's body: id(Value) -> the traced
+            quantization scales of the block being computed, for the
+            weights whose scales differ per block
+            (:meth:`LowerContext.quant_scale`).
     """
 
     params: dict
@@ -81,6 +90,7 @@ class Run:
     var_names: list = field(default_factory=list)
     narrow: bool = False
     buffers: Optional[dict] = None
+    layer_quant: dict = field(default_factory=dict)
 
 
 class LowerContext(OpContext):
@@ -109,6 +119,16 @@ class LowerContext(OpContext):
         self.run = run
         self.full_precision = full_precision
         self.max_value_bytes = program.max_value_bytes
+
+    def quant_scale(self, i: int):
+        """The quantization scales of input ``i``: ``self.inputs[i].quant.scale``
+        (numpy), or inside a layer scan's body, for a weight whose scales
+        differ per block, the block's scales (a traced float32 array of the
+        same shape). Only ops whose registration lists ``i`` in their
+        ``layer_quant`` fact get traced scales; they must read them here."""
+        v = self.inputs[i]
+        traced = self.run.layer_quant.get(id(v)) if v is not None else None
+        return traced if traced is not None else super().quant_scale(i)
 
     def call_graph(self, index: int, *args):
         """Evaluate ``model.graphs[index]`` on ``args`` in this run; returns a list.
@@ -200,6 +220,13 @@ class Program:
         buffer_of: id(Value) -> weight buffer name.
         buffer_bits: weight buffer name -> bits per value the file stores
             (4 for TFLite ``INT4``), for those narrower than their dtype.
+        scans: graph index -> the :class:`~fbjax.lower.layer_scan.LayerScan`
+            its repeated blocks run as (``KernelOptions.layer_scan``; made by
+            :func:`plan_layer_scans`); graphs not named here are unrolled.
+        stacks: stacked buffer name -> the weight buffer names it holds, one
+            per block of a scan, in block order: :meth:`device_buffers` puts
+            them on the device as one ``[blocks, ...]`` array, which the scan
+            body indexes (and any other program slices).
     """
 
     model: ModelIR
@@ -211,6 +238,8 @@ class Program:
     buffers: dict = field(default_factory=dict)
     buffer_of: dict = field(default_factory=dict)
     buffer_bits: dict = field(default_factory=dict)
+    scans: dict = field(default_factory=dict)
+    stacks: dict = field(default_factory=dict)
 
     def __post_init__(self):
         cd = self.options.get("compute_dtype")
@@ -221,15 +250,36 @@ class Program:
         kernels = self.options.get("kernels", "backend")
         if kernels not in KERNEL_CHOICES:
             raise ValueError(f"lowering option kernels={kernels!r}: expected one of {KERNEL_CHOICES}")
+        #: weight buffer name -> (stacked buffer name, block)
+        self.stack_of = {}
+        for k, names in self.stacks.items():
+            for i, n in enumerate(names):
+                self.stack_of.setdefault(n, (k, i))
 
-    def device_buffers(self, device=None) -> dict:
+    def device_buffers(self, device=None) -> "WeightBuffers":
         """The weight buffers as JAX arrays on ``device`` (default: JAX's
         default device), each held once, in the dtype the file stores
-        (int4 values two per byte: :func:`buffer_array`): pass them as the
-        ``buffers`` argument of :meth:`apply` / :meth:`apply_graph` to the
-        programs that share them."""
-        return {k: jax.device_put(buffer_array(v, self.buffer_bits.get(k, 0)), device)
-                for k, v in self.buffers.items()}
+        (int4 values two per byte: :func:`buffer_array`), the weights of a
+        layer scan's blocks as one stacked array (:attr:`stacks`): pass them
+        as the ``buffers`` argument of :meth:`apply` / :meth:`apply_graph`
+        to the programs that share them."""
+        # stacked on the device from each block's array (put there without a copy where the backend can):
+        # no host-side stack, whose temporary would hold the weights a third time at the peak
+        held = {k: jnp.stack([jax.device_put(buffer_array(self.buffers[n], self.buffer_bits.get(n, 0)), device)
+                              for n in names])
+                for k, names in self.stacks.items()}
+        held.update({k: jax.device_put(buffer_array(v, self.buffer_bits.get(k, 0)), device)
+                     for k, v in self.buffers.items() if k not in self.stack_of})
+        for plan in self.scans.values():  # per-block weight scales: arguments too, not constants of the programs
+            for group in plan.per_layer:
+                if id(group[0]) in plan.quant and id(group[0]) in self.buffer_of:
+                    held.setdefault(self._scale_key(group), jax.device_put(_stacked_scales(group), device))
+        return WeightBuffers(held, tuple(self.buffers), self.stack_of)
+
+    def _scale_key(self, group: list) -> str:
+        """The held name of the stacked quantization scales of a layer scan's weight group."""
+        names = [self.buffer_of[id(v)] for v in group]
+        return f"scales:{names[0]}..{names[-1]}[{len(names)} blocks]"
 
     @property
     def kernel_backend(self) -> str:
@@ -261,10 +311,16 @@ class Program:
         return self.apply_graph(self.model.main, params, state, *inputs, buffers=buffers)
 
     def apply_graph(self, index: int, params: dict, state: Optional[dict], *inputs,
-                    initialise: bool = False, buffers: Optional[dict] = None) -> tuple:
+                    initialise: bool = False, buffers: Optional[dict] = None, keep_slices: bool = False) -> tuple:
         """:meth:`apply` for ``model.graphs[index]`` (a signature's
         subgraph); ``initialise=True`` runs initialisers (making the initial
-        state, :func:`fbjax.lower.state.initial_state`)."""
+        state, :func:`fbjax.lower.state.initial_state`).
+
+        Inputs may be :class:`~fbjax.lower.layer_slice.LayerSlice` blocks of
+        one stacked array (an LLM runner's stacked KV caches: a layer scan
+        updates that array in place); with ``keep_slices`` the outputs made
+        from them are returned as blocks of the updated array too (the
+        runner keeps it), else as arrays."""
         run = Run(params, None if state is None else dict(state), initialised=not initialise,
                   narrow=self.compute_dtype is not None, buffers=buffers)
         try:
@@ -274,6 +330,8 @@ class Program:
             if err is e:
                 raise
             raise err from e
+        if not keep_slices:
+            outs = [materialize(o) for o in outs]
         if self.compute_dtype is not None and index == self.model.main:  # the file's dtypes
             outs = [_to_file_dtype(o, v) for o, v in zip(outs, self.model.main_graph.outputs)]
         return tuple(outs), run.state
@@ -287,11 +345,129 @@ class Program:
                 f"graph {index} ({graph.name}) takes {len(graph.inputs)} inputs, got {len(inputs)}"
             )
         env: dict = {id(v): x for v, x in zip(graph.inputs, inputs)}
-        self.eval_nodes(graph.nodes, env, run, where=f"graph {index}", graph=graph)
-        outs = [self._read(env, v, run, f"graph {index}") for v in graph.outputs]
+        where = f"graph {index}"
+        plan = self.scans.get(index)
+        if plan is None:
+            self.eval_nodes(graph.nodes, env, run, where=where, graph=graph)
+        else:
+            self.eval_nodes(plan.nodes[:plan.start], env, run, where=where, graph=graph)
+            self._eval_scan(plan, graph, env, run, where)
+            self.eval_nodes(plan.nodes[plan.stop:], env, run, where=where, graph=graph)
+        outs = [self._read(env, v, run, where) for v in graph.outputs]
         if run.narrow and index != self.model.main:
             outs = [_narrowed(o, self.compute_dtype) for o in outs]
         return outs
+
+    def _eval_scan(self, plan: LayerScan, graph: Graph, env: dict, run: Run, where: str) -> None:
+        """Run the region of ``plan`` as one ``lax.scan`` over its blocks
+        (:mod:`fbjax.lower.layer_scan`): the body evaluates block 0's nodes
+        with block 0's Values bound to block ``k``'s arrays -- the carry,
+        the per-layer operands (stacked weights and scales, stacked inputs)
+        -- and returns the per-layer outputs, written to ``env`` for every
+        block. The same ops on the same operands as the unrolled graph.
+
+        A per-layer input that an op of the body updates in place (its
+        ``layer_slices`` fact: DYNAMIC_UPDATE_SLICE of a KV cache) whose
+        result is a per-layer output travels as one stacked array in the
+        carry, each block updating its own block of it; when the inputs are
+        :class:`~fbjax.lower.layer_slice.LayerSlice` blocks of one stacked
+        array (an LLM runner's stacked KV caches), that array itself, and
+        the outputs are blocks of the result (no copy in or out)."""
+        lookup = lambda v: self._read(env, v, run, where)  # noqa: E731
+        init = tuple(jnp.asarray(lookup(v_in)) for v_in, _ in plan.carry)
+        pairs = updated_in_place(plan, self.registry)  # per_layer index -> outputs index
+        stacked, sliced, carried = [], [], []  # (block-0 Value, [L, ...] array) read per block / split / carried
+        for gi, group in enumerate(plan.per_layer):
+            v0 = group[0]
+            if gi in pairs:
+                whole, k0 = _as_stack([lookup(v) for v in group])
+                carried.append((v0, whole, k0, gi))
+            elif v0.data is not None and id(v0) in self.buffer_of:
+                stacked.append((v0, *self._stacked_buffer(group, run)))
+            elif v0.data is not None and id(v0) in self.param_of:
+                sliced.append((v0, jnp.stack([jnp.asarray(run.params[self.param_of[id(v)]]) for v in group])))
+            else:
+                sliced.append((v0, jnp.stack([jnp.asarray(materialize(lookup(v))) for v in group])))
+        held = held_buffers(run.buffers) if run.buffers is not None else {}
+        quant = []  # (block-0 Value, [blocks, ...] scales): the run's held array, else constants
+        for group in plan.per_layer:
+            if id(group[0]) in plan.quant:
+                key = self._scale_key(group) if id(group[0]) in self.buffer_of else None
+                quant.append((group[0], held[key] if key in held else _stacked_scales(group)))
+        body_nodes = plan.nodes[plan.start:plan.start + plan.period]
+        out_carried = {pairs[gi] for *_, gi in carried}
+        outs0 = [g[0] for oi, g in enumerate(plan.outputs) if oi not in out_carried]
+
+        def body(carry, xs):
+            hidden, stacks = carry
+            k, sl, qs = xs
+            benv = dict(env)
+            for (v_in, _), c in zip(plan.carry, hidden):
+                benv[id(v_in)] = c
+            for (v0, _), x in zip(sliced, sl):
+                benv[id(v0)] = x
+            for v0, st, k0 in stacked:  # read in place by the kernels that take it (``layer_slices``)
+                benv[id(v0)] = LayerSlice(st, k + k0)
+            for (v0, _, k0, _), st in zip(carried, stacks):
+                benv[id(v0)] = LayerSlice(st, k + k0)
+            saved = run.layer_quant
+            run.layer_quant = {**saved, **{id(v0): q for (v0, _), q in zip(quant, qs)}}
+            try:
+                self.eval_nodes(body_nodes, benv, run, where=where, graph=graph)
+            finally:
+                run.layer_quant = saved
+            new = tuple(jnp.asarray(materialize(benv[id(v_out)])).astype(c.dtype)
+                        for (_, v_out), c in zip(plan.carry, hidden))
+            new_stacks = []
+            for (_, _, k0, gi), st in zip(carried, stacks):
+                r = benv[id(plan.outputs[pairs[gi]][0])]
+                if isinstance(r, LayerSlice) and r.stacked.shape == st.shape and r.stacked.dtype == st.dtype:
+                    new_stacks.append(r.stacked)
+                else:
+                    new_stacks.append(lax.dynamic_update_index_in_dim(st, jnp.asarray(r, st.dtype), k + k0, 0))
+            return (new, tuple(new_stacks)), tuple(jnp.asarray(materialize(benv[id(v)])) for v in outs0)
+
+        xs = (jnp.arange(plan.count, dtype=jnp.int32), tuple(a for _, a in sliced),
+              tuple(jnp.asarray(q) for _, q in quant))
+        (hidden, finals), ys = lax.scan(body, (init, tuple(w for _, w, _, _ in carried)), xs)
+        for v, c in plan.final:
+            env[id(v)] = hidden[c]
+        ys = iter(ys)
+        for oi, group in enumerate(plan.outputs):
+            if oi in out_carried:
+                continue
+            y = next(ys)
+            for k, v in enumerate(group):
+                env[id(v)] = y[k]
+        for (_, whole, k0, gi), final in zip(carried, finals):
+            for k, v in enumerate(plan.outputs[pairs[gi]]):
+                env[id(v)] = LayerSlice(final, k0 + k)
+            # later reads of the stack's other blocks (an unrolled last layer) see the updated array
+            for key, x in list(env.items()):
+                if isinstance(x, LayerSlice) and x.stacked is whole:
+                    env[key] = LayerSlice(final, x.index)
+
+    def _stacked_buffer(self, group: list, run: Run) -> tuple:
+        """``(stacked, first)``: an array whose blocks ``first, first + 1, ...`` are the weight
+        buffers of ``group`` (one Value per block): the run's stacked buffer (:attr:`stacks`;
+        a group of fewer blocks, a prefill whose last layer is cut short, reads part of it in
+        place), else stacked here from the run's buffers or the file's values."""
+        names = tuple(self.buffer_of[id(v)] for v in group)
+        if run.buffers is not None:
+            held = held_buffers(run.buffers)
+            key, k0 = self.stack_of.get(names[0], (None, 0))
+            if key is not None and self.stacks[key][k0:k0 + len(names)] == names and key in held:
+                return held[key], k0
+            return jnp.stack([self._buffer(n, run) for n in names]), 0
+        return np.stack([np.asarray(v.data) for v in group]), 0
+
+    def _buffer(self, name: str, run: Run):
+        """Weight buffer ``name`` from ``run.buffers``: itself, or its block of a stacked buffer."""
+        held = held_buffers(run.buffers)
+        if name in held:
+            return held[name]
+        key, k = self.stack_of[name]
+        return held[key][k]
 
     def _read(self, env: dict, v: Optional[Value], run: Run, where: str):
         """``v``'s value: computed (``env``), a param (``run.params``), a constant, or a TFLite variable's zeros."""
@@ -306,7 +482,7 @@ class Program:
                 val = run.params[name]
             else:
                 buf = self.buffer_of.get(key) if run.buffers is not None else None
-                val = v.data if buf is None else run.buffers[buf]
+                val = v.data if buf is None else self._buffer(buf, run)
             env[key] = val
             return val
         if v.is_variable and v.static_shape:
@@ -368,6 +544,12 @@ class Program:
                     args.append(c)
                 else:
                     args.append(lookup(v))
+            updated = ()
+            if args is not None and any(isinstance(a, LayerSlice) for a in args):
+                keep = layer_slice_positions(opdef, node)
+                args = [a.materialize() if isinstance(a, LayerSlice) and i not in keep else a
+                        for i, a in enumerate(args)]
+                updated = [a for a in args if isinstance(a, LayerSlice)]
             if args is None or any(a is _UNKNOWN for a in args):
                 # downstream of a refused node: skipped, so the error can list every refused node
                 for o in node.outputs:
@@ -401,6 +583,11 @@ class Program:
             for o, r in zip(node.outputs, res):
                 if o is not None:
                     env[id(o)] = r
+            for r in res:  # an op that wrote one block of a stacked array (a KV cache) in place
+                if isinstance(r, LayerSlice):
+                    for a in updated:
+                        if r.stacked is not a.stacked and r.stacked.shape == a.stacked.shape:
+                            _rebind(env, a.stacked, r.stacked, r.index)
         if not_static:
             # (the ops lower; their operands are the problem: no "register a custom op" advice)
             raise UnsupportedOperatorError(Counter(k for k, _ in not_static),
@@ -629,6 +816,76 @@ def buffer_names(model: ModelIR, registry=LOWERINGS) -> dict:
                                            and np.size(v.data) >= BUFFER_MIN_ELEMENTS))
 
 
+@jax.tree_util.register_pytree_node_class
+class WeightBuffers(Mapping):
+    """A program's weight buffers on a device (:meth:`Program.device_buffers`):
+    a read-only mapping from each weight buffer's name (:attr:`Program.buffers`)
+    to its array, in the dtype the file stores, holding the weights of a layer
+    scan's blocks as one stacked ``[blocks, ...]`` array (:attr:`Program.stacks`;
+    reading such a name gives its block, a copy). A pytree: pass it to jitted
+    programs as an argument (its leaves are the held arrays, :attr:`held`).
+
+    Attributes:
+        held: the arrays as held: stacked buffer name or weight name -> array.
+    """
+
+    def __init__(self, held: dict, names: tuple, stack_of: dict):
+        self.held = dict(held)
+        self._names = tuple(names)
+        self._stack_of = stack_of
+
+    def __getitem__(self, name: str):
+        if name in self.held and name not in self._stack_of:
+            return self.held[name]
+        if name in self._stack_of:
+            key, k = self._stack_of[name]
+            return self.held[key][k]
+        raise KeyError(name)
+
+    def __iter__(self):
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def __contains__(self, name) -> bool:
+        return name in self._stack_of or (name in self.held and name in self._names)
+
+    def __repr__(self) -> str:
+        return f"WeightBuffers({len(self._names)} weights held as {len(self.held)} arrays)"
+
+    def tree_flatten(self):
+        keys = tuple(sorted(self.held))
+        return [self.held[k] for k in keys], (keys, self._names, tuple(sorted(self._stack_of.items())))
+
+    @classmethod
+    def tree_unflatten(cls, aux, children):
+        keys, names, stack_of = aux
+        return cls(dict(zip(keys, children)), names, dict(stack_of))
+
+
+def held_buffers(buffers) -> dict:
+    """The arrays of ``buffers`` as the programs index them: a :class:`WeightBuffers`' held arrays, or a plain
+    dict of weight name -> array as it is."""
+    return buffers.held if isinstance(buffers, WeightBuffers) else buffers
+
+
+def _serialize_aux(aux) -> bytes:
+    keys, names, stack_of = aux
+    return json.dumps([list(keys), list(names), [[n, k, i] for n, (k, i) in stack_of]]).encode()
+
+
+def _deserialize_aux(data: bytes):
+    keys, names, stack_of = json.loads(data.decode())
+    return tuple(keys), tuple(names), tuple((n, (k, i)) for n, k, i in stack_of)
+
+
+# (fbjax's trace cache exports the LLM programs, which take WeightBuffers)
+jax.export.register_pytree_node_serialization(WeightBuffers, serialized_name="fbjax.lower.build.WeightBuffers",
+                                              serialize_auxdata=_serialize_aux,
+                                              deserialize_auxdata=_deserialize_aux)
+
+
 def buffer_array(data: np.ndarray, storage_bits: int = 0) -> np.ndarray:
     """The array a weight buffer is put on the device as: ``data``, or for
     a constant the file stores in 4 bits (``storage_bits == 4``, TFLite
@@ -642,7 +899,9 @@ def buffer_array(data: np.ndarray, storage_bits: int = 0) -> np.ndarray:
 
 def build(model: ModelIR, *, backend: Optional[str] = None, options: Optional[dict] = None,
           check_static: bool = True) -> Program:
-    """Lower a model.
+    """Lower a completed model: the IR of :func:`fbjax.loading.read` (the
+    read step, :func:`fbjax.passes.reading.read`), rewritten by the passes
+    or not.
 
     Args:
         check_static: run :func:`check_static_inputs` (an abstract trace of
@@ -665,11 +924,12 @@ def build(model: ModelIR, *, backend: Optional[str] = None, options: Optional[di
 
     Raises:
         UnsupportedOperatorError: some ops have no lowering (all listed).
-        ModelFormatError: a region graph's arity contradicts its operator
-            (:func:`fbjax.passes.reading.complete`, which fills the dtypes a
-            file leaves open; :func:`fbjax.load` has run it already).
+        ValueError: ``model`` is not completed (a reader's IR:
+            :attr:`fbjax.ir.ModelIR.completed` is False).
     """
-    reading.complete(model, LOWERINGS)
+    if not model.completed:
+        raise ValueError("build takes completed IR: pass the model through fbjax.loading.read first "
+                         "(region arities checked, open output dtypes filled)")
     check_supported(model)
     param_of = unique_param_names(model)
     values = {id(v): v for g in model.graphs for v in g.values}
@@ -684,11 +944,140 @@ def build(model: ModelIR, *, backend: Optional[str] = None, options: Optional[di
             buffers[name] = values[vid].data
             if values[vid].storage_bits:
                 bits[name] = values[vid].storage_bits
-    program = Program(model, params, param_of, backend or jax.default_backend(), options=dict(options or {}),
-                      buffers=buffers, buffer_of=buffer_of, buffer_bits=bits)
+    options = dict(options or {})
+    scans, stacks = plan_layer_scans(model, param_of, buffer_of, params, options)
+    program = Program(model, params, param_of, backend or jax.default_backend(), options=options,
+                      buffers=buffers, buffer_of=buffer_of, buffer_bits=bits, scans=scans, stacks=stacks)
     if check_static:
         check_static_inputs(program)
     return program
+
+
+def _stacked_scales(group: list) -> np.ndarray:
+    """The quantization scales of one Value per block, stacked (float32 ``[blocks, ...]``)."""
+    return np.stack([np.asarray(v.quant.scale, np.float32) for v in group])
+
+
+def _rebind(env: dict, old, new, index) -> None:
+    """After an op wrote block ``index`` of stacked array ``old`` into ``new`` (the
+    same array but that block), let every other block of ``old`` in ``env`` be read
+    from ``new``: the values stay equal, and every output made from the stack then
+    refers to its newest version (which an LLM runner keeps)."""
+    for key, x in list(env.items()):
+        if isinstance(x, LayerSlice) and x.stacked is old and not _same_index(x.index, index):
+            env[key] = LayerSlice(new, x.index)
+
+
+def _same_index(a, b) -> bool:
+    if a is b:
+        return True
+    try:
+        return int(a) == int(b)
+    except (TypeError, jax.errors.ConcretizationTypeError):
+        return False
+
+
+def layer_slice_positions(opdef: OpDef, node: Node) -> tuple:
+    """The input positions at which ``opdef``'s lowering takes a :class:`LayerSlice` for ``node``: its
+    ``layer_slices`` fact, a tuple or ``fn(node) -> tuple`` (``stablehlo.composite``: the positions its
+    composite's lowering takes)."""
+    keep = opdef.fact("layer_slices")
+    return tuple(keep(node)) if callable(keep) else keep
+
+
+def updated_in_place(plan: LayerScan, registry) -> dict:
+    """``{per_layer index: outputs index}`` of the per-layer inputs that a body node
+    updates in place (an operand position its op lists in ``updates_in_place``, other
+    than a weight) into a per-layer output of the same shape and dtype."""
+    out_of = {id(g[0]): oi for oi, g in enumerate(plan.outputs)}
+    body = plan.nodes[plan.start:plan.start + plan.period]
+    pairs = {}
+    for gi, group in enumerate(plan.per_layer):
+        v0 = group[0]
+        if v0.data is not None:
+            continue
+        for n in body:
+            od = registry.get(n.op_set, n.op_name)
+            keep = od.fact("updates_in_place") if od is not None else ()
+            o = n.outputs[0] if n.outputs else None
+            if (o is not None and id(o) in out_of and any(v is v0 and i in keep for i, v in enumerate(n.inputs))
+                    and o.shape == v0.shape and o.dtype == v0.dtype):
+                pairs[gi] = out_of[id(o)]
+                break
+    return pairs
+
+
+def _as_stack(values: list) -> tuple:
+    """``(stacked, first block)`` of one value per block: the array they are consecutive
+    :class:`LayerSlice` blocks of, else a new ``[blocks, ...]`` stack of them (from 0)."""
+    if all(isinstance(x, LayerSlice) for x in values):
+        whole = values[0].stacked
+        try:
+            idx = [int(x.index) for x in values]
+        except (TypeError, jax.errors.ConcretizationTypeError):
+            idx = None
+        if idx is not None and all(x.stacked is whole for x in values) and idx == list(range(idx[0], idx[0] + len(idx))):
+            return whole, idx[0]
+    return jnp.stack([jnp.asarray(materialize(x)) for x in values]), 0
+
+
+#: a region is scanned only while its stacked float params (copied into one array per call) stay below this
+#: many bytes: a quantized LLM's norm scales and biases, not a float LLM's weight matrices
+SCAN_MAX_PARAM_BYTES = 16 << 20
+
+
+def plan_layer_scans(model: ModelIR, param_of: dict, buffer_of: dict, params: dict, options: dict,
+                     registry=LOWERINGS) -> tuple:
+    """The layer scans of ``model``'s graphs (:func:`fbjax.lower.layer_scan.find_layer_scan`)
+    when ``KernelOptions.layer_scan`` is on, and the stacked weight buffers they read.
+
+    A region is left unrolled when one of its nodes is stateful (its state updates are
+    ordered across blocks) or its stacked float params would exceed
+    :data:`SCAN_MAX_PARAM_BYTES`.
+
+    Returns:
+        ``(scans, stacks)`` for :class:`Program` (graph index -> plan; stacked buffer
+        name -> buffer names).
+    """
+    ko = options.get("kernel_options")
+    if ko is not None and not ko.layer_scan:
+        return {}, {}
+    stackable = lambda v: id(v) in param_of or id(v) in buffer_of  # noqa: E731
+    scans, stacks, names_of = {}, {}, {}
+    for gi in range(len(model.graphs)):
+        plan = find_layer_scan(model, gi, registry, stackable)
+        if plan is None:
+            continue
+        if any(_stateful(registry.get(n.op_set, n.op_name), n) for n in model.graphs[gi].nodes):
+            continue
+        groups = [[v for v in g] for g in plan.per_layer if g[0].data is not None]
+        param_bytes = sum(np.asarray(params[param_of[id(v)]]).nbytes
+                          for g in groups for v in g if id(v) in param_of)
+        if param_bytes > SCAN_MAX_PARAM_BYTES:
+            continue
+        scans[gi] = plan
+    # one stacked buffer per run of blocks, the longest first: a shorter group on the same
+    # buffers (a prefill signature whose last layer is cut short) reads a part of it
+    groups = sorted((tuple(buffer_of[id(v)] for v in g) for plan in scans.values() for g in plan.per_layer
+                     if id(g[0]) in buffer_of), key=len, reverse=True)
+    where: dict = {}
+    for names in groups:
+        key, k0 = where.get(names[0], (None, 0))
+        if key is not None and stacks[key][k0:k0 + len(names)] == names:
+            continue
+        key = f"{names[0]}..{names[-1]}[{len(names)} blocks]"
+        if key not in stacks:
+            stacks[key] = names
+            for k, n in enumerate(names):
+                where.setdefault(n, (key, k))
+    return scans, stacks
+
+
+def _stateful(opdef: Optional[OpDef], node: Node) -> bool:
+    if opdef is None:
+        return True
+    st = opdef.stateful
+    return bool(st(node) if callable(st) else st)
 
 
 #: the advice closing a "must be known at load time" refusal

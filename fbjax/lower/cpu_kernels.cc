@@ -208,14 +208,14 @@ constexpr int64_t kChunkBytes = 64 * 1024;  // weight bytes per claimed chunk
 // threads from 4 MB; int8 51.9 / 51.3, 70.4 / 67.7, 73.6 / 72.0. (A jit of back-to-back kernel calls, whose
 // pool threads stay awake, said the opposite: 7.0 ms a token's int4 products threaded, 9.9 ms not.)
 constexpr int64_t kParallelMinBytes = 4 << 20;
-constexpr int64_t kTileChunkBytes = 16 * 1024;
+constexpr int64_t kTileChunkBytes = 16 * 1024;  // the same for the int4 tiles of fbjax_block_fc_f32
 // How far ahead of its loads the int4 tile loop prefetches weights (and scales), into L2 (_MM_HINT_T1): one
 // decode token's products with distinct weights, one thread (load ~5.5): 6.4-6.5 ms at 16 KB, 6.5-6.6 at 32 KB,
 // 6.7-7.0 at 8 KB, 7.0-7.3 at 64 KB; into L1 (_MM_HINT_T0) 9.1-9.5 ms at 16 KB; without prefetch 10.1 ms.
 #ifndef FBJAX_PF
 #define FBJAX_PF 16384
 #endif
-constexpr int64_t kPrefetchBytes = FBJAX_PF;  // the same for the int4 tiles of fbjax_block_fc_f32
+constexpr int64_t kPrefetchBytes = FBJAX_PF;
 
 ffi::Error Int8Matmul(ffi::ThreadPool pool, ffi::Buffer<ffi::S16> x, ffi::Buffer<ffi::S8> w,
                       ffi::ResultBuffer<ffi::S32> y) {
@@ -814,7 +814,185 @@ ffi::Error BlockFcF32(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::AnyBuf
   return ffi::Error::Success();
 }
 
+// Symmetric int8 x int8 products: x int8 [R, I] (|x| <= 127: rows quantized symmetrically, zero point 0),
+// w int8 [O, I] -> y int32 [R, O], y[r, o] = sum_i x[r, i] * w[o, i]. With AVX-512 VNNI: vpdpbusd takes
+// unsigned bytes times signed bytes, so the weights go in as w + 128 (w ^ 0x80) and 128 * sum_i x[r, i]
+// is subtracted after: the same integers. Each weight row is loaded once per group of 4 input rows (from
+// L1 after the first), 64 products per instruction.
+ffi::Error Int8MatmulSym(ffi::ThreadPool pool, ffi::Buffer<ffi::S8> x, ffi::Buffer<ffi::S8> w,
+                         ffi::ResultBuffer<ffi::S32> y) {
+  const auto xd = x.dimensions(), wd = w.dimensions();
+  if (xd.size() != 2 || wd.size() != 2 || xd[1] != wd[1])
+    return ffi::Error::InvalidArgument("fbjax_int8_matmul_sym: x [R, I] and w [O, I] expected");
+  const int64_t R = xd[0], I = xd[1], O = wd[0];
+  const int8_t* X = x.typed_data();
+  const int8_t* W = w.typed_data();
+  int32_t* Y = y->typed_data();
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+  const int64_t iv = I / 64 * 64;  // the part summed 64 at a time
+  std::unique_ptr<int32_t[]> xsum(new int32_t[R > 0 ? R : 1]);
+  for (int64_t r = 0; r < R; ++r) {
+    int32_t s = 0;
+    for (int64_t i = 0; i < iv; ++i) s += X[r * I + i];
+    xsum[r] = 128 * s;
+  }
+  const int32_t* XS = xsum.get();
+  const int64_t per = std::max<int64_t>(1, (kChunkBytes / 4) / std::max<int64_t>(I, 1));
+  const int64_t chunks = (O + per - 1) / per;
+  const auto body = [=](int64_t c) {
+    const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+    for (int64_t o = c * per; o < std::min(O, (c + 1) * per); ++o) {
+      const int8_t* wr = W + o * I;
+      for (int64_t r0 = 0; r0 < R; r0 += 4) {
+        const int rows = static_cast<int>(std::min<int64_t>(4, R - r0));
+        __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+        const int8_t* x0 = X + r0 * I;
+        for (int64_t i = 0; i < iv; i += 64) {
+          const __m512i wv = _mm512_xor_si512(_mm512_loadu_si512(wr + i), flip);
+          a0 = _mm512_dpbusd_epi32(a0, wv, _mm512_loadu_si512(x0 + i));
+          if (rows > 1) a1 = _mm512_dpbusd_epi32(a1, wv, _mm512_loadu_si512(x0 + I + i));
+          if (rows > 2) a2 = _mm512_dpbusd_epi32(a2, wv, _mm512_loadu_si512(x0 + 2 * I + i));
+          if (rows > 3) a3 = _mm512_dpbusd_epi32(a3, wv, _mm512_loadu_si512(x0 + 3 * I + i));
+        }
+        const __m512i acc[4] = {a0, a1, a2, a3};
+        for (int k = 0; k < rows; ++k) {
+          int32_t v = _mm512_reduce_add_epi32(acc[k]) - XS[r0 + k];
+          for (int64_t i = iv; i < I; ++i) v += int32_t(x0[k * I + i]) * int32_t(wr[i]);
+          Y[(r0 + k) * O + o] = v;
+        }
+      }
+    }
+  };
+  if (R == 1 && O * I < (4 << 20)) {  // one row, a small matrix: the calling thread alone
+    for (int64_t c = 0; c < chunks; ++c) body(c);
+  } else {
+    ParallelChunks(pool, chunks, body);
+  }
+#else
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t o = 0; o < O; ++o) {
+      int32_t v = 0;
+      for (int64_t i = 0; i < I; ++i) v += int32_t(X[r * I + i]) * int32_t(W[o * I + i]);
+      Y[r * O + o] = v;
+    }
+#endif
+  return ffi::Error::Success();
+}
+
+// One block of a layer scan's stacked weights w [L, ...] (fbjax/lower/layer_slice.py), read in place:
+// a buffer of rank - 1 at block `layer`, handed to the kernels above.
+struct LayerView {
+  XLA_FFI_Buffer buf;
+  int64_t dims[8];
+};
+
+ffi::Error MakeLayerView(ffi::AnyBuffer w, ffi::Buffer<ffi::S32> layer, LayerView* v) {
+  const auto d = w.dimensions();
+  if (d.size() < 2 || d.size() > 9 || layer.element_count() != 1)
+    return ffi::Error::InvalidArgument("fbjax: stacked weights [L, ...] and a scalar block index expected");
+  const int32_t k = *layer.typed_data();
+  if (k < 0 || k >= d[0]) return ffi::Error::InvalidArgument("fbjax: block index out of range");
+  int64_t n = 1;
+  for (size_t i = 1; i < d.size(); ++i) {
+    v->dims[i - 1] = d[i];
+    n *= d[i];
+  }
+  const int64_t bits = w.element_type() == ffi::S4 ? 4 : 8 * static_cast<int64_t>(ffi::ByteWidth(w.element_type()));
+  if ((n * bits) % 8) return ffi::Error::InvalidArgument("fbjax: a block must fill whole bytes");
+  v->buf.struct_size = XLA_FFI_Buffer_STRUCT_SIZE;
+  v->buf.extension_start = nullptr;
+  v->buf.dtype = static_cast<XLA_FFI_DataType>(w.element_type());
+  v->buf.data = static_cast<uint8_t*>(w.untyped_data()) + k * (n * bits / 8);
+  v->buf.rank = static_cast<int64_t>(d.size()) - 1;
+  v->buf.dims = v->dims;
+  return ffi::Error::Success();
+}
+
+ffi::Error Int8MatmulAt(ffi::ThreadPool pool, ffi::Buffer<ffi::S16> x, ffi::AnyBuffer w, ffi::Buffer<ffi::S32> layer,
+                        ffi::ResultBuffer<ffi::S32> y) {
+  LayerView v;
+  ffi::Error e = MakeLayerView(w, layer, &v);
+  if (e.failure()) return e;
+  if (w.element_type() != ffi::S8) return ffi::Error::InvalidArgument("fbjax_int8_matmul_at: w must be int8");
+  return Int8Matmul(pool, x, ffi::Buffer<ffi::S8>(&v.buf), y);
+}
+
+ffi::Error Int8MatmulSymAt(ffi::ThreadPool pool, ffi::Buffer<ffi::S8> x, ffi::AnyBuffer w, ffi::Buffer<ffi::S32> layer,
+                           ffi::ResultBuffer<ffi::S32> y) {
+  LayerView v;
+  ffi::Error e = MakeLayerView(w, layer, &v);
+  if (e.failure()) return e;
+  if (w.element_type() != ffi::S8) return ffi::Error::InvalidArgument("fbjax_int8_matmul_sym_at: w must be int8");
+  return Int8MatmulSym(pool, x, ffi::Buffer<ffi::S8>(&v.buf), y);
+}
+
+ffi::Error BlockMatmulAt(ffi::ThreadPool pool, ffi::Buffer<ffi::S16> x, ffi::AnyBuffer w, ffi::Buffer<ffi::S32> layer,
+                         ffi::ResultBuffer<ffi::S32> acc, ffi::ResultBuffer<ffi::S32> ksum) {
+  LayerView v;
+  ffi::Error e = MakeLayerView(w, layer, &v);
+  if (e.failure()) return e;
+  return BlockMatmulAny(pool, x, ffi::AnyBuffer(&v.buf), acc, ksum);
+}
+
+ffi::Error BlockFcAt(ffi::ThreadPool pool, ffi::Buffer<ffi::S16> x, ffi::AnyBuffer w, ffi::Buffer<ffi::F32> scale,
+                     ffi::Buffer<ffi::S32> layer, ffi::ResultBuffer<ffi::F32> out, ffi::ResultBuffer<ffi::F32> kfsum) {
+  LayerView v;
+  ffi::Error e = MakeLayerView(w, layer, &v);
+  if (e.failure()) return e;
+  return BlockFc(pool, x, ffi::AnyBuffer(&v.buf), scale, out, kfsum);
+}
+
+ffi::Error BlockFcF32At(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::AnyBuffer w, ffi::Buffer<ffi::F32> scale,
+                        ffi::Buffer<ffi::S32> layer, ffi::ResultBuffer<ffi::F32> out) {
+  LayerView v;
+  ffi::Error e = MakeLayerView(w, layer, &v);
+  if (e.failure()) return e;
+  return BlockFcF32(pool, x, ffi::AnyBuffer(&v.buf), scale, out);
+}
+
 }  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(fbjax_int8_matmul_at, Int8MatmulAt,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::S16>>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Ret<ffi::Buffer<ffi::S32>>());
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(fbjax_int8_matmul_sym, Int8MatmulSym,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::S8>>()
+                                  .Arg<ffi::Buffer<ffi::S8>>()
+                                  .Ret<ffi::Buffer<ffi::S32>>());
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(fbjax_int8_matmul_sym_at, Int8MatmulSymAt,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::S8>>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Ret<ffi::Buffer<ffi::S32>>());
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(fbjax_block_matmul_at, BlockMatmulAt,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::S16>>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Ret<ffi::Buffer<ffi::S32>>()
+                                  .Ret<ffi::Buffer<ffi::S32>>());
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(fbjax_block_fc_at, BlockFcAt,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::S16>>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>());
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(fbjax_int8_matmul, Int8Matmul,
                               ffi::Ffi::Bind()
@@ -846,4 +1024,13 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(fbjax_block_fc_f32, BlockFcF32,
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::AnyBuffer>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>());
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(fbjax_block_fc_f32_at, BlockFcF32At,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
                                   .Ret<ffi::Buffer<ffi::F32>>());

@@ -1,4 +1,9 @@
-"""fbjax's native CPU kernels for integer matrix products (XLA FFI custom calls).
+"""fbjax's native CPU kernels for integer matrix products and attention (XLA FFI custom calls).
+
+(The attention kernel, ``cpu_attention.cc`` and :func:`attention`, reads a layer scan's stacked KV
+caches in place for the ``odml.scaled_dot_product_attention`` composite:
+:mod:`fbjax.lower.composites`; its source states its float32 order. The rest of this text is about
+the integer kernels.)
 
 XLA:CPU (jaxlib 0.10) has no integer matrix-product kernel: an int8 x int8
 -> int32 ``dot_general`` becomes an int32 dot whose operands are first
@@ -47,14 +52,20 @@ from typing import Optional
 import jax
 import jax.numpy as jnp
 import jaxlib
+import numpy as np
 
 from ..options import default_cache_dir
 
-__all__ = ["available", "tag", "int8_matmul", "block_matmul", "block_fc", "block_fc_f32", "library_path"]
+__all__ = ["available", "tag", "int8_matmul", "int8_matmul_sym", "block_matmul", "block_fc", "block_fc_f32",
+           "attention", "library_path"]
 
 SOURCE = Path(__file__).with_name("cpu_kernels.cc")
+#: the C++ sources compiled into the one library (``cpu_attention.cc``: the attention composite's kernel)
+SOURCES = (SOURCE, Path(__file__).with_name("cpu_attention.cc"))
 #: the FFI handlers the library exports (registered for the CPU platform under these names)
-TARGETS = ("fbjax_int8_matmul", "fbjax_block_matmul", "fbjax_block_fc", "fbjax_block_fc_f32")
+TARGETS = ("fbjax_int8_matmul", "fbjax_block_matmul", "fbjax_block_fc",
+           "fbjax_int8_matmul_at", "fbjax_block_matmul_at", "fbjax_block_fc_at", "fbjax_attention",
+           "fbjax_int8_matmul_sym", "fbjax_int8_matmul_sym_at", "fbjax_block_fc_f32", "fbjax_block_fc_f32_at")
 _FLAGS = ["-O3", "-march=native", "-std=c++17", "-ffp-contract=off", "-shared", "-fPIC", "-w"]
 
 _lock = threading.Lock()
@@ -78,10 +89,10 @@ def _cpu_id() -> str:
 
 
 def library_path(cxx: str) -> Path:
-    """Where the library built by ``cxx`` for this source, jaxlib and CPU lives."""
+    """Where the library built by ``cxx`` for these sources (:data:`SOURCES`), jaxlib and CPU lives."""
     version = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=30).stdout
     h = hashlib.sha256()
-    for part in (SOURCE.read_bytes(), jaxlib.__version__.encode(), version.encode(), _cpu_id().encode(),
+    for part in (*(src.read_bytes() for src in SOURCES), jaxlib.__version__.encode(), version.encode(), _cpu_id().encode(),
                  " ".join(_FLAGS).encode()):
         h.update(part)
         h.update(b"\0")
@@ -100,7 +111,7 @@ def _build() -> Path:
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
     os.close(fd)
     try:
-        cmd = [cxx, *_FLAGS, "-I", jax.ffi.include_dir(), str(SOURCE), "-o", tmp]
+        cmd = [cxx, *_FLAGS, "-I", jax.ffi.include_dir(), *map(str, SOURCES), "-o", tmp]
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
         if r.returncode != 0:
             raise RuntimeError(f"{' '.join(cmd)} failed: {r.stderr.strip()[-2000:]}")
@@ -141,39 +152,69 @@ def tag() -> str:
     return _state["tag"]
 
 
-def int8_matmul(x, w):
+def _layer_operand(layer):
+    return jnp.asarray(layer, jnp.int32).reshape(())
+
+
+def int8_matmul(x, w, layer=None):
     """``y[r, o] = sum_i x[r, i] * w[o, i]`` exactly in int32.
 
     Args:
         x: int16 ``[R, I]`` (|x| <= 32767; fbjax passes quantized inputs minus zero points, |x| <= 255).
-        w: int8 ``[O, I]``.
+        w: int8 ``[O, I]``; with ``layer``, stacked weights ``[L, O, I]`` of which block ``layer`` is
+            read in place (a layer scan's body: :mod:`fbjax.lower.layer_slice`).
+        layer: None, or an int32 scalar in ``[0, L)``.
 
     Returns:
         int32 ``[R, O]``. The caller keeps ``|y| < 2**31`` (255 * 128 * I for fbjax's inputs: I < 2**16).
     Only on the CPU backend, after :func:`available` returned True.
     """
+    if layer is not None:
+        return jax.ffi.ffi_call("fbjax_int8_matmul_at", jax.ShapeDtypeStruct((x.shape[0], w.shape[1]), jnp.int32))(
+            x.astype(jnp.int16), w, _layer_operand(layer))
     r, o = x.shape[0], w.shape[0]
     return jax.ffi.ffi_call("fbjax_int8_matmul", jax.ShapeDtypeStruct((r, o), jnp.int32))(
         x.astype(jnp.int16), w)
 
 
-def block_matmul(x, w):
+def int8_matmul_sym(x, w, layer=None):
+    """:func:`int8_matmul` for symmetric rows: ``x`` int8 ``[R, I]`` (quantized with zero point 0, |x| <=
+    127), ``w`` int8 ``[O, I]`` (or stacked ``[L, O, I]`` read at block ``layer``) -> int32 ``[R, O]``.
+    On a CPU with AVX-512 VNNI, ``vpdpbusd`` (64 products an instruction, the weights offset by 128 and
+    ``128 * sum(x)`` taken off after: the same integers); elsewhere a plain loop. Only on the CPU backend,
+    after :func:`available`."""
+    if layer is not None:
+        return jax.ffi.ffi_call("fbjax_int8_matmul_sym_at",
+                                jax.ShapeDtypeStruct((x.shape[0], w.shape[1]), jnp.int32))(
+            x.astype(jnp.int8), w, _layer_operand(layer))
+    return jax.ffi.ffi_call("fbjax_int8_matmul_sym", jax.ShapeDtypeStruct((x.shape[0], w.shape[0]), jnp.int32))(
+        x.astype(jnp.int8), w)
+
+
+def block_matmul(x, w, layer=None):
     """Per block ``k``: ``acc[k, r, o] = sum_c x[r, k, c] * w[o, k, c]`` and ``ksum[k, o] = sum_c w[o, k, c]``.
 
     Args:
         x: int16 ``[R, K, B]``.
-        w: int8 or int4 ``[O, K, B]`` (int4 as XLA stores it, two per byte; ``B`` even, at most 1024).
+        w: int8 or int4 ``[O, K, B]`` (int4 as XLA stores it, two per byte; ``B`` even, at most 1024);
+            with ``layer``, stacked ``[L, O, K, B]`` read in place at block ``layer``.
+        layer: None, or an int32 scalar in ``[0, L)``.
 
     Returns:
         (int32 ``[K, R, O]``, int32 ``[K, O]``). Only on the CPU backend, after :func:`available`.
     """
     r, k, b = x.shape
+    if layer is not None:
+        o = w.shape[1]
+        return jax.ffi.ffi_call("fbjax_block_matmul_at", (jax.ShapeDtypeStruct((k, r, o), jnp.int32),
+                                                          jax.ShapeDtypeStruct((k, o), jnp.int32)))(
+            x.astype(jnp.int16), w, _layer_operand(layer))
     o = w.shape[0]
     return jax.ffi.ffi_call("fbjax_block_matmul", (jax.ShapeDtypeStruct((k, r, o), jnp.int32),
                                    jax.ShapeDtypeStruct((k, o), jnp.int32)))(x.astype(jnp.int16), w)
 
 
-def block_fc(x, w, scale):
+def block_fc(x, w, scale, layer=None):
     """TFLite's blockwise FULLY_CONNECTED sums (``fully_connected.cc`` ``EvalBlockwise4Bit``): per output
     ``o``, over the blocks ``k`` in order, ``out[r, o] += f32(sum_c x[r, k, c] * w[o, k, c]) * scale[o, k]``
     and ``kfsum[o] += scale[o, k] * f32(sum_c w[o, k, c])``, each float32 product and sum rounded on its
@@ -181,20 +222,27 @@ def block_fc(x, w, scale):
 
     Args:
         x: int16 ``[R, K, B]`` (quantized inputs, zero point not subtracted).
-        w: int8 or int4 ``[O, K, B]``.
-        scale: float32 ``[O, K]``.
+        w: int8 or int4 ``[O, K, B]``; with ``layer``, stacked ``[L, O, K, B]`` read in place at block
+            ``layer``.
+        scale: float32 ``[O, K]`` (the block's own).
+        layer: None, or an int32 scalar in ``[0, L)``.
 
     Returns:
         (float32 ``[R, O]``, float32 ``[O]``). Only on the CPU backend, after :func:`available`.
     """
     r = x.shape[0]
+    if layer is not None:
+        o = w.shape[1]
+        return jax.ffi.ffi_call("fbjax_block_fc_at", (jax.ShapeDtypeStruct((r, o), jnp.float32),
+                                                      jax.ShapeDtypeStruct((o,), jnp.float32)))(
+            x.astype(jnp.int16), w, jnp.asarray(scale, jnp.float32), _layer_operand(layer))
     o = w.shape[0]
     return jax.ffi.ffi_call("fbjax_block_fc", (jax.ShapeDtypeStruct((r, o), jnp.float32),
                                                jax.ShapeDtypeStruct((o,), jnp.float32)))(
         x.astype(jnp.int16), w, jnp.asarray(scale, jnp.float32))
 
 
-def block_fc_f32(x, w, scale):
+def block_fc_f32(x, w, scale, layer=None):
     """TFLite's blockwise FULLY_CONNECTED (``EvalBlockwise4Bit``) without the bias, from the float input:
     each row of ``x`` quantized asymmetrically (``AsymmetricQuantizeFloats``, as
     :func:`fbjax.lower.tflite_int.hybrid.asymmetric_quantize`: ``q``, ``s``, ``zp``), the sums of
@@ -203,8 +251,10 @@ def block_fc_f32(x, w, scale):
 
     Args:
         x: float32 ``[R, K * B]``.
-        w: int8 or int4 ``[O, K, B]`` (int4 packed two per byte; ``B`` at most 1024, even for int4).
-        scale: float32 ``[O, K]``.
+        w: int8 or int4 ``[O, K, B]`` (int4 packed two per byte; ``B`` at most 1024, even for int4); with
+            ``layer``, stacked ``[L, O, K, B]`` read in place at block ``layer``.
+        scale: float32 ``[O, K]`` (the block's own).
+        layer: None, or an int32 scalar in ``[0, L)``.
 
     Returns:
         float32 ``[R, O]``. Only on the CPU backend, after :func:`available`. On a CPU with AVX-512 VNNI,
@@ -212,6 +262,33 @@ def block_fc_f32(x, w, scale):
         ``dynamic_int4_block32`` LLM) take a ``vpdpbusd`` path that sums 16 output channels at once.
     """
     r = x.shape[0]
-    o = w.shape[0]
-    return jax.ffi.ffi_call("fbjax_block_fc_f32", jax.ShapeDtypeStruct((r, o), jnp.float32))(
+    if layer is not None:
+        return jax.ffi.ffi_call("fbjax_block_fc_f32_at", jax.ShapeDtypeStruct((r, w.shape[1]), jnp.float32))(
+            jnp.asarray(x, jnp.float32), w, jnp.asarray(scale, jnp.float32), _layer_operand(layer))
+    return jax.ffi.ffi_call("fbjax_block_fc_f32", jax.ShapeDtypeStruct((r, w.shape[0]), jnp.float32))(
         jnp.asarray(x, jnp.float32), w, jnp.asarray(scale, jnp.float32))
+
+
+def attention(q, k, v, mask, layers, scale: float, cap: Optional[float] = None):
+    """Scaled dot-product attention with grouped-query heads, reading the key/value caches in place
+    (``cpu_attention.cc``; its header states the float32 order of the sums).
+
+    Args:
+        q: float32 ``[B, T, N, H]``.
+        k, v: float32 ``[R, Lk, B0, S, K, H]``, ``[R, Lv, B0, S, K, H]`` with ``R * B0 == B`` and ``N``
+            a multiple of ``K``: batch row ``b = r * B0 + b0`` reads ``k[r, layers[0], b0]`` and
+            ``v[r, layers[1], b0]`` (a layer scan's stacked caches, with the rows of a ``vmap`` in front,
+            read in place); query head ``n`` reads head ``n // (N / K)``.
+        mask: float32 ``[Bm, Nm, T, S]`` (additive; ``Bm`` divides ``B``, batch row ``b`` reads mask row
+            ``b // (B / Bm)``; ``Nm`` is 1 or ``N``), or None.
+        layers: int32 ``[2]``: the blocks of ``k`` and ``v`` (in ``[0, Lk)``, ``[0, Lv)``).
+        scale: the logits' factor; cap: None, or the soft cap (``cap * tanh(x / cap)``, before the mask).
+
+    Returns:
+        float32 ``[B, T, N, H]``: ``softmax(cap(scale * q k^T) + mask) v`` per head. Only on the CPU
+        backend, after :func:`available` returned True.
+    """
+    m = jnp.zeros((0,), jnp.float32) if mask is None else jnp.asarray(mask, jnp.float32)
+    return jax.ffi.ffi_call("fbjax_attention", jax.ShapeDtypeStruct(q.shape, jnp.float32))(
+        jnp.asarray(q, jnp.float32), k, v, m, jnp.asarray(layers, jnp.int32).reshape(2),
+        scale=np.float32(scale), cap=np.float32(0.0 if cap is None else cap))

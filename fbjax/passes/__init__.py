@@ -15,7 +15,8 @@ declared at registration), never by importing the lowering:
 * :mod:`fbjax.passes.reading`: what a file means per op, applied right after
   reading (region graphs' arities checked, output dtypes an RTen file leaves
   open filled), by :func:`fbjax.load` and the numpy reference alike
-  (:func:`~fbjax.passes.reading.complete`).
+  (:func:`~fbjax.passes.reading.read`, the one read step; the lowering
+  takes only the IR it completed).
 
 The sequence :func:`fbjax.load` and ``fbjax inspect`` run (read and
 complete, rewrites, then lowering) is :mod:`fbjax.loading`: it hands the

@@ -1,11 +1,14 @@
-"""Passes that complete the IR a reader returns, from the ops' facts in a registry.
+"""The read step: a reader's IR completed from the ops' facts in a registry.
 
 The readers (:mod:`fbjax.formats`) sit below the op registry and know no
 op's semantics; what a file's meaning depends on per op is declared at the
 op's registration (:class:`fbjax._registry.OpDef`) and applied here, right
-after reading, by :func:`fbjax.load` (registry :data:`fbjax.lower.LOWERINGS`)
-and by the numpy reference (:data:`fbjax.reference.REFERENCE`), so both
-refuse or complete a file alike:
+after reading, by :func:`read`, the one read step: :func:`fbjax.loading.read`
+(what :func:`fbjax.load`, ``fbjax inspect`` and :mod:`fbjax.precision` run,
+registry :data:`fbjax.lower.LOWERINGS`) and the numpy reference
+(:data:`fbjax.reference.REFERENCE`) both call it, so both refuse or complete
+a file alike, and :func:`fbjax.lower.build.build` takes only what it returns
+(:attr:`fbjax.ir.ModelIR.completed`):
 
 * :func:`check_regions`: every graph an operator runs (a WHILE body, a
   REDUCE computation, an IF branch...) takes and returns as many values as
@@ -20,20 +23,40 @@ import re
 
 import numpy as np
 
+from typing import Optional
+
 from ..errors import ModelFormatError
+from ..formats import read_model
 from ..ir import ModelIR, Node
 
-__all__ = ["check_regions", "fill_dtypes", "complete"]
+__all__ = ["read", "check_regions", "fill_dtypes", "complete"]
+
+
+def read(source, registry, format: Optional[str] = None) -> ModelIR:  # noqa: A002 - read_model's name
+    """The completed IR of ``source``: a path or bytes, read by its format's
+    reader (:func:`fbjax.formats.read_model`, ``format`` None: detected), or
+    a :class:`~fbjax.ir.ModelIR` already read or built (completed in place),
+    with ``registry``'s facts applied (:func:`complete`).
+
+    Raises:
+        ModelFormatError: the file is not a valid model of its format, or a
+            node contradicts its op's declared regions.
+    """
+    ir = source if isinstance(source, ModelIR) else read_model(source, format)
+    return complete(ir, registry)
 
 
 def complete(ir: ModelIR, registry) -> ModelIR:
-    """Check the region arities, then fill the open output dtypes (in place).
+    """Check the region arities, then fill the open output dtypes (in place),
+    and mark ``ir`` :attr:`~fbjax.ir.ModelIR.completed`. Called by
+    :func:`read` only (``tests/test_layering.py`` checks it).
 
     Raises:
         ModelFormatError: see :func:`check_regions`.
     """
     check_regions(ir, registry)
     fill_dtypes(ir, registry)
+    ir.completed = True
     return ir
 
 

@@ -24,7 +24,6 @@ import numpy as np
 from ..passes import reading
 from .._registry import call_op, gap_detail, kernel_gaps
 from ..errors import InputError, UnsupportedOperatorError
-from ..formats import read_model
 from ..ir import ModelIR, Node, OpContext, Value
 from ..options import COMPOSITE_MODES
 from .registry import REFERENCE, register
@@ -33,7 +32,7 @@ from .registry import REFERENCE, register
 from .tflite import elementwise, conv, pool, shape, reduce, quant, resize, custom  # noqa: E402,F401
 from .tflite import math, array, gather, nn, control, nms, rnn, state, random, mediapipe  # noqa: E402,F401
 from . import stablehlo  # noqa: E402,F401  (registers the "stablehlo" ops)
-from . import gpu  # noqa: E402,F401  (registers the "gpu" ops: TFLite GPU delegate .bin files)
+from . import gpu  # noqa: E402,F401  (registers the "gpu_cl" ops: TFLite GPU delegate .bin files)
 
 __all__ = ["REFERENCE", "ReferenceContext", "ReferenceRun", "register", "run", "supported_ops"]
 
@@ -77,13 +76,14 @@ def supported_ops() -> dict:
 
 
 def _as_model(model_or_path: Any) -> ModelIR:
-    if isinstance(model_or_path, ModelIR):
-        return model_or_path
+    """``model_or_path`` (see :func:`run`) through the read step with the
+    reference's facts (:func:`fbjax.passes.reading.read`: region arities
+    checked, open output dtypes filled)."""
     ir = getattr(model_or_path, "ir", None)
     if isinstance(ir, ModelIR):
-        return ir
-    if isinstance(model_or_path, (str, os.PathLike, bytes, bytearray, memoryview)):
-        return read_model(model_or_path)
+        model_or_path = ir
+    if isinstance(model_or_path, (ModelIR, str, os.PathLike, bytes, bytearray, memoryview)):
+        return reading.read(model_or_path, REFERENCE)
     raise TypeError(
         f"expected a path, bytes, a ModelIR or an object with an .ir attribute, got {type(model_or_path).__name__}")
 
@@ -240,7 +240,7 @@ def run(model_or_path: Any, *inputs, composites: str = "litert") -> list:
     """
     if composites not in COMPOSITE_MODES:
         raise InputError(f"composites must be one of {list(COMPOSITE_MODES)}, got {composites!r}")
-    model = reading.complete(_as_model(model_or_path), REFERENCE)  # region arities, open dtypes
+    model = _as_model(model_or_path)  # completed: region arities, open dtypes
     _check_supported(model)
     args = _check_inputs(model.main_graph, inputs)
     outputs = _run_graph(model, model.main, args, ReferenceRun(composites))

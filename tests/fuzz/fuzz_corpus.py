@@ -479,20 +479,20 @@ LLM_BUNDLES = ("llm_bundles/llama_q8_sp.litertlm", "llm_bundles/gemma_sp.task")
 
 @functools.lru_cache(maxsize=None)
 def llm_containers() -> dict:
-    """``{name: BundleFile}`` of :data:`LLM_BUNDLES` (the files present)."""
-    from fbjax.formats import llm_bundle
+    """``{name: LlmBundleFile}`` of :data:`LLM_BUNDLES` (the files present)."""
+    from fbjax.formats import llm_container
 
     data_dir = Path(__file__).resolve().parents[1] / "data"
-    return {Path(f).name: llm_bundle.read_bundle((data_dir / f).read_bytes())
+    return {Path(f).name: llm_container.read_bundle((data_dir / f).read_bytes())
             for f in LLM_BUNDLES if (data_dir / f).is_file()}
 
 
 def repack(name: str, model: bytes) -> bytes:
     """The bundle ``name`` (:data:`LLM_BUNDLES`) with its model section's bytes replaced by ``model``
-    (``fbjax.formats.llm_bundle.write_bundle``: a valid container whatever the model bytes are)."""
-    from fbjax.formats import llm_bundle
+    (``fbjax.formats.llm_container.write_bundle``: a valid container whatever the model bytes are)."""
+    from fbjax.formats import llm_container
 
-    return llm_bundle.write_bundle(llm_containers()[name], model)
+    return llm_container.write_bundle(llm_containers()[name], model)
 
 
 @functools.lru_cache(maxsize=None)

@@ -6,8 +6,8 @@ insertion/deletion, offset corruption, swapped or duplicated tables and
 blocks, splices from another seed) and loads the result the way a user
 does, with ``fbjax.load`` (``--load full``, the default: the reader, the
 passes, the lowering, the load-time abstract trace and the constants
-computed ahead of the first call), or with ``fbjax.formats.read_model`` +
-``fbjax.lower.build.build`` only (``--load parse``: faster, but blind to
+computed ahead of the first call), or with ``fbjax.loading.read`` (reader +
+read step) + ``fbjax.lower.build.build`` only (``--load parse``: faster, but blind to
 what happens after the lowering is built). Allowed outcomes: a successful
 load, ``ModelFormatError``, ``UnsupportedOperatorError`` or ``InputError``
 (a model fbjax cannot bind at its file's shapes). Anything else is a crash;
@@ -245,10 +245,11 @@ class Runner:
         import fbjax
         import fbjax.lower  # noqa: F401  (registers the lowerings)
         from fbjax.errors import InputError, ModelFormatError, UnsupportedOperatorError
-        from fbjax.formats import read_model, verify
+        from fbjax.formats import verify
+        from fbjax.loading import read
         from fbjax.lower.build import build
 
-        self.read_model, self.build, self.fbjax_load = read_model, build, fbjax.load
+        self.read, self.build, self.fbjax_load = read, build, fbjax.load
         self.MFE, self.UOE, self.IE = ModelFormatError, UnsupportedOperatorError, InputError
         verify.STRICT = strict  # every reader's last-resort error conversion
         self.case_timeout = case_timeout
@@ -272,7 +273,7 @@ class Runner:
                 self.stage = "generate"
                 m.generate(GENERATE_PROMPT, max_new_tokens=GENERATE_TOKENS)
             return getattr(m, "ir", None)  # (an LLM bundle's model: m.model.ir, not rewritten in place)
-        ir = self.read_model(data, fmt)
+        ir = self.read(data, fmt)  # the read step (completed IR), as fbjax.load runs it
         self.build(ir)
         return ir
 

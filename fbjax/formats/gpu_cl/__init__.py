@@ -36,7 +36,7 @@ index maps), :mod:`.kernels` (the op table: one entry per GPU operation type),
 :mod:`.reader` (building the IR) and :mod:`.describe` (``fbjax inspect``).
 
 Op types exist only in node names (``"convolution_2d 12 linked : relu 13"``):
-each node becomes one IR node of op set ``"gpu"`` for its own op plus one per
+each node becomes one IR node of op set ``"gpu_cl"`` for its own op plus one per
 linked (fused element-wise) op, read as its entry in :data:`.kernels.KERNELS`
 says. Every weight object is decoded back to TFLite layouts (OHWI convolution
 filters, ``[1, H, W, C]`` depthwise filters, ``[O, I]`` fully connected

@@ -1,7 +1,7 @@
 """The op table: one :class:`Kernel` entry per GPU operation type the reader turns into IR nodes.
 
 Op types exist only in node names (``"convolution_2d 12 linked : relu 13"``);
-each names an op of op set ``"gpu"`` (:mod:`fbjax.lower.gpu`, numpy twin
+each names an op of op set ``"gpu_cl"`` (:mod:`fbjax.lower.gpu`, numpy twin
 :mod:`fbjax.reference.gpu`). An entry says how many tensors the op reads
 (as the kernel's own op and as a linked, fused element-wise op), which weight
 objects it owns, and how its attributes and constant inputs are read from the
@@ -24,7 +24,7 @@ from ...ir import Value
 from .nodes import GpuNode
 from .weights import slices
 
-OP_SET = "gpu"
+OP_SET = "gpu_cl"
 
 
 def unsupported(where: str, op: str, variant: str) -> UnsupportedOperatorError:
@@ -75,7 +75,7 @@ class Kernel:
     """One GPU operation type (a node-name op type) and how the reader reads it.
 
     Attributes:
-        op: the op type as node names spell it, which is also its op name in op set ``"gpu"``.
+        op: the op type as node names spell it, which is also its op name in op set ``"gpu_cl"``.
         read: ``read(KernelCall) -> (attrs, constant inputs)``: the op's attributes (keyword arguments of its
             lowering) and the weights it reads after its tensors; raises ``ModelFormatError`` for a node that
             contradicts itself and :func:`unsupported` for a variant fbjax does not decode.
@@ -289,7 +289,7 @@ def _second_tensor(k: KernelCall) -> tuple[dict, list]:
 _BINARY = dict(read=_second_tensor, inputs=(2, 2), few_inputs="a constant operand", linkable=True,
                link_inputs=(2, 2), objects=frozenset({"second_tensor"}), link_objects=frozenset({"second_tensor"}))
 
-#: op type -> its entry; the op names of op set "gpu"
+#: op type -> its entry; the op names of op set "gpu_cl"
 KERNELS: dict[str, Kernel] = {k.op: k for k in (
     Kernel("convolution_2d", _convolution_2d, inputs=(1, 2), objects=frozenset({"weights", "biases"})),
     Kernel("depthwise_convolution", _depthwise_convolution, objects=frozenset({"weights", "biases"})),

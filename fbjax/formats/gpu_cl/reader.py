@@ -1,4 +1,4 @@
-"""Building the IR: each stored node becomes one IR node of op set ``"gpu"`` for its own op plus one per
+"""Building the IR: each stored node becomes one IR node of op set ``"gpu_cl"`` for its own op plus one per
 linked (fused element-wise) op, read through the op table (:data:`.kernels.KERNELS`)."""
 
 from __future__ import annotations
@@ -167,7 +167,7 @@ def _raise_unsupported(gnodes: list, label: str, variants: list) -> None:
 
 
 def read(source) -> ModelIR:
-    """Parse a serialized GPU delegate model into the IR (op set ``"gpu"``).
+    """Parse a serialized GPU delegate model into the IR (op set ``"gpu_cl"``).
 
     Args:
         source: path or bytes.

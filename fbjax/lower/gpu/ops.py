@@ -1,4 +1,4 @@
-"""Lowerings of op set ``"gpu"`` (see :mod:`fbjax.lower.gpu`).
+"""Lowerings of op set ``"gpu_cl"`` (see :mod:`fbjax.lower.gpu`).
 
 Shapes are ``[B, H, W, C]``; a node's output shape (``ctx.outputs[0].shape``,
 from the file's tensor descriptors) fixes padding and crop where the kernel
@@ -25,7 +25,7 @@ from jax import lax
 from .. import kernels
 from ..registry import register
 
-OP_SET = "gpu"
+OP_SET = "gpu_cl"
 
 #: where the delegate's max pooling kernel starts its running maximum (TF ``tasks/pooling.cc``)
 MAX_POOL_START = -10000.0

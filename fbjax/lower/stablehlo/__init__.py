@@ -34,7 +34,17 @@ select, transcendental), :mod:`.linalg`, :mod:`.conv`, :mod:`.reduce`,
 :mod:`.custom`.
 """
 
-from . import control, conv, custom, elementwise, linalg, reduce, shape  # noqa: F401
+from ..registry import LOWERINGS
+
+# The op set's fact table (:meth:`fbjax._registry.Registry.declare_facts`):
+# layer_slices: input positions at which the lowering takes one block of a
+#     layer scan's stacked array (:class:`fbjax.lower.layer_slice.LayerSlice`)
+#     instead of an array, or ``fn(node) -> positions``: ``stablehlo.composite``
+#     takes them where its composite's lowering does (the attention's key and
+#     value caches, :func:`fbjax.lower.composites.layer_slices`).
+LOWERINGS.declare_facts("stablehlo", layer_slices=())
+
+from . import control, conv, custom, elementwise, linalg, reduce, shape  # noqa: F401,E402
 from .custom import CUSTOM_CALL_OP_SET, register_custom_call
 
 OP_SET = "stablehlo"

@@ -16,6 +16,7 @@ from jax import lax
 
 from ...op_rules import Region, n_in, n_out
 from .. import composites
+from ..layer_slice import materialize
 from . import _util
 from ._util import ints, register
 
@@ -118,16 +119,22 @@ def case(ctx, index, *operands, branches=()):
 
 
 @register(OP_SET, "stablehlo.composite",
-          regions={"decomposition": Region(lambda n: (n_in(n), n_out(n)))}, batch=_util.not_followed_batch)
+          regions={"decomposition": Region(lambda n: (n_in(n), n_out(n)))}, batch=_util.not_followed_batch,
+          layer_slices=composites.layer_slices)
 def composite(ctx, *inputs, name="", decomposition=-1, composite_attributes=b"", version=0):
     """``stablehlo.composite``: the composite lowering registered under
     ``name`` (:mod:`fbjax.lower.composites`) when the load option
     ``composites`` fuses it (``ctx.options["composites"]``: ``"litert"``,
     the default, fuses what LiteRT's default CPU delegate fuses;
     ``"fused"`` every registered one; ``"decomposed"`` none), else its
-    ``decomposition`` graph on the inputs."""
+    ``decomposition`` graph on the inputs. Inputs at the composite's
+    ``layer_slices`` positions may be blocks of a layer scan's stacked arrays
+    (:class:`~fbjax.lower.layer_slice.LayerSlice`): passed on to the fused
+    lowering, materialized for the decomposition."""
     g = _graph(ctx, decomposition, f"composite {name!r} decomposition")
     chosen = composites.choose(ctx, name, composite_attributes, ctx.options.get("composites", "litert"))
+    keep = composites.layer_slices(ctx.node) if chosen is not None else ()
+    inputs = [x if i in keep else materialize(x) for i, x in enumerate(inputs)]
     if chosen is not None:
         fn, attrs = chosen
         out = fn(ctx, *inputs, **attrs)

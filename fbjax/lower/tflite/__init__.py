@@ -26,8 +26,15 @@ from ..registry import LOWERINGS
 #     int32 bias scale is activation scale times weight scale: when the
 #     weights are re-quantized the bias is too (:meth:`fbjax.Model.save`,
 #     :mod:`fbjax.formats.tflite_writer`).
+# layer_slices: input positions at which the lowering takes one block of a
+#     layer scan's stacked array (:class:`fbjax.lower.layer_slice.LayerSlice`)
+#     instead of an array: DYNAMIC_UPDATE_SLICE writes a KV cache's update into
+#     the stacked caches in place.
+# updates_in_place: of those, the positions whose block the op's result is,
+#     updated (a LayerSlice of the updated stacked array): the layer scan
+#     carries such a per-layer input and output as one stacked array.
 LOWERINGS.declare_facts(("tflite", "tflite.custom"), int_passthrough=False, layout_passthrough=None,
-                        table_lookup=False, bias_scale=None)
+                        table_lookup=False, bias_scale=None, layer_slices=(), updates_in_place=())
 
 from . import conv, custom, elementwise, pool, quant, reduce, resize, shape  # noqa: F401,E402
 from . import math, array, gather, nn, control, nms, rnn, state, random, mediapipe  # noqa: F401,E402  (a name registered twice raises)

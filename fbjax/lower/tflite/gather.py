@@ -21,6 +21,7 @@ from jax import lax
 
 from ... import op_rules
 from ...errors import InputError
+from ..layer_slice import LayerSlice
 from ..registry import register
 
 
@@ -210,10 +211,20 @@ def BUCKETIZE(ctx, x, *, boundaries=None):
     return jnp.searchsorted(b, jnp.asarray(x), side="right").astype(ctx.out_dtype(0))
 
 
-@register("tflite", "DYNAMIC_UPDATE_SLICE")
+@register("tflite", "DYNAMIC_UPDATE_SLICE", layer_slices=(0,), updates_in_place=(0,))
 def DYNAMIC_UPDATE_SLICE(ctx, operand, update, start_indices):
     """TFLite DYNAMIC_UPDATE_SLICE: write ``update`` at ``start_indices``,
-    clamped so the update fits (XLA semantics, as the kernel does)."""
+    clamped so the update fits (XLA semantics, as the kernel does).
+
+    ``operand`` may be one block of a layer scan's stacked array (a
+    :class:`~fbjax.lower.layer_slice.LayerSlice`: an LLM's KV cache): the
+    update is written into the stacked array in place, and the result is the
+    same block of the updated array."""
+    if isinstance(operand, LayerSlice):
+        st = operand.stacked
+        s = jnp.asarray(start_indices).astype(jnp.int32)
+        starts = [jnp.asarray(operand.index, jnp.int32)] + [s[i] for i in range(st.ndim - 1)]
+        return LayerSlice(lax.dynamic_update_slice(st, jnp.asarray(update, st.dtype)[None], starts), operand.index)
     operand = jnp.asarray(operand)
     s = jnp.asarray(start_indices)
     starts = [s[i] for i in range(operand.ndim)]

@@ -49,8 +49,17 @@ from ..registry import LOWERINGS
 #       the ``"tflite"`` node ``node`` with the quantized constant ``weight``
 #       kept in its integer type (``quantized="exact"``); hybrid ops without
 #       it are never chosen.
+#   layer_quant: input positions whose quantization scales the lowering
+#       reads through ``ctx.quant_scale(i)`` (traced inside a layer scan's
+#       body, :mod:`fbjax.lower.layer_scan`), so that blocks whose weights
+#       have different scales run as one scan body.
+#   layer_slices: input positions at which the lowering takes a
+#       :class:`fbjax.lower.layer_slice.LayerSlice` (one block of a layer
+#       scan's stacked weights, read in place by fbjax's CPU kernels) instead
+#       of an array.
 LOWERINGS.declare_facts("tflite.int", fq_rounding=None, quant_conversion=None)
-LOWERINGS.declare_facts("tflite.hybrid", traced_weights=False, hybrid_eligible=None)
+LOWERINGS.declare_facts("tflite.hybrid", traced_weights=False, hybrid_eligible=None, layer_quant=(),
+                        layer_slices=())
 
 from . import activations, conv, elementwise, fake_quant, fixedpoint, hybrid, pool, shape  # noqa: F401,E402
 

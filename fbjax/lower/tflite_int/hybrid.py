@@ -66,6 +66,7 @@ from jax import lax
 
 from ...options import kernel_options
 from .. import cpu_kernels, kernels
+from ..layer_slice import LayerSlice
 from ..registry import register
 from .conv import _padding  # TF SAME/VALID -> explicit pads, errors naming the node
 
@@ -193,6 +194,55 @@ _rows_vmap(_int_matmul_native)
 
 
 @jax.custom_batching.custom_vmap
+def _int_matmul_sym(q, w, layer):
+    """``sum_i q[r, i] * w[o, i]`` exactly in int32 for symmetrically quantized rows (``q`` int32 ``[R, I]``
+    in [-127, 127], zero point 0) by :func:`fbjax.lower.cpu_kernels.int8_matmul_sym` (AVX-512 VNNI), ``w``
+    int8 ``[O, I]``, or stacked ``[L, O, I]`` read at block ``layer`` (a layer scan's body; ``layer`` None
+    otherwise is passed as -1). Under ``vmap`` the batch joins the rows."""
+    x = q.astype(jnp.int8)
+    if w.ndim == 3:
+        return cpu_kernels.int8_matmul_sym(x, w, layer)
+    return cpu_kernels.int8_matmul_sym(x, w)
+
+
+@_int_matmul_sym.def_vmap
+def _int_matmul_sym_vmap(axis_size, in_batched, q, w, layer):
+    qb, wb, lb = in_batched
+    q = q if qb else jnp.broadcast_to(q, (axis_size,) + q.shape)
+    if wb or lb:  # per-example weights or blocks (not how fbjax calls it): example by example
+        w = w if wb else jnp.broadcast_to(w, (axis_size,) + w.shape)
+        layer = layer if lb else jnp.broadcast_to(layer, (axis_size,) + jnp.shape(layer))
+        return lax.map(lambda a: _int_matmul_sym(*a), (q, w, layer)), True
+    out = _int_matmul_sym(q.reshape((-1, q.shape[-1])), w, layer)
+    return out.reshape((axis_size, -1, out.shape[-1])), True
+
+
+@jax.custom_batching.custom_vmap
+def _int_matmul_native_at(q, z, w, layer):
+    """:func:`_int_matmul_native` on block ``layer`` of stacked weights ``w`` ``[L, O, I]``, which the
+    kernel reads in place (a layer scan's body: :mod:`fbjax.lower.layer_slice`)."""
+    x = (q - z[:, None]).astype(jnp.int16)
+    if w.dtype == jnp.int4 and w.shape[2] % 2 == 0 and w.shape[2] <= 1024:  # packed per-channel int4
+        return cpu_kernels.block_matmul(x[:, None], w[:, :, None], layer)[0][0]
+    if w.dtype != jnp.int8:
+        return _int_matmul_native(q, z, lax.dynamic_index_in_dim(w, layer, keepdims=False))
+    return cpu_kernels.int8_matmul(x, w, layer)
+
+
+@_int_matmul_native_at.def_vmap
+def _int_matmul_native_at_vmap(axis_size, in_batched, q, z, w, layer):
+    qb, zb, wb, lb = in_batched
+    q = q if qb else jnp.broadcast_to(q, (axis_size,) + q.shape)
+    z = z if zb else jnp.broadcast_to(z, (axis_size,) + z.shape)
+    if wb or lb:  # per-example weights or blocks (not how fbjax calls it): example by example
+        w = w if wb else jnp.broadcast_to(w, (axis_size,) + w.shape)
+        layer = layer if lb else jnp.broadcast_to(layer, (axis_size,) + jnp.shape(layer))
+        return lax.map(lambda a: _int_matmul_native_at(*a), (q, z, w, layer)), True
+    out = _int_matmul_native_at(q.reshape((-1, q.shape[-1])), z.reshape(-1), w, layer)
+    return out.reshape((axis_size, -1, out.shape[-1])), True
+
+
+@jax.custom_batching.custom_vmap
 def _block_matmul(q, w):
     """Per block ``k`` of ``bs`` inputs: ``acc[k, r, o] = sum_c q[r, k, c] *
     w[o, k, c]`` and ``ksum[k, o] = sum_c w[o, k, c]``, exactly in int32
@@ -252,6 +302,30 @@ def _block_fc_native_vmap(axis_size, in_batched, x2d, w, scale):
     if not xb:
         return _block_fc_native(x2d, w, scale), False
     out = _block_fc_native(x2d.reshape((-1, x2d.shape[-1])), w, scale)
+    return out.reshape((axis_size, -1, out.shape[-1])), True
+
+
+@jax.custom_batching.custom_vmap
+def _block_fc_native_at(x2d, w, scale, layer):
+    """:func:`_block_fc_native` on block ``layer`` of stacked weights ``w`` ``[L, O, blocks, bs]``, read
+    in place (``scale`` is the block's own ``[O, blocks]``)."""
+    if w.dtype not in (jnp.int4, jnp.int8) or w.shape[-1] > 1024 or (w.dtype == jnp.int4 and w.shape[-1] % 2):
+        return _block_fc_native(x2d, lax.dynamic_index_in_dim(w, layer, keepdims=False), scale)
+    return cpu_kernels.block_fc_f32(x2d, w, scale, layer)
+
+
+@_block_fc_native_at.def_vmap
+def _block_fc_native_at_vmap(axis_size, in_batched, x2d, w, scale, layer):
+    xb, wb, sb, lb = in_batched
+    if wb or sb or lb:
+        x2d = x2d if xb else jnp.broadcast_to(x2d, (axis_size,) + x2d.shape)
+        w = w if wb else jnp.broadcast_to(w, (axis_size,) + w.shape)
+        scale = scale if sb else jnp.broadcast_to(scale, (axis_size,) + scale.shape)
+        layer = layer if lb else jnp.broadcast_to(layer, (axis_size,) + jnp.shape(layer))
+        return lax.map(lambda a: _block_fc_native_at(*a), (x2d, w, scale, layer)), True
+    if not xb:
+        return _block_fc_native_at(x2d, w, scale, layer), False
+    out = _block_fc_native_at(x2d.reshape((-1, x2d.shape[-1])), w, scale, layer)
     return out.reshape((axis_size, -1, out.shape[-1])), True
 
 
@@ -327,12 +401,14 @@ def _weight_scales(ctx, n):
     v = ctx.inputs[1]
     if v.quant is None or np.asarray(v.quant.scale).size == 0:
         raise ctx.error(f"weights {v.name!r} have no quantization parameters")
-    s = np.asarray(v.quant.scale, _F32).reshape(-1)
+    s = ctx.quant_scale(1).reshape(-1)  # numpy, or traced per block inside a layer scan (``layer_quant``)
     if s.size not in (1, n):
         raise ctx.error(f"{s.size} weight scales for {n} output channels")
     if np.any(np.asarray(v.quant.zero_point).reshape(-1) != 0):
         raise ctx.error(f"weights {v.name!r} have nonzero zero points; hybrid kernels need symmetric weights")
-    return np.broadcast_to(s, (n,)).astype(_F32)
+    if isinstance(s, np.ndarray):
+        return np.broadcast_to(s, (n,)).astype(_F32)
+    return jnp.broadcast_to(s, (n,)).astype(jnp.float32)
 
 
 def _per_channel(ctx):
@@ -398,7 +474,7 @@ def _scale_out(acc, scale, bias):
 
 
 @register(OP_SET, "FULLY_CONNECTED", differentiable=False, traced_weights=True,
-          hybrid_eligible=dense_eligible(blockwise=True))
+          hybrid_eligible=dense_eligible(blockwise=True), layer_quant=(1,), layer_slices=(1,))
 def FULLY_CONNECTED(ctx, x, w, b=None, *, fused_activation_function="NONE", weights_format="DEFAULT",
                     keep_num_dims=False, asymmetric_quantize_inputs=False):
     """Hybrid TFLite FULLY_CONNECTED (``fully_connected.cc`` ``EvalHybrid``).
@@ -410,6 +486,8 @@ def FULLY_CONNECTED(ctx, x, w, b=None, *, fused_activation_function="NONE", weig
     """
     if weights_format != "DEFAULT":
         raise ctx.error(f"weights_format {weights_format} is not supported")
+    if isinstance(w, LayerSlice) and not _native(ctx):  # (a layer scan's block: XLA's path reads a copy)
+        w = w.materialize()
     if np.ndim(w) != 2:
         raise ctx.error(f"weights must be [O, I], got {tuple(np.shape(w))}")
     o, i = np.shape(w)
@@ -420,8 +498,15 @@ def FULLY_CONNECTED(ctx, x, w, b=None, *, fused_activation_function="NONE", weig
     if ctx.inputs[1].quant.block_size:
         return _fc_blockwise(ctx, x.reshape(-1, i), w, b).reshape(lead + (o,))
     q, s, z = _quantize(x.reshape(-1, i), asymmetric_quantize_inputs)
-    matmul = _int_matmul_native if _native(ctx) else _int_matmul
-    acc = matmul(q, jnp.zeros(q.shape[0], jnp.int32) if z is None else z, w)
+    sym = z is None and _native(ctx) and np.dtype(getattr(w, "dtype", np.int8)) == np.int8
+    z = jnp.zeros(q.shape[0], jnp.int32) if z is None else z
+    if sym:  # symmetric rows, int8 weights: the VNNI kernel (the same int32 sums)
+        acc = (_int_matmul_sym(q, w.stacked, w.index) if isinstance(w, LayerSlice)
+               else _int_matmul_sym(q, jnp.asarray(w), jnp.int32(-1)))
+    elif isinstance(w, LayerSlice):  # one block of a layer scan's stacked weights, read in place
+        acc = _int_matmul_native_at(q, z, w.stacked, w.index)
+    else:
+        acc = (_int_matmul_native if _native(ctx) else _int_matmul)(q, z, w)
     scale = _rounded(s[:, None] * jnp.asarray(_weight_scales(ctx, o))[None, :])
     y = _activation(ctx, _scale_out(acc, scale, b), fused_activation_function)
     return y.reshape(lead + (o,))
@@ -619,13 +704,17 @@ def _fc_blockwise(ctx, x2d, w, b):
     bs = int(v.quant.block_size)
     o, i = np.shape(w)
     nb = i // bs
-    scales = np.asarray(v.quant.scale, _F32).reshape(o, nb)
-    wb = jnp.asarray(w).reshape(o, nb, bs)  # int4/int8 as held (a buffer, a constant, or traced in float mode)
-    if _native(ctx):  # the whole of it in the kernel, the same float operations in the same order
+    scales = ctx.quant_scale(1).reshape(o, nb)  # numpy, or traced per block inside a layer scan
+    if isinstance(w, LayerSlice):  # one block of a layer scan's stacked weights, read in place (native only)
+        out = _block_fc_native_at(jnp.asarray(x2d, jnp.float32), w.stacked.reshape((-1, o, nb, bs)),
+                                  jnp.asarray(scales), w.index)
+    elif _native(ctx):  # the whole of it in the kernel, the same float operations in the same order
+        wb = jnp.asarray(w).reshape(o, nb, bs)  # int4/int8 as held (a buffer, a constant, or traced in float mode)
         out = _block_fc_native(jnp.asarray(x2d, jnp.float32), wb, jnp.asarray(scales))
     else:
         q, s, z = asymmetric_quantize(x2d)
         rows = q.shape[0]
+        wb = jnp.asarray(w).reshape(o, nb, bs)
         acc, ksum = _block_matmul(q.reshape(rows, nb, bs), wb)  # [blocks, R, O]; [blocks, O]
         ksum = ksum.astype(jnp.float32)  # exact in float32
 
@@ -636,7 +725,7 @@ def _fc_blockwise(ctx, x2d, w, b):
 
         # a scan, not a Python loop: one compiled body however many blocks (I / 32 of them)
         (out, kfsum), _ = lax.scan(block, (jnp.zeros((rows, o), jnp.float32), jnp.zeros(o, jnp.float32)),
-                                   (acc, ksum, jnp.asarray(np.ascontiguousarray(scales.T))))
+                                   (acc, ksum, jnp.asarray(scales).T))
         out = out - _rounded(z.astype(jnp.float32)[:, None] * kfsum[None, :])
         out = _rounded(out * s[:, None])
     if b is not None:

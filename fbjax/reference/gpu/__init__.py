@@ -1,4 +1,4 @@
-"""numpy twins of the ``"gpu"`` op set (TFLite GPU delegate kernels), name for name with :mod:`fbjax.lower.gpu`."""
+"""numpy twins of the ``"gpu_cl"`` op set (TFLite GPU delegate kernels), name for name with :mod:`fbjax.lower.gpu`."""
 
 from . import ops  # noqa: F401
 

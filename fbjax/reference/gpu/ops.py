@@ -1,4 +1,4 @@
-"""numpy twins of op set ``"gpu"``: written from the kernels' semantics, not from the JAX lowering.
+"""numpy twins of op set ``"gpu_cl"``: written from the kernels' semantics, not from the JAX lowering.
 
 ``[B, H, W, C]`` float32 activations, float64 accumulation one kernel tap at
 a time, rounded once to float32; output sizes come from the node's output
@@ -11,7 +11,7 @@ import numpy as np
 
 from ..registry import register
 
-OP_SET = "gpu"
+OP_SET = "gpu_cl"
 
 
 def _f32(x):

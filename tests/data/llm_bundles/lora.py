@@ -41,7 +41,7 @@ RECORD = os.path.join(HERE, "lora_text.json")
 def base_bundle(variant: str):
     """The bundle a variant trains on (fbjax's environment)."""
     import fbjax
-    from fbjax.formats import llm_bundle as fmt
+    from fbjax.formats import llm_container as fmt
 
     src = os.path.join(HERE, "gemma_hf.litertlm")
     if BASES[variant] is None:

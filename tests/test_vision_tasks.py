@@ -23,7 +23,7 @@ import pytest
 import fbjax
 from fbjax.cli import main
 from fbjax.errors import InputError, ModelFormatError
-from fbjax.formats.task_bundle import TaskBundle, is_vision_task, write_bundle
+from fbjax.formats.vision_task import VisionTaskBundle, is_vision_task, write_vision_task
 
 from conftest import SHARED_MISSING_REASON, TFLITE_MODELS
 
@@ -46,7 +46,7 @@ def _data_offsets(data: bytes) -> dict:
 @pytest.mark.parametrize("name", sorted(RECORD))
 def test_members_as_mediapipe_wrote_them(name):
     b = fbjax.load(TASKS / name)
-    assert isinstance(b, TaskBundle)
+    assert isinstance(b, VisionTaskBundle)
     rec = RECORD[name]
     assert b.names == rec["members"]
     for m in b.names:
@@ -98,14 +98,14 @@ def test_fine_tune_and_save_back(tmp_path):
 def test_save_unchanged_keeps_every_member():
     b = fbjax.load(TASKS / "nested.task")
     data = b.save()
-    b2 = TaskBundle(data)
+    b2 = VisionTaskBundle(data)
     assert b2.names == b.names and all(b2.member_bytes(n) == b.member_bytes(n) for n in b.names)
 
 
 def test_nested_bundle():
     outer = fbjax.load(TASKS / "nested.task")
     inner = outer["tiny_vision.task"]
-    assert isinstance(inner, TaskBundle) and inner.names == ["classifier.tflite", "detector.tflite"]
+    assert isinstance(inner, VisionTaskBundle) and inner.names == ["classifier.tflite", "detector.tflite"]
     det = inner["detector.tflite"]
     boxes, cats, scores, count = (np.asarray(o) for o in det(np.ones((1, 16, 16, 3), np.float32)))
     # the fixture's constant boxes (tools/record_tflite_metadata.py)
@@ -132,7 +132,7 @@ def test_detection_is_specific(tmp_path):
 
 
 def test_damaged_members_and_bad_saves(tmp_path):
-    data = write_bundle([("a.tflite", b"not a model at all"), ("b.tflite", (META / "color_classifier.tflite").read_bytes())])
+    data = write_vision_task([("a.tflite", b"not a model at all"), ("b.tflite", (META / "color_classifier.tflite").read_bytes())])
     b = fbjax.load(data)
     with pytest.raises(ModelFormatError):
         b["a.tflite"]
@@ -165,7 +165,7 @@ def test_face_bundle_from_shared_models(tmp_path):
     if not (det_p.is_file() and lm_p.is_file()):
         pytest.skip(SHARED_MISSING_REASON)
     path = tmp_path / "face_landmarker.task"
-    path.write_bytes(write_bundle([("face_detector.tflite", det_p.read_bytes()),
+    path.write_bytes(write_vision_task([("face_detector.tflite", det_p.read_bytes()),
                                    ("face_landmarks_detector.tflite", lm_p.read_bytes())]))
     b = fbjax.load(path)
     assert b.names == ["face_detector.tflite", "face_landmarks_detector.tflite"]

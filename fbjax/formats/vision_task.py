@@ -1,5 +1,11 @@
 """MediaPipe Tasks vision bundles (``.task``): several ``.tflite`` models in one zip.
 
+(Named apart from MediaPipe's LLM ``.task`` bundles, read by
+:mod:`fbjax.formats.llm_container`: :class:`VisionTaskBundle`,
+:func:`write_vision_task`; this module was ``fbjax.formats.task_bundle``, its
+class ``TaskBundle`` and its writer ``write_bundle``: the old names still
+work, with a ``DeprecationWarning``.)
+
 A vision task file (face landmarker, hand landmarker, gesture recognizer...)
 is a zip archive whose members are ``.tflite`` models (each with its own
 TFLite metadata) and, for composite tasks, nested ``.task`` bundles; members
@@ -9,10 +15,10 @@ writes them that way). MediaPipe's *LLM* ``.task`` files are zips too, but
 carry a ``TF_LITE_PREFILL_DECODE`` member and no ``.tflite`` names: they are
 not vision bundles (:func:`is_vision_task` says no).
 
-:class:`TaskBundle` lists the members, reads each one's metadata without
+:class:`VisionTaskBundle` lists the members, reads each one's metadata without
 compiling it, loads any member as a model through the ``loader`` it is
 given (``fbjax.load`` hands its own, with its options), and writes the bundle
-back with some members replaced (:meth:`TaskBundle.save`), the others'
+back with some members replaced (:meth:`VisionTaskBundle.save`), the others'
 bytes unchanged.
 """
 
@@ -20,6 +26,7 @@ from __future__ import annotations
 
 import io
 import os
+import warnings
 import zipfile
 from typing import Callable, Mapping, Optional
 
@@ -28,7 +35,7 @@ from . import tflite
 from ._writing import write_file
 from .tflite_metadata import ZIP_ERRORS
 
-__all__ = ["TaskBundle", "is_vision_task", "write_bundle", "LLM_MEMBER"]
+__all__ = ["VisionTaskBundle", "is_vision_task", "write_vision_task", "LLM_MEMBER"]
 
 #: the member that marks a MediaPipe LLM bundle (not a vision bundle)
 LLM_MEMBER = "TF_LITE_PREFILL_DECODE"
@@ -81,11 +88,11 @@ def is_vision_task(source) -> bool:
     return LLM_MEMBER not in names and any(n.lower().endswith(_MODEL_SUFFIXES) for n in names)
 
 
-class TaskBundle:
+class VisionTaskBundle:
     """A MediaPipe Tasks vision bundle (``fbjax.load("face_landmarker.task")``).
 
     ``bundle["face_detector.tflite"]`` loads a member as a :class:`fbjax.Model`
-    (a nested ``.task`` member as a :class:`TaskBundle`); ``bundle.names``
+    (a nested ``.task`` member as a :class:`VisionTaskBundle`); ``bundle.names``
     lists the members in archive order; ``bundle.metadata(name)`` reads a
     member's TFLite metadata without compiling it.
 
@@ -137,7 +144,7 @@ class TaskBundle:
         return tflite.read(data).metadata.get("tflite_metadata")
 
     def __getitem__(self, name: str):
-        """Member ``name`` loaded: a ``.task`` member as a :class:`TaskBundle`,
+        """Member ``name`` loaded: a ``.task`` member as a :class:`VisionTaskBundle`,
         anything else through the loader (``fbjax.load`` with the options the
         bundle was opened with).
 
@@ -146,9 +153,9 @@ class TaskBundle:
         """
         data = self.member_bytes(name)
         if name.lower().endswith(".task") or is_vision_task(data):
-            return TaskBundle(data, self._loader)
+            return VisionTaskBundle(data, self._loader)
         if self._loader is None:
-            raise InputError("this TaskBundle was made without a loader: open it with fbjax.load(path)")
+            raise InputError("this VisionTaskBundle was made without a loader: open it with fbjax.load(path)")
         return self._loader(data)
 
     def summary(self) -> list:
@@ -158,7 +165,7 @@ class TaskBundle:
             size = len(self._members[n])
             out.append(f"  {n}  ({size:,} bytes)")
             if n.lower().endswith(".task"):
-                out += ["    " + line for line in TaskBundle(self._members[n]).summary()]
+                out += ["    " + line for line in VisionTaskBundle(self._members[n]).summary()]
             elif n.lower().endswith(".tflite"):
                 try:
                     md = self.metadata(n)
@@ -179,7 +186,7 @@ class TaskBundle:
             replace: member name -> new bytes, or an object with a ``save()``
                 returning them (a :class:`fbjax.Model` fine-tuned from
                 ``bundle[name]``: its ``save(params=...)`` output, or the Model
-                itself with its current params), or a :class:`TaskBundle`.
+                itself with its current params), or a :class:`VisionTaskBundle`.
 
         Returns:
             the new bundle's bytes: members in the same order and with the
@@ -203,17 +210,17 @@ class TaskBundle:
             else:
                 data = new.save()
             members.append((info, data))
-        out = write_bundle(members)
+        out = write_vision_task(members)
         if path is not None:
             write_file(path, out)
         return out
 
     def __repr__(self) -> str:
         name = os.path.basename(self.path) if self.path else "<bytes>"
-        return f"TaskBundle({name}: {', '.join(self.names)})"
+        return f"VisionTaskBundle({name}: {', '.join(self.names)})"
 
 
-def write_bundle(members) -> bytes:
+def write_vision_task(members) -> bytes:
     """A MediaPipe Tasks bundle (zip) of ``members``.
 
     Args:
@@ -241,3 +248,16 @@ def write_bundle(members) -> bytes:
                 info.extra = _PAD_ID.to_bytes(2, "little") + (pad - 4).to_bytes(2, "little") + b"\0" * (pad - 4)
             z.writestr(info, data)
     return buf.getvalue()
+
+
+#: deprecated name -> its replacement in this module (issue 36: vision and LLM ``.task`` bundles named apart)
+_RENAMED = {"TaskBundle": "VisionTaskBundle", "write_bundle": "write_vision_task"}
+
+
+def __getattr__(name: str):
+    if name in _RENAMED:
+        warnings.warn(f"fbjax.formats.vision_task.{name} is deprecated: use {_RENAMED[name]} (a MediaPipe vision "
+                      ".task bundle; LLM .task bundles are fbjax.formats.llm_container's)", DeprecationWarning,
+                      stacklevel=2)
+        return globals()[_RENAMED[name]]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,9 +1,15 @@
 """LLM bundles: LiteRT-LM ``.litertlm`` files and MediaPipe LLM ``.task`` zips, read and written back.
 
+The file containers only (the formats layer); the model they hold, its
+tokenizer and generation are :class:`fbjax.LlmBundle` (:mod:`fbjax.llm_bundle`).
+MediaPipe *vision* ``.task`` bundles are :mod:`fbjax.formats.vision_task`'s.
+(This module was ``fbjax.formats.llm_bundle``, its :class:`LlmBundleFile`
+``BundleFile``: the old names still work, with a ``DeprecationWarning``.)
+
 A bundle holds a TFLite prefill/decode model (litert-torch's generative
 export: see :mod:`fbjax.generation`), its tokenizer and the metadata a runtime
 needs to turn text into text. :func:`read_bundle` returns a
-:class:`BundleFile` with every section's bytes; :func:`write_bundle` writes
+:class:`LlmBundleFile` with every section's bytes; :func:`write_bundle` writes
 the bundle back with the model section replaced and every other byte kept.
 
 ``.litertlm`` (LiteRT-LM's container; schema ``schemas/litertlm_header.fbs``
@@ -46,12 +52,12 @@ import struct
 import warnings
 import zipfile
 import zlib
-from typing import Optional
+from typing import Optional, Union
 
 from ..errors import ModelFormatError
 from . import verify as _verify
 
-__all__ = ["BundleFile", "Section", "SECTION_TYPES", "bundle_kind", "task_kind", "read_bundle", "write_bundle",
+__all__ = ["LlmBundleFile", "Section", "SECTION_TYPES", "bundle_kind", "task_kind", "read_bundle", "write_bundle",
            "BLOCK_SIZE"]
 
 MAGIC = b"LITERTLM"
@@ -78,7 +84,10 @@ class Section:
         kind: the ``AnySectionDataType`` name (``.task``: the member name).
         begin, end: absolute byte offsets in the file, end exclusive.
         items: the section's key/value metadata (``{"model_type": ...}``).
-        data: the payload bytes (``file[begin:end]``).
+        view: the payload (``file[begin:end]``) as bytes, or for a model
+            section a memoryview on the file's bytes (its weights held once).
+        data: the payload as ``bytes`` (a copy of a model section's view,
+            made on each access).
     """
 
     index: int
@@ -86,11 +95,15 @@ class Section:
     begin: int
     end: int
     items: dict
-    data: bytes
+    view: Union[bytes, memoryview]
+
+    @property
+    def data(self) -> bytes:
+        return self.view if isinstance(self.view, bytes) else bytes(self.view)
 
 
 @dataclasses.dataclass
-class BundleFile:
+class LlmBundleFile:
     """A parsed LLM bundle (see the module docstring).
 
     Attributes:
@@ -160,7 +173,7 @@ def _label(source) -> str:
     return "<bytes>" if isinstance(source, (bytes, bytearray, memoryview)) else os.fspath(source)
 
 
-def read_bundle(source) -> BundleFile:
+def read_bundle(source) -> LlmBundleFile:
     """Parse a ``.litertlm`` or LLM ``.task`` bundle (path or bytes).
 
     Raises:
@@ -203,7 +216,7 @@ def _kv_items(vec_len, get, where: str) -> dict:
     return out
 
 
-def _read_litertlm(raw: bytes, label: str) -> BundleFile:
+def _read_litertlm(raw: bytes, label: str) -> LlmBundleFile:
     from ._generated import litertlm_header_generated as S
 
     n = len(raw)
@@ -246,13 +259,15 @@ def _read_litertlm(raw: bytes, label: str) -> BundleFile:
             warnings.warn(f"{where}: starts at byte {begin}, not on a {BLOCK_SIZE}-byte boundary as LiteRT-LM "
                           "writes them", stacklevel=3)
         items = _kv_items(obj.ItemsLength(), obj.Items, where)
-        sections.append(Section(i, kind, begin, end, items, raw[begin:end]))
+        # a model section is a view on the file's bytes (a 1B model's weights held once, not twice)
+        data = memoryview(raw)[begin:end] if kind in ("TFLiteModel", "TFLiteWeights") else raw[begin:end]
+        sections.append(Section(i, kind, begin, end, items, data))
     spans.sort()
     for (b0, e0, i0, k0), (b1, e1, i1, k1) in zip(spans, spans[1:]):
         if b1 < e0:
             raise ModelFormatError(f"{label}: sections {i0} ({k0}, bytes {b0}..{e0}) and {i1} ({k1}, bytes "
                                    f"{b1}..{e1}) overlap")
-    return _finish(BundleFile("litertlm", label, raw, (major, minor, patch), system, sections, None, None, "", b"",
+    return _finish(LlmBundleFile("litertlm", label, raw, (major, minor, patch), system, sections, None, None, "", b"",
                               None, None))
 
 
@@ -268,7 +283,7 @@ def _pick(sections, kind: str, label: str, model_type: Optional[str] = None, req
     return cands[0]
 
 
-def _finish(b: BundleFile) -> BundleFile:
+def _finish(b: LlmBundleFile) -> LlmBundleFile:
     """Pick the model, tokenizer and metadata sections of a parsed container; parse the protos."""
     from ._generated.litertlm_proto import executor_metadata_pb2, llm_metadata_pb2
 
@@ -340,7 +355,7 @@ def _inflate(data: bytes, where: str) -> bytes:
 
 # --- .task -------------------------------------------------------------------
 
-def _read_task(raw: bytes, label: str) -> BundleFile:
+def _read_task(raw: bytes, label: str) -> LlmBundleFile:
     try:
         z = zipfile.ZipFile(io.BytesIO(raw))
         infos = z.infolist()
@@ -376,12 +391,12 @@ def _read_task(raw: bytes, label: str) -> BundleFile:
     model, tok = names[TASK_MODEL], names[TASK_TOKENIZER]
     if not tok.data:
         raise ModelFormatError(f"{label}: member {TASK_TOKENIZER}: the tokenizer is empty")
-    return BundleFile("task", label, raw, None, {}, sections, model, tok, "sentencepiece", tok.data, meta, None)
+    return LlmBundleFile("task", label, raw, None, {}, sections, model, tok, "sentencepiece", tok.data, meta, None)
 
 
 # --- writing -------------------------------------------------------------------
 
-def write_bundle(b: BundleFile, model: Optional[bytes] = None, sections: Optional[dict] = None) -> bytes:
+def write_bundle(b: LlmBundleFile, model: Optional[bytes] = None, sections: Optional[dict] = None) -> bytes:
     """The bundle's bytes with its model section's payload replaced by ``model``
     (and any section ``i`` by ``sections[i]``, :attr:`Section.index`).
 
@@ -405,7 +420,7 @@ def write_bundle(b: BundleFile, model: Optional[bytes] = None, sections: Optiona
     return _write_litertlm(b, new)
 
 
-def _write_litertlm(b: BundleFile, new: dict) -> bytes:
+def _write_litertlm(b: LlmBundleFile, new: dict) -> bytes:
     from ._generated import litertlm_header_generated as S
 
     raw = b.raw
@@ -435,3 +450,11 @@ def _write_litertlm(b: BundleFile, new: dict) -> bytes:
         for slot, value in ((6, new_begin), (8, new_begin + len(data))):  # begin_offset, end_offset vtable slots
             struct.pack_into("<Q", header, o._tab.Pos + o._tab.Offset(slot), value)
     return bytes(header) + bytes(body)
+
+
+def __getattr__(name: str):
+    if name == "BundleFile":  # issue 36: named apart from the vision .task bundle
+        warnings.warn("fbjax.formats.llm_container.BundleFile is deprecated: use LlmBundleFile", DeprecationWarning,
+                      stacklevel=2)
+        return LlmBundleFile
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
