@@ -147,6 +147,23 @@ def test_block_fc_f32_equals_tflite_blockwise(dtype, r, o, k, b, inputs):
     np.testing.assert_array_equal(got.view(np.int32), want.view(np.int32))
 
 
+@pytest.mark.parametrize("stacked_scale", [False, True])
+def test_block_fc_f32_at_reads_the_block_in_place(stacked_scale):
+    """block_fc_f32 with ``layer`` on stacked weights [L, O, K, B] (and scales, given the block's own
+    [O, K] or stacked [L, O, K]) equals the call on that block's arrays, bit for bit, for each block."""
+    rng = np.random.default_rng(11 + stacked_scale)
+    n, o, k, b = 3, 40, 18, 32
+    x = rng.standard_normal((1, k * b)).astype(np.float32)
+    w8 = rng.integers(-8, 8, (n, o, k, b)).astype(np.int8)
+    scale = (rng.random((n, o, k)) * 0.02 + 1e-4).astype(np.float32)
+    ws = jnp.asarray(w8).astype(jnp.int4)
+    at = jax.jit(cpu_kernels.block_fc_f32)
+    for layer in range(n):
+        want = np.asarray(at(x, jnp.asarray(w8[layer]).astype(jnp.int4), scale[layer]))
+        got = np.asarray(at(x, ws, scale if stacked_scale else scale[layer], jnp.int32(layer)))
+        np.testing.assert_array_equal(got.view(np.int32), want.view(np.int32))
+
+
 def test_block_fc_native_under_vmap():
     """hybrid._block_fc_native's vmap rule: a batched input joins the rows of one kernel call, batched
     weights map over calls; either way each row's result is the one a call for that row alone gives

@@ -942,12 +942,28 @@ ffi::Error BlockFcAt(ffi::ThreadPool pool, ffi::Buffer<ffi::S16> x, ffi::AnyBuff
   return BlockFc(pool, x, ffi::AnyBuffer(&v.buf), scale, out, kfsum);
 }
 
-ffi::Error BlockFcF32At(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::AnyBuffer w, ffi::Buffer<ffi::F32> scale,
+// The scales are the block's own [O, K], or stacked [L, O, K] like the weights and read at the same block.
+ffi::Error BlockFcF32At(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::AnyBuffer w, ffi::AnyBuffer scale,
                         ffi::Buffer<ffi::S32> layer, ffi::ResultBuffer<ffi::F32> out) {
-  LayerView v;
+  LayerView v, sv;
   ffi::Error e = MakeLayerView(w, layer, &v);
   if (e.failure()) return e;
-  return BlockFcF32(pool, x, ffi::AnyBuffer(&v.buf), scale, out);
+  if (scale.element_type() != ffi::F32) return ffi::Error::InvalidArgument("fbjax_block_fc_f32_at: scale float32");
+  if (scale.dimensions().size() == 3) {
+    e = MakeLayerView(scale, layer, &sv);
+    if (e.failure()) return e;
+  } else {  // the block's own: the same buffer, as a view
+    const auto d = scale.dimensions();
+    if (d.size() > 8) return ffi::Error::InvalidArgument("fbjax_block_fc_f32_at: scale [O, K] or [L, O, K]");
+    for (size_t i = 0; i < d.size(); ++i) sv.dims[i] = d[i];
+    sv.buf.struct_size = XLA_FFI_Buffer_STRUCT_SIZE;
+    sv.buf.extension_start = nullptr;
+    sv.buf.dtype = static_cast<XLA_FFI_DataType>(ffi::F32);
+    sv.buf.data = scale.untyped_data();
+    sv.buf.rank = static_cast<int64_t>(d.size());
+    sv.buf.dims = sv.dims;
+  }
+  return BlockFcF32(pool, x, ffi::AnyBuffer(&v.buf), ffi::Buffer<ffi::F32>(&sv.buf), out);
 }
 
 }  // namespace
@@ -1031,6 +1047,6 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(fbjax_block_fc_f32_at, BlockFcF32At,
                                   .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::AnyBuffer>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::AnyBuffer>()
                                   .Arg<ffi::Buffer<ffi::S32>>()
                                   .Ret<ffi::Buffer<ffi::F32>>());

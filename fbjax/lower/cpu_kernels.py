@@ -253,7 +253,8 @@ def block_fc_f32(x, w, scale, layer=None):
         x: float32 ``[R, K * B]``.
         w: int8 or int4 ``[O, K, B]`` (int4 packed two per byte; ``B`` at most 1024, even for int4); with
             ``layer``, stacked ``[L, O, K, B]`` read in place at block ``layer``.
-        scale: float32 ``[O, K]`` (the block's own).
+        scale: float32 ``[O, K]`` (the block's own); with ``layer`` also stacked ``[L, O, K]``, read in
+            place at block ``layer`` like the weights.
         layer: None, or an int32 scalar in ``[0, L)``.
 
     Returns:
