@@ -705,12 +705,15 @@ def _fc_blockwise(ctx, x2d, w, b):
     o, i = np.shape(w)
     nb = i // bs
     scales = ctx.quant_scale(1).reshape(o, nb)  # numpy, or traced per block inside a layer scan
+    # The kernel takes the float input (it quantizes the rows itself) and has no derivative rule, so its
+    # input is a stop_gradient: this op is registered differentiable=False, and float mode's
+    # straight-through routes the gradient to the float op, never using the hybrid forward's own.
+    xf = lax.stop_gradient(jnp.asarray(x2d, jnp.float32))
     if isinstance(w, LayerSlice):  # one block of a layer scan's stacked weights, read in place (native only)
-        out = _block_fc_native_at(jnp.asarray(x2d, jnp.float32), w.stacked.reshape((-1, o, nb, bs)),
-                                  jnp.asarray(scales), w.index)
+        out = _block_fc_native_at(xf, w.stacked.reshape((-1, o, nb, bs)), jnp.asarray(scales), w.index)
     elif _native(ctx):  # the whole of it in the kernel, the same float operations in the same order
         wb = jnp.asarray(w).reshape(o, nb, bs)  # int4/int8 as held (a buffer, a constant, or traced in float mode)
-        out = _block_fc_native(jnp.asarray(x2d, jnp.float32), wb, jnp.asarray(scales))
+        out = _block_fc_native(xf, wb, jnp.asarray(scales))
     else:
         q, s, z = asymmetric_quantize(x2d)
         rows = q.shape[0]
