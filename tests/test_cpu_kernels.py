@@ -106,7 +106,67 @@ def test_block_fc_follows_tflite_order(dtype, r, o, k, b):
     np.testing.assert_array_equal(np.asarray(kfsum), kf)
 
 
-@pytest.mark.parametrize("name,target", [("llama_q8", "fbjax_int8_matmul"), ("llama_q4b32", "fbjax_block_fc")])
+@pytest.mark.parametrize("dtype", ["int4", "int8"])
+@pytest.mark.parametrize("r,o,k,b", [(1, 576, 18, 32), (1, 37, 48, 32), (1, 5, 3, 64), (1, 17, 6, 96), (2, 33, 18, 32), (5, 20, 18, 32), (8, 16, 6, 64), (130, 9, 3, 32),
+                                     (3, 7, 5, 16), (1, 3, 1, 46)])
+@pytest.mark.parametrize("inputs", ["normal", "positive", "zero_row", "ties", "large"])
+def test_block_fc_f32_equals_tflite_blockwise(dtype, r, o, k, b, inputs):
+    """fbjax_block_fc_f32 (input quantization, blockwise sums and output scaling in one kernel; its int4
+    one-row path with B % 32 == 0 sums 16 output channels at once with vpdpbusd where the CPU has AVX-512
+    VNNI) against fbjax.reference's numpy model of EvalBlockwise4Bit (AsymmetricQuantizeFloats per row in
+    float64/float32 as TFLite, then one rounded float32 operation at a time): equal bit for bit. The cases
+    cover output counts that are not multiples of 16, unit counts (K * B / 32) that are not multiples of 4,
+    blocks of 64 and 96 (several 32-value units per block), and the other paths (B = 16, odd B)."""
+    from fbjax.reference.tflite_int import hybrid as ref
+
+    rng = np.random.default_rng(r * 131 + o * 7 + k * 3 + b + len(inputs))
+    lim = 8 if dtype == "int4" else 128
+    x = rng.standard_normal((r, k * b)).astype(np.float32)
+    if inputs == "positive":  # rmin = 0: the zero point at -128
+        x = np.abs(x)
+    elif inputs == "zero_row":  # an all-zero row: s = 1, zp = 0, q = 0
+        x[0] = 0
+    elif inputs == "ties":  # many values on a grid, so x * inv lands on halves more often
+        x = np.round(x * 2) / 2
+    elif inputs == "large":
+        x = x * np.float32(3e4)
+    w = rng.integers(-lim, lim, (o, k, b)).astype(np.int8)
+    w[0, 0, :] = -lim  # the extremes
+    scale = (rng.random((o, k)) * 0.02 + 1e-4).astype(np.float32)
+    got = np.asarray(jax.jit(cpu_kernels.block_fc_f32)(x, jnp.asarray(w).astype(getattr(jnp, dtype)), scale))
+    q, s, z = ref.quantize_blocks(x, True)
+    acc = np.einsum("rkc,okc->kro", q.reshape(r, k, b), w.astype(np.int64)).astype(np.float32)  # exact: < 2**24
+    ks = w.astype(np.int64).sum(-1).T.astype(np.float32)
+    want = np.zeros((r, o), np.float32)
+    kf = np.zeros(o, np.float32)
+    for kk in range(k):  # numpy float32: one rounding per operation, no FMA
+        want = want + acc[kk] * scale[:, kk][None, :]
+        kf = kf + scale[:, kk] * ks[kk]
+    want = (want - z.astype(np.float32)[:, None] * kf[None, :]) * s[:, None]
+    assert got.dtype == np.float32 and got.shape == (r, o)
+    np.testing.assert_array_equal(got.view(np.int32), want.view(np.int32))
+
+
+def test_block_fc_native_under_vmap():
+    """hybrid._block_fc_native's vmap rule: a batched input joins the rows of one kernel call, batched
+    weights map over calls; either way each row's result is the one a call for that row alone gives
+    (rows are quantized and summed independently), bit for bit."""
+    rng = np.random.default_rng(3)
+    k, b, o = 18, 32, 40
+    x = rng.standard_normal((3, 2, k * b)).astype(np.float32)
+    w = jnp.asarray(rng.integers(-8, 8, (o, k, b)).astype(np.int8)).astype(jnp.int4)
+    scale = (rng.random((o, k)) * 0.02 + 1e-4).astype(np.float32)
+    one = jax.jit(cpu_kernels.block_fc_f32)
+    want = np.stack([np.concatenate([np.asarray(one(x[i, j:j + 1], w, scale)) for j in range(2)])
+                     for i in range(3)])
+    got = np.asarray(jax.jit(jax.vmap(hybrid._block_fc_native, in_axes=(0, None, None)))(x, w, scale))
+    np.testing.assert_array_equal(got.view(np.int32), want.view(np.int32))
+    ws = jnp.stack([w, w, w])
+    got = np.asarray(jax.jit(jax.vmap(hybrid._block_fc_native, in_axes=(0, 0, None)))(x, ws, scale))
+    np.testing.assert_array_equal(got.view(np.int32), want.view(np.int32))
+
+
+@pytest.mark.parametrize("name,target", [("llama_q8", "fbjax_int8_matmul"), ("llama_q4b32", "fbjax_block_fc_f32")])
 @pytest.mark.parametrize("native", [True, False])
 def test_quantized_llm_programs_call_the_kernels_by_default(name, target, native):
     """The decode program of a quantized LLM calls the kernels on CPU (so tests/test_llm.py's LiteRT

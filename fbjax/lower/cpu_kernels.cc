@@ -19,6 +19,10 @@
 //                                ksum int32 [K, O]   = sum_c w[o, k, c]
 //   fbjax_block_fc:          the same x and w, scale float32 [O, K] -> out float32 [R, O], kfsum float32 [O]:
 //                             TFLite's blockwise FULLY_CONNECTED sums over the blocks (see BlockFc)
+//   fbjax_block_fc_f32:      x float32 [R, K * B], the same w and scale -> out float32 [R, O]: the whole
+//                             blockwise FULLY_CONNECTED but its bias (input rows quantized here, as
+//                             AsymmetricQuantizeFloats; see BlockFcF32). With AVX-512 VNNI and packed int4
+//                             weights (B % 32 == 0) the sums take vpdpbusd on the nibbles (Int4Tile).
 //
 // Exactness: |x| <= 32767 and |w| <= 128, so each pair of products summed by
 // _mm256_madd_epi16 fits int32; the callers keep |sum| < 2**31 (fbjax's hybrid
@@ -26,13 +30,22 @@
 
 #include <algorithm>
 #include <atomic>
+#include <climits>
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <thread>
 
 #if defined(__AVX2__)
 #include <immintrin.h>
+#endif
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512DQ__)
+#define FBJAX_AVX512 1
+#if defined(__AVX512VNNI__)
+#define FBJAX_VNNI 1
+#endif
 #endif
 
 #include "xla/ffi/api/ffi.h"
@@ -188,6 +201,21 @@ inline void UnpackS4(const uint8_t* p, int64_t b, int8_t* out) {
 }
 
 constexpr int64_t kChunkBytes = 64 * 1024;  // weight bytes per claimed chunk
+// One input row (a decode step): the intra-op threads only for matrices of at least this many weight bytes
+// (the LM head). In a real decode program the pool's threads sleep between the kernels (other XLA ops run in
+// between), and waking one cost more than it saved: SmolLM2-135M-shaped decode, load ~3, tok/s medians of 3,
+// two runs each: int4 57.7 / 57.6 with threads on every matrix, 70.7 / 72.4 with none, 68.4 / 72.5 with
+// threads from 4 MB; int8 51.9 / 51.3, 70.4 / 67.7, 73.6 / 72.0. (A jit of back-to-back kernel calls, whose
+// pool threads stay awake, said the opposite: 7.0 ms a token's int4 products threaded, 9.9 ms not.)
+constexpr int64_t kParallelMinBytes = 4 << 20;
+constexpr int64_t kTileChunkBytes = 16 * 1024;
+// How far ahead of its loads the int4 tile loop prefetches weights (and scales), into L2 (_MM_HINT_T1): one
+// decode token's products with distinct weights, one thread (load ~5.5): 6.4-6.5 ms at 16 KB, 6.5-6.6 at 32 KB,
+// 6.7-7.0 at 8 KB, 7.0-7.3 at 64 KB; into L1 (_MM_HINT_T0) 9.1-9.5 ms at 16 KB; without prefetch 10.1 ms.
+#ifndef FBJAX_PF
+#define FBJAX_PF 16384
+#endif
+constexpr int64_t kPrefetchBytes = FBJAX_PF;  // the same for the int4 tiles of fbjax_block_fc_f32
 
 ffi::Error Int8Matmul(ffi::ThreadPool pool, ffi::Buffer<ffi::S16> x, ffi::Buffer<ffi::S8> w,
                       ffi::ResultBuffer<ffi::S32> y) {
@@ -211,7 +239,7 @@ ffi::Error Int8Matmul(ffi::ThreadPool pool, ffi::Buffer<ffi::S16> x, ffi::Buffer
     });
     return ffi::Error::Success();
   }
-  ParallelChunks(pool, chunks, [=](int64_t c) {
+  auto body = [=](int64_t c) {
     int32_t tmp[4];
     for (int64_t o = c * per; o < std::min(O, (c + 1) * per); ++o) {
       const int8_t* wr = W + o * I;
@@ -221,7 +249,12 @@ ffi::Error Int8Matmul(ffi::ThreadPool pool, ffi::Buffer<ffi::S16> x, ffi::Buffer
         for (int k = 0; k < rows; ++k) Y[(r + k) * O + o] = tmp[k];
       }
     }
-  });
+  };
+  if (R == 1 && O * I < kParallelMinBytes) {
+    for (int64_t c = 0; c < chunks; ++c) body(c);
+  } else {
+    ParallelChunks(pool, chunks, body);
+  }
   return ffi::Error::Success();
 }
 
@@ -384,6 +417,9 @@ void RowSums1(const uint8_t* wrow, const int16_t* x, int64_t K, int64_t B, int32
 // out[r, o] += float(sum_c x[r, k, c] * w[o, k, c]) * scale[o, k];  kfsum[o] += scale[o, k] * float(ksum);
 // each product and sum rounded to float32 on its own (built with -ffp-contract=off: no FMA). Each weight
 // row is unpacked and widened to int16 once, then used for every input row.
+void BlockFcSums(ffi::ThreadPool& pool, const int16_t* X, const uint8_t* W, bool packed, const float* S, int64_t R,
+                 int64_t K, int64_t B, int64_t O, float* Y, float* KF);
+
 ffi::Error BlockFc(ffi::ThreadPool pool, ffi::Buffer<ffi::S16> x, ffi::AnyBuffer w, ffi::Buffer<ffi::F32> scale,
                    ffi::ResultBuffer<ffi::F32> out, ffi::ResultBuffer<ffi::F32> kfsum) {
   const auto xd = x.dimensions(), wd = w.dimensions(), sd = scale.dimensions();
@@ -394,11 +430,13 @@ ffi::Error BlockFc(ffi::ThreadPool pool, ffi::Buffer<ffi::S16> x, ffi::AnyBuffer
   if (!packed && w.element_type() != ffi::S8) return ffi::Error::InvalidArgument("fbjax_block_fc: w int8 or int4");
   const int64_t R = xd[0], K = xd[1], B = xd[2], O = wd[0];
   if (B > 1024 || (packed && B % 2)) return ffi::Error::InvalidArgument("fbjax_block_fc: block size <= 1024");
-  const int16_t* X = x.typed_data();
-  const uint8_t* W = static_cast<const uint8_t*>(w.untyped_data());
-  const float* S = scale.typed_data();
-  float* Y = out->typed_data();
-  float* KF = kfsum->typed_data();
+  BlockFcSums(pool, x.typed_data(), static_cast<const uint8_t*>(w.untyped_data()), packed, scale.typed_data(), R, K,
+              B, O, out->typed_data(), kfsum->typed_data());
+  return ffi::Error::Success();
+}
+
+void BlockFcSums(ffi::ThreadPool& pool, const int16_t* X, const uint8_t* W, bool packed, const float* S, int64_t R,
+                 int64_t K, int64_t B, int64_t O, float* Y, float* KF) {
   const int64_t row_bytes = packed ? K * B / 2 : K * B;
   const int64_t per = std::max<int64_t>(1, kChunkBytes / std::max<int64_t>(row_bytes, 1));
   const int64_t chunks = (O + per - 1) / per;
@@ -450,6 +488,329 @@ ffi::Error BlockFc(ffi::ThreadPool pool, ffi::Buffer<ffi::S16> x, ffi::AnyBuffer
       }
     }
   });
+}
+
+
+// ---------------------------------------------------------------------------------------------------------
+// fbjax_block_fc_f32: the whole blockwise FULLY_CONNECTED (without bias) from the float input.
+
+// float32 -> int32 as XLA converts (NaN -> 0, saturating): the callers only pass values already clamped.
+inline int32_t ToI32(double v) {
+  if (!(v == v)) return 0;
+  if (v <= -2147483648.0) return INT32_MIN;
+  if (v >= 2147483647.0) return INT32_MAX;
+  return static_cast<int32_t>(v);
+}
+
+// AsymmetricQuantizeFloats of one row x [n] as fbjax.lower.tflite_int.hybrid.asymmetric_quantize computes it
+// (its docstring; TFLite's tensor_utils): rmin = min(0, min x), rmax = max(0, max x) (NaN propagates), the
+// scale and zero point in double, s = float32(scale), inv = float32(1 / double(s)),
+// q = clamp(zp + clamp(round_half_away(x * inv), -256, 256), -128, 127) (float32 product); an all-zero range
+// gives s = 1, zp = 0, q = 0.
+void AsymQuantizeRow(const float* x, int64_t n, int8_t* q, float* s_out, int32_t* zp_out) {
+  float mn = 0.0f, mx = 0.0f;  // min(0, min x), max(0, max x)
+  bool nan = false;
+  int64_t i = 0;
+#if defined(FBJAX_AVX512)
+  __m512 vmn = _mm512_setzero_ps(), vmx = _mm512_setzero_ps();
+  __mmask16 un = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 v = _mm512_loadu_ps(x + i);
+    un |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    vmn = _mm512_min_ps(vmn, v);
+    vmx = _mm512_max_ps(vmx, v);
+  }
+  nan = un != 0;
+  mn = _mm512_reduce_min_ps(vmn);
+  mx = _mm512_reduce_max_ps(vmx);
+#endif
+  for (; i < n; ++i) {
+    const float v = x[i];
+    if (v != v) nan = true;
+    mn = v < mn ? v : mn;
+    mx = v > mx ? v : mx;
+  }
+  if (nan) mn = mx = std::numeric_limits<float>::quiet_NaN();
+  if (mn == mx) {  // all zero (NaN != NaN: not here)
+    std::fill(q, q + n, int8_t(0));
+    *s_out = 1.0f;
+    *zp_out = 0;
+    return;
+  }
+  const float diff = mx - mn;  // float32 subtraction, as TFLite
+  const double scale = static_cast<double>(diff) / 255.0;
+  const double a = static_cast<double>(mn) / scale, b = static_cast<double>(mx) / scale;
+  const double zp_d = (128.0 + std::fabs(a) < 127.0 + std::fabs(b)) ? -128.0 - a : 127.0 - b;
+  const double zp_f = zp_d <= -128.0 ? -128.0 : (zp_d >= 127.0 ? 127.0 : std::round(zp_d));
+  const int32_t zp = ToI32(zp_f);
+  const float s = static_cast<float>(scale);
+  const float inv = static_cast<float>(1.0 / static_cast<double>(s));
+  *s_out = s;
+  *zp_out = zp;
+  i = 0;
+#if defined(FBJAX_AVX512)
+  {
+    const __m512 vinv = _mm512_set1_ps(inv), half = _mm512_set1_ps(0.5f), lo = _mm512_set1_ps(-256.0f),
+                 hi = _mm512_set1_ps(256.0f);
+    const __m512i vzp = _mm512_set1_epi32(zp), qlo = _mm512_set1_epi32(-128), qhi = _mm512_set1_epi32(127);
+    const __m512i sign = _mm512_set1_epi32(static_cast<int32_t>(0x80000000u));
+    for (; i + 16 <= n; i += 16) {
+      const __m512 p = _mm512_mul_ps(_mm512_loadu_ps(x + i), vinv);
+      // round half away from zero, exactly: t = trunc(p); t += sign(p) where |p - t| >= 0.5
+      const __m512 t = _mm512_roundscale_ps(p, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+      const __m512 d = _mm512_abs_ps(_mm512_sub_ps(p, t));
+      const __mmask16 up = _mm512_cmp_ps_mask(d, half, _CMP_GE_OQ);
+      const __m512 one = _mm512_castsi512_ps(
+          _mm512_or_si512(_mm512_and_si512(_mm512_castps_si512(p), sign), _mm512_castps_si512(_mm512_set1_ps(1.0f))));
+      __m512 r = _mm512_mask_add_ps(t, up, t, one);
+      const __mmask16 ok = _mm512_cmp_ps_mask(r, r, _CMP_ORD_Q);  // NaN -> 0, as XLA's convert
+      r = _mm512_min_ps(_mm512_max_ps(r, lo), hi);
+      __m512i qi = _mm512_maskz_cvttps_epi32(ok, r);
+      qi = _mm512_min_epi32(_mm512_max_epi32(_mm512_add_epi32(qi, vzp), qlo), qhi);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + i), _mm512_cvtepi32_epi8(qi));
+    }
+  }
+#endif
+  for (; i < n; ++i) {
+    const float p = x[i] * inv;
+    float r = std::round(p);
+    r = r < -256.0f ? -256.0f : (r > 256.0f ? 256.0f : r);
+    const int32_t v = ToI32(r) + zp;
+    q[i] = static_cast<int8_t>(v < -128 ? -128 : (v > 127 ? 127 : v));
+  }
+}
+
+
+#if defined(FBJAX_VNNI)
+// Per 128-bit lane: the sums of the four int32 of that lane in r0, r1, r2, r3 -> [s(r0), s(r1), s(r2), s(r3)].
+inline __m512i Reduce4(__m512i r0, __m512i r1, __m512i r2, __m512i r3) {
+  const __m512i t0 = _mm512_add_epi32(_mm512_unpacklo_epi32(r0, r1), _mm512_unpackhi_epi32(r0, r1));
+  const __m512i t1 = _mm512_add_epi32(_mm512_unpacklo_epi32(r2, r3), _mm512_unpackhi_epi32(r2, r3));
+  return _mm512_add_epi32(_mm512_unpacklo_epi64(t0, t1), _mm512_unpackhi_epi64(t0, t1));
+}
+
+// 4x4 transpose of 128-bit lanes: v[b] lane g = z[g] lane b.
+inline void Transpose4(const __m512i z[4], __m512i v[4]) {
+  const __m512i a = _mm512_shuffle_i32x4(z[0], z[1], 0x44), b = _mm512_shuffle_i32x4(z[0], z[1], 0xEE);
+  const __m512i c = _mm512_shuffle_i32x4(z[2], z[3], 0x44), d = _mm512_shuffle_i32x4(z[2], z[3], 0xEE);
+  v[0] = _mm512_shuffle_i32x4(a, c, 0x88);
+  v[1] = _mm512_shuffle_i32x4(a, c, 0xDD);
+  v[2] = _mm512_shuffle_i32x4(b, d, 0x88);
+  v[3] = _mm512_shuffle_i32x4(b, d, 0xDD);
+}
+
+// The layout Int4Tiles1 reads one quantized row q [NU * 32] in: xe[u * 16 + j] = q[32u + 2j],
+// xo[u * 16 + j] = q[32u + 2j + 1], xs8[k] = 8 * sum of block k's B values.
+void SplitUnits(const int8_t* q, int64_t NU, int64_t K, int64_t B, int8_t* xe, int8_t* xo, int32_t* xs8) {
+  int64_t u = 0;
+  std::unique_ptr<int32_t[]> us(new int32_t[NU]);
+#if defined(__AVX512VBMI__)
+  const __m512i idx = _mm512_set_epi8(63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33, 31, 29, 27, 25,
+                                      23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1, 62, 60, 58, 56, 54, 52, 50, 48, 46,
+                                      44, 42, 40, 38, 36, 34, 32, 30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4,
+                                      2, 0);
+  const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80));
+  for (; u + 2 <= NU; u += 2) {  // 64 values: evens to the low half, odds to the high half
+    const __m512i v = _mm512_loadu_si512(q + u * 32);
+    const __m512i p = _mm512_permutexvar_epi8(idx, v);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(xe + u * 16), _mm512_castsi512_si256(p));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(xo + u * 16), _mm512_extracti64x4_epi64(p, 1));
+    // unit sums: sum(q + 128) per 8 bytes (vpsadbw), then per 32
+    const __m512i sad = _mm512_sad_epu8(_mm512_xor_si512(v, bias), _mm512_setzero_si512());
+    alignas(64) int64_t t[8];
+    _mm512_store_si512(t, sad);
+    us[u] = static_cast<int32_t>(t[0] + t[1] + t[2] + t[3]) - 128 * 32;
+    us[u + 1] = static_cast<int32_t>(t[4] + t[5] + t[6] + t[7]) - 128 * 32;
+  }
+#endif
+  for (; u < NU; ++u) {
+    int32_t t = 0;
+    for (int64_t j = 0; j < 16; ++j) {
+      xe[u * 16 + j] = q[u * 32 + 2 * j];
+      xo[u * 16 + j] = q[u * 32 + 2 * j + 1];
+      t += q[u * 32 + 2 * j] + q[u * 32 + 2 * j + 1];
+    }
+    us[u] = t;
+  }
+  const int64_t ub = B / 32;
+  for (int64_t k = 0; k < K; ++k) {
+    int32_t t = 0;
+    for (int64_t j = 0; j < ub; ++j) t += us[k * ub + j];
+    xs8[k] = 8 * t;
+  }
+}
+
+// Input rows r0 .. r0 + NR - 1, packed int4 weights, B % 32 == 0, output rows of tile t (16 of them, o0 = 16 t;
+// rows >= O repeat row O - 1 and are not stored). Each input row's quantized values are given split per
+// 32-value unit u (SplitUnits): xe[u * 16 + j] = q[32u + 2j] and xo[u * 16 + j] = q[32u + 2j + 1] (matching
+// the low and high nibbles of the unit's 16 weight bytes), zero-padded to a multiple of 4 units (xstride bytes
+// from one row to the next), and xs8[k] = 8 * sum of block k's q (K per row). With u = nibble ^ 8 in [0, 15]
+// (w = u - 8): sum_c q * w = sum(u_lo * xe) + sum(u_hi * xo) - 8 * sum_c q (vpdpbusd: u8 x s8, exact int32),
+// sum_c w = sum(u_lo + u_hi) - 8 B. The per-block float32 sums then run over the 16 rows of the tile at once,
+// each lane in TFLite's order over the blocks, and the output stage y = (out - f32(zp) * kfsum) * s.
+template <int NR>
+void Int4Tile(const uint8_t* W, const float* S, int64_t K, int64_t B, int64_t O, const int8_t* xe, const int8_t* xo,
+              int64_t xstride, const int32_t* xs8, const float* s, const int32_t* zp, int64_t t, float* Y) {
+  const int64_t NU = K * B / 32, UB = B / 32, row_bytes = NU * 16;
+  const __m512i m88 = _mm512_set1_epi8(static_cast<char>(0x88)), m0f = _mm512_set1_epi8(0x0F);
+  const __m512i ones = _mm512_set1_epi8(1);
+  const __m512i ks8 = _mm512_set1_epi32(static_cast<int32_t>(8 * B));
+  const int64_t o0 = t * 16;
+  const int valid = static_cast<int>(std::min<int64_t>(16, O - o0));
+  const uint8_t* rows[16];
+  int32_t sidx_[16];
+  for (int r = 0; r < 16; ++r) {
+    const int64_t o = o0 + std::min(r, valid - 1);
+    rows[r] = W + o * row_bytes;
+    sidx_[r] = static_cast<int32_t>((o - o0) * K);
+  }
+  const __m512i sidx = _mm512_loadu_si512(sidx_);
+  const float* so = S + o0 * K;
+  for (int64_t b = 0; b < 16 * K * 4; b += 64)  // the scales of the tile kPrefetchBytes / 16 rows ahead
+    _mm_prefetch(reinterpret_cast<const char*>(so) + kPrefetchBytes / row_bytes * K * 4 + b, _MM_HINT_T1);
+  __m512 y[NR], kf = _mm512_setzero_ps();
+  __m512i isum[NR], iks = _mm512_setzero_si512();
+  for (int i = 0; i < NR; ++i) {
+    y[i] = _mm512_setzero_ps();
+    isum[i] = _mm512_setzero_si512();
+  }
+  int64_t k = 0, in_block = 0;
+  for (int64_t u0 = 0; u0 < NU; u0 += 4) {
+    const int nu = static_cast<int>(std::min<int64_t>(4, NU - u0));
+    const __mmask64 lm = nu == 4 ? ~__mmask64(0) : ((__mmask64(1) << (16 * nu)) - 1);
+    __m512i ve[NR], vo[NR];
+    for (int i = 0; i < NR; ++i) {
+      ve[i] = _mm512_loadu_si512(xe + i * xstride + u0 * 16);
+      vo[i] = _mm512_loadu_si512(xo + i * xstride + u0 * 16);
+    }
+    __m512i zd[NR][4], zk[4];
+    for (int g = 0; g < 4; ++g) {
+      __m512i lo[4], hi[4], kk[4];
+      for (int j = 0; j < 4; ++j) {
+        _mm_prefetch(reinterpret_cast<const char*>(rows[4 * g + j] + u0 * 16 + kPrefetchBytes), _MM_HINT_T1);
+        const __m512i v = _mm512_xor_si512(_mm512_maskz_loadu_epi8(lm, rows[4 * g + j] + u0 * 16), m88);
+        lo[j] = _mm512_and_si512(v, m0f);
+        hi[j] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m0f);
+        kk[j] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_add_epi8(lo[j], hi[j]), ones);
+      }
+      zk[g] = Reduce4(kk[0], kk[1], kk[2], kk[3]);
+      for (int i = 0; i < NR; ++i) {
+        __m512i d[4];
+        for (int j = 0; j < 4; ++j)
+          d[j] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[j], ve[i]), hi[j], vo[i]);
+        zd[i][g] = Reduce4(d[0], d[1], d[2], d[3]);
+      }
+    }
+    __m512i vd[NR][4], vk[4];
+    Transpose4(zk, vk);
+    for (int i = 0; i < NR; ++i) Transpose4(zd[i], vd[i]);
+    for (int b = 0; b < nu; ++b) {  // unit u0 + b of the 16 rows, in order
+      iks = _mm512_add_epi32(iks, vk[b]);
+      for (int i = 0; i < NR; ++i) isum[i] = _mm512_add_epi32(isum[i], vd[i][b]);
+      if (++in_block == UB) {  // block k complete: TFLite's float32 step, per lane
+        const __m512 sc = _mm512_i32gather_ps(sidx, so + k, 4);
+        const __m512 fk = _mm512_cvtepi32_ps(_mm512_sub_epi32(iks, ks8));
+        kf = _mm512_add_ps(kf, _mm512_mul_ps(sc, fk));
+        iks = _mm512_setzero_si512();
+        for (int i = 0; i < NR; ++i) {
+          const __m512 fd = _mm512_cvtepi32_ps(_mm512_sub_epi32(isum[i], _mm512_set1_epi32(xs8[i * K + k])));
+          y[i] = _mm512_add_ps(y[i], _mm512_mul_ps(fd, sc));
+          isum[i] = _mm512_setzero_si512();
+        }
+        in_block = 0;
+        ++k;
+      }
+    }
+  }
+  for (int i = 0; i < NR; ++i) {
+    const __m512 out = _mm512_mul_ps(_mm512_sub_ps(y[i], _mm512_mul_ps(_mm512_set1_ps(static_cast<float>(zp[i])), kf)),
+                                     _mm512_set1_ps(s[i]));
+    _mm512_mask_storeu_ps(Y + i * O + o0, static_cast<__mmask16>((1u << valid) - 1), out);
+  }
+}
+
+// Int4Tile for the R input rows (from r = 0, in groups of up to kRowGroup) and tiles t0 .. t1 - 1.
+void Int4Tiles(const uint8_t* W, const float* S, int64_t K, int64_t B, int64_t O, int64_t R, const int8_t* xe,
+               const int8_t* xo, int64_t xstride, const int32_t* xs8, const float* s, const int32_t* zp, int64_t t0,
+               int64_t t1, float* Y) {
+  for (int64_t t = t0; t < t1; ++t)
+    for (int64_t r = 0; r < R; r += 4) {
+      const int64_t n = std::min<int64_t>(4, R - r);
+      const int8_t *e = xe + r * xstride, *od = xo + r * xstride;
+      const int32_t* x8 = xs8 + r * K;
+      float* y = Y + r * O;
+      switch (n) {
+        case 1: Int4Tile<1>(W, S, K, B, O, e, od, xstride, x8, s + r, zp + r, t, y); break;
+        case 2: Int4Tile<2>(W, S, K, B, O, e, od, xstride, x8, s + r, zp + r, t, y); break;
+        case 3: Int4Tile<3>(W, S, K, B, O, e, od, xstride, x8, s + r, zp + r, t, y); break;
+        default: Int4Tile<4>(W, S, K, B, O, e, od, xstride, x8, s + r, zp + r, t, y); break;
+      }
+    }
+}
+#endif
+
+// x float32 [R, I], w [O, K, B] (int8, or int4 packed), scale float32 [O, K] -> out float32 [R, O]: each input
+// row quantized asymmetrically (AsymQuantizeRow), the blockwise sums in TFLite's order, then
+// out = (sum - f32(zp) * kfsum) * s. The same float operations as fbjax.lower.tflite_int.hybrid._fc_blockwise
+// (without bias) in the same order: the same bits.
+ffi::Error BlockFcF32(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::AnyBuffer w, ffi::Buffer<ffi::F32> scale,
+                      ffi::ResultBuffer<ffi::F32> out) {
+  const auto xd = x.dimensions(), wd = w.dimensions(), sd = scale.dimensions();
+  if (xd.size() != 2 || wd.size() != 3 || xd[1] != wd[1] * wd[2] || sd.size() != 2 || sd[0] != wd[0] ||
+      sd[1] != wd[1])
+    return ffi::Error::InvalidArgument("fbjax_block_fc_f32: x [R, K * B], w [O, K, B], scale [O, K] expected");
+  const bool packed = w.element_type() == ffi::S4;
+  if (!packed && w.element_type() != ffi::S8)
+    return ffi::Error::InvalidArgument("fbjax_block_fc_f32: w int8 or int4");
+  const int64_t R = xd[0], I = xd[1], K = wd[1], B = wd[2], O = wd[0];
+  if (B > 1024 || (packed && B % 2)) return ffi::Error::InvalidArgument("fbjax_block_fc_f32: block size <= 1024");
+  const float* X = x.typed_data();
+  const uint8_t* W = static_cast<const uint8_t*>(w.untyped_data());
+  const float* S = scale.typed_data();
+  float* Y = out->typed_data();
+  std::unique_ptr<int8_t[]> q(new int8_t[std::max<int64_t>(R * I, 1)]);
+  std::unique_ptr<float[]> s(new float[std::max<int64_t>(R, 1)]);
+  std::unique_ptr<int32_t[]> zp(new int32_t[std::max<int64_t>(R, 1)]);
+  for (int64_t r = 0; r < R; ++r) AsymQuantizeRow(X + r * I, I, q.get() + r * I, s.get() + r, zp.get() + r);
+  if (R == 0 || O == 0) return ffi::Error::Success();
+#if defined(FBJAX_VNNI)
+  if (packed && B % 32 == 0) {
+    const int64_t NU = I / 32, xstride = (NU + 3) / 4 * 4 * 16;
+    std::unique_ptr<int8_t[]> xe(new int8_t[R * xstride]()), xo(new int8_t[R * xstride]());
+    std::unique_ptr<int32_t[]> xs8(new int32_t[R * K]);
+    for (int64_t r = 0; r < R; ++r)
+      SplitUnits(q.get() + r * I, NU, K, B, xe.get() + r * xstride, xo.get() + r * xstride, xs8.get() + r * K);
+    const int64_t tiles = (O + 15) / 16;
+    const int64_t tile_bytes = 16 * NU * 16 * std::min<int64_t>(R, 4);  // work ~ weight bytes x row group
+    const int64_t per = std::max<int64_t>(1, kTileChunkBytes / tile_bytes);
+    const int64_t chunks = (tiles + per - 1) / per;
+    const int8_t *pe = xe.get(), *po = xo.get();
+    const int32_t* px = xs8.get();
+    const float* ps = s.get();
+    const int32_t* pz = zp.get();
+    auto run = [=](int64_t c) {
+      Int4Tiles(W, S, K, B, O, R, pe, po, xstride, px, ps, pz, c * per, std::min(tiles, (c + 1) * per), Y);
+    };
+    if (R == 1 && O * NU * 16 < kParallelMinBytes) {
+      for (int64_t c = 0; c < chunks; ++c) run(c);
+    } else {
+      ParallelChunks(pool, chunks, run);
+    }
+    return ffi::Error::Success();
+  }
+#endif
+  std::unique_ptr<int16_t[]> x16(new int16_t[R * I]);
+  for (int64_t k = 0; k < R * I; ++k) x16[k] = q[k];
+  std::unique_ptr<float[]> kf(new float[O]);
+  BlockFcSums(pool, x16.get(), W, packed, S, R, K, B, O, Y, kf.get());
+  for (int64_t r = 0; r < R; ++r) {
+    const float zf = static_cast<float>(zp[r]), sr = s[r];
+    for (int64_t o = 0; o < O; ++o) {
+      const float t = zf * kf[o];
+      const float d = Y[r * O + o] - t;
+      Y[r * O + o] = d * sr;
+    }
+  }
   return ffi::Error::Success();
 }
 
@@ -573,6 +934,14 @@ ffi::Error BlockMatmulAt(ffi::ThreadPool pool, ffi::Buffer<ffi::S16> x, ffi::Any
   return BlockMatmulAny(pool, x, ffi::AnyBuffer(&v.buf), acc, ksum);
 }
 
+ffi::Error BlockFcF32At(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::AnyBuffer w, ffi::Buffer<ffi::F32> scale,
+                        ffi::Buffer<ffi::S32> layer, ffi::ResultBuffer<ffi::F32> out) {
+  LayerView v;
+  ffi::Error e = MakeLayerView(w, layer, &v);
+  if (e.failure()) return e;
+  return BlockFcF32(pool, x, ffi::AnyBuffer(&v.buf), scale, out);
+}
+
 ffi::Error BlockFcAt(ffi::ThreadPool pool, ffi::Buffer<ffi::S16> x, ffi::AnyBuffer w, ffi::Buffer<ffi::F32> scale,
                      ffi::Buffer<ffi::S32> layer, ffi::ResultBuffer<ffi::F32> out, ffi::ResultBuffer<ffi::F32> kfsum) {
   LayerView v;
@@ -582,6 +951,15 @@ ffi::Error BlockFcAt(ffi::ThreadPool pool, ffi::Buffer<ffi::S16> x, ffi::AnyBuff
 }
 
 }  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(fbjax_block_fc_f32_at, BlockFcF32At,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>());
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(fbjax_int8_matmul_at, Int8MatmulAt,
                               ffi::Ffi::Bind()
@@ -647,4 +1025,12 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(fbjax_block_fc, BlockFc,
                                   .Arg<ffi::AnyBuffer>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>());
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(fbjax_block_fc_f32, BlockFcF32,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
                                   .Ret<ffi::Buffer<ffi::F32>>());

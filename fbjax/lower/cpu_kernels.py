@@ -14,7 +14,12 @@ project's 2-core machine, where a float32 matrix-vector product reads
 such products, so on the CPU backend they call the kernels of
 ``cpu_kernels.cc`` instead: each int8 (or packed int4) weight is read once,
 widened in registers and multiplied and summed in int32 (AVX2
-``vpmaddwd`` where the CPU has it), split over XLA's intra-op threads.
+``vpmaddwd`` where the CPU has it; for blockwise int4, AVX-512 VNNI
+``vpdpbusd`` on the nibbles where the CPU has it), split over XLA's
+intra-op threads. The blockwise FULLY_CONNECTED (:func:`block_fc_f32`)
+also quantizes its float input rows and scales its outputs inside the
+kernel, in TFLite's float32 order (the XLA ops that did it cost as much as
+the products at decode size).
 Integer sums are exact in any order, so the results equal the XLA
 lowering's bit for bit (``tests/test_cpu_kernels.py`` checks both against
 numpy).
@@ -51,15 +56,16 @@ import numpy as np
 
 from ..options import default_cache_dir
 
-__all__ = ["available", "tag", "int8_matmul", "int8_matmul_sym", "block_matmul", "block_fc", "attention", "library_path"]
+__all__ = ["available", "tag", "int8_matmul", "int8_matmul_sym", "block_matmul", "block_fc", "block_fc_f32",
+           "attention", "library_path"]
 
 SOURCE = Path(__file__).with_name("cpu_kernels.cc")
 #: the C++ sources compiled into the one library (``cpu_attention.cc``: the attention composite's kernel)
 SOURCES = (SOURCE, Path(__file__).with_name("cpu_attention.cc"))
 #: the FFI handlers the library exports (registered for the CPU platform under these names)
-TARGETS = ("fbjax_int8_matmul", "fbjax_block_matmul", "fbjax_block_fc",
-           "fbjax_int8_matmul_at", "fbjax_block_matmul_at", "fbjax_block_fc_at", "fbjax_attention",
-           "fbjax_int8_matmul_sym", "fbjax_int8_matmul_sym_at")
+TARGETS = ("fbjax_int8_matmul", "fbjax_block_matmul", "fbjax_block_fc", "fbjax_block_fc_f32",
+           "fbjax_int8_matmul_at", "fbjax_block_matmul_at", "fbjax_block_fc_at", "fbjax_block_fc_f32_at",
+           "fbjax_attention", "fbjax_int8_matmul_sym", "fbjax_int8_matmul_sym_at")
 _FLAGS = ["-O3", "-march=native", "-std=c++17", "-ffp-contract=off", "-shared", "-fPIC", "-w"]
 
 _lock = threading.Lock()
@@ -259,3 +265,31 @@ def attention(q, k, v, mask, layers, scale: float, cap: Optional[float] = None):
     return jax.ffi.ffi_call("fbjax_attention", jax.ShapeDtypeStruct(q.shape, jnp.float32))(
         jnp.asarray(q, jnp.float32), k, v, m, jnp.asarray(layers, jnp.int32).reshape(2),
         scale=np.float32(scale), cap=np.float32(0.0 if cap is None else cap))
+
+
+def block_fc_f32(x, w, scale, layer=None):
+    """TFLite's blockwise FULLY_CONNECTED (``EvalBlockwise4Bit``) without the bias, from the float input:
+    each row of ``x`` quantized asymmetrically (``AsymmetricQuantizeFloats``, as
+    :func:`fbjax.lower.tflite_int.hybrid.asymmetric_quantize`: ``q``, ``s``, ``zp``), the sums of
+    :func:`block_fc` in their order, then ``out = (sum - f32(zp) * kfsum) * s``, each float32 operation
+    rounded on its own: the bits of :func:`fbjax.lower.tflite_int.hybrid._fc_blockwise` less its bias add.
+
+    Args:
+        x: float32 ``[R, K * B]``.
+        w: int8 or int4 ``[O, K, B]`` (int4 packed two per byte; ``B`` at most 1024, even for int4); with
+            ``layer``, stacked ``[L, O, K, B]`` read in place at block ``layer``.
+        scale: float32 ``[O, K]`` (the block's own).
+        layer: None, or an int32 scalar in ``[0, L)``.
+
+    Returns:
+        float32 ``[R, O]``. Only on the CPU backend, after :func:`available`. On a CPU with AVX-512 VNNI,
+        one input row and packed int4 weights with ``B % 32 == 0`` (the decode step of a
+        ``dynamic_int4_block32`` LLM) take a ``vpdpbusd`` path that sums 16 output channels at once.
+    """
+    r = x.shape[0]
+    if layer is not None:
+        return jax.ffi.ffi_call("fbjax_block_fc_f32_at", jax.ShapeDtypeStruct((r, w.shape[1]), jnp.float32))(
+            jnp.asarray(x, jnp.float32), w, jnp.asarray(scale, jnp.float32), _layer_operand(layer))
+    o = w.shape[0]
+    return jax.ffi.ffi_call("fbjax_block_fc_f32", jax.ShapeDtypeStruct((r, o), jnp.float32))(
+        jnp.asarray(x, jnp.float32), w, jnp.asarray(scale, jnp.float32))

@@ -34,8 +34,8 @@ Each lowering reproduces LiteRT's builtin x86 kernel (without XNNPACK):
    scales and adds every single product in float (see its docstring).
 
 On the CPU backend the integer products of steps 2 (and, for blockwise
-int4 FULLY_CONNECTED, the per-block float sums of its step 3) run in
-fbjax's native kernels (:mod:`fbjax.lower.cpu_kernels`; XLA:CPU has no
+int4 FULLY_CONNECTED, all three steps: input quantization, integer and
+per-block float sums, output scaling) run in fbjax's native kernels (:mod:`fbjax.lower.cpu_kernels`; XLA:CPU has no
 integer matrix product), elsewhere or with ``KernelOptions(native_kernels=False)``
 in XLA; the same bits either way.
 
@@ -280,52 +280,53 @@ _blocks_vmap(_block_matmul)
 
 
 @jax.custom_batching.custom_vmap
-def _block_fc_native(q, w, scale):
-    """:func:`fbjax.lower.cpu_kernels.block_fc`: ``q`` int32 ``[R, blocks, bs]``, ``w`` ``[O, blocks,
-    bs]``, ``scale`` float32 ``[O, blocks]`` -> (``out`` float32 ``[R, O]``, ``kfsum`` float32 ``[O]``),
-    the float sums of :func:`_fc_blockwise` in its order. Under ``vmap`` the batch joins the rows."""
+def _block_fc_native(x2d, w, scale):
+    """:func:`fbjax.lower.cpu_kernels.block_fc_f32`: float32 ``x2d`` ``[R, blocks * bs]``, ``w`` ``[O,
+    blocks, bs]``, ``scale`` float32 ``[O, blocks]`` -> float32 ``[R, O]``, :func:`_fc_blockwise` without
+    its bias (input quantization, the blockwise sums in TFLite's order and the output scaling, all in the
+    kernel). Under ``vmap`` the batch joins the rows."""
     w = jnp.asarray(w)
     if w.dtype not in (jnp.int4, jnp.int8) or w.shape[-1] > 1024 or (w.dtype == jnp.int4 and w.shape[-1] % 2):
         w = _as_int8(w)
-    return cpu_kernels.block_fc(q.astype(jnp.int16), w, scale)
+    return cpu_kernels.block_fc_f32(x2d, w, scale)
 
 
 @_block_fc_native.def_vmap
-def _block_fc_native_vmap(axis_size, in_batched, q, w, scale):
-    qb, wb, sb = in_batched
+def _block_fc_native_vmap(axis_size, in_batched, x2d, w, scale):
+    xb, wb, sb = in_batched
     if wb or sb:
-        q = q if qb else jnp.broadcast_to(q, (axis_size,) + q.shape)
+        x2d = x2d if xb else jnp.broadcast_to(x2d, (axis_size,) + x2d.shape)
         w = w if wb else jnp.broadcast_to(w, (axis_size,) + w.shape)
         scale = scale if sb else jnp.broadcast_to(scale, (axis_size,) + scale.shape)
-        return lax.map(lambda a: _block_fc_native(*a), (q, w, scale)), (True, True)
-    if not qb:
-        return _block_fc_native(q, w, scale), (False, False)
-    out, kfsum = _block_fc_native(q.reshape((-1,) + q.shape[2:]), w, scale)
-    return (out.reshape((axis_size, -1, out.shape[-1])), kfsum), (True, False)
+        return lax.map(lambda a: _block_fc_native(*a), (x2d, w, scale)), True
+    if not xb:
+        return _block_fc_native(x2d, w, scale), False
+    out = _block_fc_native(x2d.reshape((-1, x2d.shape[-1])), w, scale)
+    return out.reshape((axis_size, -1, out.shape[-1])), True
 
 
 @jax.custom_batching.custom_vmap
-def _block_fc_native_at(q, w, scale, layer):
+def _block_fc_native_at(x2d, w, scale, layer):
     """:func:`_block_fc_native` on block ``layer`` of stacked weights ``w`` ``[L, O, blocks, bs]``, read
-    in place (``scale`` is the block's own ``[O, blocks]``)."""
+    in place (``scale`` is the block's own ``[O, blocks]``). Under ``vmap`` the batch joins the rows."""
     if w.dtype not in (jnp.int4, jnp.int8) or w.shape[-1] > 1024 or (w.dtype == jnp.int4 and w.shape[-1] % 2):
-        return _block_fc_native(q, lax.dynamic_index_in_dim(w, layer, keepdims=False), scale)
-    return cpu_kernels.block_fc(q.astype(jnp.int16), w, scale, layer)
+        return _block_fc_native(x2d, lax.dynamic_index_in_dim(w, layer, keepdims=False), scale)
+    return cpu_kernels.block_fc_f32(x2d, w, scale, layer)
 
 
 @_block_fc_native_at.def_vmap
-def _block_fc_native_at_vmap(axis_size, in_batched, q, w, scale, layer):
-    qb, wb, sb, lb = in_batched
+def _block_fc_native_at_vmap(axis_size, in_batched, x2d, w, scale, layer):
+    xb, wb, sb, lb = in_batched
     if wb or sb or lb:
-        q = q if qb else jnp.broadcast_to(q, (axis_size,) + q.shape)
+        x2d = x2d if xb else jnp.broadcast_to(x2d, (axis_size,) + x2d.shape)
         w = w if wb else jnp.broadcast_to(w, (axis_size,) + w.shape)
         scale = scale if sb else jnp.broadcast_to(scale, (axis_size,) + scale.shape)
         layer = layer if lb else jnp.broadcast_to(layer, (axis_size,) + jnp.shape(layer))
-        return lax.map(lambda a: _block_fc_native_at(*a), (q, w, scale, layer)), (True, True)
-    if not qb:
-        return _block_fc_native_at(q, w, scale, layer), (False, False)
-    out, kfsum = _block_fc_native_at(q.reshape((-1,) + q.shape[2:]), w, scale, layer)
-    return (out.reshape((axis_size, -1, out.shape[-1])), kfsum), (True, False)
+        return lax.map(lambda a: _block_fc_native_at(*a), (x2d, w, scale, layer)), True
+    if not xb:
+        return _block_fc_native_at(x2d, w, scale, layer), False
+    out = _block_fc_native_at(x2d.reshape((-1, x2d.shape[-1])), w, scale, layer)
+    return out.reshape((axis_size, -1, out.shape[-1])), True
 
 
 def _native(ctx) -> bool:
@@ -704,16 +705,16 @@ def _fc_blockwise(ctx, x2d, w, b):
     o, i = np.shape(w)
     nb = i // bs
     scales = ctx.quant_scale(1).reshape(o, nb)  # numpy, or traced per block inside a layer scan
-    q, s, z = asymmetric_quantize(x2d)
-    rows = q.shape[0]
     if isinstance(w, LayerSlice):  # one block of a layer scan's stacked weights, read in place (native only)
-        out, kfsum = _block_fc_native_at(q.reshape(rows, nb, bs), w.stacked.reshape((-1, o, nb, bs)),
-                                         jnp.asarray(scales), w.index)
-    elif _native(ctx):
+        out = _block_fc_native_at(jnp.asarray(x2d, jnp.float32), w.stacked.reshape((-1, o, nb, bs)),
+                                  jnp.asarray(scales), w.index)
+    elif _native(ctx):  # the whole of it in the kernel, the same float operations in the same order
         wb = jnp.asarray(w).reshape(o, nb, bs)  # int4/int8 as held (a buffer, a constant, or traced in float mode)
-        out, kfsum = _block_fc_native(q.reshape(rows, nb, bs), wb, jnp.asarray(scales))
+        out = _block_fc_native(jnp.asarray(x2d, jnp.float32), wb, jnp.asarray(scales))
     else:
         wb = jnp.asarray(w).reshape(o, nb, bs)
+        q, s, z = asymmetric_quantize(x2d)
+        rows = q.shape[0]
         acc, ksum = _block_matmul(q.reshape(rows, nb, bs), wb)  # [blocks, R, O]; [blocks, O]
         ksum = ksum.astype(jnp.float32)  # exact in float32
 
@@ -725,8 +726,8 @@ def _fc_blockwise(ctx, x2d, w, b):
         # a scan, not a Python loop: one compiled body however many blocks (I / 32 of them)
         (out, kfsum), _ = lax.scan(block, (jnp.zeros((rows, o), jnp.float32), jnp.zeros(o, jnp.float32)),
                                    (acc, ksum, jnp.asarray(scales).T))
-    out = out - _rounded(z.astype(jnp.float32)[:, None] * kfsum[None, :])
-    out = _rounded(out * s[:, None])
+        out = out - _rounded(z.astype(jnp.float32)[:, None] * kfsum[None, :])
+        out = _rounded(out * s[:, None])
     if b is not None:
         out = out + jnp.asarray(b, jnp.float32)[None, :]
     return out
