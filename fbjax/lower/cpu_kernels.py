@@ -62,6 +62,8 @@ __all__ = ["available", "tag", "int8_matmul", "int8_matmul_sym", "block_matmul",
 SOURCE = Path(__file__).with_name("cpu_kernels.cc")
 #: the C++ sources compiled into the one library (``cpu_attention.cc``: the attention composite's kernel)
 SOURCES = (SOURCE, Path(__file__).with_name("cpu_attention.cc"))
+#: the headers they include (part of the library's key too)
+HEADERS = (Path(__file__).with_name("cpu_parallel.h"),)
 #: the FFI handlers the library exports (registered for the CPU platform under these names)
 TARGETS = ("fbjax_int8_matmul", "fbjax_block_matmul", "fbjax_block_fc", "fbjax_block_fc_f32",
            "fbjax_int8_matmul_at", "fbjax_block_matmul_at", "fbjax_block_fc_at", "fbjax_block_fc_f32_at",
@@ -92,7 +94,7 @@ def library_path(cxx: str) -> Path:
     """Where the library built by ``cxx`` for these sources (:data:`SOURCES`), jaxlib and CPU lives."""
     version = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=30).stdout
     h = hashlib.sha256()
-    for part in (*(src.read_bytes() for src in SOURCES), jaxlib.__version__.encode(), version.encode(), _cpu_id().encode(),
+    for part in (*(src.read_bytes() for src in SOURCES + HEADERS), jaxlib.__version__.encode(), version.encode(), _cpu_id().encode(),
                  " ".join(_FLAGS).encode()):
         h.update(part)
         h.update(b"\0")
