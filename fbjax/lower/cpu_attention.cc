@@ -47,35 +47,13 @@
 #endif
 
 #include "xla/ffi/api/ffi.h"
+#include "cpu_parallel.h"
 
 namespace ffi = xla::ffi;
 
 namespace {
 
-// Runs f(c) for c in [0, n) on the calling thread and up to (threads - 1) tasks of XLA's intra-op
-// pool, claiming chunks from one counter (as cpu_kernels.cc's ParallelChunks: a pool that never runs
-// our task cannot block the caller, which waits only for claimed chunks).
-template <class F>
-void ParallelItems(ffi::ThreadPool& pool, int64_t n, const F& f) {
-  struct State {
-    std::atomic<int64_t> next{0};
-    std::atomic<int64_t> done{0};
-  };
-  auto st = std::make_shared<State>();
-  auto work = [st, n, f]() {
-    for (int64_t c = st->next.fetch_add(1); c < n; c = st->next.fetch_add(1)) {
-      f(c);
-      st->done.fetch_add(1, std::memory_order_release);
-    }
-  };
-  const int64_t helpers = std::min<int64_t>(pool.num_threads(), n) - 1;
-  for (int64_t t = 0; t < helpers; ++t) {
-    auto task = work;
-    pool.Schedule(std::move(task));
-  }
-  work();
-  while (st->done.load(std::memory_order_acquire) < n) std::this_thread::yield();
-}
+using fbjax_cpu::ParallelChunks;
 
 constexpr float kMaskedAt = -4.2535296e37f;  // -2^125: keys with mask <= this are not read
 constexpr float kRowFloor = -1.0633824e37f;  // -2^123: a row's largest computed logit must exceed it
@@ -415,7 +393,7 @@ ffi::Error Attention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<
   const int64_t tchunks = (p.T + tc - 1) / tc;
   const int64_t items = p.B * p.K * tchunks;
   const Problem pc = p;
-  ParallelItems(pool, items, [pc, tc, tchunks, O](int64_t it) {
+  ParallelChunks(pool, items, [pc, tc, tchunks, O](int64_t it) {
     const int64_t tk = it % tchunks, j = (it / tchunks) % pc.K, b = it / (tchunks * pc.K);
     const int64_t t0 = tk * tc, t1 = std::min(pc.T, t0 + tc);
     const int64_t rows = (t1 - t0) * pc.G;

@@ -62,10 +62,12 @@ __all__ = ["available", "tag", "int8_matmul", "int8_matmul_sym", "block_matmul",
 SOURCE = Path(__file__).with_name("cpu_kernels.cc")
 #: the C++ sources compiled into the one library (``cpu_attention.cc``: the attention composite's kernel)
 SOURCES = (SOURCE, Path(__file__).with_name("cpu_attention.cc"))
+#: the headers they include (part of the library's key too)
+HEADERS = (Path(__file__).with_name("cpu_parallel.h"),)
 #: the FFI handlers the library exports (registered for the CPU platform under these names)
-TARGETS = ("fbjax_int8_matmul", "fbjax_block_matmul", "fbjax_block_fc",
-           "fbjax_int8_matmul_at", "fbjax_block_matmul_at", "fbjax_block_fc_at", "fbjax_attention",
-           "fbjax_int8_matmul_sym", "fbjax_int8_matmul_sym_at", "fbjax_block_fc_f32", "fbjax_block_fc_f32_at")
+TARGETS = ("fbjax_int8_matmul", "fbjax_block_matmul", "fbjax_block_fc", "fbjax_block_fc_f32",
+           "fbjax_int8_matmul_at", "fbjax_block_matmul_at", "fbjax_block_fc_at", "fbjax_block_fc_f32_at",
+           "fbjax_attention", "fbjax_int8_matmul_sym", "fbjax_int8_matmul_sym_at")
 _FLAGS = ["-O3", "-march=native", "-std=c++17", "-ffp-contract=off", "-shared", "-fPIC", "-w"]
 
 _lock = threading.Lock()
@@ -92,7 +94,7 @@ def library_path(cxx: str) -> Path:
     """Where the library built by ``cxx`` for these sources (:data:`SOURCES`), jaxlib and CPU lives."""
     version = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=30).stdout
     h = hashlib.sha256()
-    for part in (*(src.read_bytes() for src in SOURCES), jaxlib.__version__.encode(), version.encode(), _cpu_id().encode(),
+    for part in (*(src.read_bytes() for src in SOURCES + HEADERS), jaxlib.__version__.encode(), version.encode(), _cpu_id().encode(),
                  " ".join(_FLAGS).encode()):
         h.update(part)
         h.update(b"\0")
@@ -242,6 +244,31 @@ def block_fc(x, w, scale, layer=None):
         x.astype(jnp.int16), w, jnp.asarray(scale, jnp.float32))
 
 
+def attention(q, k, v, mask, layers, scale: float, cap: Optional[float] = None):
+    """Scaled dot-product attention with grouped-query heads, reading the key/value caches in place
+    (``cpu_attention.cc``; its header states the float32 order of the sums).
+
+    Args:
+        q: float32 ``[B, T, N, H]``.
+        k, v: float32 ``[R, Lk, B0, S, K, H]``, ``[R, Lv, B0, S, K, H]`` with ``R * B0 == B`` and ``N``
+            a multiple of ``K``: batch row ``b = r * B0 + b0`` reads ``k[r, layers[0], b0]`` and
+            ``v[r, layers[1], b0]`` (a layer scan's stacked caches, with the rows of a ``vmap`` in front,
+            read in place); query head ``n`` reads head ``n // (N / K)``.
+        mask: float32 ``[Bm, Nm, T, S]`` (additive; ``Bm`` divides ``B``, batch row ``b`` reads mask row
+            ``b // (B / Bm)``; ``Nm`` is 1 or ``N``), or None.
+        layers: int32 ``[2]``: the blocks of ``k`` and ``v`` (in ``[0, Lk)``, ``[0, Lv)``).
+        scale: the logits' factor; cap: None, or the soft cap (``cap * tanh(x / cap)``, before the mask).
+
+    Returns:
+        float32 ``[B, T, N, H]``: ``softmax(cap(scale * q k^T) + mask) v`` per head. Only on the CPU
+        backend, after :func:`available` returned True.
+    """
+    m = jnp.zeros((0,), jnp.float32) if mask is None else jnp.asarray(mask, jnp.float32)
+    return jax.ffi.ffi_call("fbjax_attention", jax.ShapeDtypeStruct(q.shape, jnp.float32))(
+        jnp.asarray(q, jnp.float32), k, v, m, jnp.asarray(layers, jnp.int32).reshape(2),
+        scale=np.float32(scale), cap=np.float32(0.0 if cap is None else cap))
+
+
 def block_fc_f32(x, w, scale, layer=None):
     """TFLite's blockwise FULLY_CONNECTED (``EvalBlockwise4Bit``) without the bias, from the float input:
     each row of ``x`` quantized asymmetrically (``AsymmetricQuantizeFloats``, as
@@ -266,30 +293,6 @@ def block_fc_f32(x, w, scale, layer=None):
     if layer is not None:
         return jax.ffi.ffi_call("fbjax_block_fc_f32_at", jax.ShapeDtypeStruct((r, w.shape[1]), jnp.float32))(
             jnp.asarray(x, jnp.float32), w, jnp.asarray(scale, jnp.float32), _layer_operand(layer))
-    return jax.ffi.ffi_call("fbjax_block_fc_f32", jax.ShapeDtypeStruct((r, w.shape[0]), jnp.float32))(
+    o = w.shape[0]
+    return jax.ffi.ffi_call("fbjax_block_fc_f32", jax.ShapeDtypeStruct((r, o), jnp.float32))(
         jnp.asarray(x, jnp.float32), w, jnp.asarray(scale, jnp.float32))
-
-
-def attention(q, k, v, mask, layers, scale: float, cap: Optional[float] = None):
-    """Scaled dot-product attention with grouped-query heads, reading the key/value caches in place
-    (``cpu_attention.cc``; its header states the float32 order of the sums).
-
-    Args:
-        q: float32 ``[B, T, N, H]``.
-        k, v: float32 ``[R, Lk, B0, S, K, H]``, ``[R, Lv, B0, S, K, H]`` with ``R * B0 == B`` and ``N``
-            a multiple of ``K``: batch row ``b = r * B0 + b0`` reads ``k[r, layers[0], b0]`` and
-            ``v[r, layers[1], b0]`` (a layer scan's stacked caches, with the rows of a ``vmap`` in front,
-            read in place); query head ``n`` reads head ``n // (N / K)``.
-        mask: float32 ``[Bm, Nm, T, S]`` (additive; ``Bm`` divides ``B``, batch row ``b`` reads mask row
-            ``b // (B / Bm)``; ``Nm`` is 1 or ``N``), or None.
-        layers: int32 ``[2]``: the blocks of ``k`` and ``v`` (in ``[0, Lk)``, ``[0, Lv)``).
-        scale: the logits' factor; cap: None, or the soft cap (``cap * tanh(x / cap)``, before the mask).
-
-    Returns:
-        float32 ``[B, T, N, H]``: ``softmax(cap(scale * q k^T) + mask) v`` per head. Only on the CPU
-        backend, after :func:`available` returned True.
-    """
-    m = jnp.zeros((0,), jnp.float32) if mask is None else jnp.asarray(mask, jnp.float32)
-    return jax.ffi.ffi_call("fbjax_attention", jax.ShapeDtypeStruct(q.shape, jnp.float32))(
-        jnp.asarray(q, jnp.float32), k, v, m, jnp.asarray(layers, jnp.int32).reshape(2),
-        scale=np.float32(scale), cap=np.float32(0.0 if cap is None else cap))

@@ -308,7 +308,7 @@ def _block_fc_native_vmap(axis_size, in_batched, x2d, w, scale):
 @jax.custom_batching.custom_vmap
 def _block_fc_native_at(x2d, w, scale, layer):
     """:func:`_block_fc_native` on block ``layer`` of stacked weights ``w`` ``[L, O, blocks, bs]``, read
-    in place (``scale`` is the block's own ``[O, blocks]``)."""
+    in place (``scale`` is the block's own ``[O, blocks]``). Under ``vmap`` the batch joins the rows."""
     if w.dtype not in (jnp.int4, jnp.int8) or w.shape[-1] > 1024 or (w.dtype == jnp.int4 and w.shape[-1] % 2):
         return _block_fc_native(x2d, lax.dynamic_index_in_dim(w, layer, keepdims=False), scale)
     return cpu_kernels.block_fc_f32(x2d, w, scale, layer)
@@ -715,9 +715,9 @@ def _fc_blockwise(ctx, x2d, w, b):
         wb = jnp.asarray(w).reshape(o, nb, bs)  # int4/int8 as held (a buffer, a constant, or traced in float mode)
         out = _block_fc_native(xf, wb, jnp.asarray(scales))
     else:
+        wb = jnp.asarray(w).reshape(o, nb, bs)
         q, s, z = asymmetric_quantize(x2d)
         rows = q.shape[0]
-        wb = jnp.asarray(w).reshape(o, nb, bs)
         acc, ksum = _block_matmul(q.reshape(rows, nb, bs), wb)  # [blocks, R, O]; [blocks, O]
         ksum = ksum.astype(jnp.float32)  # exact in float32
 
