@@ -82,6 +82,8 @@ class Run:
             quantization scales of the block being computed, for the
             weights whose scales differ per block
             (:meth:`LowerContext.quant_scale`).
+        layer_quant_blocks: the same scales as blocks of their stacked array
+            (:class:`LayerSlice`, :meth:`LowerContext.quant_scale_block`).
     """
 
     params: dict
@@ -91,6 +93,7 @@ class Run:
     narrow: bool = False
     buffers: Optional[dict] = None
     layer_quant: dict = field(default_factory=dict)
+    layer_quant_blocks: dict = field(default_factory=dict)
 
 
 class LowerContext(OpContext):
@@ -129,6 +132,13 @@ class LowerContext(OpContext):
         v = self.inputs[i]
         traced = self.run.layer_quant.get(id(v)) if v is not None else None
         return traced if traced is not None else super().quant_scale(i)
+
+    def quant_scale_block(self, i: int):
+        """Inside a layer scan's body, input ``i``'s per-block scales as a
+        :class:`LayerSlice` of their stacked array (a kernel can read them in
+        place, as it reads the weights), else None."""
+        v = self.inputs[i]
+        return self.run.layer_quant_blocks.get(id(v)) if v is not None else None
 
     def call_graph(self, index: int, *args):
         """Evaluate ``model.graphs[index]`` on ``args`` in this run; returns a list.
@@ -407,15 +417,16 @@ class Program:
             for (v0, _), x in zip(sliced, sl):
                 benv[id(v0)] = x
             for v0, st, k0 in stacked:  # read in place by the kernels that take it (``layer_slices``)
-                benv[id(v0)] = LayerSlice(st, k + k0)
+                benv[id(v0)] = LayerSlice(st, k if k0 == 0 else k + k0)
             for (v0, _, k0, _), st in zip(carried, stacks):
-                benv[id(v0)] = LayerSlice(st, k + k0)
-            saved = run.layer_quant
-            run.layer_quant = {**saved, **{id(v0): q for (v0, _), q in zip(quant, qs)}}
+                benv[id(v0)] = LayerSlice(st, k if k0 == 0 else k + k0)
+            saved = run.layer_quant, run.layer_quant_blocks
+            run.layer_quant = {**saved[0], **{id(v0): q for (v0, _), q in zip(quant, qs)}}
+            run.layer_quant_blocks = {**saved[1], **{id(v0): LayerSlice(a, k) for v0, a in quant}}
             try:
                 self.eval_nodes(body_nodes, benv, run, where=where, graph=graph)
             finally:
-                run.layer_quant = saved
+                run.layer_quant, run.layer_quant_blocks = saved
             new = tuple(jnp.asarray(materialize(benv[id(v_out)])).astype(c.dtype)
                         for (_, v_out), c in zip(plan.carry, hidden))
             new_stacks = []

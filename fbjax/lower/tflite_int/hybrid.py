@@ -308,8 +308,11 @@ def _block_fc_native_vmap(axis_size, in_batched, x2d, w, scale):
 @jax.custom_batching.custom_vmap
 def _block_fc_native_at(x2d, w, scale, layer):
     """:func:`_block_fc_native` on block ``layer`` of stacked weights ``w`` ``[L, O, blocks, bs]``, read
-    in place (``scale`` is the block's own ``[O, blocks]``). Under ``vmap`` the batch joins the rows."""
+    in place (``scale`` the block's own ``[O, blocks]``, or the stacked ``[L, O, blocks]`` read at ``layer``
+    too). Under ``vmap`` the batch joins the rows."""
     if w.dtype not in (jnp.int4, jnp.int8) or w.shape[-1] > 1024 or (w.dtype == jnp.int4 and w.shape[-1] % 2):
+        if scale.ndim == 3:
+            scale = lax.dynamic_index_in_dim(scale, layer, keepdims=False)
         return _block_fc_native(x2d, lax.dynamic_index_in_dim(w, layer, keepdims=False), scale)
     return cpu_kernels.block_fc_f32(x2d, w, scale, layer)
 
@@ -710,6 +713,9 @@ def _fc_blockwise(ctx, x2d, w, b):
     # straight-through routes the gradient to the float op, never using the hybrid forward's own.
     xf = lax.stop_gradient(jnp.asarray(x2d, jnp.float32))
     if isinstance(w, LayerSlice):  # one block of a layer scan's stacked weights, read in place (native only)
+        blk = ctx.quant_scale_block(1) if hasattr(ctx, "quant_scale_block") else None
+        if blk is not None and blk.index is w.index:  # the scales' block read in place too
+            scales = jnp.asarray(blk.stacked, jnp.float32).reshape((-1, o, nb))
         out = _block_fc_native_at(xf, w.stacked.reshape((-1, o, nb, bs)), jnp.asarray(scales), w.index)
     elif _native(ctx):  # the whole of it in the kernel, the same float operations in the same order
         wb = jnp.asarray(w).reshape(o, nb, bs)  # int4/int8 as held (a buffer, a constant, or traced in float mode)
