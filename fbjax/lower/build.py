@@ -1054,7 +1054,7 @@ def plan_layer_scans(model: ModelIR, param_of: dict, buffer_of: dict, params: di
     if ko is not None and not ko.layer_scan:
         return {}, {}
     stackable = lambda v: id(v) in param_of or id(v) in buffer_of  # noqa: E731
-    scans, stacks, names_of = {}, {}, {}
+    scans, stacks = {}, {}
     for gi in range(len(model.graphs)):
         plan = find_layer_scan(model, gi, registry, stackable)
         if plan is None:
