@@ -1,6 +1,7 @@
 """One LoRA training step on a realistic-size LLM bundle: trainable values, step time, peak RSS.
 
     /usr/bin/time -v python benchmarks/lora_step.py BUNDLE [--tokens 32] [--rank 8] [--steps 3] [--json OUT]
+    /usr/bin/time -v python benchmarks/lora_step.py BUNDLE --full [--tokens 32] [--steps 2]   # every weight, float mode
 
 Loads the bundle (e.g. ``benchmarks/make_llm_bundles.py``'s SmolLM2-135M-shaped
 int8 ``.litertlm``), puts rank-``r`` (alpha 16) adapters on every attention
@@ -34,6 +35,9 @@ def main(argv=None) -> int:
     ap.add_argument("--rank", type=int, default=8, help="LoRA rank (default 8)")
     ap.add_argument("--steps", type=int, default=3, help="steps to run, the first one compiling (default 3)")
     ap.add_argument("--json", default=None, help="write the figures to this JSON file")
+    ap.add_argument("--full", action="store_true",
+                    help="full fine-tuning instead: every float param of the bundle loaded with quantized='float' "
+                         "(the integer weights become float params), Adam on all of them")
     args = ap.parse_args(argv)
 
     import jax
@@ -44,8 +48,10 @@ def main(argv=None) -> int:
     from fbjax import finetune
 
     t0 = time.perf_counter()
-    b = fbjax.load(args.bundle)
+    b = fbjax.load(args.bundle, quantized="float" if args.full else "exact")
     load_s = time.perf_counter() - t0
+    if args.full:
+        return _full(args, b, load_s)
     names = list(b.params) + list(b.model.buffers)
     include = [p for p in INCLUDE if any(__import__("fnmatch").fnmatchcase(n, p) for n in names)]
     lora = finetune.lora_init(b, rank=args.rank, include=include, key=jax.random.key(0))
@@ -74,6 +80,42 @@ def main(argv=None) -> int:
            "tokens": len(b.encode(text)), "first_step_s": round(times[0], 2),
            "step_s": round(float(np.mean(times[1:])), 3) if len(times) > 1 else None, "losses": losses,
            "loss_path": "prefill" if "logits" in [s.name for s in b._runner.pre.outputs] else "decode steps"}
+    print(json.dumps(out))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1)
+    return 0
+
+
+def _full(args, b, load_s: float) -> int:
+    """``--full``: one Adam step on every float param (float mode), timed like the LoRA steps."""
+    import jax
+    import numpy as np
+    import optax
+
+    words = "the model runs on phones and in the cloud and people tune them for their own tasks every day".split()
+    text = " ".join(words[i % len(words)] for i in range(4 * args.tokens))
+    text = b.decode(b.encode(text)[:args.tokens][1:])
+    opt = optax.adam(1e-5)
+    params = dict(b.params)
+    state = opt.init(params)
+
+    @jax.jit
+    def step(params, state, buffers):
+        value, grads = jax.value_and_grad(lambda p: b.loss(p, [text], buffers=buffers))(params)
+        updates, state = opt.update(grads, state)
+        return optax.apply_updates(params, updates), state, value
+
+    times, losses = [], []
+    for _ in range(args.steps):
+        t = time.perf_counter()
+        params, state, value = step(params, state, b.model.buffers)
+        losses.append(float(value))
+        times.append(time.perf_counter() - t)
+    out = {"bundle": os.path.basename(args.bundle), "mode": "full, quantized='float'", "load_s": round(load_s, 2),
+           "trainable": int(sum(np.size(v) for v in b.params.values())), "tokens": len(b.encode(text)),
+           "first_step_s": round(times[0], 2),
+           "step_s": round(float(np.mean(times[1:])), 3) if len(times) > 1 else None, "losses": losses}
     print(json.dumps(out))
     if args.json:
         with open(args.json, "w") as f:
