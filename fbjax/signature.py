@@ -142,11 +142,7 @@ class SignatureRunner:
         caller's ``jax.jit`` (None: read as constants). ``program``: a copy
         of the model's program to trace instead (one with another registry
         view: :mod:`fbjax.finetune`'s LoRA side path); default the model's."""
-        self.model._check_params(params)
-        want = self.model.program.params
-        if any(getattr(params[k], "dtype", None) != want[k].dtype for k in want):
-            params = {k: v if getattr(v, "dtype", None) == want[k].dtype else jnp.asarray(v, want[k].dtype)
-                      for k, v in params.items()}
+        params = self._file_dtype_params(params)
         graph_inputs = [inputs[i] for i in self._order]
         program = self.model.program if program is None else program
         outs, _ = program.apply_graph(self.graph_index, params, None, *graph_inputs, buffers=buffers)
@@ -157,6 +153,20 @@ class SignatureRunner:
                                  f"{self.graph_index}")
             res.append(jnp.asarray(outs[k]))
         return tuple(res)
+
+    def _file_dtype_params(self, params: dict) -> dict:
+        """``params`` checked against the model's (every weight, no other) and cast to the file's
+        dtypes where they differ.
+
+        Raises:
+            InputError: weights missing or unknown.
+        """
+        self.model._check_params(params)
+        want = self.model.program.params
+        if any(getattr(params[k], "dtype", None) != want[k].dtype for k in want):
+            params = {k: v if getattr(v, "dtype", None) == want[k].dtype else jnp.asarray(v, want[k].dtype)
+                      for k, v in params.items()}
+        return params
 
     def apply_blocks(self, params: dict, inputs: dict, *, buffers=None) -> dict:
         """:meth:`apply` for an LLM runner that keeps its KV caches stacked:
@@ -170,10 +180,7 @@ class SignatureRunner:
         Returns:
             ``{output name: array or LayerSlice}``.
         """
-        want = self.model.program.params
-        if any(getattr(params[k], "dtype", None) != want[k].dtype for k in want):
-            params = {k: v if getattr(v, "dtype", None) == want[k].dtype else jnp.asarray(v, want[k].dtype)
-                      for k, v in params.items()}
+        params = self._file_dtype_params(params)
         vals = [inputs[n] for n in self._in_names]
         outs, _ = self.model.program.apply_graph(self.graph_index, params, None, *[vals[i] for i in self._order],
                                                  buffers=buffers, keep_slices=True)

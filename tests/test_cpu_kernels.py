@@ -40,6 +40,26 @@ def test_int8_matmul_equals_numpy(r, o, i):
     np.testing.assert_array_equal(got, x.astype(np.int64) @ w.astype(np.int64).T)
 
 
+@pytest.mark.parametrize("r", [1, 3, 4, 8, 17, 128])
+@pytest.mark.parametrize("o,i", [(7, 37), (96, 576), (33, 640), (5, 100)])
+def test_int8_matmul_sym_equals_numpy(r, o, i):
+    """The symmetric-row kernel (VNNI: weights offset by 128, then 128 * sum(x) taken off) gives the exact
+    int32 products, also for I not a multiple of 64 and the extreme weight -128; with stacked weights it
+    reads the block asked for."""
+    rng = np.random.default_rng(r * 1000 + o + i)
+    x = rng.integers(-127, 128, (r, i)).astype(np.int8)  # symmetric quantization: zero point 0
+    w = rng.integers(-128, 128, (o, i)).astype(np.int8)
+    w[0, :] = -128
+    x[0, :] = -127
+    want = x.astype(np.int64) @ w.astype(np.int64).T
+    got = np.asarray(jax.jit(cpu_kernels.int8_matmul_sym)(x, w))
+    assert got.dtype == np.int32 and got.shape == (r, o)
+    np.testing.assert_array_equal(got, want)
+    stacked = np.stack([w[::-1], w, w[:, ::-1]])
+    got = np.asarray(jax.jit(cpu_kernels.int8_matmul_sym)(x, stacked, jnp.int32(1)))
+    np.testing.assert_array_equal(got, want)
+
+
 @pytest.mark.parametrize("dtype", ["int8", "int4"])
 @pytest.mark.parametrize("r,o,k,b", [(1, 64, 18, 32), (3, 5, 2, 32), (8, 33, 4, 64), (130, 9, 3, 16), (2, 3, 1, 46)])
 def test_block_matmul_equals_numpy(dtype, r, o, k, b):

@@ -377,7 +377,7 @@ class Program:
         block. The same ops on the same operands as the unrolled graph.
 
         A per-layer input that an op of the body updates in place (its
-        ``layer_slices`` fact: DYNAMIC_UPDATE_SLICE of a KV cache) whose
+        ``updates_in_place`` fact: DYNAMIC_UPDATE_SLICE of a KV cache) whose
         result is a per-layer output travels as one stacked array in the
         carry, each block updating its own block of it; when the inputs are
         :class:`~fbjax.lower.layer_slice.LayerSlice` blocks of one stacked
@@ -454,9 +454,7 @@ class Program:
             for k, v in enumerate(plan.outputs[pairs[gi]]):
                 env[id(v)] = LayerSlice(final, k0 + k)
             # later reads of the stack's other blocks (an unrolled last layer) see the updated array
-            for key, x in list(env.items()):
-                if isinstance(x, LayerSlice) and x.stacked is whole:
-                    env[key] = LayerSlice(final, x.index)
+            _rebind(env, whole, final)
 
     def _stacked_buffer(self, group: list, run: Run) -> tuple:
         """``(stacked, first)``: an array whose blocks ``first, first + 1, ...`` are the weight
@@ -969,13 +967,15 @@ def _stacked_scales(group: list) -> np.ndarray:
     return np.stack([np.asarray(v.quant.scale, np.float32) for v in group])
 
 
-def _rebind(env: dict, old, new, index) -> None:
+def _rebind(env: dict, old, new, index=None) -> None:
     """After an op wrote block ``index`` of stacked array ``old`` into ``new`` (the
-    same array but that block), let every other block of ``old`` in ``env`` be read
-    from ``new``: the values stay equal, and every output made from the stack then
-    refers to its newest version (which an LLM runner keeps)."""
+    same array but that block; None: a layer scan that wrote the blocks it ran,
+    whose values ``env`` already reads from ``new``), let every other block of
+    ``old`` in ``env`` be read from ``new``: the values stay equal, and every
+    output made from the stack then refers to its newest version (which an LLM
+    runner keeps)."""
     for key, x in list(env.items()):
-        if isinstance(x, LayerSlice) and x.stacked is old and not _same_index(x.index, index):
+        if isinstance(x, LayerSlice) and x.stacked is old and (index is None or not _same_index(x.index, index)):
             env[key] = LayerSlice(new, x.index)
 
 

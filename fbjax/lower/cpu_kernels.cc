@@ -805,7 +805,7 @@ ffi::Error Int8MatmulSym(ffi::ThreadPool pool, ffi::Buffer<ffi::S8> x, ffi::Buff
   const int8_t* X = x.typed_data();
   const int8_t* W = w.typed_data();
   int32_t* Y = y->typed_data();
-#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && !defined(FBJAX_NO_VNNI)
   const int64_t iv = I / 64 * 64;  // the part summed 64 at a time
   std::unique_ptr<int32_t[]> xsum(new int32_t[R > 0 ? R : 1]);
   for (int64_t r = 0; r < R; ++r) {
@@ -845,15 +845,21 @@ ffi::Error Int8MatmulSym(ffi::ThreadPool pool, ffi::Buffer<ffi::S8> x, ffi::Buff
   } else {
     ParallelChunks(pool, chunks, body);
   }
-#else
-  for (int64_t r = 0; r < R; ++r)
-    for (int64_t o = 0; o < O; ++o) {
-      int32_t v = 0;
-      for (int64_t i = 0; i < I; ++i) v += int32_t(X[r * I + i]) * int32_t(W[o * I + i]);
-      Y[r * O + o] = v;
-    }
-#endif
   return ffi::Error::Success();
+#else
+  // no VNNI: the rows widened to int16 and fbjax_int8_matmul's kernels (AVX2 where the CPU has it)
+  std::unique_ptr<int16_t[]> x16(new int16_t[R * I > 0 ? R * I : 1]);
+  for (int64_t k = 0; k < R * I; ++k) x16[k] = X[k];
+  int64_t dims[2] = {R, I};
+  XLA_FFI_Buffer xb;
+  xb.struct_size = XLA_FFI_Buffer_STRUCT_SIZE;
+  xb.extension_start = nullptr;
+  xb.dtype = static_cast<XLA_FFI_DataType>(ffi::S16);
+  xb.data = x16.get();
+  xb.rank = 2;
+  xb.dims = dims;
+  return Int8Matmul(pool, ffi::Buffer<ffi::S16>(&xb), w, y);
+#endif
 }
 
 // One block of a layer scan's stacked weights w [L, ...] (fbjax/lower/layer_slice.py), read in place:
