@@ -84,6 +84,9 @@ def main() -> None:
     ap.add_argument("--server-process", action="store_true",
                     help="measure over HTTP against `fbjax serve` in its own process (no engine-only figures): the "
                     "clients' threads then do not share the server's interpreter lock")
+    ap.add_argument("--prompt-steps", type=int, default=None,
+                    help="the engine's prompt_steps (prompts of at most this many ids go through decode steps; "
+                    "default: a quarter of the prefill length; 0: every prompt prefilled)")
     ap.add_argument("--json", default=None, help="add the result to the JSON list in this file")
     a = ap.parse_args()
     load_before = list(os.getloadavg())
@@ -93,8 +96,9 @@ def main() -> None:
     bundle = fbjax.load(a.bundle, quantized=a.quantized)
     load_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    with ServerThread(bundle, port=0, slots=a.slots or a.clients) as server:
+    with ServerThread(bundle, port=0, slots=a.slots or a.clients, prompt_steps=a.prompt_steps) as server:
         start_s = time.perf_counter() - t0
+        server_prompt_steps = server.engine.prompt_steps
         c = openai.OpenAI(base_url=server.url, api_key="unused", max_retries=0, timeout=3600)
 
         def http(i, j):
@@ -139,7 +143,8 @@ def main() -> None:
            "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
            "backend": __import__("jax").default_backend(), "load_average_before": load_before,
            "clients": a.clients, "slots": a.slots or a.clients, "requests_per_client": a.requests,
-           "max_tokens": a.max_tokens, "load_s": round(load_s, 2), "engine_start_s": round(start_s, 2),
+           "max_tokens": a.max_tokens, "prompt_steps": server_prompt_steps, "load_s": round(load_s, 2),
+           "engine_start_s": round(start_s, 2),
            "warm_up_s": round(warm_s, 2), **res}
     print(json.dumps(out))
     if a.json:
@@ -153,7 +158,9 @@ def separate_process(a, load_before) -> None:
         port = s.getsockname()[1]
     t0 = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-m", "fbjax", "serve", a.bundle, "--port", str(port), "--slots",
-                             str(a.slots or a.clients), "--quantized", a.quantized], stderr=subprocess.DEVNULL)
+                             str(a.slots or a.clients), "--quantized", a.quantized]
+                            + ([] if a.prompt_steps is None else ["--prompt-steps", str(a.prompt_steps)]),
+                            stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
     try:
         while True:
@@ -193,7 +200,7 @@ def separate_process(a, load_before) -> None:
     out = {"bundle": os.path.basename(a.bundle), "quantized": a.quantized, "server": "separate process",
            "machine": f"{platform.machine()}, {os.cpu_count()} CPUs", "load_average_before": load_before,
            "clients": a.clients, "slots": a.slots or a.clients, "requests_per_client": a.requests,
-           "max_tokens": a.max_tokens, "server_start_s": round(start_s, 2), "http": res}
+           "max_tokens": a.max_tokens, "prompt_steps": a.prompt_steps, "server_start_s": round(start_s, 2), "http": res}
     print(json.dumps(out))
     if a.json:
         _append(a.json, out)

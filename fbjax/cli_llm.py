@@ -247,8 +247,10 @@ def cmd_serve(args) -> int:
     from .serving.server import serve  # starlette and uvicorn: pip install 'fbjax[serve]'
 
     print(f"fbjax serve: loading {args.model} and compiling for {args.slots} slots...", file=sys.stderr, flush=True)
+    if args.prompt_steps is not None and args.prompt_steps < 0:
+        raise SystemExit(f"fbjax serve: --prompt-steps must be at least 0, got {args.prompt_steps}")
     serve(args.model, host=args.host, port=args.port, slots=args.slots, model_id=args.model_id,
-          quantized=args.quantized)
+          prompt_steps=args.prompt_steps, quantized=args.quantized)
     return 0
 
 
@@ -271,6 +273,10 @@ def add_serve_parser(sub, add_quantized) -> None:
     ps.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")
     ps.add_argument("--slots", type=int, default=8, metavar="N",
                     help="requests decoded together, one KV-cache row each (default 8); more wait for a free slot")
+    ps.add_argument("--prompt-steps", type=int, default=None, metavar="N",
+                    help="prompts of at most N tokens are fed through the decode steps beside the other requests "
+                    "instead of a prefill call padded to the prefill signature's length (default: a quarter of "
+                    "that length; 0: prefill every prompt)")
     ps.add_argument("--model-id", default=None, metavar="ID",
                     help="the model id clients send (default: the bundle's file name without its extension)")
     add_quantized(ps)

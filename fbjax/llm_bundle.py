@@ -782,6 +782,7 @@ def open_bundle(source, loader, **load_kwargs) -> LlmBundle:
     f = _fmt.read_bundle(source)
     try:
         model = loader(f.model.view, **load_kwargs)  # (a view on the file's bytes: the weights held once)
+        model._release_load_trace()  # generation runs the signatures with the weights as arguments
     except ModelFormatError as e:
         raise ModelFormatError(f"{f.label}: section {f.model.index} ({f.model.kind}): {e}") from None
     tok = Tokenizer(f.tokenizer_kind, f.tokenizer_data, f"{f.label}: section {f.tokenizer.index} ({f.tokenizer.kind})")

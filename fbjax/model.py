@@ -268,12 +268,22 @@ class Model:
         #: XLA's YNNPACK fusion off unless ``KernelOptions.xla_defaults``): the executor's, the signatures',
         #: :func:`fbjax.generate`'s and LLM bundles' programs
         self.compiler_options = compiler_options(program.backend, kernel_options(program).xla_defaults)
-        self.executor = executors.select(
+        self._select_executor = lambda: executors.select(
             program, self.apply, self._apply_leaves, stateful=self._stateful,
             compiler_options=self.compiler_options,
             trace_base=trace_base,
             chunks=None if chunks is None else (lambda: chunks(self)), tiered=tiered)
+        self.executor = self._select_executor()
         self._unchecked = self.executor.unchecked  # __call__ may try executor.jitted_leaves before any check
+
+    def _release_load_trace(self) -> None:
+        """Drop the main graph's load-time trace (:func:`_trace_at_load`) with the executor that keeps it
+        (a fresh one of the same kind takes its place, and a later call traces again). For an LLM
+        bundle, whose runner calls the signatures with the weights as arguments: the executor's trace
+        holds the file's integer weights as constants (SmolLM2-135M int4: a 98 MB stack of the unpacked
+        int4 weights) for a call that generation never makes."""
+        self.executor = self._select_executor()
+        self._unchecked = self.executor.unchecked
 
     @property
     def x64(self) -> bool:

@@ -351,6 +351,30 @@ def test_long_prompt_prefilled_in_chunks_while_others_decode(bundle):
         e.close()
 
 
+@pytest.mark.parametrize("name", sorted(RECORD["bundles"]))
+def test_short_prompts_fed_through_decode_steps(name):
+    """prompt_steps: prompts fed one id per decode step, in their own rows, while other rows decode (3 slots, 4
+    requests at once: one waits for a slot), give the text of the prefill path (LlmBundle.generate, which the
+    tests of test_llm_bundle tie to the LiteRT-LM runtime; for this module's bundle, the runtime's recorded
+    text itself), with no prefill call; prompt_steps=0 prefills every prompt."""
+    b = fbjax.load(DATA / name)
+    ids = {p: b.prompt_tokens(p, template=False) for p in PROMPTS}
+    with Engine(b, slots=3, prompt_steps=64) as e:
+        reqs = {p: e.submit(ids[p]) for p in PROMPTS}
+        got = {p: r.result(120) for p, r in reqs.items()}
+        assert e.stats["prefill_chunks"] == 0
+        assert e.stats["prompt_steps"] == sum(len(i) - 1 for i in ids.values())
+    for p in PROMPTS:
+        assert got[p] == b.generate(p, template=False), p
+        if name == NAME:
+            assert got[p] == runtime_text(p), p
+    with Engine(b, slots=1, prompt_steps=0) as e:
+        assert e.submit(ids[PROMPTS[2]]).result(60) == got[PROMPTS[2]]
+        assert e.stats["prompt_steps"] == 0 and e.stats["prefill_chunks"] == 1  # the start token, prefilled
+    with pytest.raises(fbjax.InputError, match="prompt_steps"):
+        Engine(b, prompt_steps=-1)
+
+
 def test_cli_serve_arguments():
     args = build_parser().parse_args(["serve", str(DATA / NAME), "--port", "9000", "--slots", "4",
                                       "--host", "0.0.0.0"])

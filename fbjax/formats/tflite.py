@@ -399,12 +399,15 @@ def _tensor_value(t, ti: int, buffers, raw, where: str, shared: Optional[dict] =
     return v
 
 
-def _blockwise_quant(tensors, values: list, where: str) -> None:
+def _blockwise_quant(tensors, values: list, where: str, shared: Optional[dict] = None) -> None:
     """TFLite ``BlockwiseQuantization`` details (int4 weights of litert-torch's
     ``dynamic_int4_block32``): the scales are another tensor of the subgraph,
     float16 ``[rows, columns / block_size]``. They become the weight's
     :class:`QuantParams` (``block_size`` > 0, 2-D ``scale``), and the scales
-    tensor stops being a constant of its own (it is not a weight to train)."""
+    tensor stops being a constant of its own (it is not a weight to train).
+    The zero points are all 0 (a read-only broadcast of one 0, no memory),
+    and subgraphs that share a scales buffer share one float32 array of it
+    (``shared``, keyed by the scales' array: an LLM's prefill and decode)."""
     from ._generated import tflite_generated as T
 
     for ti, t in enumerate(tensors):
@@ -421,11 +424,17 @@ def _blockwise_quant(tensors, values: list, where: str) -> None:
         shape = v.shape or ()
         if bs <= 0 or len(shape) != 2 or shape[1] is None or shape[1] % bs:
             raise ModelFormatError(f"{desc}: block size {bs} does not divide the columns of shape {list(shape)}")
-        scale = np.asarray(values[si].data, np.float32)
+        key = ("blockwise scales", id(values[si].data))
+        scale = shared.get(key) if shared is not None else None
+        if scale is None:
+            scale = np.asarray(values[si].data, np.float32)
+            if shared is not None:
+                shared[key] = scale
+                shared[key + ("source",)] = values[si].data  # (kept alive: the id stays this array's)
         if scale.shape != (shape[0], shape[1] // bs):
             raise ModelFormatError(f"{desc}: blockwise scales of shape {list(scale.shape)}, expected "
                                    f"{[shape[0], shape[1] // bs]}")
-        v.quant = QuantParams(scale, np.zeros(scale.shape, np.int64), 0, bs)
+        v.quant = QuantParams(scale, np.broadcast_to(np.int64(0), scale.shape), 0, bs)
         values[si].data = None
 
 
@@ -576,7 +585,7 @@ def _to_ir(m, raw, path) -> ModelIR:
             if any(v is None for v in lst):
                 raise ModelFormatError(f"{where}: {kind} {lst.index(None)} refers to tensor -1")
         gname = sg.name.decode("utf-8", "replace") if isinstance(sg.name, bytes) else (sg.name or f"subgraph_{si}")
-        _blockwise_quant(sg.tensors or [], values, where)
+        _blockwise_quant(sg.tensors or [], values, where, shared)
         graphs.append(Graph(gname, g_in, g_out, nodes, values))
         fill_zero_size_constants(graphs[-1])  # empty buffers of zero-element tensors: constants
     _verify.check_call_graph(n_sub, calls)

@@ -820,7 +820,23 @@ ffi::Error Int8MatmulSym(ffi::ThreadPool pool, ffi::Buffer<ffi::S8> x, ffi::Buff
     const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
     for (int64_t o = c * per; o < std::min(O, (c + 1) * per); ++o) {
       const int8_t* wr = W + o * I;
-      for (int64_t r0 = 0; r0 < R; r0 += 4) {
+      int64_t r0 = 0;
+      for (; r0 + 8 <= R; r0 += 8) {  // 8 rows: each weight vector loaded once for all of them
+        __m512i a[8];
+        for (int k = 0; k < 8; ++k) a[k] = _mm512_setzero_si512();
+        const int8_t* x0 = X + r0 * I;
+        for (int64_t i = 0; i < iv; i += 64) {
+          const __m512i wv = _mm512_xor_si512(_mm512_loadu_si512(wr + i), flip);
+#pragma GCC unroll 8
+          for (int k = 0; k < 8; ++k) a[k] = _mm512_dpbusd_epi32(a[k], wv, _mm512_loadu_si512(x0 + k * I + i));
+        }
+        for (int k = 0; k < 8; ++k) {
+          int32_t v = _mm512_reduce_add_epi32(a[k]) - XS[r0 + k];
+          for (int64_t i = iv; i < I; ++i) v += int32_t(x0[k * I + i]) * int32_t(wr[i]);
+          Y[(r0 + k) * O + o] = v;
+        }
+      }
+      for (; r0 < R; r0 += 4) {
         const int rows = static_cast<int>(std::min<int64_t>(4, R - r0));
         __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
         const int8_t* x0 = X + r0 * I;

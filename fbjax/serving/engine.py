@@ -3,8 +3,11 @@
 The engine holds a fixed number of *slots*, one row each of a batched KV
 cache (the bundle's batch-1 signatures run under ``vmap``, each row at its
 own position), and one worker thread that owns every JAX call. A request
-(:meth:`Engine.submit`) waits until a slot is free; its prompt is then
-prefilled alone (batch 1, in chunks of the prefill signature's length, as
+(:meth:`Engine.submit`) waits until a slot is free. A short prompt (at most
+:attr:`Engine.prompt_steps` ids) then goes straight into the slot and is fed
+one id per decode step, beside the other rows' decoding (its outputs count
+from the step that feeds its last id); a longer one is prefilled alone
+(batch 1, in chunks of the prefill signature's length, as
 :meth:`LlmBundle.generate` prefills it) into a fresh cache row, which is
 written into the slot's row of the batched cache, and from the next decode
 step on the request decodes together with the others. The worker alternates
@@ -18,9 +21,11 @@ the first ``b`` rows, ``b`` the smallest of :attr:`Engine.buckets` (powers
 of two up to a quarter of the slots, and the slots) that holds them: a lone
 request costs a batch-1 step, not a batch-``slots`` one.
 
-Each request feeds tokens as :meth:`LlmBundle.generate` does (start token,
-every prompt token but the last prefilled, decoding from the last), so its
-greedy tokens equal what it gets alone, and its text pieces equal
+A prefilled request feeds tokens as :meth:`LlmBundle.generate` does (start
+token, every prompt token but the last prefilled, decoding from the last);
+a short prompt's ids all go through the decode signature. Which of the two
+a request takes depends only on its prompt's length, so its greedy tokens
+are the same alone as beside others, and its text pieces are
 :meth:`LlmBundle.stream`'s. Sampling is per row (:meth:`_Runner.decode_rows`):
 requests with different temperatures share a step; a step whose running
 rows are all greedy takes the argmax alone.
@@ -169,8 +174,11 @@ class Request:
 class _Slot:
     """A request's decoding state in one row of the batched cache."""
 
-    def __init__(self, req: Request, hist: list, token: int):
+    def __init__(self, req: Request, hist: list, token: int, pending: Sequence[int] = ()):
         self.req, self.hist, self.token = req, hist, token  # ids in the cache; the id fed next
+        #: prompt ids still to feed after ``token`` (a prompt fed through the decode steps): the steps'
+        #: outputs for this row are not tokens of the reply until it is empty
+        self.pending = collections.deque(pending)
 
 
 class Engine:
@@ -180,19 +188,34 @@ class Engine:
         bundle: the :class:`~fbjax.llm_bundle.LlmBundle`.
         slots: requests decoded together (rows of the batched KV cache).
         params: weights to use instead of the bundle's (fine-tuned).
+        prompt_steps: prompts of at most this many ids (start token
+            included) are fed one id per decode step, in the request's own
+            row beside the others' decoding, instead of being prefilled
+            (default: a quarter of the prefill signature's length; 0: every
+            prompt is prefilled). A short prompt padded to the prefill
+            signature's length costs a whole prefill call (SmolLM2-135M int8:
+            128 positions, 0.14-0.25 s) where its few decode steps cost
+            little more than the others' steps cost anyway. Which path a
+            request takes depends on its prompt's length only, so its greedy
+            text is the same alone as in a crowd (the decode steps compute the
+            same layers as the prefill signature, in another order of sums).
 
     The worker thread starts with the engine and compiles the prefill,
     decode and row-insert programs before it takes requests (:meth:`start`
     returns when they are ready); :meth:`close` stops it.
     """
 
-    def __init__(self, bundle: LlmBundle, slots: int = 8, params=None):
+    def __init__(self, bundle: LlmBundle, slots: int = 8, params=None, prompt_steps: Optional[int] = None):
         if slots < 1:
             raise InputError(f"slots must be >= 1, got {slots}")
         self.bundle = bundle
         self.slots = int(slots)
         self.params = bundle.model.params if params is None else params
         self._r = bundle._runner
+        if prompt_steps is not None and prompt_steps < 0:
+            raise InputError(f"prompt_steps must be >= 0, got {prompt_steps}")
+        #: prompts of at most this many ids are fed through the decode steps (see the class docstring)
+        self.prompt_steps = self._r.n // 4 if prompt_steps is None else int(prompt_steps)
         mx = bundle.max_num_tokens
         #: positions a request may use (prompt and new tokens), as LlmBundle.generate stops
         self.limit = self._r.capacity if mx <= 0 else min(self._r.capacity, mx)
@@ -213,7 +236,9 @@ class Engine:
         self._lock = threading.Lock()
         self.steps = 0  #: decode steps run
         #: counters: decode steps, tokens they produced, seconds in them; prefill chunks and their seconds
-        self.stats = {"steps": 0, "tokens": 0, "decode_s": 0.0, "prefill_chunks": 0, "prefill_s": 0.0}
+        #: and prompt ids fed through decode steps
+        self.stats = {"steps": 0, "tokens": 0, "decode_s": 0.0, "prefill_chunks": 0, "prefill_s": 0.0,
+                      "prompt_steps": 0}
         self._thread = threading.Thread(target=self._loop, name="fbjax-engine", daemon=True)
 
     # --- the caller's side ---------------------------------------------------
@@ -392,6 +417,12 @@ class Engine:
         a prefill that is complete goes into its slot."""
         r = self._r
         if self._prefill is None:
+            while self._waiting and None in self._rows and len(self._waiting[0].prompt_ids) <= self.prompt_steps:
+                req = self._waiting.popleft()  # a short prompt: fed through the decode steps from position 0
+                slot = self._rows.index(None)
+                self._keys[slot] = np.asarray(jax.random.key_data(jax.random.key(req.seed)))
+                with self._lock:
+                    self._rows[slot] = _Slot(req, [], req.prompt_ids[0], req.prompt_ids[1:])
             if not self._waiting or None not in self._rows:
                 return
             req = self._waiting.popleft()
@@ -443,13 +474,17 @@ class Engine:
         nxt = np.asarray(nxt)
         self.steps += 1
         self.stats["steps"] += 1
-        self.stats["tokens"] += len(live)
         self.stats["decode_s"] += time.perf_counter() - t0
         stops = self.bundle.stop_tokens
         tk = self.bundle.tokenizer
         for i, s in reversed(live):  # from the last row: a freed row takes the last running one
             req = s.req
             s.hist.append(s.token)
+            if s.pending:  # a prompt id went into the cache: the next one is fed, the output is not a token
+                s.token = s.pending.popleft()
+                self.stats["prompt_steps"] += 1
+                continue
+            self.stats["tokens"] += 1
             t = int(nxt[i])
             s.token = t
             req.tokens.append(t)

@@ -383,14 +383,14 @@ def create_app(engine: Engine, model_id: Optional[str] = None) -> Starlette:
     return app
 
 
-def _engine(bundle, slots: int, **load_kwargs) -> Engine:
+def _engine(bundle, slots: int, prompt_steps: Optional[int] = None, **load_kwargs) -> Engine:
     if isinstance(bundle, (str, os.PathLike)):
         bundle = load(bundle, **load_kwargs)
-    return Engine(bundle, slots=slots).start()
+    return Engine(bundle, slots=slots, prompt_steps=prompt_steps).start()
 
 
 def serve(bundle, host: str = "127.0.0.1", port: int = 8000, slots: int = 8, model_id: Optional[str] = None,
-          log_level: str = "info", **load_kwargs) -> None:
+          log_level: str = "info", prompt_steps: Optional[int] = None, **load_kwargs) -> None:
     """Serve ``bundle`` (an :class:`LlmBundle` or a path) until interrupted (``fbjax serve``).
 
     Args:
@@ -399,10 +399,13 @@ def serve(bundle, host: str = "127.0.0.1", port: int = 8000, slots: int = 8, mod
         host, port: where to listen.
         slots: requests decoded together (:class:`~fbjax.serving.engine.Engine`).
         model_id: the id clients name (default: the file name without its extension).
+        prompt_steps: prompts of at most this many ids go through the decode
+            steps instead of a prefill call (:class:`~fbjax.serving.engine.Engine`;
+            default a quarter of the prefill length).
     """
     import uvicorn
 
-    engine = _engine(bundle, slots, **load_kwargs)
+    engine = _engine(bundle, slots, prompt_steps, **load_kwargs)
     app = create_app(engine, model_id)
     print(f"fbjax serve: model id {app.state.model_id!r}, {slots} slots, KV cache {engine.limit} positions; "
           f"OpenAI base URL http://{host}:{port}/v1", file=sys.stderr, flush=True)
@@ -430,10 +433,11 @@ class ServerThread:
     """
 
     def __init__(self, bundle, host: str = "127.0.0.1", port: int = 0, slots: int = 8,
-                 model_id: Optional[str] = None, timeout: float = 120.0, **load_kwargs):
+                 model_id: Optional[str] = None, timeout: float = 120.0, prompt_steps: Optional[int] = None,
+                 **load_kwargs):
         import uvicorn
 
-        self.engine = _engine(bundle, slots, **load_kwargs)
+        self.engine = _engine(bundle, slots, prompt_steps, **load_kwargs)
         self.app = create_app(self.engine, model_id)
         self.model_id = self.app.state.model_id
         self._server = uvicorn.Server(uvicorn.Config(self.app, host=host, port=port, log_level="warning",
