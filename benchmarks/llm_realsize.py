@@ -20,10 +20,20 @@ programs, caches and allocations do not reach another's:
   batch 1 (``(n - 1) / (t_last - t_first)`` between the first and the last
   token's arrival), and a batch of 8 prompts of different lengths (the
   prompt's 64, 56, ..., 8 tokens) in one ``LlmBundle.generate``: total new
-  tokens / seconds, prefill included;
+  tokens / seconds, prefill included (against batch 1's ``total_s``: the
+  prompt's TTFT and all its new tokens, the same measure);
+* ``fbjax b1``: a third process on the warm cache doing only what the
+  runtime's process does (load, one prompt, batch 1): its peak RSS is the
+  one to hold against the runtime's (batch 8 holds 8 KV caches);
 * ``runtime``: ``benchmarks/llm_runtime_side.py`` run by ``--runtime-python``
   (the generator environment with ``litert-lm-api``): the same figures for
   the LiteRT-LM runtime (CPU backend), whose Python API has no batch.
+  Its decode rate two ways: ``decode_tps`` from the streamed pieces'
+  arrival (as fbjax's), and ``runtime_decode_tps``, the runtime's own
+  counter (``Session.get_benchmark_info``). They differ where the first
+  piece arrives late (its ``ttft_s`` well above its own
+  ``runtime_ttft_s``) and the rest in a burst; ``total_s`` (prefill call to
+  the last piece) says which one the wall clock agrees with.
 
 The prompt is token ids (a seeded draw below the vocabulary's size, the start
 token first), fed to fbjax through the session's token path so that both
@@ -85,13 +95,17 @@ def _child(path: str, mode: str, prompt_tokens: int, new_tokens: int, repeats: i
     out["first_call_s"] = time.perf_counter() - t
     if mode == "cold":
         return out
-    ttfts, tps = [], []
+    ttfts, tps, totals = [], [], []
     for _ in range(repeats):
         ttft, stamps, _ = first_token(prompt, new_tokens)
         ttfts.append(ttft)
         tps.append((len(stamps) - 1) / (stamps[-1] - stamps[0]))
+        totals.append(ttft + stamps[-1] - stamps[0])
     out["ttft_s"] = float(np.median(ttfts))
     out["decode_tps_batch1"] = float(np.median(tps))
+    out["total_s"] = float(np.median(totals))  # the prompt's prefill and every new token: batch 8's measure
+    if mode == "b1":  # the runtime's work only (one prompt, batch 1): its peak RSS is the comparable one
+        return out
     rows = [prompt[:max(2, prompt_tokens - 8 * i)] for i in range(8)]
 
     def batch():
@@ -153,7 +167,7 @@ def main() -> None:
     ap.add_argument("--runtime-python", default="/work/genenv-llm/bin/python",
                     help="a Python with litert-lm-api (skipped if absent)")
     ap.add_argument("--json", default=os.path.join(HERE, "llm_realsize_results.json"))
-    ap.add_argument("--child", choices=("cold", "warm"), help=argparse.SUPPRESS)
+    ap.add_argument("--child", choices=("cold", "warm", "b1"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         print(json.dumps(_child(args.bundles[0], args.child, args.prompt_tokens, args.new_tokens, args.repeats)))
@@ -166,7 +180,7 @@ def main() -> None:
                "load_average_before": os.getloadavg()}
         with tempfile.TemporaryDirectory() as cache:
             env = dict(os.environ, FBJAX_CACHE_DIR=cache, PYTHONPATH=ROOT)
-            for mode in ("cold", "warm"):
+            for mode in ("cold", "warm", "b1"):
                 figs, rss = _timed([sys.executable, __file__, path, "--child", mode, "--new-tokens",
                                     str(args.new_tokens), "--prompt-tokens", str(args.prompt_tokens),
                                     "--repeats", str(args.repeats)], env)
@@ -190,22 +204,26 @@ def main() -> None:
            "command": "python benchmarks/llm_realsize.py " + " ".join(sys.argv[1:]), "rows": rows}
     with open(args.json, "w") as f:
         json.dump(res, f, indent=1)
-    print("| bundle | side | load s | first call s (cold / warm) | TTFT s | decode tok/s b1 | batch 8 tok/s "
-          "| peak RSS MB |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| bundle | side | load s | first call s (cold / warm) | TTFT s | decode tok/s b1 | prompt + new tokens s "
+          "| batch 8 tok/s (x batch 1's total) | peak RSS MB (b1 / cold / with batch 8) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        c, w = r["fbjax_cold"], r["fbjax_warm"]
+        c, w, one = r["fbjax_cold"], r["fbjax_warm"], r["fbjax_b1"]
+        b1_tps = args.new_tokens / w["total_s"]
         print(f"| {r['bundle']} | fbjax | {w['load_s']:.2f} | {c['first_call_s']:.1f} / {w['first_call_s']:.2f} | "
-              f"{w['ttft_s']:.3f} | {w['decode_tps_batch1']:.1f} | {w['batch8_tps']:.1f} | "
-              f"{max(c['peak_rss_mb'], w['peak_rss_mb']):.0f} |")
+              f"{w['ttft_s']:.3f} | {w['decode_tps_batch1']:.1f} | {w['total_s']:.2f} | "
+              f"{w['batch8_tps']:.1f} ({w['batch8_tps'] / b1_tps:.2f}x) | "
+              f"{one['peak_rss_mb']:.0f} / {c['peak_rss_mb']:.0f} / {w['peak_rss_mb']:.0f} |")
         if "runtime" in r:
             rt = r["runtime"]
             warm = rt.get("warm") or {}
-            print(f"| {r['bundle']} | runtime | {rt.get('load_s', float('nan')):.2f} | - | "
-                  f"{rt.get('ttft_s', float('nan')):.3f} (warm {warm.get('ttft_s', float('nan')):.3f}) | "
-                  f"{rt.get('decode_tps', float('nan')):.1f} (warm {warm.get('decode_tps', float('nan')):.1f}) | - | "
-                  f"{rt['peak_rss_mb']:.0f} |")
-
+            nan = float("nan")
+            print(f"| {r['bundle']} | runtime | {rt.get('load_s', nan):.2f} | - | "
+                  f"{rt.get('ttft_s', nan):.3f} (own counter {rt.get('runtime_ttft_s', nan):.3f}; warm "
+                  f"{warm.get('ttft_s', nan):.3f}) | {rt.get('decode_tps', nan):.1f} (own counter "
+                  f"{rt.get('runtime_decode_tps', nan):.1f}; warm {warm.get('decode_tps', nan):.1f} / "
+                  f"{warm.get('runtime_decode_tps', nan):.1f}) | {rt.get('total_s', nan):.2f} (warm "
+                  f"{warm.get('total_s', nan):.2f}) | - | {rt['peak_rss_mb']:.0f} |")
 
 if __name__ == "__main__":
     main()

@@ -112,7 +112,9 @@ def measure(args) -> dict:
            "prompt": prompt, "prompt_tokens": n, "new_tokens": args.new_tokens, **first,
            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
     if warm:
-        out["warm"] = {k: statistics.median(r[k] for r in warm) for k in ("ttft_s", "decode_tps", "pieces")}
+        out["warm"] = {k: statistics.median(r[k] for r in warm)
+                       for k in ("ttft_s", "decode_tps", "pieces", "total_s", "runtime_ttft_s", "runtime_decode_tps")
+                       if all(k in r for r in warm)}
     return out
 
 

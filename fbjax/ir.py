@@ -13,8 +13,9 @@ reference interpreter (:mod:`fbjax.reference`) both consume this IR.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
@@ -94,7 +95,10 @@ class Value:
         shape: static shape; a ``None`` entry is a dimension known only at
             call time; ``shape is None`` means unknown rank.
         quant: quantization parameters, if the tensor is quantized.
-        data: constant contents with ``dtype`` and ``shape``, else ``None``.
+        data: constant contents with ``dtype`` and ``shape``, else ``None``
+            (a property: a constant that :meth:`release_data` dropped is
+            computed again from the file's bytes when read; test constness
+            with :attr:`is_constant`, which computes nothing).
         index: the tensor's index in the source file (for error messages).
         is_variable: a TFLite variable tensor (state kept between calls).
         storage_bits: for a constant the file stores narrower than
@@ -115,7 +119,37 @@ class Value:
 
     @property
     def is_constant(self) -> bool:
-        return self.data is not None
+        """Whether the value is a constant (without computing ``data`` that was released)."""
+        return self.__dict__.get("_data") is not None or self.__dict__.get("_source") is not None
+
+    @property
+    def data_key(self) -> int:
+        """An identity of this constant's contents, shared by the Values that
+        hold one array (subgraphs that read one file buffer) and stable
+        across :meth:`release_data` (where ``id(data)`` is not: a released
+        constant is a new array at each read)."""
+        src = self.__dict__.get("_source")
+        return id(src) if src is not None else id(self.__dict__.get("_data"))
+
+    def set_data_source(self, source: "DataSource") -> None:
+        """Record how ``data`` can be computed again from the file's bytes
+        (a constant the file stores in another form, e.g. TFLite ``INT4``
+        packed two per byte), so that :meth:`release_data` may drop it."""
+        self.__dict__["_source"] = source
+
+    def release_data(self) -> bool:
+        """Drop ``data`` where :meth:`set_data_source` says how to compute it
+        again; a later read of ``data`` computes it (and while someone holds
+        that array, reads return the same one). Returns whether it dropped
+        anything. (An LLM bundle's int4 weights after load: the device holds
+        them packed, the programs take them as arguments.)"""
+        src = self.__dict__.get("_source")
+        d = self.__dict__.get("_data")
+        if src is None or d is None:
+            return False
+        src.remember(d)
+        self.__dict__["_data"] = None
+        return True
 
     @property
     def static_shape(self) -> bool:
@@ -125,6 +159,46 @@ class Value:
         dims = "?" if self.shape is None else "x".join("?" if d is None else str(d) for d in self.shape)
         const = " const" if self.is_constant else ""
         return f"Value({self.name!r}, {np.dtype(self.dtype).name}[{dims}]{const})"
+
+
+def _value_data(self) -> Optional[np.ndarray]:
+    d = self.__dict__.get("_data")
+    if d is None:
+        src = self.__dict__.get("_source")
+        if src is not None:
+            return src()
+    return d
+
+
+def _set_value_data(self, data) -> None:
+    self.__dict__["_data"] = data
+    self.__dict__["_source"] = None
+
+
+Value.data = property(_value_data, _set_value_data, doc="constant contents with ``dtype`` and ``shape``, else None "
+                      "(computed again on reading after :meth:`Value.release_data`)")
+
+
+class DataSource:
+    """``source() -> array``: a constant's contents computed from the file's
+    bytes (``compute``), the array last computed kept while anyone holds it
+    (a weak reference), so Values that share one (a buffer that several
+    subgraphs read) return one array."""
+
+    def __init__(self, compute: Callable[[], np.ndarray]):
+        self._compute = compute
+        self._last = None
+
+    def remember(self, data: np.ndarray) -> None:
+        """The array ``data`` is (while it lives, calls return it)."""
+        self._last = weakref.ref(data)
+
+    def __call__(self) -> np.ndarray:
+        d = self._last() if self._last is not None else None
+        if d is None:
+            d = self._compute()
+            self._last = weakref.ref(d)
+        return d
 
 
 @dataclass(eq=False)

@@ -783,6 +783,7 @@ def open_bundle(source, loader, **load_kwargs) -> LlmBundle:
     try:
         model = loader(f.model.view, **load_kwargs)  # (a view on the file's bytes: the weights held once)
         model._release_load_trace()  # generation runs the signatures with the weights as arguments
+        model.program.release_file_constants()  # int4 weights: model.buffers holds them packed on the device
     except ModelFormatError as e:
         raise ModelFormatError(f"{f.label}: section {f.model.index} ({f.model.kind}): {e}") from None
     tok = Tokenizer(f.tokenizer_kind, f.tokenizer_data, f"{f.label}: section {f.tokenizer.index} ({f.tokenizer.kind})")

@@ -787,20 +787,20 @@ def _quantized_constants(ir: ModelIR) -> tuple:
     :func:`fbjax.lower.build.unique_param_names` names float params.
 
     Returns:
-        ``(quantized, alias)``: name -> {id(data): [the Values on that data,
+        ``(quantized, alias)``: name -> {data_key: [the Values on that data,
         every subgraph]} (more than one entry: the name is ambiguous), and
         another subgraph's name of a shared weight -> its one name.
     """
     quantized: dict = {}
     alias: dict = {}
-    first: dict = {}  # id(data) -> the weight's name
+    first: dict = {}  # Value.data_key -> the weight's name
     for g in ir.graphs:
         for v in g.values:
-            if v.data is not None and v.quant is not None and np.dtype(v.dtype).kind in "iu":
-                name = first.setdefault(id(v.data), v.name)
+            if v.is_constant and v.quant is not None and np.dtype(v.dtype).kind in "iu":
+                name = first.setdefault(v.data_key, v.name)
                 if name != v.name:
                     alias.setdefault(v.name, name)
-                quantized.setdefault(name, {}).setdefault(id(v.data), []).append(v)
+                quantized.setdefault(name, {}).setdefault(v.data_key, []).append(v)
     return quantized, alias
 
 

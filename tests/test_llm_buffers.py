@@ -112,3 +112,30 @@ def test_bundle_programs_come_from_the_trace_cache_in_a_second_process(tmp_path)
         runs.append(json.loads(p.stdout.strip().splitlines()[-1]))
     assert runs[0]["tokens"] == runs[1]["tokens"]
     assert runs[0]["exports"] >= 2 and runs[1]["exports"] == 0, runs
+
+
+def test_int4_host_copies_released_after_bundle_load():
+    """An int4 bundle's weights are held packed on the device once load has put them there: the IR's
+    unpacked int8 copies (twice the file's 4-bit bytes) are dropped (Program.release_file_constants) and
+    computed again from the file's bytes when something reads them (save, the reference interpreter).
+    Read back they equal what the same model loaded alone (nothing released) holds, and a bundle saved
+    from them holds them again."""
+    from fbjax.formats import llm_container as fmt
+
+    src = os.path.join(HERE, "llm_bundles", "gemma_hf.litertlm")
+    with open(os.path.join(LLM, "gemma_q4b32.tflite"), "rb") as f:
+        tflite = f.read()
+    b = fbjax.load(fmt.write_bundle(fmt.read_bundle(src), tflite))
+    ref = fbjax.load(tflite).program  # a model alone keeps its IR's arrays
+    prog = b.model.program
+    int4 = [n for n in prog.buffers if prog.buffer_bits.get(n) == 4]
+    assert int4, "the fixture's weights are int4"
+    vals = [v for g in b.model.ir.graphs for v in g.values if v.storage_bits == 4]
+    assert vals and all(v.is_constant and v.__dict__.get("_data") is None for v in vals)  # released
+    for n in int4:
+        a = prog.buffers[n]
+        assert a.dtype == np.int8 and np.array_equal(a, ref.buffers[n]), n
+        assert prog.buffers[n] is a  # one array while it is held (Values on one buffer share it)
+    assert prog.release_file_constants() == 0  # nothing left to release
+    saved = fbjax.load(b.model.save(None, b.params)).program
+    assert all(np.array_equal(saved.buffers[n], ref.buffers[n]) for n in int4)

@@ -21,6 +21,7 @@ alignment allows.
 
 from __future__ import annotations
 
+import functools
 import re
 import struct
 from typing import Any, Callable, Optional
@@ -28,7 +29,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from ..errors import ModelFormatError
-from ..ir import Graph, ModelIR, Node, QuantParams, Signature, Value, fill_zero_size_constants
+from ..ir import DataSource, Graph, ModelIR, Node, QuantParams, Signature, Value, fill_zero_size_constants
 from . import verify as _verify
 from ._mmap import open_source
 from . import tflite_stablehlo as _shlo
@@ -382,6 +383,8 @@ def _tensor_value(t, ti: int, buffers, raw, where: str, shared: Optional[dict] =
     if shared is not None and t.sparsity is None and key in shared:
         v.data = shared[key]
         v.storage_bits = 4 if TENSOR_TYPE_NAMES.get(t.type) == "INT4" else 0
+        if ("source",) + key in shared:
+            v.set_data_source(shared[("source",) + key])
         return v
     data = _buffer_bytes(buffers, t.buffer, raw, desc)
     if data is not None and dtype != np.object_:
@@ -390,8 +393,14 @@ def _tensor_value(t, ti: int, buffers, raw, where: str, shared: Optional[dict] =
             vals = _view(data, dtype, None, desc)
             v.data = densify(vals, dense_shape, t.sparsity)
         elif TENSOR_TYPE_NAMES.get(t.type) == "INT4":
-            v.data = _unpack_int4(data, [d if d is not None else 1 for d in shape], desc)
+            dims = [d if d is not None else 1 for d in shape]
+            v.data = _unpack_int4(data, dims, desc)
             v.storage_bits = 4
+            # the file's packed bytes can give the values again: Value.release_data may drop them
+            source = DataSource(functools.partial(_unpack_int4, data, dims, desc))
+            v.set_data_source(source)
+            if shared is not None and t.sparsity is None:
+                shared[("source",) + key] = source
         else:
             v.data = _view(data, dtype, tuple(d if d is not None else 1 for d in shape), desc)
         if shared is not None and t.sparsity is None:

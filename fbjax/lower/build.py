@@ -53,7 +53,7 @@ def is_param(v: Value) -> bool:
     trained either. Both stay numpy constants: literals of the traced
     program, not ``params`` keys (so ``Model.save`` keeps the file's values).
     """
-    if v.data is None or not np.issubdtype(np.dtype(v.dtype), np.floating):
+    if not v.is_constant or not np.issubdtype(np.dtype(v.dtype), np.floating):
         return False
     data = np.asarray(v.data)
     return data.ndim > 0 and bool(np.all(np.isfinite(data)))
@@ -226,7 +226,9 @@ class Program:
         buffers: weight buffer name -> numpy array (the file's values; int4
             unpacked to int8), for the constants :func:`buffer_names`
             picks; not trainable. :meth:`device_buffers` puts them on a
-            device as the programs take them.
+            device as the programs take them. After
+            :meth:`release_file_constants` a read-only mapping that computes
+            the released ones from the file's bytes when read.
         buffer_of: id(Value) -> weight buffer name.
         buffer_bits: weight buffer name -> bits per value the file stores
             (4 for TFLite ``INT4``), for those narrower than their dtype.
@@ -285,6 +287,31 @@ class Program:
                 if id(group[0]) in plan.quant and id(group[0]) in self.buffer_of:
                     held.setdefault(self._scale_key(group), jax.device_put(_stacked_scales(group), device))
         return WeightBuffers(held, tuple(self.buffers), self.stack_of)
+
+    def release_file_constants(self) -> int:
+        """Drop the host copies of the weight buffers that the file's bytes can
+        give again (:meth:`fbjax.ir.Value.release_data`: TFLite ``INT4``
+        weights, unpacked to int8 for the IR, twice the file's bytes):
+        :attr:`buffers` and the IR then compute such a weight when read. Call
+        it once :meth:`device_buffers` holds them (an LLM bundle after
+        load). Returns the bytes released."""
+        values = {}
+        for g in self.model.graphs:
+            for v in g.values:
+                name = self.buffer_of.get(id(v))
+                if name is not None and v.__dict__.get("_source") is not None:
+                    values.setdefault(name, []).append(v)
+        released = 0
+        names = tuple(self.buffers)
+        arrays = self.buffers if isinstance(self.buffers, dict) else None
+        for name, vs in values.items():
+            for v in vs:
+                v.release_data()
+            if arrays is not None and name in arrays:  # (in place: whatever else holds this dict lets go too)
+                released += arrays.pop(name).nbytes
+        if values and arrays is not None:
+            self.buffers = _FileBuffers(names, arrays, {n: vs[0] for n, vs in values.items()})
+        return released
 
     def _scale_key(self, group: list) -> str:
         """The held name of the stacked quantization scales of a layer scan's weight group."""
@@ -392,9 +419,9 @@ class Program:
             if gi in pairs:
                 whole, k0 = _as_stack([lookup(v) for v in group])
                 carried.append((v0, whole, k0, gi))
-            elif v0.data is not None and id(v0) in self.buffer_of:
+            elif v0.is_constant and id(v0) in self.buffer_of:
                 stacked.append((v0, *self._stacked_buffer(group, run)))
-            elif v0.data is not None and id(v0) in self.param_of:
+            elif v0.is_constant and id(v0) in self.param_of:
                 sliced.append((v0, jnp.stack([jnp.asarray(run.params[self.param_of[id(v)]]) for v in group])))
             else:
                 sliced.append((v0, jnp.stack([jnp.asarray(materialize(lookup(v))) for v in group])))
@@ -485,7 +512,7 @@ class Program:
         key = id(v)
         if key in env:
             return env[key]
-        if v.data is not None:
+        if v.is_constant:
             name = self.param_of.get(key)
             if name is not None:
                 val = run.params[name]
@@ -529,7 +556,7 @@ class Program:
             args = []
             for i, v in enumerate(node.inputs):
                 if i in static and v is not None:
-                    if v.data is not None:
+                    if v.is_constant:
                         args.append(np.asarray(v.data))
                         continue
                     x = lookup(v)
@@ -777,18 +804,18 @@ def _unique_names(model: ModelIR, pick) -> dict:
     array share one name."""
     names: dict[int, str] = {}
     used: Counter = Counter()
-    by_data: dict[int, str] = {}  # id(v.data) -> its name
+    by_data: dict[int, str] = {}  # v.data_key -> its name
     for g in model.graphs:
         for v in g.values:
             if id(v) in names or not pick(v):
                 continue
-            if id(v.data) in by_data:
-                names[id(v)] = by_data[id(v.data)]
+            if v.data_key in by_data:
+                names[id(v)] = by_data[v.data_key]
                 continue
             base = v.name or f"tensor_{v.index}"
             name = base if used[base] == 0 else f"{base}#{used[base]}"
             used[base] += 1
-            names[id(v)] = by_data[id(v.data)] = name
+            names[id(v)] = by_data[v.data_key] = name
     return names
 
 
@@ -823,6 +850,32 @@ def buffer_names(model: ModelIR, registry=LOWERINGS) -> dict:
     return _unique_names(model, lambda v: (v.data is not None and id(v) not in fixed and not is_param(v)
                                            and np.issubdtype(np.dtype(v.dtype), np.integer)
                                            and np.size(v.data) >= BUFFER_MIN_ELEMENTS))
+
+
+class _FileBuffers(Mapping):
+    """:attr:`Program.buffers` after :meth:`Program.release_file_constants`:
+    weight buffer name -> numpy array, the released ones read from their
+    Value (computed from the file's bytes on each read that finds none
+    alive)."""
+
+    def __init__(self, names: tuple, arrays: dict, released: dict):
+        self._names = names
+        self._arrays = arrays
+        self._released = released
+
+    def __getitem__(self, name: str):
+        if name in self._released:
+            return self._released[name].data
+        return self._arrays[name]
+
+    def __iter__(self):
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def __contains__(self, name) -> bool:
+        return name in self._arrays or name in self._released
 
 
 @jax.tree_util.register_pytree_node_class
@@ -1029,7 +1082,7 @@ def updated_in_place(plan: LayerScan, registry) -> dict:
     pairs = {}
     for gi, group in enumerate(plan.per_layer):
         v0 = group[0]
-        if v0.data is not None:
+        if v0.is_constant:
             continue
         for n in body:
             od = registry.get(n.op_set, n.op_name)
@@ -1085,7 +1138,7 @@ def plan_layer_scans(model: ModelIR, param_of: dict, buffer_of: dict, params: di
             continue
         if any(_stateful(registry.get(n.op_set, n.op_name), n) for n in model.graphs[gi].nodes):
             continue
-        groups = [[v for v in g] for g in plan.per_layer if g[0].data is not None]
+        groups = [[v for v in g] for g in plan.per_layer if g[0].is_constant]
         param_bytes = sum(np.asarray(params[param_of[id(v)]]).nbytes
                           for g in groups for v in g if id(v) in param_of)
         if param_bytes > SCAN_MAX_PARAM_BYTES:

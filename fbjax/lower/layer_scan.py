@@ -158,7 +158,7 @@ class _Coder:
                     ins.append(None)
                 elif id(v) in where:
                     ins.append(where[id(v)])
-                elif v.data is not None:
+                elif v.is_constant:
                     ins.append(("c", self.const(v), _quant_key(v, False)))
                 else:
                     ins.append(("?", _spec(v)))
@@ -182,9 +182,9 @@ class _Coder:
         for i, v in enumerate(n.inputs):
             if v is None:
                 ins.append(None)
-            elif v.data is not None and (exact or i in static or not self.stackable(v)):
+            elif v.is_constant and (exact or i in static or not self.stackable(v)):
                 ins.append(("c", self.const(v), _quant_key(v, False)))
-            elif v.data is not None:
+            elif v.is_constant:
                 ins.append(("w", _spec(v), v.storage_bits, _quant_key(v, i in vary)))
             else:
                 ins.append(("v", _spec(v), _quant_key(v, False)))
@@ -238,7 +238,7 @@ def hoisted_order(graph: Graph) -> list:
     early = {id(v) for v in graph.inputs if _integral(v)}
     first, rest = [], []
     for n in graph.nodes:
-        if (all(v is None or v.data is not None or id(v) in early for v in n.inputs)
+        if (all(v is None or v.is_constant or id(v) in early for v in n.inputs)
                 and all(o is None or _integral(o) or _small(o) for o in n.outputs)):
             first.append(n)
             early.update(id(o) for o in n.outputs if o is not None)
@@ -288,7 +288,7 @@ def _plan(graph: Graph, nodes: list, registry, start: int, period: int, count: i
             if any(s is not None for s in src):
                 return None  # a value of another block than k or k - 1, or k - 1 for some blocks only
             if all(v is vs[0] for v in vs) or (
-                    all(v.data is not None and not stackable(v) for v in vs)
+                    all(v.is_constant and not stackable(v) for v in vs)
                     and len({_digest(np.asarray(v.data)) for v in vs}) == 1):
                 # one value, or constants of equal contents (a converter's per-layer copy of a shape):
                 # the body reads block 0's
@@ -296,7 +296,7 @@ def _plan(graph: Graph, nodes: list, registry, start: int, period: int, count: i
                 continue
             if i in static:
                 return None  # a load-time operand that differs between blocks
-            consts = [v.data is not None for v in vs]
+            consts = [v.is_constant for v in vs]
             if any(consts) and not (all(consts) and all(stackable(v) for v in vs)):
                 return None
             slot_kind[(j, i)] = ("layer", vs)

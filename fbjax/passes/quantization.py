@@ -124,7 +124,7 @@ _DEQUANTIZED: dict = {}
 
 def _dequantize_const_in_place(v: Value) -> None:
     q = v.quant
-    key = (id(v.data), np.asarray(q.scale).tobytes(), np.asarray(q.zero_point).tobytes(), q.quantized_dimension)
+    key = (v.data_key, np.asarray(q.scale).tobytes(), np.asarray(q.zero_point).tobytes(), q.quantized_dimension)
     hit = _DEQUANTIZED.get(key)
     if hit is None or hit[0] is not v.data:
         hit = _DEQUANTIZED[key] = (v.data, dequantize_array(v.data, v.quant))

@@ -445,7 +445,7 @@ def dense_eligible(act: int = 0, *, per_tensor_only: bool = False, blockwise: bo
     def eligible(n, v) -> bool:
         ins = list(n.inputs)
         x = ins[act] if len(ins) > max(act, 1) else None
-        return (x is not None and ins[1] is v and _int8_symmetric(v) and x.data is None
+        return (x is not None and ins[1] is v and _int8_symmetric(v) and not x.is_constant
                 and np.dtype(x.dtype) == _F32_DT and _float_outputs(n)
                 and all(r is None or np.dtype(r.dtype) == _F32_DT for r in ins[max(act, 1) + 1:])
                 and n.attrs.get("fused_activation_function", "NONE") in ("NONE", "RELU", "RELU6", "RELU_N1_TO_1")
