@@ -791,6 +791,15 @@ ffi::Error BlockFcF32(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::AnyBuf
   return ffi::Error::Success();
 }
 
+// How far ahead of its loads the symmetric int8 kernel prefetches weights (the rows are contiguous, read in
+// order; a prefetch past the end is a hint, it does not fault). One thread, one input row, 30 stacked
+// [1536, 576] blocks (26.5 MB): 30.4 GB/s without, 28.5 at 1 KB, 34.2 at 4 KB, 36.7 at 16 KB; the
+// [49152, 576] LM head: 18.5, 24.1, 32.5, 36.4 GB/s (this machine, idle).
+#ifndef FBJAX_SYM_PF
+#define FBJAX_SYM_PF 16384
+#endif
+constexpr int64_t kSymPrefetch = FBJAX_SYM_PF;
+
 // Symmetric int8 x int8 products: x int8 [R, I] (|x| <= 127: rows quantized symmetrically, zero point 0),
 // w int8 [O, I] -> y int32 [R, O], y[r, o] = sum_i x[r, i] * w[o, i]. With AVX-512 VNNI: vpdpbusd takes
 // unsigned bytes times signed bytes, so the weights go in as w + 128 (w ^ 0x80) and 128 * sum_i x[r, i]
@@ -826,6 +835,7 @@ ffi::Error Int8MatmulSym(ffi::ThreadPool pool, ffi::Buffer<ffi::S8> x, ffi::Buff
         for (int k = 0; k < 8; ++k) a[k] = _mm512_setzero_si512();
         const int8_t* x0 = X + r0 * I;
         for (int64_t i = 0; i < iv; i += 64) {
+          _mm_prefetch(reinterpret_cast<const char*>(wr + i + kSymPrefetch), _MM_HINT_T0);
           const __m512i wv = _mm512_xor_si512(_mm512_loadu_si512(wr + i), flip);
 #pragma GCC unroll 8
           for (int k = 0; k < 8; ++k) a[k] = _mm512_dpbusd_epi32(a[k], wv, _mm512_loadu_si512(x0 + k * I + i));
@@ -841,6 +851,7 @@ ffi::Error Int8MatmulSym(ffi::ThreadPool pool, ffi::Buffer<ffi::S8> x, ffi::Buff
         __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
         const int8_t* x0 = X + r0 * I;
         for (int64_t i = 0; i < iv; i += 64) {
+          _mm_prefetch(reinterpret_cast<const char*>(wr + i + kSymPrefetch), _MM_HINT_T0);
           const __m512i wv = _mm512_xor_si512(_mm512_loadu_si512(wr + i), flip);
           a0 = _mm512_dpbusd_epi32(a0, wv, _mm512_loadu_si512(x0 + i));
           if (rows > 1) a1 = _mm512_dpbusd_epi32(a1, wv, _mm512_loadu_si512(x0 + I + i));
