@@ -2,6 +2,7 @@
 
     /usr/bin/time -v python benchmarks/lora_step.py BUNDLE [--tokens 32] [--rank 8] [--steps 3] [--json OUT]
     /usr/bin/time -v python benchmarks/lora_step.py BUNDLE --full [--tokens 32] [--steps 2]   # every weight, float mode
+        [--save TUNED.litertlm]   # then bundle.save of the tuned weights (integer ones re-quantized on the file's grid)
 
 Loads the bundle (e.g. ``benchmarks/make_llm_bundles.py``'s SmolLM2-135M-shaped
 int8 ``.litertlm``), puts rank-``r`` (alpha 16) adapters on every attention
@@ -35,6 +36,10 @@ def main(argv=None) -> int:
     ap.add_argument("--rank", type=int, default=8, help="LoRA rank (default 8)")
     ap.add_argument("--steps", type=int, default=3, help="steps to run, the first one compiling (default 3)")
     ap.add_argument("--json", default=None, help="write the figures to this JSON file")
+    ap.add_argument("--lr", type=float, default=1e-5, help="--full: Adam's learning rate (default 1e-5)")
+    ap.add_argument("--save", default=None, metavar="PATH",
+                    help="with --full: write the tuned bundle here (LlmBundle.save: weights the file stores as "
+                         "integers re-quantized on its grid) and report how far the stored weights moved")
     ap.add_argument("--full", action="store_true",
                     help="full fine-tuning instead: every float param of the bundle loaded with quantized='float' "
                          "(the integer weights become float params), Adam on all of them")
@@ -96,7 +101,7 @@ def _full(args, b, load_s: float) -> int:
     words = "the model runs on phones and in the cloud and people tune them for their own tasks every day".split()
     text = " ".join(words[i % len(words)] for i in range(4 * args.tokens))
     text = b.decode(b.encode(text)[:args.tokens][1:])
-    opt = optax.adam(1e-5)
+    opt = optax.adam(args.lr)
     params = dict(b.params)
     state = opt.init(params)
 
@@ -116,6 +121,30 @@ def _full(args, b, load_s: float) -> int:
            "trainable": int(sum(np.size(v) for v in b.params.values())), "tokens": len(b.encode(text)),
            "first_step_s": round(times[0], 2),
            "step_s": round(float(np.mean(times[1:])), 3) if len(times) > 1 else None, "losses": losses}
+    if args.save:
+        t = time.perf_counter()
+        b.save(args.save, {k: np.asarray(v) for k, v in params.items()})
+        out["save_s"] = round(time.perf_counter() - t, 2)
+        out["saved"] = args.save
+        # how the stored weights moved: the saved file's values (exact mode: the integers and their scales,
+        # dequantized) against the original's, and against the float-tuned weights they stand for
+        import fbjax
+
+        tuned = fbjax.load(args.save, quantized="float")
+        moved = [float(np.max(np.abs(np.asarray(tuned.params[k]) - np.asarray(b.params[k]))))
+                 for k in b.params if np.size(b.params[k]) > 4096]
+        off = [float(np.max(np.abs(np.asarray(tuned.params[k]) - np.asarray(params[k]))))
+               for k in b.params if np.size(b.params[k]) > 4096]
+        out["max_abs_change_of_stored_weights"] = max(moved) if moved else None
+        out["max_abs_stored_minus_tuned"] = max(off) if off else None
+        # the integers themselves (exact mode): the share of the file's integer weights the tuning moved
+        orig, new = fbjax.load(args.bundle), fbjax.load(args.save)
+        ints = [k for k in orig.model.buffers if k in new.model.buffers]
+        changed = sum(int(np.sum(np.asarray(orig.model.buffers[k]) != np.asarray(new.model.buffers[k]))) for k in ints)
+        total = sum(int(np.size(orig.model.buffers[k])) for k in ints)
+        out["integer_weights_changed"] = changed
+        out["integer_weights_total"] = total
+        out["lr"] = args.lr
     print(json.dumps(out))
     if args.json:
         with open(args.json, "w") as f:

@@ -139,3 +139,27 @@ def test_int4_host_copies_released_after_bundle_load():
     assert prog.release_file_constants() == 0  # nothing left to release
     saved = fbjax.load(b.model.save(None, b.params)).program
     assert all(np.array_equal(saved.buffers[n], ref.buffers[n]) for n in int4)
+
+
+def test_float_mode_save_requantizes_blockwise_int4_on_the_files_grid():
+    """Full fine-tuning of a blockwise int4 file (quantized='float': the weights are float params) saves onto
+    the file's own grid: its float16 scales per row and 32-value block kept, each value round-half-even(w /
+    scale) clipped to [-8, 7] (numpy below), so the saved file read back in float mode holds exactly that."""
+    p = os.path.join(LLM, "gemma_q4b32.tflite")
+    m = fbjax.load(p, quantized="float")
+    exact = fbjax.load(p)
+    name = next(n for n in m.params if np.size(m.params[n]) > 4096)
+    v = next(v for g in exact.ir.graphs for v in g.values if v.name == name and v.quant is not None)
+    assert v.quant.block_size == 32
+    params = dict(m.params)
+    w = np.asarray(params[name]) + np.random.default_rng(0).normal(0, 0.05, np.shape(params[name])).astype(np.float32)
+    params[name] = w
+    saved = m.save(None, params)
+    step = np.repeat(np.asarray(v.quant.scale, np.float32), 32, axis=-1).reshape(w.shape)
+    want = np.clip(np.rint(w / step), -8, 7) * step
+    got = np.asarray(fbjax.load(saved, quantized="float").params[name])
+    np.testing.assert_array_equal(got, want.astype(np.float32))
+    assert np.any(np.abs(w / step) > 7.5)  # some values clipped: the range is the file's, not widened
+    again = {x.name: np.asarray(x.quant.scale) for g in fbjax.load(saved).ir.graphs for x in g.values
+             if x.quant is not None and x.quant.block_size}
+    assert np.array_equal(again[name], np.asarray(v.quant.scale))  # the scales are the file's

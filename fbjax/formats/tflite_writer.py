@@ -240,7 +240,11 @@ class _Writer:
                                  f"(largest finite {float(np.finfo(stored).max):.6g})")
         elif stored.kind in "iu":
             qp = quant if quant is not None else _file_quant(t)
-            if new.dtype.kind == "f":
+            if new.dtype.kind == "f" and qp is not None and getattr(qp, "block_size", 0):
+                # blockwise int4 (litert-torch's dynamic_int4_block32): the file's float16 scales per row
+                # and block are kept, the values re-quantized on them (round half to even, [-8, 7])
+                q = requantize_weights(new.astype(np.float32), qp, np.int8).astype(stored)
+            elif new.dtype.kind == "f":
                 if qp is None:
                     raise InputError(
                         f"tensor {name!r} holds unquantized {stored} values; float values cannot be written to it"
@@ -266,6 +270,23 @@ class _Writer:
         if type_name == "INT4":
             return _pack_int4(q)
         return _le_bytes(q)
+
+    def _blockwise_quant(self, pos):
+        """The blockwise QuantParams (``block_size`` > 0, scales ``[rows, blocks]`` as float32 from the
+        file's scales tensor, zero points 0) of the tensor at ``pos``, or None when it has none."""
+        from ..ir import QuantParams
+
+        t = self._t(pos)
+        q = t.quantization
+        if q is None or q.detailsType != T.QuantizationDetails.BlockwiseQuantization or q.details is None:
+            return None
+        st = self.m.subgraphs[pos[0]].tensors[int(q.details.scales)]
+        raw = self.payloads[st.buffer] if st.buffer is not None and st.buffer < len(self.payloads) else None
+        if raw is None:
+            raise InputError(f"tensor {_name(t)!r}: its blockwise scales tensor holds no data")
+        dims = tuple(int(d) for d in (st.shape if st.shape is not None else []))
+        scale = np.frombuffer(bytes(raw), tensor_dtype(st.type)).astype(np.float32).reshape(dims)
+        return QuantParams(scale, np.broadcast_to(np.int64(0), scale.shape), 0, int(q.details.blockSize))
 
     def _file_ints(self, t, stored: np.dtype, shape: tuple) -> Optional[np.ndarray]:
         """The integers the file stores for dense tensor ``t``, or None
@@ -312,6 +333,11 @@ class _Writer:
             if new_quant:
                 self._bias_updates(pending, new_quant)
                 self.restructured = True
+        for pos, x in pending.items():  # float values for a blockwise-quantized tensor: the file's grid
+            if pos not in new_quant and x.dtype.kind == "f":
+                bq = self._blockwise_quant(pos)
+                if bq is not None:
+                    new_quant[pos] = bq
         groups: dict = {}
         for pos, x in pending.items():
             t = self._t(pos)
