@@ -56,6 +56,9 @@ namespace {
 using fbjax_cpu::ParallelChunks;
 
 constexpr float kMaskedAt = -4.2535296e37f;  // -2^125: keys with mask <= this are not read
+// How many keys ahead the weighted sum of the values prefetches their rows (decode step, 8 rows x 30 layers
+// of a SmolLM2-135M cache at position 100: see the commit adding it)
+constexpr int64_t kPvAhead = 8;
 constexpr int64_t kInlineWork = int64_t{1} << 20;  // B * T * N * S * H below this: no pool threads
 constexpr float kRowFloor = -1.0633824e37f;  // -2^123: a row's largest computed logit must exceed it
 constexpr float kExpLow = -87.33654f;        // ln(FLT_MIN): exp below it is taken as 0
@@ -124,6 +127,9 @@ inline __m256 Exp8(__m256 x) {
 // x[i][kk] = q_i . k_kk for RR query rows q[i] and 4 keys (k + kk * ks), H % 8 == 0.
 template <int RR>
 inline void DotTile(const float* const* q, const float* k, int64_t ks, int64_t H, float* x, int64_t xs) {
+  for (int j = 0; j < 4; ++j)  // the keys two tiles ahead (a prefetch past the cache's end is only a hint)
+    for (int64_t c = 0; c < H; c += 16)
+      _mm_prefetch(reinterpret_cast<const char*>(k + (8 + j) * ks + c), _MM_HINT_T0);
   __m256 a[RR][4];
   for (int i = 0; i < RR; ++i)
     for (int j = 0; j < 4; ++j) a[i][j] = _mm256_setzero_ps();
@@ -151,6 +157,8 @@ inline void PvTile(const float* e, int64_t es, const float* v, int64_t vs, int64
     bool any = false;
     for (int i = 0; i < RR; ++i) any |= e[i * es + s] != 0.0f;
     if (!any) continue;  // (a masked key: not read)
+    // the value rows are kPvAhead keys apart in memory order: fetch ahead (the cache rows stride K * H floats)
+    _mm_prefetch(reinterpret_cast<const char*>(v + (s + kPvAhead) * vs + h0), _MM_HINT_T0);
     const __m256 v0 = _mm256_loadu_ps(v + s * vs + h0), v1 = _mm256_loadu_ps(v + s * vs + h0 + 8);
     for (int i = 0; i < RR; ++i) {
       const __m256 w = _mm256_broadcast_ss(e + i * es + s);
@@ -175,10 +183,48 @@ struct Problem {
 
 constexpr int64_t kKeyBlock = 4;  // keys per skip decision / dot tile
 
+#if defined(__AVX2__)
+// PvTile for H == 64 in one pass over the keys (each value row read once, whole: 256 contiguous bytes),
+// RR <= 3 rows (8 accumulators each). The same operations per output value in the same order as PvTile.
+template <int RR>
+inline void PvTile64(const float* e, int64_t es, const float* v, int64_t vs, int64_t s0, int64_t s1, float* out,
+                     int64_t os) {
+  __m256 a[RR][8];
+  for (int i = 0; i < RR; ++i)
+    for (int c = 0; c < 8; ++c) a[i][c] = _mm256_loadu_ps(out + i * os + 8 * c);
+  for (int64_t s = s0; s < s1; ++s) {
+    bool any = false;
+    for (int i = 0; i < RR; ++i) any |= e[i * es + s] != 0.0f;
+    if (!any) continue;  // (a masked key: not read)
+    const float* vr = v + s * vs;
+    _mm_prefetch(reinterpret_cast<const char*>(vr + kPvAhead * vs), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(vr + kPvAhead * vs + 16), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(vr + kPvAhead * vs + 32), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(vr + kPvAhead * vs + 48), _MM_HINT_T0);
+    __m256 w[RR];
+    for (int i = 0; i < RR; ++i) w[i] = _mm256_broadcast_ss(e + i * es + s);
+    for (int c = 0; c < 8; ++c) {
+      const __m256 vc = _mm256_loadu_ps(vr + 8 * c);
+      for (int i = 0; i < RR; ++i) a[i][c] = _mm256_add_ps(a[i][c], _mm256_mul_ps(w[i], vc));
+    }
+  }
+  for (int i = 0; i < RR; ++i)
+    for (int c = 0; c < 8; ++c) _mm256_storeu_ps(out + i * os + 8 * c, a[i][c]);
+}
+#endif
+
 // out rows [i, i + rr) (rr <= 4): PvTile over keys [a, c) for every 16 values of h.
 inline void PvRows(int rr, const float* e, int64_t S, const float* v, int64_t vs, int64_t a, int64_t c, float* out,
                    int64_t H) {
 #if defined(__AVX2__)
+  if (H == 64 && rr <= 3) {
+    switch (rr) {
+      case 1: PvTile64<1>(e, S, v, vs, a, c, out, H); break;
+      case 2: PvTile64<2>(e, S, v, vs, a, c, out, H); break;
+      default: PvTile64<3>(e, S, v, vs, a, c, out, H); break;
+    }
+    return;
+  }
   if (H % 16 == 0) {
     for (int64_t h0 = 0; h0 < H; h0 += 16) switch (rr) {
         case 1: PvTile<1>(e, S, v, vs, a, c, out, H, h0); break;
