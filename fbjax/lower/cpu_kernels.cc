@@ -185,6 +185,11 @@ constexpr int64_t kChunkBytes = 64 * 1024;  // weight bytes per claimed chunk
 // threads from 4 MB; int8 51.9 / 51.3, 70.4 / 67.7, 73.6 / 72.0. (A jit of back-to-back kernel calls, whose
 // pool threads stay awake, said the opposite: 7.0 ms a token's int4 products threaded, 9.9 ms not.)
 constexpr int64_t kParallelMinBytes = 4 << 20;
+// The int4 tiles (fbjax_block_fc_f32) are bound by their arithmetic (unpacking, a float32 step per 32-value
+// block), not by memory: one input row takes the pool's threads from 64 KB of packed weights on. SmolLM2-135M
+// int4 decode step at batch 1, alternating runs on a noisy machine: medians 6.72 / 6.81 / 11.52 ms against
+// 8.55 / 8.86 / 8.59 ms with the 4 MB threshold of the int8 kernels (which stream at the memory's rate).
+constexpr int64_t kInt4ParallelMinBytes = 64 << 10;
 constexpr int64_t kTileChunkBytes = 16 * 1024;  // the same for the int4 tiles of fbjax_block_fc_f32
 // How far ahead of its loads the int4 tile loop prefetches weights (and scales), into L2 (_MM_HINT_T1): one
 // decode token's products with distinct weights, one thread (load ~5.5): 6.4-6.5 ms at 16 KB, 6.5-6.6 at 32 KB,
@@ -768,7 +773,7 @@ ffi::Error BlockFcF32(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::AnyBuf
     auto run = [=](int64_t c) {
       Int4Tiles(W, S, K, B, O, R, pe, po, xstride, px, ps, pz, c * per, std::min(tiles, (c + 1) * per), Y);
     };
-    if (R == 1 && O * NU * 16 < kParallelMinBytes) {
+    if (R == 1 && O * NU * 16 < kInt4ParallelMinBytes) {
       for (int64_t c = 0; c < chunks; ++c) run(c);
     } else {
       ParallelChunks(pool, chunks, run);
