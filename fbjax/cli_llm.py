@@ -244,11 +244,11 @@ def cmd_serve(args) -> int:
         raise SystemExit(f"fbjax serve: {not_a_bundle('serve', args.model)}")
     if args.slots < 1:
         raise SystemExit(f"fbjax serve: --slots must be at least 1, got {args.slots}")
+    if args.prompt_steps is not None and args.prompt_steps < 0:
+        raise SystemExit(f"fbjax serve: --prompt-steps must be at least 0, got {args.prompt_steps}")
     from .serving.server import serve  # starlette and uvicorn: pip install 'fbjax[serve]'
 
     print(f"fbjax serve: loading {args.model} and compiling for {args.slots} slots...", file=sys.stderr, flush=True)
-    if args.prompt_steps is not None and args.prompt_steps < 0:
-        raise SystemExit(f"fbjax serve: --prompt-steps must be at least 0, got {args.prompt_steps}")
     serve(args.model, host=args.host, port=args.port, slots=args.slots, model_id=args.model_id,
           prompt_steps=args.prompt_steps, quantized=args.quantized)
     return 0

@@ -380,12 +380,15 @@ def test_cli_serve_arguments():
                                       "--host", "0.0.0.0"])
     assert (args.command, args.port, args.slots, args.host, args.model_id) == ("serve", 9000, 4, "0.0.0.0", None)
     args = build_parser().parse_args(["serve", str(DATA / NAME)])
-    assert (args.host, args.port, args.slots) == ("127.0.0.1", 8000, 8)
+    assert (args.host, args.port, args.slots, args.prompt_steps) == ("127.0.0.1", 8000, 8, None)
+    assert build_parser().parse_args(["serve", str(DATA / NAME), "--prompt-steps", "0"]).prompt_steps == 0
 
 
 def test_cli_serve_refuses_a_non_bundle(capsys):
     with pytest.raises(SystemExit, match="needs a .litertlm or MediaPipe LLM .task bundle"):
         fbjax.cli.main(["serve", str(ROOT / "tests" / "data" / "llm" / "llama_f32.tflite")])
+    with pytest.raises(SystemExit, match="--prompt-steps must be at least 0, got -1"):
+        fbjax.cli.main(["serve", str(DATA / NAME), "--prompt-steps", "-1"])
 
 
 def test_readme_curl_runs_as_written(server):
