@@ -193,6 +193,9 @@ class DataSource:
         """The array ``data`` is (while it lives, calls return it)."""
         self._last = weakref.ref(data)
 
+    def __getstate__(self) -> dict:  # (pickled without the weak reference: it is only a cache)
+        return {"_compute": self._compute, "_last": None}
+
     def __call__(self) -> np.ndarray:
         d = self._last() if self._last is not None else None
         if d is None:
