@@ -205,18 +205,11 @@ class KernelOptions:
             object.__setattr__(self, name, int(v))
         if sorted(self.conv_weight_layout) != sorted("HWIO") or len(self.conv_weight_layout) != 4:
             raise InputError(f"conv_weight_layout must be a permutation of 'HWIO', got {self.conv_weight_layout!r}")
-        if not isinstance(self.compact_backward, (bool, np.bool_)):
-            raise InputError(f"compact_backward must be True or False, got {self.compact_backward!r}")
-        object.__setattr__(self, "compact_backward", bool(self.compact_backward))
-        if not isinstance(self.native_kernels, (bool, np.bool_)):
-            raise InputError(f"native_kernels must be True or False, got {self.native_kernels!r}")
-        object.__setattr__(self, "native_kernels", bool(self.native_kernels))
-        if not isinstance(self.layer_scan, (bool, np.bool_)):
-            raise InputError(f"layer_scan must be True or False, got {self.layer_scan!r}")
-        object.__setattr__(self, "layer_scan", bool(self.layer_scan))
-        if not isinstance(self.native_attention, (bool, np.bool_)):
-            raise InputError(f"native_attention must be True or False, got {self.native_attention!r}")
-        object.__setattr__(self, "native_attention", bool(self.native_attention))
+        for name in ("compact_backward", "native_kernels", "layer_scan", "native_attention"):
+            v = getattr(self, name)
+            if not isinstance(v, (bool, np.bool_)):
+                raise InputError(f"{name} must be True or False, got {v!r}")
+            object.__setattr__(self, name, bool(v))
         _set_flag(self, "xla_defaults", "FBJAX_XLA_DEFAULTS")
 
     @property

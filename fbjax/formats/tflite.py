@@ -416,7 +416,7 @@ def _blockwise_quant(tensors, values: list, where: str, shared: Optional[dict] =
     tensor stops being a constant of its own (it is not a weight to train).
     The zero points are all 0 (a read-only broadcast of one 0, no memory),
     and subgraphs that share a scales buffer share one float32 array of it
-    (``shared``, keyed by the scales' array: an LLM's prefill and decode)."""
+    (``shared``, keyed by the scales' file buffer: an LLM's prefill and decode)."""
     from ._generated import tflite_generated as T
 
     for ti, t in enumerate(tensors):
@@ -433,13 +433,12 @@ def _blockwise_quant(tensors, values: list, where: str, shared: Optional[dict] =
         shape = v.shape or ()
         if bs <= 0 or len(shape) != 2 or shape[1] is None or shape[1] % bs:
             raise ModelFormatError(f"{desc}: block size {bs} does not divide the columns of shape {list(shape)}")
-        key = ("blockwise scales", id(values[si].data))
+        key = ("blockwise scales", int(tensors[si].buffer), tuple(np.shape(values[si].data)))
         scale = shared.get(key) if shared is not None else None
         if scale is None:
             scale = np.asarray(values[si].data, np.float32)
             if shared is not None:
                 shared[key] = scale
-                shared[key + ("source",)] = values[si].data  # (kept alive: the id stays this array's)
         if scale.shape != (shape[0], shape[1] // bs):
             raise ModelFormatError(f"{desc}: blockwise scales of shape {list(scale.shape)}, expected "
                                    f"{[shape[0], shape[1] // bs]}")

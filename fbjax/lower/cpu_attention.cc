@@ -144,32 +144,31 @@ inline void DotTile(const float* const* q, const float* k, int64_t ks, int64_t H
   for (int i = 0; i < RR; ++i) _mm_storeu_ps(x + i * xs, Sum4(a[i][0], a[i][1], a[i][2], a[i][3]));
 }
 
-// acc rows: out[i][h] += e[i][s] * v[s][h] for s in [s0, s1), RR rows, 16 values of h from h0.
-template <int RR>
+// acc rows: out[i][h] += e[i][s] * v[s][h] for s in [s0, s1), RR rows, 8 * NC values of h from h0: each
+// value row's 8 * NC floats read once per key (NC = 8 with H = 64: the whole row, one pass over the keys).
+template <int RR, int NC>
 inline void PvTile(const float* e, int64_t es, const float* v, int64_t vs, int64_t s0, int64_t s1, float* out,
                    int64_t os, int64_t h0) {
-  __m256 a[RR][2];
-  for (int i = 0; i < RR; ++i) {
-    a[i][0] = _mm256_loadu_ps(out + i * os + h0);
-    a[i][1] = _mm256_loadu_ps(out + i * os + h0 + 8);
-  }
+  __m256 a[RR][NC];
+  for (int i = 0; i < RR; ++i)
+    for (int c = 0; c < NC; ++c) a[i][c] = _mm256_loadu_ps(out + i * os + h0 + 8 * c);
   for (int64_t s = s0; s < s1; ++s) {
     bool any = false;
     for (int i = 0; i < RR; ++i) any |= e[i * es + s] != 0.0f;
     if (!any) continue;  // (a masked key: not read)
-    // the value rows are kPvAhead keys apart in memory order: fetch ahead (the cache rows stride K * H floats)
-    _mm_prefetch(reinterpret_cast<const char*>(v + (s + kPvAhead) * vs + h0), _MM_HINT_T0);
-    const __m256 v0 = _mm256_loadu_ps(v + s * vs + h0), v1 = _mm256_loadu_ps(v + s * vs + h0 + 8);
-    for (int i = 0; i < RR; ++i) {
-      const __m256 w = _mm256_broadcast_ss(e + i * es + s);
-      a[i][0] = _mm256_add_ps(a[i][0], _mm256_mul_ps(w, v0));
-      a[i][1] = _mm256_add_ps(a[i][1], _mm256_mul_ps(w, v1));
+    const float* vr = v + s * vs + h0;
+    // the value rows are K * H floats apart: fetch the row kPvAhead keys ahead
+    for (int c = 0; c < NC; c += 2)
+      _mm_prefetch(reinterpret_cast<const char*>(vr + kPvAhead * vs + 8 * c), _MM_HINT_T0);
+    __m256 w[RR];
+    for (int i = 0; i < RR; ++i) w[i] = _mm256_broadcast_ss(e + i * es + s);
+    for (int c = 0; c < NC; ++c) {
+      const __m256 vc = _mm256_loadu_ps(vr + 8 * c);
+      for (int i = 0; i < RR; ++i) a[i][c] = _mm256_add_ps(a[i][c], _mm256_mul_ps(w[i], vc));
     }
   }
-  for (int i = 0; i < RR; ++i) {
-    _mm256_storeu_ps(out + i * os + h0, a[i][0]);
-    _mm256_storeu_ps(out + i * os + h0 + 8, a[i][1]);
-  }
+  for (int i = 0; i < RR; ++i)
+    for (int c = 0; c < NC; ++c) _mm256_storeu_ps(out + i * os + h0 + 8 * c, a[i][c]);
 }
 #endif
 
@@ -183,54 +182,26 @@ struct Problem {
 
 constexpr int64_t kKeyBlock = 4;  // keys per skip decision / dot tile
 
-#if defined(__AVX2__)
-// PvTile for H == 64 in one pass over the keys (each value row read once, whole: 256 contiguous bytes),
-// RR <= 3 rows (8 accumulators each). The same operations per output value in the same order as PvTile.
-template <int RR>
-inline void PvTile64(const float* e, int64_t es, const float* v, int64_t vs, int64_t s0, int64_t s1, float* out,
-                     int64_t os) {
-  __m256 a[RR][8];
-  for (int i = 0; i < RR; ++i)
-    for (int c = 0; c < 8; ++c) a[i][c] = _mm256_loadu_ps(out + i * os + 8 * c);
-  for (int64_t s = s0; s < s1; ++s) {
-    bool any = false;
-    for (int i = 0; i < RR; ++i) any |= e[i * es + s] != 0.0f;
-    if (!any) continue;  // (a masked key: not read)
-    const float* vr = v + s * vs;
-    _mm_prefetch(reinterpret_cast<const char*>(vr + kPvAhead * vs), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(vr + kPvAhead * vs + 16), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(vr + kPvAhead * vs + 32), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(vr + kPvAhead * vs + 48), _MM_HINT_T0);
-    __m256 w[RR];
-    for (int i = 0; i < RR; ++i) w[i] = _mm256_broadcast_ss(e + i * es + s);
-    for (int c = 0; c < 8; ++c) {
-      const __m256 vc = _mm256_loadu_ps(vr + 8 * c);
-      for (int i = 0; i < RR; ++i) a[i][c] = _mm256_add_ps(a[i][c], _mm256_mul_ps(w[i], vc));
-    }
-  }
-  for (int i = 0; i < RR; ++i)
-    for (int c = 0; c < 8; ++c) _mm256_storeu_ps(out + i * os + 8 * c, a[i][c]);
-}
-#endif
 
-// out rows [i, i + rr) (rr <= 4): PvTile over keys [a, c) for every 16 values of h.
+// out rows [i, i + rr) (rr <= 4): PvTile over keys [a, c): with H == 64 and rr <= 3 (a decode step of
+// grouped-query attention) the whole value row per key, else every 16 values of h.
 inline void PvRows(int rr, const float* e, int64_t S, const float* v, int64_t vs, int64_t a, int64_t c, float* out,
                    int64_t H) {
 #if defined(__AVX2__)
   if (H == 64 && rr <= 3) {
     switch (rr) {
-      case 1: PvTile64<1>(e, S, v, vs, a, c, out, H); break;
-      case 2: PvTile64<2>(e, S, v, vs, a, c, out, H); break;
-      default: PvTile64<3>(e, S, v, vs, a, c, out, H); break;
+      case 1: PvTile<1, 8>(e, S, v, vs, a, c, out, H, 0); break;
+      case 2: PvTile<2, 8>(e, S, v, vs, a, c, out, H, 0); break;
+      default: PvTile<3, 8>(e, S, v, vs, a, c, out, H, 0); break;
     }
     return;
   }
   if (H % 16 == 0) {
     for (int64_t h0 = 0; h0 < H; h0 += 16) switch (rr) {
-        case 1: PvTile<1>(e, S, v, vs, a, c, out, H, h0); break;
-        case 2: PvTile<2>(e, S, v, vs, a, c, out, H, h0); break;
-        case 3: PvTile<3>(e, S, v, vs, a, c, out, H, h0); break;
-        default: PvTile<4>(e, S, v, vs, a, c, out, H, h0); break;
+        case 1: PvTile<1, 2>(e, S, v, vs, a, c, out, H, h0); break;
+        case 2: PvTile<2, 2>(e, S, v, vs, a, c, out, H, h0); break;
+        case 3: PvTile<3, 2>(e, S, v, vs, a, c, out, H, h0); break;
+        default: PvTile<4, 2>(e, S, v, vs, a, c, out, H, h0); break;
       }
     return;
   }

@@ -800,10 +800,7 @@ ffi::Error BlockFcF32(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::AnyBuf
 // order; a prefetch past the end is a hint, it does not fault). One thread, one input row, 30 stacked
 // [1536, 576] blocks (26.5 MB): 30.4 GB/s without, 28.5 at 1 KB, 34.2 at 4 KB, 36.7 at 16 KB; the
 // [49152, 576] LM head: 18.5, 24.1, 32.5, 36.4 GB/s (this machine, idle).
-#ifndef FBJAX_SYM_PF
-#define FBJAX_SYM_PF 16384
-#endif
-constexpr int64_t kSymPrefetch = FBJAX_SYM_PF;
+constexpr int64_t kSymPrefetch = 16 * 1024;
 
 // Symmetric int8 x int8 products: x int8 [R, I] (|x| <= 127: rows quantized symmetrically, zero point 0),
 // w int8 [O, I] -> y int32 [R, O], y[r, o] = sum_i x[r, i] * w[o, i]. With AVX-512 VNNI: vpdpbusd takes
